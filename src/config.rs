@@ -1,0 +1,178 @@
+//! Configuration: a serde struct read from a TOML file, with environment overrides.
+//!
+//! Precedence: defaults < `config/*.toml` file < environment. Environment variables are
+//! `SHARDSTOCK_<SECTION>__<KEY>`, e.g. `SHARDSTOCK_STORE__REDIS_URL=redis://127.0.0.1:6379`
+//! or `SHARDSTOCK_ENGINE__MAX_QTY=5`.
+
+use crate::engine::EngineOptions;
+use crate::error::{Error, Result};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Duration;
+
+/// Where stock lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `redis://host:port[/db]`; empty = the embedded [`crate::MemoryStore`].
+    pub redis_url: String,
+    /// fred clients in the pool (each one connection; fred pipelines across tasks).
+    pub pool_size: usize,
+    /// Namespace in front of every key.
+    pub key_prefix: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            redis_url: String::new(),
+            pool_size: 4,
+            key_prefix: "ss".into(),
+        }
+    }
+}
+
+/// Engine tunables in config form (milliseconds); see [`EngineOptions`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// [`EngineOptions::request_ttl`].
+    pub request_ttl_ms: u64,
+    /// [`EngineOptions::claim_lease`].
+    pub claim_lease_ms: u64,
+    /// [`EngineOptions::pending_wait`].
+    pub pending_wait_ms: u64,
+    /// [`EngineOptions::hint_ttl`].
+    pub hint_ttl_ms: u64,
+    /// [`EngineOptions::max_qty`].
+    pub max_qty: u64,
+    /// [`EngineOptions::fallback_rounds`].
+    pub fallback_rounds: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let o = EngineOptions::default();
+        let ms = |d: Duration| d.as_millis() as u64;
+        Self {
+            request_ttl_ms: ms(o.request_ttl),
+            claim_lease_ms: ms(o.claim_lease),
+            pending_wait_ms: ms(o.pending_wait),
+            hint_ttl_ms: ms(o.hint_ttl),
+            max_qty: o.max_qty,
+            fallback_rounds: o.fallback_rounds,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The options these settings stand for.
+    pub fn options(&self) -> EngineOptions {
+        let d = Duration::from_millis;
+        EngineOptions {
+            request_ttl: d(self.request_ttl_ms),
+            claim_lease: d(self.claim_lease_ms),
+            pending_wait: d(self.pending_wait_ms),
+            hint_ttl: d(self.hint_ttl_ms),
+            max_qty: self.max_qty,
+            fallback_rounds: self.fallback_rounds,
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Store settings.
+    pub store: StoreConfig,
+    /// Engine settings.
+    pub engine: EngineConfig,
+}
+
+impl Config {
+    /// Reads defaults, then `file` (when given), then `SHARDSTOCK_*` environment variables,
+    /// and validates the result.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an unreadable file, unknown keys, wrong types or contradictory
+    /// values.
+    pub fn load(file: Option<&Path>) -> Result<Self> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(f) = file {
+            if !f.exists() {
+                return Err(Error::Config(format!("{} does not exist", f.display())));
+            }
+            fig = fig.merge(Toml::file(f));
+        }
+        let cfg: Config = fig
+            .merge(Env::prefixed("SHARDSTOCK_").split("__"))
+            .extract()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks values and combinations.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the offending setting.
+    pub fn validate(&self) -> Result<()> {
+        crate::ids::check_prefix(&self.store.key_prefix)
+            .map_err(|e| Error::Config(format!("store.key_prefix: {e}")))?;
+        if self.store.pool_size == 0 || self.store.pool_size > 256 {
+            return Err(Error::Config("store.pool_size must be in 1..=256".into()));
+        }
+        self.engine.options().validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_env_override() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[store]\nredis_url = \"redis://127.0.0.1:1\"\n[engine]\nmax_qty = 7\n",
+            )?;
+            let c = Config::load(Some(Path::new("c.toml"))).unwrap();
+            assert_eq!(c.store.redis_url, "redis://127.0.0.1:1");
+            assert_eq!(c.engine.max_qty, 7);
+            assert_eq!(c.store.pool_size, 4);
+            jail.set_env("SHARDSTOCK_ENGINE__MAX_QTY", "9");
+            jail.set_env("SHARDSTOCK_STORE__KEY_PREFIX", "flash");
+            let c = Config::load(Some(Path::new("c.toml"))).unwrap();
+            assert_eq!(c.engine.max_qty, 9);
+            assert_eq!(c.store.key_prefix, "flash");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn contradictions_and_typos_are_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("typo.toml", "[engine]\nmax_qtty = 1\n")?;
+            let e = Config::load(Some(Path::new("typo.toml"))).unwrap_err();
+            assert!(e.to_string().contains("max_qtty"), "{e}");
+            jail.create_file("bad.toml", "[engine]\nrequest_ttl_ms = 10\nclaim_lease_ms = 100\n")?;
+            let e = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
+            assert!(e.to_string().contains("request_ttl"), "{e}");
+            jail.create_file("prefix.toml", "[store]\nkey_prefix = \"a{b}\"\n")?;
+            assert!(Config::load(Some(Path::new("prefix.toml"))).is_err());
+            assert!(Config::load(Some(Path::new("missing.toml"))).is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn shipped_config_parses() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shardstock.toml");
+        let c = Config::load(Some(&p)).unwrap();
+        assert_eq!(c.engine, EngineConfig::default());
+    }
+}

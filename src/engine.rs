@@ -1,0 +1,880 @@
+//! The engine: the public face. Loads SKUs, deducts with routing and fallback, restocks, audits.
+//!
+//! # How a deduction runs
+//! 1. **Home attempt** (one script, the common case). The request id hashes to a *home*
+//!    segment; `deduct.lua` there checks the request's record (replay / conflict), then takes
+//!    the whole quantity if the segment has it. When it is short, the same script writes a
+//!    *claim* for the request, so concurrent duplicates of this request id wait instead of
+//!    falling back on their own (which could sell twice).
+//! 2. **Fallback** (claim holder only). Try the other segments, skipping those the local hints
+//!    say are short; then read every segment (one pipelined round trip). A single segment that
+//!    can serve the request is used; otherwise, when the SKU has enough in total, the request is
+//!    served across segments **all or nothing** (parts taken one by one, refunded on failure).
+//!    The claim is settled at home as applied (with the parts) or released.
+//! 3. **Sold out / insufficient** are answered only from that fresh read, never from hints.
+//!    They change nothing and are not recorded: retrying the same request id later (say after
+//!    a restock) is a fresh attempt.
+//! 4. **Crash recovery.** A claim has a lease on the store's clock. If its holder dies, a retry
+//!    of the request takes the claim over with a higher epoch, *fences* every other segment
+//!    (after which the old holder can no longer take or refund there), counts what the old
+//!    holder took, and either settles it (replay) or refunds it and starts afresh.
+
+use crate::error::{Error, Result};
+use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, UserId, check_qty};
+use crate::router::{Hints, others, plan_split};
+use crate::segments::{Part, home, split};
+use crate::store::*;
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A deduction request: `qty` units of `sku` for `user`, idempotent by `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deduct {
+    /// The SKU.
+    pub sku: Sku,
+    /// The buyer.
+    pub user: UserId,
+    /// Units wanted (1..=`max_qty`).
+    pub qty: u64,
+    /// Idempotency key: resend the same request with the same id.
+    pub request_id: RequestId,
+}
+
+impl Deduct {
+    /// Builds a request from raw text, validating the ids (the quantity is checked by the
+    /// engine against its `max_qty`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the first invalid field.
+    pub fn new(sku: &str, user: &str, qty: u64, request_id: &str) -> Result<Self> {
+        Ok(Self {
+            sku: Sku::new(sku)?,
+            user: UserId::new(user)?,
+            qty,
+            request_id: RequestId::new(request_id)?,
+        })
+    }
+}
+
+/// The outcome of a deduction. Business outcomes are values, not errors.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Deduction {
+    /// The units were taken now, from these segments.
+    Applied {
+        /// Where the units came from.
+        parts: Vec<Part>,
+    },
+    /// This request id was applied before; nothing changed this time.
+    Replayed {
+        /// Where the units came from, back then.
+        parts: Vec<Part>,
+    },
+    /// No units left at all.
+    SoldOut,
+    /// Some units are left, fewer than asked for.
+    Insufficient {
+        /// Units left when the engine looked.
+        available: u64,
+    },
+    /// Another call with the same request id is being processed right now (it did not finish
+    /// within `pending_wait`). Retry later with the same id.
+    InFlight,
+}
+
+impl Deduction {
+    /// Units this call newly sold (0 for replays and rejections).
+    pub fn units_applied(&self) -> u64 {
+        match self {
+            Deduction::Applied { parts } => parts.iter().map(|p| p.units).sum(),
+            _ => 0,
+        }
+    }
+
+    /// A short name: `applied`, `replayed`, `sold_out`, `insufficient`, `in_flight`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Deduction::Applied { .. } => "applied",
+            Deduction::Replayed { .. } => "replayed",
+            Deduction::SoldOut => "sold_out",
+            Deduction::Insufficient { .. } => "insufficient",
+            Deduction::InFlight => "in_flight",
+        }
+    }
+}
+
+/// The outcome of a restock.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Restocked {
+    /// Units added by this call (0 when the whole request was a replay).
+    pub added: u64,
+    /// True when every segment had already applied this request id.
+    pub replayed: bool,
+}
+
+/// Units left, in total and per segment.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Remaining {
+    /// Sum over segments.
+    pub total: u64,
+    /// Per segment, by index.
+    pub per_segment: Vec<u64>,
+}
+
+/// One segment in an [`Audit`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SegmentAudit {
+    /// Index.
+    pub index: u32,
+    /// Counters (zeros when the segment is missing).
+    #[serde(flatten)]
+    pub state: SegmentState,
+    /// `loaded + restocked = remaining + sold` holds and the segment exists.
+    pub ok: bool,
+}
+
+/// A conservation check of one SKU: `loaded + restocked = remaining + reserved + sold`, per
+/// segment and in total, and the segments' loads add up to what the SKU was loaded with.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Audit {
+    /// The SKU.
+    pub sku: String,
+    /// Load generation.
+    pub generation: u64,
+    /// Units loaded (from the SKU metadata).
+    pub loaded: u64,
+    /// Units restocked since.
+    pub restocked: u64,
+    /// Units left.
+    pub remaining: u64,
+    /// Units sold.
+    pub sold: u64,
+    /// Units reserved but not yet sold (reservations come later; 0 for now).
+    pub reserved: u64,
+    /// Every check passed.
+    pub ok: bool,
+    /// What failed, in words.
+    pub problems: Vec<String>,
+    /// Per segment.
+    pub segments: Vec<SegmentAudit>,
+}
+
+/// Tunables, with the defaults a flash sale wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineOptions {
+    /// How long a request id's outcome is remembered (default 24 h).
+    pub request_ttl: Duration,
+    /// Lease of a fallback claim; after it a retry may take over (default 5 s).
+    pub claim_lease: Duration,
+    /// How long a duplicate waits for an in-flight twin before answering `InFlight` (1 s).
+    pub pending_wait: Duration,
+    /// How long a "segment is short" hint is trusted for skipping (default 200 ms; 0 = off).
+    pub hint_ttl: Duration,
+    /// Largest quantity one deduction may ask for (default 10 000).
+    pub max_qty: u64,
+    /// Rounds of "read all segments, then take" before answering insufficient under
+    /// contention (default 3).
+    pub fallback_rounds: u32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            request_ttl: Duration::from_secs(24 * 3600),
+            claim_lease: Duration::from_secs(5),
+            pending_wait: Duration::from_secs(1),
+            hint_ttl: Duration::from_millis(200),
+            max_qty: 10_000,
+            fallback_rounds: 3,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// Checks the options for values that cannot work together.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the option.
+    pub fn validate(&self) -> Result<()> {
+        let ms = |d: Duration| d.as_millis();
+        if ms(self.request_ttl) == 0 || ms(self.claim_lease) == 0 {
+            return Err(Error::Config("request_ttl and claim_lease must be at least 1 ms".into()));
+        }
+        if self.request_ttl < self.claim_lease {
+            return Err(Error::Config(
+                "request_ttl must not be shorter than claim_lease (a claim would outlive its record)".into(),
+            ));
+        }
+        if ms(self.request_ttl) >= 1_000_000_000_000_000 {
+            return Err(Error::Config("request_ttl is absurdly long".into()));
+        }
+        if self.max_qty == 0 || self.max_qty > MAX_UNITS {
+            return Err(Error::Config(format!("max_qty must be in 1..={MAX_UNITS}")));
+        }
+        if self.fallback_rounds == 0 {
+            return Err(Error::Config("fallback_rounds must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Builds an [`Engine`].
+#[derive(Debug, Clone, Default)]
+pub struct EngineBuilder {
+    opts: EngineOptions,
+}
+
+impl EngineBuilder {
+    /// Starts from given options (e.g. from [`crate::config::Config`]).
+    pub fn with_options(opts: EngineOptions) -> Self {
+        Self { opts }
+    }
+    /// See [`EngineOptions::request_ttl`].
+    pub fn request_ttl(mut self, d: Duration) -> Self {
+        self.opts.request_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::claim_lease`].
+    pub fn claim_lease(mut self, d: Duration) -> Self {
+        self.opts.claim_lease = d;
+        self
+    }
+    /// See [`EngineOptions::pending_wait`].
+    pub fn pending_wait(mut self, d: Duration) -> Self {
+        self.opts.pending_wait = d;
+        self
+    }
+    /// See [`EngineOptions::hint_ttl`].
+    pub fn hint_ttl(mut self, d: Duration) -> Self {
+        self.opts.hint_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::max_qty`].
+    pub fn max_qty(mut self, n: u64) -> Self {
+        self.opts.max_qty = n;
+        self
+    }
+    /// See [`EngineOptions::fallback_rounds`].
+    pub fn fallback_rounds(mut self, n: u32) -> Self {
+        self.opts.fallback_rounds = n;
+        self
+    }
+
+    /// Builds the engine over `store`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the options contradict each other.
+    pub fn build<S: Store>(self, store: S) -> Result<Engine<S>> {
+        self.opts.validate()?;
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                store,
+                opts: self.opts,
+                layouts: DashMap::new(),
+            }),
+        })
+    }
+}
+
+/// What this engine knows locally about a loaded SKU.
+#[derive(Debug)]
+struct Layout {
+    generation: u64,
+    segments: u32,
+    hints: Hints,
+}
+
+struct Inner<S> {
+    store: S,
+    opts: EngineOptions,
+    /// Cached layouts. A `Stale` reply (another instance reloaded the SKU) evicts the entry.
+    layouts: DashMap<Sku, Arc<Layout>>,
+}
+
+/// The inventory engine. Cheap to clone; share one per process.
+pub struct Engine<S> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Engine<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("opts", &self.inner.opts).finish()
+    }
+}
+
+/// How many times a call re-reads a SKU's layout after `Stale` before giving up.
+const STALE_RETRIES: usize = 4;
+
+/// Internal: a step's result, or "the layout changed under us".
+enum Flow<T> {
+    Done(T),
+    Stale,
+    /// The claim was released by its holder meanwhile: start the request again.
+    Restart,
+}
+
+use Flow::{Done, Restart, Stale};
+
+impl Engine<()> {
+    /// A builder with default options.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.opts
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.inner.opts.request_ttl.as_millis() as u64
+    }
+
+    /// Loads `sku` with `total` units split over `segments` (sizes differ by at most one).
+    /// Refuses an existing SKU unless `replace`; a replace starts a new generation: stock,
+    /// counters and request records of the old one no longer count.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for bad figures; [`Error::AlreadyLoaded`]; [`Error::NotReady`]
+    /// when another load overtook this one; store errors.
+    pub async fn load(&self, sku: &Sku, total: u64, segments: u32, replace: bool) -> Result<u64> {
+        if segments == 0 || segments > MAX_SEGMENTS {
+            return Err(Error::invalid("segments", format!("must be in 1..={MAX_SEGMENTS}")));
+        }
+        if total > MAX_UNITS {
+            return Err(Error::invalid("stock", format!("must be at most {MAX_UNITS}")));
+        }
+        let store = &self.inner.store;
+        let (generation, old) = match store.load_begin(sku, segments, total, replace).await? {
+            LoadBegin::Exists { generation } => {
+                return Err(Error::AlreadyLoaded {
+                    sku: sku.to_string(),
+                    generation: generation,
+                });
+            }
+            LoadBegin::Started { generation, old_segments } => (generation, old_segments),
+        };
+        self.inner.layouts.remove(sku);
+        let amounts = split(total, segments);
+        let writes = amounts.iter().enumerate().map(|(i, units)| {
+            let seg = SegAddr {
+                sku,
+                generation,
+                index: i as u32,
+            };
+            store.load_segment(seg, *units)
+        });
+        futures::future::try_join_all(writes).await?;
+        let drops = (segments..old).map(|i| store.drop_segment(sku, i));
+        futures::future::try_join_all(drops).await?;
+        if !store.load_commit(sku, generation).await? {
+            return Err(Error::NotReady(sku.to_string()));
+        }
+        Ok(generation)
+    }
+
+    async fn layout(&self, sku: &Sku) -> Result<Arc<Layout>> {
+        if let Some(l) = self.inner.layouts.get(sku) {
+            return Ok(Arc::clone(&l));
+        }
+        let meta = self
+            .inner
+            .store
+            .meta(sku)
+            .await?
+            .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
+        if !meta.ready {
+            return Err(Error::NotReady(sku.to_string()));
+        }
+        let layout = Arc::new(Layout {
+            generation: meta.generation,
+            segments: meta.segments,
+            hints: Hints::new(meta.segments, self.inner.opts.hint_ttl),
+        });
+        self.inner.layouts.insert(sku.clone(), Arc::clone(&layout));
+        Ok(layout)
+    }
+
+    fn forget(&self, sku: &Sku, generation: u64) {
+        self.inner.layouts.remove_if(sku, |_, l| l.generation == generation);
+    }
+
+    /// Deducts `req.qty` units: see the [module docs](self) for the route a request takes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],
+    /// [`Error::RequestIdConflict`] (same id, other user or quantity), and store errors — after
+    /// which the outcome is unknown and the request may be retried with the same id.
+    pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
+        check_qty("qty", req.qty, self.inner.opts.max_qty)?;
+        for _ in 0..STALE_RETRIES {
+            let layout = self.layout(&req.sku).await?;
+            match self.deduct_in(&layout, req).await? {
+                Done(d) => return Ok(d),
+                Stale => self.forget(&req.sku, layout.generation),
+                Restart => {}
+            }
+        }
+        Err(Error::NotReady(req.sku.to_string()))
+    }
+
+    fn args<'a>(&self, req: &'a Deduct) -> ReqArgs<'a> {
+        ReqArgs {
+            request_id: &req.request_id,
+            user: &req.user,
+            qty: req.qty,
+            ttl_ms: self.ttl_ms(),
+            lease_ms: self.inner.opts.claim_lease.as_millis() as u64,
+        }
+    }
+
+    fn conflict(req: &Deduct, field: &'static str) -> Error {
+        Error::RequestIdConflict {
+            request_id: req.request_id.to_string(),
+            field,
+        }
+    }
+
+    async fn deduct_in(&self, l: &Layout, req: &Deduct) -> Result<Flow<Deduction>> {
+        let store = &self.inner.store;
+        let args = self.args(req);
+        let home = home(&req.request_id, l.segments);
+        let at = |index| SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index,
+        };
+
+        if l.hints.likely_short(home, req.qty) {
+            // Home looks short: one read of everything (and of this request's record) decides
+            // between replay, sold out, insufficient, and going to claim.
+            let snap = store.snapshot(&req.sku, l.generation, l.segments, Some((home, &req.request_id))).await?;
+            let Some(stocks) = observe(l, &snap) else {
+                return Ok(Stale);
+            };
+            if let Some(rec) = snap.home_record {
+                if rec.user != req.user.as_str() {
+                    return Err(Self::conflict(req, "user"));
+                }
+                if rec.qty != req.qty {
+                    return Err(Self::conflict(req, "qty"));
+                }
+                match rec.state {
+                    RecordState::Applied(parts) => return Ok(Done(Deduction::Replayed { parts })),
+                    RecordState::Pending { .. } => return self.wait_for_claim(l, req).await,
+                }
+            }
+            let total: u64 = stocks.iter().map(|(_, s)| s).sum();
+            if total == 0 {
+                return Ok(Done(Deduction::SoldOut));
+            }
+            if total < req.qty {
+                return Ok(Done(Deduction::Insufficient { available: total }));
+            }
+        }
+
+        match store.deduct_home(at(home), args, true).await? {
+            HomeReply::Applied { stock_after } => {
+                l.hints.observe(home, stock_after);
+                Ok(Done(Deduction::Applied {
+                    parts: vec![Part {
+                        segment: home,
+                        units: req.qty,
+                    }],
+                }))
+            }
+            HomeReply::Replay(parts) => Ok(Done(Deduction::Replayed { parts })),
+            HomeReply::Mismatch(f) => Err(Self::conflict(req, f)),
+            HomeReply::Stale => Ok(Stale),
+            HomeReply::Pending { .. } => self.wait_for_claim(l, req).await,
+            HomeReply::Short { stock, claimed } => {
+                l.hints.observe(home, stock);
+                if !claimed {
+                    return Err(Error::Protocol("deduct: short without claim".into()));
+                }
+                self.fallback(l, req, 1).await
+            }
+        }
+    }
+
+    /// Another call holds this request's claim: wait for it to finish, or take it over once
+    /// its lease ran out on the store's clock.
+    async fn wait_for_claim(&self, l: &Layout, req: &Deduct) -> Result<Flow<Deduction>> {
+        let store = &self.inner.store;
+        let args = self.args(req);
+        let home_at = SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index: home(&req.request_id, l.segments),
+        };
+        let deadline = Instant::now() + self.inner.opts.pending_wait;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match store.takeover(home_at, args).await? {
+                TakeoverReply::Replay(parts) => return Ok(Done(Deduction::Replayed { parts })),
+                TakeoverReply::Gone => return Ok(Restart),
+                TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                TakeoverReply::Won { epoch, home_part } => {
+                    return self.reconcile(l, req, epoch, home_part).await;
+                }
+                TakeoverReply::Pending { lease_left_ms, .. } => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(Done(Deduction::InFlight));
+                    }
+                    let wait = pause
+                        .min(Duration::from_millis(lease_left_ms.max(1)))
+                        .min(deadline - now);
+                    tokio::time::sleep(wait).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// After a takeover: fence every other segment, count what the previous holder took, and
+    /// either settle it (it was complete) or refund it and serve the request afresh.
+    async fn reconcile(&self, l: &Layout, req: &Deduct, epoch: u64, home_part: u64) -> Result<Flow<Deduction>> {
+        let store = &self.inner.store;
+        let args = self.args(req);
+        let home = home(&req.request_id, l.segments);
+        let at = |index| SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index,
+        };
+        let fences = others(home, l.segments).map(|j| async move { (j, store.fence(at(j), args, epoch).await) });
+        let mut parts = Vec::new();
+        if home_part > 0 {
+            parts.push(Part {
+                segment: home,
+                units: home_part,
+            });
+        }
+        for (j, r) in futures::future::join_all(fences).await {
+            match r? {
+                FenceReply::Clear => {}
+                FenceReply::Applied { part } if part > 0 => parts.push(Part { segment: j, units: part }),
+                FenceReply::Applied { .. } => {}
+                FenceReply::Fenced => return Ok(Done(Deduction::InFlight)),
+                FenceReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+            }
+        }
+        let taken: u64 = parts.iter().map(|p| p.units).sum();
+        if taken == req.qty {
+            parts.sort();
+            return Ok(match store.settle(at(home), args, epoch, Some(&parts)).await? {
+                SettleReply::Ok | SettleReply::Gone => Done(Deduction::Replayed { parts }),
+                SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+                SettleReply::Superseded => Done(Deduction::InFlight),
+            });
+        }
+        self.refund_all(l, req, epoch, &parts).await?;
+        self.fallback(l, req, epoch).await
+    }
+
+    async fn refund_all(&self, l: &Layout, req: &Deduct, epoch: u64, parts: &[Part]) -> Result<()> {
+        let store = &self.inner.store;
+        let args = self.args(req);
+        let home = home(&req.request_id, l.segments);
+        let refunds = parts.iter().map(|p| {
+            let seg = SegAddr {
+                sku: &req.sku,
+                generation: l.generation,
+                index: p.segment,
+            };
+            store.refund(seg, args, epoch, p.segment == home)
+        });
+        let back = futures::future::try_join_all(refunds).await?;
+        for (p, _) in parts.iter().zip(back) {
+            l.hints.observe(p.segment, u64::MAX); // stock came back: don't skip it
+        }
+        Ok(())
+    }
+
+    /// The claim holder's path: other segments, then a fresh read, then an all-or-nothing
+    /// multi-segment take. Ends by settling (applied) or releasing the claim.
+    async fn fallback(&self, l: &Layout, req: &Deduct, epoch: u64) -> Result<Flow<Deduction>> {
+        let store = &self.inner.store;
+        let args = self.args(req);
+        let qty = req.qty;
+        let home = home(&req.request_id, l.segments);
+        let at = |index| SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index,
+        };
+
+        // 1. Whole quantity from one other segment, skipping fresh "short" hints.
+        for j in others(home, l.segments) {
+            if l.hints.likely_short(j, qty) {
+                continue;
+            }
+            match store.take(at(j), args, qty, epoch, false).await? {
+                TakeReply::Taken { stock_after, part } => {
+                    l.hints.observe(j, stock_after);
+                    let parts = [Part { segment: j, units: part }];
+                    return self.settle(l, req, epoch, &parts).await;
+                }
+                TakeReply::Short { stock } => l.hints.observe(j, stock),
+                TakeReply::Fenced => return self.superseded(l, req).await,
+                TakeReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                TakeReply::Stale => return Ok(Stale),
+            }
+        }
+
+        // 2. Read everything; then one segment if any can, else all or nothing across several.
+        let mut available = 0;
+        for _ in 0..self.inner.opts.fallback_rounds {
+            let snap = store.snapshot(&req.sku, l.generation, l.segments, None).await?;
+            let Some(stocks) = observe(l, &snap) else {
+                return Ok(Stale);
+            };
+            available = stocks.iter().map(|(_, s)| s).sum();
+            if available < qty {
+                break;
+            }
+            let single = std::iter::once(home)
+                .chain(others(home, l.segments))
+                .find(|j| stocks[*j as usize].1 >= qty);
+            let plan = match single {
+                Some(j) => vec![(j, qty)],
+                None => plan_split(&stocks, qty).unwrap_or_default(),
+            };
+            let mut parts = Vec::with_capacity(plan.len());
+            let mut complete = true;
+            for (j, want) in plan {
+                match store.take(at(j), args, want, epoch, j == home).await? {
+                    TakeReply::Taken { stock_after, part } => {
+                        l.hints.observe(j, stock_after);
+                        parts.push(Part { segment: j, units: part });
+                    }
+                    TakeReply::Short { stock } => {
+                        l.hints.observe(j, stock);
+                        complete = false;
+                        break;
+                    }
+                    TakeReply::Fenced => return self.superseded(l, req).await,
+                    TakeReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                    TakeReply::Stale => return Ok(Stale),
+                }
+            }
+            if complete && parts.iter().map(|p| p.units).sum::<u64>() == qty {
+                parts.sort();
+                return self.settle(l, req, epoch, &parts).await;
+            }
+            self.refund_all(l, req, epoch, &parts).await?;
+        }
+
+        // 3. Nothing sold: release the claim so the request id stays free.
+        match store.settle(at(home), args, epoch, None).await? {
+            SettleReply::Ok | SettleReply::Gone => {}
+            SettleReply::Applied(parts) => return Ok(Done(Deduction::Replayed { parts })),
+            SettleReply::Superseded => return Ok(Done(Deduction::InFlight)),
+        }
+        Ok(Done(if available == 0 {
+            Deduction::SoldOut
+        } else {
+            Deduction::Insufficient { available }
+        }))
+    }
+
+    async fn settle(&self, l: &Layout, req: &Deduct, epoch: u64, parts: &[Part]) -> Result<Flow<Deduction>> {
+        let home_at = SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index: home(&req.request_id, l.segments),
+        };
+        Ok(match self.inner.store.settle(home_at, self.args(req), epoch, Some(parts)).await? {
+            SettleReply::Ok | SettleReply::Gone => Done(Deduction::Applied { parts: parts.to_vec() }),
+            SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+            // A newer holder fenced us; it counts our parts and settles them.
+            SettleReply::Superseded => Done(Deduction::InFlight),
+        })
+    }
+
+    /// Our claim was taken over while we worked: report what the record says now.
+    async fn superseded(&self, l: &Layout, req: &Deduct) -> Result<Flow<Deduction>> {
+        let home_at = SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index: home(&req.request_id, l.segments),
+        };
+        Ok(match self.inner.store.takeover(home_at, self.args(req)).await? {
+            TakeoverReply::Replay(parts) => Done(Deduction::Replayed { parts }),
+            TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+            _ => Done(Deduction::InFlight),
+        })
+    }
+
+    /// Adds `qty` units, spread evenly over the segments (sizes differ by at most one), once
+    /// per `request_id`. Local hints are refreshed, so the units sell at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`]; [`Error::RequestIdConflict`] (same id, other quantity);
+    /// [`Error::NotLoaded`]; store errors (retry with the same id).
+    pub async fn restock(&self, sku: &Sku, qty: u64, request_id: &RequestId) -> Result<Restocked> {
+        check_qty("qty", qty, MAX_UNITS)?;
+        for _ in 0..STALE_RETRIES {
+            let l = self.layout(sku).await?;
+            let amounts = split(qty, l.segments);
+            let calls = amounts.iter().enumerate().filter(|(_, a)| **a > 0).map(|(i, a)| {
+                let seg = SegAddr {
+                    sku,
+                    generation: l.generation,
+                    index: i as u32,
+                };
+                async move { (seg.index, *a, self.inner.store.restock(seg, request_id, *a, qty, self.ttl_ms()).await) }
+            });
+            let mut added = 0;
+            let mut stale = false;
+            let mut all_replay = true;
+            for (i, a, r) in futures::future::join_all(calls).await {
+                match r? {
+                    RestockReply::Restocked { stock_after } => {
+                        l.hints.observe(i, stock_after);
+                        added += a;
+                        all_replay = false;
+                    }
+                    RestockReply::Replay { stock } => l.hints.observe(i, stock),
+                    RestockReply::Mismatch => {
+                        return Err(Error::RequestIdConflict {
+                            request_id: request_id.to_string(),
+                            field: "qty",
+                        });
+                    }
+                    RestockReply::Stale => stale = true,
+                }
+            }
+            if stale {
+                self.forget(sku, l.generation);
+                continue;
+            }
+            return Ok(Restocked {
+                added,
+                replayed: all_replay,
+            });
+        }
+        Err(Error::NotReady(sku.to_string()))
+    }
+
+    /// Units left, in total and per segment (one pipelined read).
+    ///
+    /// # Errors
+    /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
+    pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
+        for _ in 0..STALE_RETRIES {
+            let l = self.layout(sku).await?;
+            let snap = self.inner.store.snapshot(sku, l.generation, l.segments, None).await?;
+            if let Some(stocks) = observe(&l, &snap) {
+                let per_segment: Vec<u64> = stocks.iter().map(|(_, s)| *s).collect();
+                return Ok(Remaining {
+                    total: per_segment.iter().sum(),
+                    per_segment,
+                });
+            }
+            self.forget(sku, l.generation);
+        }
+        Err(Error::NotReady(sku.to_string()))
+    }
+
+    /// Checks conservation for `sku`; see [`Audit`]. A failed check is a report, not an error.
+    ///
+    /// # Errors
+    /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
+    pub async fn audit(&self, sku: &Sku) -> Result<Audit> {
+        let meta = self
+            .inner
+            .store
+            .meta(sku)
+            .await?
+            .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
+        if !meta.ready {
+            return Err(Error::NotReady(sku.to_string()));
+        }
+        let snap = self.inner.store.snapshot(sku, meta.generation, meta.segments, None).await?;
+        let mut problems = Vec::new();
+        let mut segments = Vec::with_capacity(snap.segments.len());
+        let (mut loaded, mut restocked, mut remaining, mut sold) = (0u64, 0u64, 0u64, 0u64);
+        for (i, s) in snap.segments.iter().enumerate() {
+            let state = s.unwrap_or_default();
+            let ok = match s {
+                None => {
+                    problems.push(format!("segment {i} is missing or of another generation"));
+                    false
+                }
+                Some(s) => {
+                    let ok = s.loaded.checked_add(s.restocked) == s.stock.checked_add(s.sold);
+                    if !ok {
+                        problems.push(format!(
+                            "segment {i}: loaded {} + restocked {} != remaining {} + sold {}",
+                            s.loaded, s.restocked, s.stock, s.sold
+                        ));
+                    }
+                    ok
+                }
+            };
+            loaded += state.loaded;
+            restocked += state.restocked;
+            remaining += state.stock;
+            sold += state.sold;
+            segments.push(SegmentAudit {
+                index: i as u32,
+                state,
+                ok,
+            });
+        }
+        if loaded != meta.loaded {
+            problems.push(format!(
+                "segments were loaded with {loaded} units but the SKU with {}",
+                meta.loaded
+            ));
+        }
+        if loaded + restocked != remaining + sold {
+            problems.push(format!(
+                "total: loaded {loaded} + restocked {restocked} != remaining {remaining} + sold {sold}"
+            ));
+        }
+        Ok(Audit {
+            sku: sku.to_string(),
+            generation: meta.generation,
+            loaded: meta.loaded,
+            restocked,
+            remaining,
+            sold,
+            reserved: 0,
+            ok: problems.is_empty(),
+            problems,
+            segments,
+        })
+    }
+}
+
+/// Feeds a snapshot into the hints; `None` when a segment is missing (layout changed).
+fn observe(l: &Layout, snap: &Snapshot) -> Option<Vec<(u32, u64)>> {
+    let mut out = Vec::with_capacity(snap.segments.len());
+    for (i, s) in snap.segments.iter().enumerate() {
+        let s = s.as_ref()?;
+        l.hints.observe(i as u32, s.stock);
+        out.push((i as u32, s.stock));
+    }
+    Some(out)
+}

@@ -1,0 +1,31 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Layout
+//! - [`engine`]: [`Engine`] and its builder — load, deduct (routing, fallback, claims),
+//!   restock, remaining, audit.
+//! - [`store`]: the backend trait; [`RedisStore`] (fred + Lua in `src/scripts/`) and
+//!   [`MemoryStore`] (embedded, and the oracle of the differential tests).
+//! - [`segments`]: pure maths — splitting stock, home segments, key names and hash tags.
+//! - [`router`]: fallback order and "known short" hints.
+//! - [`ids`]: validated SKU / user / request ids and bounds.
+//! - [`config`]: TOML + environment configuration.
+//! - [`error`]: the one error enum.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod ids;
+pub mod router;
+pub mod segments;
+pub mod store;
+
+pub use config::Config;
+pub use engine::{Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, Restocked};
+pub use error::{Error, Result};
+pub use ids::{RequestId, Sku, UserId};
+pub use segments::Part;
+pub use store::memory::MemoryStore;
+pub use store::redis::RedisStore;
+pub use store::Store;

@@ -1,0 +1,58 @@
+-- deduct.lua — the hot path: one request at its home segment, all or nothing.
+--
+-- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg            (fields gen, stock, sold, loaded, restocked)
+-- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
+-- ARGV[1]  gen        load generation the caller believes in
+-- ARGV[2]  user       user id
+-- ARGV[3]  qty        units wanted (> 0)
+-- ARGV[4]  index      this segment's index (written into the outcome)
+-- ARGV[5]  ttl_ms     how long the outcome record lives (> 0)
+-- ARGV[6]  lease_ms   lease of a fallback claim (> 0)
+-- ARGV[7]  claim      "1": when short, claim the request for a cross-segment fallback; "0": don't
+--
+-- Reply (first element is the tag):
+--   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>"
+--   {"short", stock, claimed}           not enough here; claimed = 1 when a pending claim
+--                                       (epoch 1) was written for the caller
+--   {"replay", parts}                   this request id already applied; nothing changed
+--   {"pending", epoch, lease_left_ms}   another caller holds the fallback claim of this request id
+--   {"mismatch", field}                 this request id was used with another user or qty
+--   {"stale", gen_or_missing}           the segment is missing or of another generation
+-- Errors: "ERR shardstock bad argument: <name>" before any write.
+local gen = tostring(uint('gen', ARGV[1]))
+local user = ident('user', ARGV[2])
+local qty = posint('qty', ARGV[3])
+local index = uint('index', ARGV[4])
+local ttl = posint('ttl_ms', ARGV[5])
+local lease = posint('lease_ms', ARGV[6])
+local claim = ARGV[7]
+if claim ~= '0' and claim ~= '1' then bad('claim') end
+
+local stock, other = segment(KEYS[1], gen)
+if not stock then return { 'stale', other } end
+
+local rec = record(KEYS[2])
+if rec then
+  if rec.u ~= user then return { 'mismatch', 'user' } end
+  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
+  if rec.s == 'A' then return { 'replay', rec.parts } end
+  -- 'P': somebody (maybe a crashed process) holds the fallback claim.
+  local left = tonumber(rec.l) - now_ms()
+  if left < 0 then left = 0 end
+  return { 'pending', tonumber(rec.e), left }
+end
+
+if stock >= qty then
+  redis.call('HINCRBY', KEYS[1], 'stock', -qty)
+  redis.call('HINCRBY', KEYS[1], 'sold', qty)
+  redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', 0, 'parts', index .. ':' .. qty)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return { 'applied', stock - qty }
+end
+
+if claim == '1' then
+  redis.call('HSET', KEYS[2], 's', 'P', 'u', user, 'q', qty, 'e', 1, 'l', now_ms() + lease, 'hp', 0)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  return { 'short', stock, 1 }
+end
+return { 'short', stock, 0 }

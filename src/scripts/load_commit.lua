@@ -1,0 +1,11 @@
+-- load_commit.lua — mark a load generation ready once all its segments are written.
+--
+-- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta
+-- ARGV[1]  gen
+--
+-- Reply: {"ok"} | {"superseded", current_gen}
+local gen = uint('gen', ARGV[1])
+local cur = tonumber(redis.call('HGET', KEYS[1], 'gen'))
+if cur ~= gen then return { 'superseded', cur or 0 } end
+redis.call('HSET', KEYS[1], 'state', 'ready')
+return { 'ok' }

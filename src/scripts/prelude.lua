@@ -1,0 +1,58 @@
+-- prelude.lua — shared helpers, prepended to every shardstock script at build time.
+--
+-- Redis scripts have no rollback: a write made before a runtime error stays applied. Every
+-- script therefore validates *all* of its arguments with these strict helpers before its first
+-- write. `tonumber` alone is not enough: it accepts "0x10", "1e3", " 5 ", "5.9" and "inf".
+
+-- Abort the script with an error reply naming the offending argument.
+local function bad(name)
+  error({ err = 'ERR shardstock bad argument: ' .. name })
+end
+
+-- A canonical non-negative decimal integer below 10^15 (exact in a Lua double).
+local function uint(name, v)
+  if type(v) ~= 'string' or #v == 0 or #v > 15 or not string.match(v, '^[0-9]+$')
+      or (#v > 1 and string.sub(v, 1, 1) == '0') then
+    bad(name)
+  end
+  return tonumber(v)
+end
+
+-- Same, but zero is refused.
+local function posint(name, v)
+  local n = uint(name, v)
+  if n == 0 then bad(name) end
+  return n
+end
+
+-- An identifier from the whitelist the Rust side enforces: [A-Za-z0-9_.:-], 1..128 bytes.
+local function ident(name, v)
+  if type(v) ~= 'string' or #v == 0 or #v > 128 or not string.match(v, '^[A-Za-z0-9_.:%-]+$') then
+    bad(name)
+  end
+  return v
+end
+
+-- Server time in milliseconds: leases use the Redis clock, never a client's.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The segment hash, or nil when it is missing or belongs to another load generation.
+local function segment(key, gen)
+  local v = redis.call('HMGET', key, 'gen', 'stock')
+  if not v[1] then return nil, 'missing' end
+  if v[1] ~= gen then return nil, v[1] end
+  return tonumber(v[2])
+end
+
+-- Record fields of a request record as a table (HGETALL flattened).
+local function record(key)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return nil end
+  local r = {}
+  for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+  return r
+end
+

@@ -1,0 +1,37 @@
+-- refund.lua — compensation: give back a part taken for a claim that could not complete.
+--
+-- Idempotent: a part is refunded at most once (the record moves to "R" / hp back to 0).
+--
+-- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
+-- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
+-- ARGV[1]  gen
+-- ARGV[2]  epoch     the refunding claim holder's epoch; parts of this or an older epoch are
+--                    refunded (a newer holder reconciles what an older, dead one left behind)
+-- ARGV[3]  is_home   "1" at the home segment (part kept in the claim's hp field)
+--
+-- Reply: {"refunded", units}  (0 when there was nothing to refund) | {"stale", gen_or_missing}
+local gen = tostring(uint('gen', ARGV[1]))
+local epoch = posint('epoch', ARGV[2])
+local is_home = ARGV[3]
+if is_home ~= '0' and is_home ~= '1' then bad('is_home') end
+
+local stock, other = segment(KEYS[1], gen)
+if not stock then return { 'stale', other } end
+local rec = record(KEYS[2])
+if not rec then return { 'refunded', 0 } end
+
+local units = 0
+if is_home == '1' then
+  if rec.s == 'P' and tonumber(rec.e) == epoch then
+    units = tonumber(rec.hp)
+    if units > 0 then redis.call('HSET', KEYS[2], 'hp', 0) end
+  end
+elseif rec.s == 'A' and tonumber(rec.e) <= epoch then
+  units = tonumber(rec.p)
+  redis.call('HSET', KEYS[2], 's', 'R', 'e', epoch, 'p', 0)
+end
+if units > 0 then
+  redis.call('HINCRBY', KEYS[1], 'stock', units)
+  redis.call('HINCRBY', KEYS[1], 'sold', -units)
+end
+return { 'refunded', units }

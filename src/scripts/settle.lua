@@ -1,0 +1,42 @@
+-- settle.lua — end a fallback claim at the home segment.
+--
+-- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
+-- ARGV[1]  epoch     the caller's claim epoch
+-- ARGV[2]  outcome   "A": applied with `parts`; "X": release (nothing was sold, the request id
+--                    stays free so a later retry is a fresh attempt)
+-- ARGV[3]  parts     "<segment>:<units>[,<segment>:<units>...]" for "A", "" for "X"
+-- ARGV[4]  ttl_ms
+--
+-- Reply:
+--   {"ok"}                           settled as asked
+--   {"superseded", state, detail}    the claim is no longer the caller's: state "A" (detail =
+--                                    parts of the applied outcome) or "P" (detail = epoch)
+--   {"gone"}                         no record (it expired)
+local epoch = posint('epoch', ARGV[1])
+local outcome = ARGV[2]
+local parts = ARGV[3]
+local ttl = posint('ttl_ms', ARGV[4])
+if outcome == 'A' then
+  if type(parts) ~= 'string' or #parts > 20000 or not string.match(parts, '^[0-9]+:[0-9]+[0-9:,]*$') then
+    bad('parts')
+  end
+elseif outcome == 'X' then
+  if parts ~= '' then bad('parts') end
+else
+  bad('outcome')
+end
+
+local rec = record(KEYS[1])
+if not rec then return { 'gone' } end
+if rec.s ~= 'P' or tonumber(rec.e) ~= epoch then
+  if rec.s == 'A' then return { 'superseded', 'A', rec.parts } end
+  return { 'superseded', rec.s, rec.e }
+end
+if outcome == 'A' then
+  redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
+  redis.call('HDEL', KEYS[1], 'l', 'hp')
+  redis.call('PEXPIRE', KEYS[1], ttl)
+else
+  redis.call('DEL', KEYS[1])
+end
+return { 'ok' }

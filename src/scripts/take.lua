@@ -1,0 +1,70 @@
+-- take.lua — fallback: take `part` units for a claimed request at one segment.
+--
+-- Used after deduct.lua answered "short" and claimed the request at its home segment. At the
+-- home segment the part is written into the claim itself (field hp); at any other segment a
+-- part record is written. Part records carry the claim's epoch, so a claim holder that was
+-- taken over (see takeover.lua / fence.lua) can never take stock after the new holder fenced it.
+--
+-- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
+-- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
+-- ARGV[1]  gen
+-- ARGV[2]  user
+-- ARGV[3]  qty       the request's whole quantity (checked against the records)
+-- ARGV[4]  part      units to take here (> 0, <= qty)
+-- ARGV[5]  epoch     the caller's claim epoch (> 0)
+-- ARGV[6]  ttl_ms
+-- ARGV[7]  is_home   "1" when KEYS[1] is the request's home segment
+--
+-- Reply:
+--   {"taken", stock_after, part}   units taken now, or already taken by this epoch (idempotent)
+--   {"short", stock}               fewer than `part` units here; nothing changed
+--   {"fenced"}                     the caller's claim was superseded; nothing changed
+--   {"mismatch", field}
+--   {"stale", gen_or_missing}
+local gen = tostring(uint('gen', ARGV[1]))
+local user = ident('user', ARGV[2])
+local qty = posint('qty', ARGV[3])
+local part = posint('part', ARGV[4])
+local epoch = posint('epoch', ARGV[5])
+local ttl = posint('ttl_ms', ARGV[6])
+local is_home = ARGV[7]
+if is_home ~= '0' and is_home ~= '1' then bad('is_home') end
+if part > qty then bad('part') end
+
+local stock, other = segment(KEYS[1], gen)
+if not stock then return { 'stale', other } end
+
+local rec = record(KEYS[2])
+if rec then
+  if rec.u ~= user then return { 'mismatch', 'user' } end
+  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
+end
+
+if is_home == '1' then
+  if not rec or rec.s ~= 'P' or tonumber(rec.e) ~= epoch then return { 'fenced' } end
+  local hp = tonumber(rec.hp)
+  if hp > 0 then return { 'taken', stock, hp } end
+  if stock < part then return { 'short', stock } end
+  redis.call('HINCRBY', KEYS[1], 'stock', -part)
+  redis.call('HINCRBY', KEYS[1], 'sold', part)
+  redis.call('HSET', KEYS[2], 'hp', part)
+  return { 'taken', stock - part, part }
+end
+
+if rec then
+  local e = tonumber(rec.e)
+  if rec.s == 'A' then
+    if e == epoch then return { 'taken', stock, tonumber(rec.p) } end
+    return { 'fenced' }
+  end
+  -- 'V' (fence) or 'R' (refunded part): only an equal or newer epoch may go on.
+  if e > epoch then return { 'fenced' } end
+end
+
+if stock < part then return { 'short', stock } end
+redis.call('HINCRBY', KEYS[1], 'stock', -part)
+redis.call('HINCRBY', KEYS[1], 'sold', part)
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', epoch, 'p', part)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return { 'taken', stock - part, part }

@@ -1,0 +1,333 @@
+//! The backend trait: per-segment atomic operations.
+//!
+//! Each method is one atomic step on one segment (one Redis hash slot) or on a SKU's
+//! metadata; the [`crate::Engine`] composes them into deductions with fallback. Two
+//! implementations share one contract, pinned down by the Lua scripts' headers:
+//! [`RedisStore`](redis::RedisStore) (the real thing) and [`MemoryStore`](memory::MemoryStore)
+//! (embedded; also the oracle of the differential tests).
+
+use crate::error::Result;
+use crate::ids::{RequestId, Sku, UserId};
+use crate::segments::Part;
+use std::future::Future;
+
+pub mod memory;
+pub mod redis;
+
+/// Which segment: SKU, load generation, index.
+#[derive(Debug, Clone, Copy)]
+pub struct SegAddr<'a> {
+    /// The SKU.
+    pub sku: &'a Sku,
+    /// The load generation the caller believes in; a mismatch answers `Stale`.
+    pub generation: u64,
+    /// Segment index.
+    pub index: u32,
+}
+
+/// The parameters of one deduction request as the store sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct ReqArgs<'a> {
+    /// Idempotency key.
+    pub request_id: &'a RequestId,
+    /// The buyer.
+    pub user: &'a UserId,
+    /// Units wanted in total.
+    pub qty: u64,
+    /// Lifetime of the outcome record, in ms.
+    pub ttl_ms: u64,
+    /// Lease of a fallback claim, in ms.
+    pub lease_ms: u64,
+}
+
+/// Reply of [`Store::deduct_home`] (`deduct.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HomeReply {
+    /// Taken here in full.
+    Applied {
+        /// Segment stock after the deduction.
+        stock_after: u64,
+    },
+    /// Not enough here.
+    Short {
+        /// Segment stock.
+        stock: u64,
+        /// A fallback claim (epoch 1) was written for the caller.
+        claimed: bool,
+    },
+    /// The request id was applied before.
+    Replay(Vec<Part>),
+    /// Another caller holds the fallback claim.
+    Pending {
+        /// The claim's epoch.
+        epoch: u64,
+        /// Lease left on the store's clock.
+        lease_left_ms: u64,
+    },
+    /// Same request id, other parameters (`user` or `qty`).
+    Mismatch(&'static str),
+    /// Segment missing or of another generation.
+    Stale,
+}
+
+/// Reply of [`Store::take`] (`take.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeReply {
+    /// `part` units are taken (now, or earlier by the same epoch).
+    Taken {
+        /// Segment stock after.
+        stock_after: u64,
+        /// Units taken.
+        part: u64,
+    },
+    /// Not enough here.
+    Short {
+        /// Segment stock.
+        stock: u64,
+    },
+    /// The caller's claim was superseded.
+    Fenced,
+    /// Same request id, other parameters.
+    Mismatch(&'static str),
+    /// Segment missing or of another generation.
+    Stale,
+}
+
+/// Reply of [`Store::settle`] (`settle.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleReply {
+    /// Settled.
+    Ok,
+    /// Someone else settled it as applied with these parts.
+    Applied(Vec<Part>),
+    /// Someone else holds the claim now.
+    Superseded,
+    /// The record is gone (expired).
+    Gone,
+}
+
+/// Reply of [`Store::fence`] (`fence.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceReply {
+    /// Nothing was taken here; the segment is now fenced for older epochs.
+    Clear,
+    /// An older epoch took `part` units here (now re-stamped with the caller's epoch).
+    Applied {
+        /// Units.
+        part: u64,
+    },
+    /// A newer epoch is already here: the caller was superseded.
+    Fenced,
+    /// Same request id, other parameters.
+    Mismatch(&'static str),
+}
+
+/// Reply of [`Store::takeover`] (`takeover.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakeoverReply {
+    /// The caller now holds the claim with `epoch`; `home_part` units were already taken at
+    /// the home segment by the previous holder.
+    Won {
+        /// New epoch.
+        epoch: u64,
+        /// Units the previous holder took at home.
+        home_part: u64,
+    },
+    /// The lease has not run out.
+    Pending {
+        /// The claim's epoch.
+        epoch: u64,
+        /// Lease left.
+        lease_left_ms: u64,
+    },
+    /// Applied meanwhile.
+    Replay(Vec<Part>),
+    /// No record.
+    Gone,
+    /// Same request id, other parameters.
+    Mismatch(&'static str),
+}
+
+/// Reply of [`Store::restock`] (`restock.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestockReply {
+    /// Added.
+    Restocked {
+        /// Segment stock after.
+        stock_after: u64,
+    },
+    /// This request id restocked this segment before; nothing changed.
+    Replay {
+        /// Segment stock now.
+        stock: u64,
+    },
+    /// Same request id, other quantity.
+    Mismatch,
+    /// Segment missing or of another generation.
+    Stale,
+}
+
+/// Reply of [`Store::load_begin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadBegin {
+    /// The SKU exists and `replace` was false.
+    Exists {
+        /// Its generation.
+        generation: u64,
+    },
+    /// A new generation was started.
+    Started {
+        /// The new generation.
+        generation: u64,
+        /// How many segments the previous generation had (0 when new).
+        old_segments: u32,
+    },
+}
+
+/// SKU metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Load generation.
+    pub generation: u64,
+    /// Number of segments.
+    pub segments: u32,
+    /// Units loaded in this generation.
+    pub loaded: u64,
+    /// All segments are written.
+    pub ready: bool,
+}
+
+/// One segment's counters. Invariant: `loaded + restocked = stock + sold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct SegmentState {
+    /// Units left.
+    pub stock: u64,
+    /// Units sold.
+    pub sold: u64,
+    /// Units loaded.
+    pub loaded: u64,
+    /// Units restocked.
+    pub restocked: u64,
+}
+
+/// The state of a request's record at its home segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// Applied with these parts.
+    Applied(Vec<Part>),
+    /// A fallback claim is held.
+    Pending {
+        /// Epoch.
+        epoch: u64,
+    },
+}
+
+/// A request's record at its home segment, as [`Store::snapshot`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HomeRecord {
+    /// User it was made for.
+    pub user: String,
+    /// Quantity it was made for.
+    pub qty: u64,
+    /// State.
+    pub state: RecordState,
+}
+
+/// Every segment of a SKU (and optionally one request's home record), read in one round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Per segment; `None` when missing or of another generation.
+    pub segments: Vec<Option<SegmentState>>,
+    /// The home record asked for, if any exists.
+    pub home_record: Option<HomeRecord>,
+}
+
+/// A storage backend: atomic per-segment steps. See the module docs.
+///
+/// Futures are `Send` so engines can run on a multi-threaded runtime; implementations must be
+/// cheap to share (`Arc` inside).
+pub trait Store: Send + Sync + 'static {
+    /// Short name for reports (`"memory"`, `"redis"`).
+    fn name(&self) -> &'static str;
+
+    /// Starts a (re)load: bumps the generation unless the SKU exists and `replace` is false.
+    fn load_begin(
+        &self,
+        sku: &Sku,
+        segments: u32,
+        total: u64,
+        replace: bool,
+    ) -> impl Future<Output = Result<LoadBegin>> + Send;
+    /// Writes segment `seg` of generation `seg.generation` with `units`, replacing what was there.
+    fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> impl Future<Output = Result<()>> + Send;
+    /// Deletes segment `index` (left over from a previous generation with more segments).
+    fn drop_segment(&self, sku: &Sku, index: u32) -> impl Future<Output = Result<()>> + Send;
+    /// Marks generation `generation` ready; `false` when another load superseded it.
+    fn load_commit(&self, sku: &Sku, generation: u64) -> impl Future<Output = Result<bool>> + Send;
+    /// Reads the SKU metadata.
+    fn meta(&self, sku: &Sku) -> impl Future<Output = Result<Option<Meta>>> + Send;
+
+    /// `deduct.lua`: the whole request at its home segment; optionally claims it when short.
+    fn deduct_home(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        claim: bool,
+    ) -> impl Future<Output = Result<HomeReply>> + Send;
+    /// `take.lua`: a part of a claimed request at one segment.
+    fn take(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        part: u64,
+        epoch: u64,
+        is_home: bool,
+    ) -> impl Future<Output = Result<TakeReply>> + Send;
+    /// `settle.lua`: ends a claim as applied (`Some(parts)`) or released (`None`).
+    fn settle(
+        &self,
+        home: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+        parts: Option<&[Part]>,
+    ) -> impl Future<Output = Result<SettleReply>> + Send;
+    /// `refund.lua`: gives back a part taken by `epoch` or older; returns the units refunded.
+    fn refund(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+        is_home: bool,
+    ) -> impl Future<Output = Result<u64>> + Send;
+    /// `fence.lua`: shuts epochs older than `epoch` out of a (non-home) segment.
+    fn fence(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+    ) -> impl Future<Output = Result<FenceReply>> + Send;
+    /// `takeover.lua`: takes over a claim whose lease ran out.
+    fn takeover(
+        &self,
+        home: SegAddr<'_>,
+        req: ReqArgs<'_>,
+    ) -> impl Future<Output = Result<TakeoverReply>> + Send;
+    /// `restock.lua`: adds `qty` units (of a request for `total`) to a segment once per
+    /// request id.
+    fn restock(
+        &self,
+        seg: SegAddr<'_>,
+        request_id: &RequestId,
+        qty: u64,
+        total: u64,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<RestockReply>> + Send;
+    /// Reads all `segments` of generation `generation`, plus `home`'s record of a request when asked.
+    fn snapshot(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        segments: u32,
+        home: Option<(u32, &RequestId)>,
+    ) -> impl Future<Output = Result<Snapshot>> + Send;
+}

@@ -1,0 +1,502 @@
+//! `MemoryStore`: the embedded backend.
+//!
+//! Same observable semantics as the Lua scripts, step for step (each method mirrors one script
+//! and says which), so it serves both as a legitimate single-instance store and as the oracle
+//! that the differential tests compare Redis against. One `std::sync::Mutex` per segment makes
+//! each step atomic, just as one script is atomic inside Redis; it is never held across an
+//! `.await` (every method body is synchronous).
+
+use super::*;
+use crate::segments::Part;
+use dashmap::DashMap;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How many record inserts between sweeps of expired records in one segment.
+const SWEEP_EVERY: u32 = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    Applied,
+    Pending,
+    Fence,
+    Refunded,
+}
+
+#[derive(Debug, Clone)]
+struct Rec {
+    s: St,
+    user: UserId,
+    qty: u64,
+    epoch: u64,
+    part: u64,
+    home_part: u64,
+    lease_until: Instant,
+    parts: Vec<Part>,
+    expires: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Seg {
+    generation: u64,
+    st: SegmentState,
+    requests: HashMap<(u64, RequestId), Rec>,
+    restocks: HashMap<(u64, RequestId), ((u64, u64), Instant)>,
+    inserts: u32,
+}
+
+impl Seg {
+    fn rec(&mut self, generation: u64, rid: &RequestId, now: Instant) -> Option<&mut Rec> {
+        let key = (generation, rid.clone());
+        if self.requests.get(&key).is_some_and(|r| r.expires <= now) {
+            self.requests.remove(&key);
+        }
+        self.requests.get_mut(&key)
+    }
+
+    fn put(&mut self, generation: u64, rid: &RequestId, rec: Rec, now: Instant) {
+        self.inserts += 1;
+        if self.inserts.is_multiple_of(SWEEP_EVERY) {
+            self.requests.retain(|_, r| r.expires > now);
+            self.restocks.retain(|_, (_, e)| *e > now);
+        }
+        self.requests.insert((generation, rid.clone()), rec);
+    }
+
+    fn take_units(&mut self, n: u64) {
+        self.st.stock -= n;
+        self.st.sold += n;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MetaMem {
+    meta: Meta,
+}
+
+#[derive(Default)]
+struct Inner {
+    metas: DashMap<Sku, MetaMem>,
+    segments: DashMap<(Sku, u32), Arc<Mutex<Seg>>>,
+}
+
+/// The embedded store. Cheap to clone (shared state).
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("skus", &self.inner.metas.len())
+            .finish()
+    }
+}
+
+fn ms(d: u64) -> Duration {
+    Duration::from_millis(d)
+}
+
+fn left_ms(until: Instant, now: Instant) -> u64 {
+    until.saturating_duration_since(now).as_millis() as u64
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn seg(&self, sku: &Sku, index: u32) -> Option<Arc<Mutex<Seg>>> {
+        self.inner
+            .segments
+            .get(&(sku.clone(), index))
+            .map(|s| Arc::clone(&s))
+    }
+
+    /// Runs `f` on the segment when it exists with generation `generation`, else returns `stale`.
+    fn with_seg<T>(&self, seg: SegAddr<'_>, stale: T, f: impl FnOnce(&mut Seg, Instant) -> T) -> T {
+        let Some(s) = self.seg(seg.sku, seg.index) else {
+            return stale;
+        };
+        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
+        if s.generation != seg.generation {
+            return stale;
+        }
+        f(&mut s, Instant::now())
+    }
+
+    /// Runs `f` on the segment's mutex without a generation check (records only).
+    fn with_any<T>(&self, seg: SegAddr<'_>, f: impl FnOnce(&mut Seg, Instant) -> T) -> T {
+        let s = self
+            .inner
+            .segments
+            .entry((seg.sku.clone(), seg.index))
+            .or_default()
+            .clone();
+        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut s, Instant::now())
+    }
+}
+
+fn mismatch(rec: &Rec, req: &ReqArgs<'_>) -> Option<&'static str> {
+    if &rec.user != req.user {
+        Some("user")
+    } else if rec.qty != req.qty {
+        Some("qty")
+    } else {
+        None
+    }
+}
+
+impl Store for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn load_begin(&self, sku: &Sku, segments: u32, total: u64, replace: bool) -> Result<LoadBegin> {
+        let mut e = self.inner.metas.entry(sku.clone());
+        use dashmap::Entry;
+        let prev = match &mut e {
+            Entry::Occupied(o) => Some(o.get().meta),
+            Entry::Vacant(_) => None,
+        };
+        if let Some(p) = prev
+            && !replace
+        {
+            return Ok(LoadBegin::Exists { generation: p.generation });
+        }
+        let generation = prev.map_or(0, |p| p.generation) + 1;
+        let meta = Meta {
+            generation,
+            segments,
+            loaded: total,
+            ready: false,
+        };
+        e.insert_entry(MetaMem { meta });
+        Ok(LoadBegin::Started {
+            generation,
+            old_segments: prev.map_or(0, |p| p.segments),
+        })
+    }
+
+    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<()> {
+        self.with_any(seg, |s, _| {
+            *s = Seg {
+                generation: seg.generation,
+                st: SegmentState {
+                    stock: units,
+                    loaded: units,
+                    ..SegmentState::default()
+                },
+                ..Seg::default()
+            };
+        });
+        Ok(())
+    }
+
+    async fn drop_segment(&self, sku: &Sku, index: u32) -> Result<()> {
+        self.inner.segments.remove(&(sku.clone(), index));
+        Ok(())
+    }
+
+    async fn load_commit(&self, sku: &Sku, generation: u64) -> Result<bool> {
+        Ok(match self.inner.metas.get_mut(sku) {
+            Some(mut m) if m.meta.generation == generation => {
+                m.meta.ready = true;
+                true
+            }
+            _ => false,
+        })
+    }
+
+    async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
+        Ok(self.inner.metas.get(sku).map(|m| m.meta))
+    }
+
+    // deduct.lua
+    async fn deduct_home(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, claim: bool) -> Result<HomeReply> {
+        Ok(self.with_seg(seg, HomeReply::Stale, |s, now| {
+            if let Some(rec) = s.rec(seg.generation, req.request_id, now) {
+                if let Some(f) = mismatch(rec, &req) {
+                    return HomeReply::Mismatch(f);
+                }
+                return match rec.s {
+                    St::Applied => HomeReply::Replay(rec.parts.clone()),
+                    _ => HomeReply::Pending {
+                        epoch: rec.epoch,
+                        lease_left_ms: left_ms(rec.lease_until, now),
+                    },
+                };
+            }
+            let stock = s.st.stock;
+            let base = Rec {
+                s: St::Applied,
+                user: req.user.clone(),
+                qty: req.qty,
+                epoch: 0,
+                part: 0,
+                home_part: 0,
+                lease_until: now,
+                parts: Vec::new(),
+                expires: now + ms(req.ttl_ms),
+            };
+            if stock >= req.qty {
+                s.take_units(req.qty);
+                let parts = vec![Part {
+                    segment: seg.index,
+                    units: req.qty,
+                }];
+                s.put(seg.generation, req.request_id, Rec { parts, ..base }, now);
+                return HomeReply::Applied {
+                    stock_after: stock - req.qty,
+                };
+            }
+            if claim {
+                let rec = Rec {
+                    s: St::Pending,
+                    epoch: 1,
+                    lease_until: now + ms(req.lease_ms),
+                    ..base
+                };
+                s.put(seg.generation, req.request_id, rec, now);
+            }
+            HomeReply::Short {
+                stock,
+                claimed: claim,
+            }
+        }))
+    }
+
+    // take.lua
+    async fn take(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, part: u64, epoch: u64, is_home: bool) -> Result<TakeReply> {
+        Ok(self.with_seg(seg, TakeReply::Stale, |s, now| {
+            let stock = s.st.stock;
+            let rec = s.rec(seg.generation, req.request_id, now);
+            if let Some(rec) = &rec
+                && let Some(f) = mismatch(rec, &req)
+            {
+                return TakeReply::Mismatch(f);
+            }
+            if is_home {
+                let Some(rec) = rec.filter(|r| r.s == St::Pending && r.epoch == epoch) else {
+                    return TakeReply::Fenced;
+                };
+                if rec.home_part > 0 {
+                    return TakeReply::Taken {
+                        stock_after: stock,
+                        part: rec.home_part,
+                    };
+                }
+                if stock < part {
+                    return TakeReply::Short { stock };
+                }
+                rec.home_part = part;
+                s.take_units(part);
+                return TakeReply::Taken {
+                    stock_after: stock - part,
+                    part,
+                };
+            }
+            if let Some(rec) = rec {
+                if rec.s == St::Applied {
+                    return if rec.epoch == epoch {
+                        TakeReply::Taken {
+                            stock_after: stock,
+                            part: rec.part,
+                        }
+                    } else {
+                        TakeReply::Fenced
+                    };
+                }
+                if rec.epoch > epoch {
+                    return TakeReply::Fenced;
+                }
+            }
+            if stock < part {
+                return TakeReply::Short { stock };
+            }
+            s.take_units(part);
+            let rec = Rec {
+                s: St::Applied,
+                user: req.user.clone(),
+                qty: req.qty,
+                epoch,
+                part,
+                home_part: 0,
+                lease_until: now,
+                parts: Vec::new(),
+                expires: now + ms(req.ttl_ms),
+            };
+            s.put(seg.generation, req.request_id, rec, now);
+            TakeReply::Taken {
+                stock_after: stock - part,
+                part,
+            }
+        }))
+    }
+
+    // settle.lua
+    async fn settle(&self, home: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, parts: Option<&[Part]>) -> Result<SettleReply> {
+        Ok(self.with_any(home, |s, now| {
+            let Some(rec) = s.rec(home.generation, req.request_id, now) else {
+                return SettleReply::Gone;
+            };
+            if rec.s != St::Pending || rec.epoch != epoch {
+                return if rec.s == St::Applied {
+                    SettleReply::Applied(rec.parts.clone())
+                } else {
+                    SettleReply::Superseded
+                };
+            }
+            match parts {
+                Some(p) => {
+                    rec.s = St::Applied;
+                    rec.parts = p.to_vec();
+                    rec.home_part = 0;
+                    rec.expires = now + ms(req.ttl_ms);
+                }
+                None => {
+                    s.requests.remove(&(home.generation, req.request_id.clone()));
+                }
+            }
+            SettleReply::Ok
+        }))
+    }
+
+    // refund.lua
+    async fn refund(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, is_home: bool) -> Result<u64> {
+        Ok(self.with_seg(seg, 0, |s, now| {
+            let Some(rec) = s.rec(seg.generation, req.request_id, now) else {
+                return 0;
+            };
+            let units = if is_home {
+                if rec.s == St::Pending && rec.epoch == epoch {
+                    std::mem::take(&mut rec.home_part)
+                } else {
+                    0
+                }
+            } else if rec.s == St::Applied && rec.epoch <= epoch {
+                rec.s = St::Refunded;
+                rec.epoch = epoch;
+                std::mem::take(&mut rec.part)
+            } else {
+                0
+            };
+            s.st.stock += units;
+            s.st.sold -= units;
+            units
+        }))
+    }
+
+    // fence.lua
+    async fn fence(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64) -> Result<FenceReply> {
+        Ok(self.with_any(seg, |s, now| {
+            if let Some(rec) = s.rec(seg.generation, req.request_id, now) {
+                if let Some(f) = mismatch(rec, &req) {
+                    return FenceReply::Mismatch(f);
+                }
+                if rec.epoch > epoch {
+                    return FenceReply::Fenced;
+                }
+                if rec.s == St::Applied {
+                    rec.epoch = epoch;
+                    return FenceReply::Applied { part: rec.part };
+                }
+            }
+            let rec = Rec {
+                s: St::Fence,
+                user: req.user.clone(),
+                qty: req.qty,
+                epoch,
+                part: 0,
+                home_part: 0,
+                lease_until: now,
+                parts: Vec::new(),
+                expires: now + ms(req.ttl_ms),
+            };
+            s.put(seg.generation, req.request_id, rec, now);
+            FenceReply::Clear
+        }))
+    }
+
+    // takeover.lua
+    async fn takeover(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<TakeoverReply> {
+        Ok(self.with_any(home, |s, now| {
+            let Some(rec) = s.rec(home.generation, req.request_id, now) else {
+                return TakeoverReply::Gone;
+            };
+            if let Some(f) = mismatch(rec, &req) {
+                return TakeoverReply::Mismatch(f);
+            }
+            if rec.s == St::Applied {
+                return TakeoverReply::Replay(rec.parts.clone());
+            }
+            if rec.lease_until > now {
+                return TakeoverReply::Pending {
+                    epoch: rec.epoch,
+                    lease_left_ms: left_ms(rec.lease_until, now),
+                };
+            }
+            rec.epoch += 1;
+            rec.lease_until = now + ms(req.lease_ms);
+            TakeoverReply::Won {
+                epoch: rec.epoch,
+                home_part: rec.home_part,
+            }
+        }))
+    }
+
+    // restock.lua
+    async fn restock(&self, seg: SegAddr<'_>, request_id: &RequestId, qty: u64, total: u64, ttl_ms: u64) -> Result<RestockReply> {
+        self.with_seg(seg, Ok(RestockReply::Stale), |s, now| {
+            let key = (seg.generation, request_id.clone());
+            if let Some((q, exp)) = s.restocks.get(&key)
+                && *exp > now
+            {
+                return Ok(if *q == (qty, total) {
+                    RestockReply::Replay { stock: s.st.stock }
+                } else {
+                    RestockReply::Mismatch
+                });
+            }
+            let limit = 1_000_000_000_000_000;
+            if s.st.stock + qty >= limit || s.st.restocked + qty >= limit {
+                return Err(crate::Error::invalid("qty", "segment would exceed 10^15 units"));
+            }
+            s.st.stock += qty;
+            s.st.restocked += qty;
+            s.restocks.insert(key, ((qty, total), now + ms(ttl_ms)));
+            Ok(RestockReply::Restocked {
+                stock_after: s.st.stock,
+            })
+        })
+    }
+
+    async fn snapshot(&self, sku: &Sku, generation: u64, segments: u32, home: Option<(u32, &RequestId)>) -> Result<Snapshot> {
+        let mut out = Vec::with_capacity(segments as usize);
+        for index in 0..segments {
+            let seg = SegAddr { sku, generation, index };
+            out.push(self.with_seg(seg, None, |s, _| Some(s.st)));
+        }
+        let home_record = home.and_then(|(index, rid)| {
+            let seg = SegAddr { sku, generation, index };
+            self.with_seg(seg, None, |s, now| {
+                s.rec(generation, rid, now).map(|r| HomeRecord {
+                    user: r.user.to_string(),
+                    qty: r.qty,
+                    state: match r.s {
+                        St::Applied => RecordState::Applied(r.parts.clone()),
+                        _ => RecordState::Pending { epoch: r.epoch },
+                    },
+                })
+            })
+        });
+        Ok(Snapshot {
+            segments: out,
+            home_record,
+        })
+    }
+}

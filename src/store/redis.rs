@@ -1,0 +1,549 @@
+//! `RedisStore`: the fred-backed store.
+//!
+//! Every mutating step is one `EVALSHA` of a script from `src/scripts/` (NOSCRIPT → `SCRIPT
+//! LOAD` and retry, via fred's `evalsha_with_reload`). All keys a script touches share one
+//! hash tag, so the store works unchanged on a Redis Cluster. Reads that span segments
+//! ([`Store::snapshot`]) are plain `HMGET`s sent concurrently: fred pipelines them, so reading
+//! 16 segments costs about one round trip.
+//!
+//! fred re-sends in-flight commands after a reconnect (`max_command_attempts`), so a script can
+//! run twice for one call. Every script is idempotent for its request id, which makes that safe.
+
+use super::*;
+use crate::error::Error;
+use crate::segments::{Keyspace, decode_parts, encode_parts};
+use fred::prelude::{Builder, ClientLike, Config, HashesInterface, KeysInterface, Pool};
+use fred::types::Value;
+use fred::types::scripts::Script;
+use std::sync::Arc;
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::from_lua(concat!(
+            include_str!("../scripts/prelude.lua"),
+            include_str!(concat!("../scripts/", $file))
+        ))
+    };
+}
+
+struct Scripts {
+    deduct: Script,
+    take: Script,
+    settle: Script,
+    refund: Script,
+    fence: Script,
+    takeover: Script,
+    restock: Script,
+    load_begin: Script,
+    load_segment: Script,
+    load_commit: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            deduct: script!("deduct.lua"),
+            take: script!("take.lua"),
+            settle: script!("settle.lua"),
+            refund: script!("refund.lua"),
+            fence: script!("fence.lua"),
+            takeover: script!("takeover.lua"),
+            restock: script!("restock.lua"),
+            load_begin: script!("load_begin.lua"),
+            load_segment: script!("load_segment.lua"),
+            load_commit: script!("load_commit.lua"),
+        }
+    }
+
+    fn all(&self) -> [&Script; 10] {
+        [
+            &self.deduct,
+            &self.take,
+            &self.settle,
+            &self.refund,
+            &self.fence,
+            &self.takeover,
+            &self.restock,
+            &self.load_begin,
+            &self.load_segment,
+            &self.load_commit,
+        ]
+    }
+}
+
+/// The Redis store. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    pool: Pool,
+    keys: Keyspace,
+    scripts: Arc<Scripts>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("keys", &self.keys)
+            .field("pool_size", &self.pool.size())
+            .finish()
+    }
+}
+
+/// A script's reply as a tag and its fields.
+struct Reply {
+    tag: String,
+    rest: Vec<Value>,
+    script: &'static str,
+}
+
+impl Reply {
+    fn parse(v: Value, script: &'static str) -> Result<Self> {
+        let mut arr = match v {
+            Value::Array(a) if !a.is_empty() => a,
+            other => return Err(Error::Protocol(format!("{script}: reply {other:?}"))),
+        };
+        let rest = arr.split_off(1);
+        let tag = arr[0]
+            .as_string()
+            .ok_or_else(|| Error::Protocol(format!("{script}: tag {:?}", arr[0])))?;
+        Ok(Self { tag, rest, script })
+    }
+
+    fn u64(&self, i: usize) -> Result<u64> {
+        self.rest
+            .get(i)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| self.bad())
+    }
+
+    fn str(&self, i: usize) -> Result<String> {
+        self.rest
+            .get(i)
+            .and_then(Value::as_string)
+            .ok_or_else(|| self.bad())
+    }
+
+    fn parts(&self, i: usize) -> Result<Vec<Part>> {
+        decode_parts(&self.str(i)?).ok_or_else(|| self.bad())
+    }
+
+    fn field(&self, i: usize) -> Result<&'static str> {
+        match self.str(i)?.as_str() {
+            "user" => Ok("user"),
+            "qty" => Ok("qty"),
+            _ => Err(self.bad()),
+        }
+    }
+
+    fn bad(&self) -> Error {
+        Error::Protocol(format!("{}: reply {} {:?}", self.script, self.tag, self.rest))
+    }
+}
+
+/// Maps the scripts' argument errors back to typed errors.
+fn script_error(e: fred::error::Error) -> Error {
+    const PREFIX: &str = "shardstock bad argument: ";
+    let d = e.details();
+    if let Some(pos) = d.find(PREFIX) {
+        let name = d[pos + PREFIX.len()..].split_whitespace().next().unwrap_or("");
+        let field = match name {
+            "qty" => "qty",
+            "user" => "user",
+            "part" => "part",
+            "gen" => "gen",
+            _ => "argument",
+        };
+        return Error::invalid(field, format!("rejected by the store: {d}"));
+    }
+    Error::Redis(e)
+}
+
+impl RedisStore {
+    /// Connects a pool of `pool_size` clients to `url` (`redis://host:port[/db]`) and loads
+    /// the scripts. Keys are named under `prefix`.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the URL is invalid or Redis is unreachable.
+    pub async fn connect(url: &str, pool_size: usize, prefix: &str) -> Result<Self> {
+        crate::ids::check_prefix(prefix)?;
+        let config = Config::from_url(url)?;
+        let pool = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = std::time::Duration::from_secs(5);
+            })
+            .build_pool(pool_size.max(1))?;
+        pool.init().await?;
+        let store = Self {
+            pool,
+            keys: Keyspace::new(prefix),
+            scripts: Arc::new(Scripts::new()),
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// `SCRIPT LOAD`s every script (also done lazily on NOSCRIPT).
+    ///
+    /// # Errors
+    /// [`Error::Redis`].
+    pub async fn load_scripts(&self) -> Result<()> {
+        for s in self.scripts.all() {
+            s.load(self.pool.next()).await?;
+        }
+        Ok(())
+    }
+
+    /// The underlying fred pool (for tests and tools).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Key names in use.
+    pub fn keyspace(&self) -> &Keyspace {
+        &self.keys
+    }
+
+    async fn eval(
+        &self,
+        script: &Script,
+        name: &'static str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Reply> {
+        let v: Value = script
+            .evalsha_with_reload(self.pool.next(), keys, args)
+            .await
+            .map_err(script_error)?;
+        Reply::parse(v, name)
+    }
+
+    fn seg_key(&self, seg: &SegAddr<'_>) -> String {
+        self.keys.segment(seg.sku, seg.index)
+    }
+
+    fn rq_key(&self, seg: &SegAddr<'_>, rid: &RequestId) -> String {
+        self.keys.request(seg.sku, seg.index, seg.generation, rid)
+    }
+
+    /// Closes the connections.
+    pub async fn quit(&self) {
+        let _ = self.pool.quit().await;
+    }
+}
+
+fn b(v: bool) -> String {
+    if v { "1" } else { "0" }.to_string()
+}
+
+impl Store for RedisStore {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn load_begin(&self, sku: &Sku, segments: u32, total: u64, replace: bool) -> Result<LoadBegin> {
+        let r = self
+            .eval(
+                &self.scripts.load_begin,
+                "load_begin",
+                vec![self.keys.meta(sku)],
+                vec![segments.to_string(), total.to_string(), b(replace)],
+            )
+            .await?;
+        match r.tag.as_str() {
+            "exists" => Ok(LoadBegin::Exists { generation: r.u64(0)? }),
+            "started" => Ok(LoadBegin::Started {
+                generation: r.u64(0)?,
+                old_segments: r.u64(1)? as u32,
+            }),
+            _ => Err(r.bad()),
+        }
+    }
+
+    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<()> {
+        let r = self
+            .eval(
+                &self.scripts.load_segment,
+                "load_segment",
+                vec![self.seg_key(&seg)],
+                vec![seg.generation.to_string(), units.to_string()],
+            )
+            .await?;
+        if r.tag == "ok" { Ok(()) } else { Err(r.bad()) }
+    }
+
+    async fn drop_segment(&self, sku: &Sku, index: u32) -> Result<()> {
+        let _: i64 = self.pool.del(self.keys.segment(sku, index)).await?;
+        Ok(())
+    }
+
+    async fn load_commit(&self, sku: &Sku, generation: u64) -> Result<bool> {
+        let r = self
+            .eval(
+                &self.scripts.load_commit,
+                "load_commit",
+                vec![self.keys.meta(sku)],
+                vec![generation.to_string()],
+            )
+            .await?;
+        Ok(r.tag == "ok")
+    }
+
+    async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
+        let v: Vec<Option<String>> = self
+            .pool
+            .hmget(self.keys.meta(sku), vec!["gen", "segments", "loaded", "state"])
+            .await?;
+        let num = |i: usize| -> Result<u64> {
+            v[i].as_deref()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| Error::Protocol(format!("meta of {sku}: {v:?}")))
+        };
+        if v.first().is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(Some(Meta {
+            generation: num(0)?,
+            segments: num(1)? as u32,
+            loaded: num(2)?,
+            ready: v[3].as_deref() == Some("ready"),
+        }))
+    }
+
+    async fn deduct_home(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, claim: bool) -> Result<HomeReply> {
+        let r = self
+            .eval(
+                &self.scripts.deduct,
+                "deduct",
+                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    seg.generation.to_string(),
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    seg.index.to_string(),
+                    req.ttl_ms.to_string(),
+                    req.lease_ms.to_string(),
+                    b(claim),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "applied" => HomeReply::Applied {
+                stock_after: r.u64(0)?,
+            },
+            "short" => HomeReply::Short {
+                stock: r.u64(0)?,
+                claimed: r.u64(1)? == 1,
+            },
+            "replay" => HomeReply::Replay(r.parts(0)?),
+            "pending" => HomeReply::Pending {
+                epoch: r.u64(0)?,
+                lease_left_ms: r.u64(1)?,
+            },
+            "mismatch" => HomeReply::Mismatch(r.field(0)?),
+            "stale" => HomeReply::Stale,
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn take(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, part: u64, epoch: u64, is_home: bool) -> Result<TakeReply> {
+        let r = self
+            .eval(
+                &self.scripts.take,
+                "take",
+                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    seg.generation.to_string(),
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    part.to_string(),
+                    epoch.to_string(),
+                    req.ttl_ms.to_string(),
+                    b(is_home),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "taken" => TakeReply::Taken {
+                stock_after: r.u64(0)?,
+                part: r.u64(1)?,
+            },
+            "short" => TakeReply::Short { stock: r.u64(0)? },
+            "fenced" => TakeReply::Fenced,
+            "mismatch" => TakeReply::Mismatch(r.field(0)?),
+            "stale" => TakeReply::Stale,
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn settle(&self, home: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, parts: Option<&[Part]>) -> Result<SettleReply> {
+        let (outcome, parts) = match parts {
+            Some(p) => ("A", encode_parts(p)),
+            None => ("X", String::new()),
+        };
+        let r = self
+            .eval(
+                &self.scripts.settle,
+                "settle",
+                vec![self.rq_key(&home, req.request_id)],
+                vec![epoch.to_string(), outcome.into(), parts, req.ttl_ms.to_string()],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "ok" => SettleReply::Ok,
+            "gone" => SettleReply::Gone,
+            "superseded" if r.str(0)? == "A" => SettleReply::Applied(r.parts(1)?),
+            "superseded" => SettleReply::Superseded,
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn refund(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, is_home: bool) -> Result<u64> {
+        let r = self
+            .eval(
+                &self.scripts.refund,
+                "refund",
+                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![seg.generation.to_string(), epoch.to_string(), b(is_home)],
+            )
+            .await?;
+        match r.tag.as_str() {
+            "refunded" => r.u64(0),
+            "stale" => Ok(0),
+            _ => Err(r.bad()),
+        }
+    }
+
+    async fn fence(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64) -> Result<FenceReply> {
+        let r = self
+            .eval(
+                &self.scripts.fence,
+                "fence",
+                vec![self.rq_key(&seg, req.request_id)],
+                vec![
+                    epoch.to_string(),
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    req.ttl_ms.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "clear" => FenceReply::Clear,
+            "applied" => FenceReply::Applied { part: r.u64(0)? },
+            "fenced" => FenceReply::Fenced,
+            "mismatch" => FenceReply::Mismatch(r.field(0)?),
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn takeover(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<TakeoverReply> {
+        let r = self
+            .eval(
+                &self.scripts.takeover,
+                "takeover",
+                vec![self.rq_key(&home, req.request_id)],
+                vec![
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    req.lease_ms.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "won" => TakeoverReply::Won {
+                epoch: r.u64(0)?,
+                home_part: r.u64(1)?,
+            },
+            "pending" => TakeoverReply::Pending {
+                epoch: r.u64(0)?,
+                lease_left_ms: r.u64(1)?,
+            },
+            "replay" => TakeoverReply::Replay(r.parts(0)?),
+            "gone" => TakeoverReply::Gone,
+            "mismatch" => TakeoverReply::Mismatch(r.field(0)?),
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn restock(&self, seg: SegAddr<'_>, request_id: &RequestId, qty: u64, total: u64, ttl_ms: u64) -> Result<RestockReply> {
+        let r = self
+            .eval(
+                &self.scripts.restock,
+                "restock",
+                vec![
+                    self.seg_key(&seg),
+                    self.keys.restock(seg.sku, seg.index, seg.generation, request_id),
+                ],
+                vec![
+                    seg.generation.to_string(),
+                    qty.to_string(),
+                    ttl_ms.to_string(),
+                    total.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "restocked" => RestockReply::Restocked {
+                stock_after: r.u64(0)?,
+            },
+            "replay" => RestockReply::Replay { stock: r.u64(0)? },
+            "mismatch" => RestockReply::Mismatch,
+            "stale" => RestockReply::Stale,
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn snapshot(&self, sku: &Sku, generation: u64, segments: u32, home: Option<(u32, &RequestId)>) -> Result<Snapshot> {
+        let reads = (0..segments).map(|i| {
+            let key = self.keys.segment(sku, i);
+            async move {
+                let v: Vec<Option<u64>> = self
+                    .pool
+                    .next()
+                    .hmget(key, vec!["gen", "stock", "sold", "loaded", "restocked"])
+                    .await?;
+                Ok::<_, Error>(match v.as_slice() {
+                    [Some(g), Some(stock), Some(sold), Some(loaded), Some(restocked)] if *g == generation => {
+                        Some(SegmentState {
+                            stock: *stock,
+                            sold: *sold,
+                            loaded: *loaded,
+                            restocked: *restocked,
+                        })
+                    }
+                    _ => None,
+                })
+            }
+        });
+        let record = async {
+            let Some((index, rid)) = home else {
+                return Ok::<_, Error>(None);
+            };
+            let key = self.keys.request(sku, index, generation, rid);
+            let flat: std::collections::HashMap<String, String> = self.pool.next().hgetall(key).await?;
+            if flat.is_empty() {
+                return Ok(None);
+            }
+            let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
+            let qty = get("q").parse().map_err(|_| Error::Protocol(format!("record {flat:?}")))?;
+            let state = match get("s").as_str() {
+                "A" => RecordState::Applied(
+                    decode_parts(&get("parts")).ok_or_else(|| Error::Protocol(format!("record {flat:?}")))?,
+                ),
+                "P" => RecordState::Pending {
+                    epoch: get("e").parse().unwrap_or(0),
+                },
+                _ => return Ok(None),
+            };
+            Ok(Some(HomeRecord {
+                user: get("u"),
+                qty,
+                state,
+            }))
+        };
+        let (segs, rec) = futures::join!(futures::future::try_join_all(reads), record);
+        Ok(Snapshot {
+            segments: segs?,
+            home_record: rec?,
+        })
+    }
+}
