@@ -725,8 +725,8 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// Adds `qty` units, spread evenly over the segments (sizes differ by at most one), once
-    /// per `request_id`. Local hints are refreshed, so the units sell at once.
+    /// Adds `qty` units, spread evenly over the segments (shares differ by at most one, the
+    /// larger ones starting at the request's home segment), once per `request_id`. Local hints are refreshed, so the units sell at once.
     ///
     /// # Errors
     /// [`Error::InvalidInput`]; [`Error::RequestIdConflict`] (same id, other quantity);
@@ -735,23 +735,42 @@ impl<S: Store> Engine<S> {
         check_qty("qty", qty, MAX_UNITS)?;
         for _ in 0..STALE_RETRIES {
             let l = self.layout(sku).await?;
-            let amounts = split(qty, l.segments);
-            let calls = amounts.iter().enumerate().filter(|(_, a)| **a > 0).map(|(i, a)| {
+            // The request's home segment gets the first (never empty) share and is written
+            // first: a retry with another quantity is caught there, before anything changes.
+            let home = home(request_id, l.segments);
+            let shares: Vec<(u32, u64)> = split(qty, l.segments)
+                .into_iter()
+                .enumerate()
+                .map(|(k, a)| ((home + k as u32) % l.segments, a))
+                .filter(|(_, a)| *a > 0)
+                .collect();
+            let call = |(index, units): (u32, u64)| {
                 let seg = SegAddr {
                     sku,
                     generation: l.generation,
-                    index: i as u32,
+                    index,
                 };
-                async move { (seg.index, *a, self.inner.store.restock(seg, request_id, *a, qty, self.ttl_ms()).await) }
-            });
+                async move {
+                    let r = self
+                        .inner
+                        .store
+                        .restock(seg, request_id, units, qty, self.ttl_ms())
+                        .await;
+                    (index, units, r)
+                }
+            };
+            let mut results = vec![call(shares[0]).await];
+            if matches!(results[0].2, Ok(RestockReply::Restocked { .. } | RestockReply::Replay { .. })) {
+                results.extend(futures::future::join_all(shares[1..].iter().copied().map(call)).await);
+            }
             let mut added = 0;
             let mut stale = false;
             let mut all_replay = true;
-            for (i, a, r) in futures::future::join_all(calls).await {
+            for (i, units, r) in results {
                 match r? {
                     RestockReply::Restocked { stock_after } => {
                         l.hints.observe(i, stock_after);
-                        added += a;
+                        added += units;
                         all_replay = false;
                     }
                     RestockReply::Replay { stock } => l.hints.observe(i, stock),

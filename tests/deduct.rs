@@ -225,9 +225,21 @@ async fn restock_spreads<S: Store>(e: Engine<S>) {
     let s = sku("spread");
     e.load(&s, 0, 4, false).await.unwrap();
     e.restock(&s, 10, &RequestId::new("r").unwrap()).await.unwrap();
-    assert_eq!(e.remaining(&s).await.unwrap().per_segment, vec![3, 3, 2, 2]);
+    let mut per = e.remaining(&s).await.unwrap().per_segment;
+    per.sort();
+    assert_eq!(per, vec![2, 2, 3, 3]);
     e.restock(&s, 10, &RequestId::new("r").unwrap()).await.unwrap();
     assert_eq!(conserved(&e, &s, 0, 10).await, (10, 0));
+    // The same id with another quantity is refused before anything changes, including on
+    // segments the first restock never touched.
+    e.restock(&s, 1, &RequestId::new("one").unwrap()).await.unwrap();
+    for qty in [2, 3, 9] {
+        assert!(matches!(
+            e.restock(&s, qty, &RequestId::new("one").unwrap()).await,
+            Err(Error::RequestIdConflict { field: "qty", .. })
+        ));
+    }
+    assert_eq!(conserved(&e, &s, 0, 11).await, (11, 0));
 }
 
 #[tokio::test]
