@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, then format, lints, tests, docs, benches compile.
+# Usage: scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing ${need_apt[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo -n"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+# The distribution's service is not needed: tests start their own servers on free ports.
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --locked --all-features
+echo "== cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+echo "== cargo bench --no-run"
+cargo bench --no-run --locked
+echo "== all green"
