@@ -44,11 +44,15 @@ fn bench(c: &mut Criterion) {
     let server = RedisServer::start();
     let mut group = c.benchmark_group("deduct_64_tasks");
     group.throughput(Throughput::Elements(1));
-    group.sample_size(10).measurement_time(Duration::from_secs(5));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
     for segments in [1u32, 16] {
         let memory = Engine::builder().build(MemoryStore::new()).unwrap();
         let redis = rt.block_on(async {
-            let store = RedisStore::connect(&server.url(), 4, "bench").await.unwrap();
+            let store = RedisStore::connect(&server.url(), 4, "bench")
+                .await
+                .unwrap();
             Engine::builder().build(store).unwrap()
         });
         let sku = Sku::new(format!("bench-{segments}")).unwrap();

@@ -108,7 +108,13 @@ impl Config {
             fig = fig.merge(Toml::file(f));
         }
         let cfg: Config = fig
-            .merge(Env::prefixed("SHARDSTOCK_").split("__"))
+            // Only SECTION__KEY variables are settings: SHARDSTOCK_CONFIG and the like, used
+            // by wrappers, must not break loading. A typo in a sectioned name is an error.
+            .merge(
+                Env::prefixed("SHARDSTOCK_")
+                    .filter(|k| k.as_str().contains("__"))
+                    .split("__"),
+            )
             .extract()
             .map_err(|e| Error::Config(e.to_string()))?;
         cfg.validate()?;
@@ -130,6 +136,7 @@ impl Config {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closure signature, not ours
 mod tests {
     use super::*;
 
@@ -146,6 +153,7 @@ mod tests {
             assert_eq!(c.store.pool_size, 4);
             jail.set_env("SHARDSTOCK_ENGINE__MAX_QTY", "9");
             jail.set_env("SHARDSTOCK_STORE__KEY_PREFIX", "flash");
+            jail.set_env("SHARDSTOCK_CONFIG", "not-a-setting");
             let c = Config::load(Some(Path::new("c.toml"))).unwrap();
             assert_eq!(c.engine.max_qty, 9);
             assert_eq!(c.store.key_prefix, "flash");
@@ -159,12 +167,18 @@ mod tests {
             jail.create_file("typo.toml", "[engine]\nmax_qtty = 1\n")?;
             let e = Config::load(Some(Path::new("typo.toml"))).unwrap_err();
             assert!(e.to_string().contains("max_qtty"), "{e}");
-            jail.create_file("bad.toml", "[engine]\nrequest_ttl_ms = 10\nclaim_lease_ms = 100\n")?;
+            jail.create_file(
+                "bad.toml",
+                "[engine]\nrequest_ttl_ms = 10\nclaim_lease_ms = 100\n",
+            )?;
             let e = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
             assert!(e.to_string().contains("request_ttl"), "{e}");
             jail.create_file("prefix.toml", "[store]\nkey_prefix = \"a{b}\"\n")?;
             assert!(Config::load(Some(Path::new("prefix.toml"))).is_err());
             assert!(Config::load(Some(Path::new("missing.toml"))).is_err());
+            jail.set_env("SHARDSTOCK_ENGINE__MAX_QTTY", "3");
+            let e = Config::load(None).unwrap_err();
+            assert!(e.to_string().contains("max_qtty"), "{e}");
             Ok(())
         });
     }

@@ -201,7 +201,9 @@ impl EngineOptions {
     pub fn validate(&self) -> Result<()> {
         let ms = |d: Duration| d.as_millis();
         if ms(self.request_ttl) == 0 || ms(self.claim_lease) == 0 {
-            return Err(Error::Config("request_ttl and claim_lease must be at least 1 ms".into()));
+            return Err(Error::Config(
+                "request_ttl and claim_lease must be at least 1 ms".into(),
+            ));
         }
         if self.request_ttl < self.claim_lease {
             return Err(Error::Config(
@@ -309,7 +311,9 @@ impl<S> Clone for Engine<S> {
 
 impl<S> std::fmt::Debug for Engine<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("opts", &self.inner.opts).finish()
+        f.debug_struct("Engine")
+            .field("opts", &self.inner.opts)
+            .finish()
     }
 }
 
@@ -357,20 +361,29 @@ impl<S: Store> Engine<S> {
     /// when another load overtook this one; store errors.
     pub async fn load(&self, sku: &Sku, total: u64, segments: u32, replace: bool) -> Result<u64> {
         if segments == 0 || segments > MAX_SEGMENTS {
-            return Err(Error::invalid("segments", format!("must be in 1..={MAX_SEGMENTS}")));
+            return Err(Error::invalid(
+                "segments",
+                format!("must be in 1..={MAX_SEGMENTS}"),
+            ));
         }
         if total > MAX_UNITS {
-            return Err(Error::invalid("stock", format!("must be at most {MAX_UNITS}")));
+            return Err(Error::invalid(
+                "stock",
+                format!("must be at most {MAX_UNITS}"),
+            ));
         }
         let store = &self.inner.store;
         let (generation, old) = match store.load_begin(sku, segments, total, replace).await? {
             LoadBegin::Exists { generation } => {
                 return Err(Error::AlreadyLoaded {
                     sku: sku.to_string(),
-                    generation: generation,
+                    generation,
                 });
             }
-            LoadBegin::Started { generation, old_segments } => (generation, old_segments),
+            LoadBegin::Started {
+                generation,
+                old_segments,
+            } => (generation, old_segments),
         };
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
@@ -414,7 +427,9 @@ impl<S: Store> Engine<S> {
     }
 
     fn forget(&self, sku: &Sku, generation: u64) {
-        self.inner.layouts.remove_if(sku, |_, l| l.generation == generation);
+        self.inner
+            .layouts
+            .remove_if(sku, |_, l| l.generation == generation);
     }
 
     /// Deducts `req.qty` units: see the [module docs](self) for the route a request takes.
@@ -466,7 +481,14 @@ impl<S: Store> Engine<S> {
         if l.hints.likely_short(home, req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
             // between replay, sold out, insufficient, and going to claim.
-            let snap = store.snapshot(&req.sku, l.generation, l.segments, Some((home, &req.request_id))).await?;
+            let snap = store
+                .snapshot(
+                    &req.sku,
+                    l.generation,
+                    l.segments,
+                    Some((home, &req.request_id)),
+                )
+                .await?;
             let Some(stocks) = observe(l, &snap) else {
                 return Ok(Stale);
             };
@@ -552,7 +574,13 @@ impl<S: Store> Engine<S> {
 
     /// After a takeover: fence every other segment, count what the previous holder took, and
     /// either settle it (it was complete) or refund it and serve the request afresh.
-    async fn reconcile(&self, l: &Layout, req: &Deduct, epoch: u64, home_part: u64) -> Result<Flow<Deduction>> {
+    async fn reconcile(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        epoch: u64,
+        home_part: u64,
+    ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
         let args = self.args(req);
         let home = home(&req.request_id, l.segments);
@@ -561,7 +589,8 @@ impl<S: Store> Engine<S> {
             generation: l.generation,
             index,
         };
-        let fences = others(home, l.segments).map(|j| async move { (j, store.fence(at(j), args, epoch).await) });
+        let fences = others(home, l.segments)
+            .map(|j| async move { (j, store.fence(at(j), args, epoch).await) });
         let mut parts = Vec::new();
         if home_part > 0 {
             parts.push(Part {
@@ -572,7 +601,10 @@ impl<S: Store> Engine<S> {
         for (j, r) in futures::future::join_all(fences).await {
             match r? {
                 FenceReply::Clear => {}
-                FenceReply::Applied { part } if part > 0 => parts.push(Part { segment: j, units: part }),
+                FenceReply::Applied { part } if part > 0 => parts.push(Part {
+                    segment: j,
+                    units: part,
+                }),
                 FenceReply::Applied { .. } => {}
                 FenceReply::Fenced => return Ok(Done(Deduction::InFlight)),
                 FenceReply::Mismatch(f) => return Err(Self::conflict(req, f)),
@@ -581,11 +613,13 @@ impl<S: Store> Engine<S> {
         let taken: u64 = parts.iter().map(|p| p.units).sum();
         if taken == req.qty {
             parts.sort();
-            return Ok(match store.settle(at(home), args, epoch, Some(&parts)).await? {
-                SettleReply::Ok | SettleReply::Gone => Done(Deduction::Replayed { parts }),
-                SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
-                SettleReply::Superseded => Done(Deduction::InFlight),
-            });
+            return Ok(
+                match store.settle(at(home), args, epoch, Some(&parts)).await? {
+                    SettleReply::Ok | SettleReply::Gone => Done(Deduction::Replayed { parts }),
+                    SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+                    SettleReply::Superseded => Done(Deduction::InFlight),
+                },
+            );
         }
         self.refund_all(l, req, epoch, &parts).await?;
         self.fallback(l, req, epoch).await
@@ -631,7 +665,10 @@ impl<S: Store> Engine<S> {
             match store.take(at(j), args, qty, epoch, false).await? {
                 TakeReply::Taken { stock_after, part } => {
                     l.hints.observe(j, stock_after);
-                    let parts = [Part { segment: j, units: part }];
+                    let parts = [Part {
+                        segment: j,
+                        units: part,
+                    }];
                     return self.settle(l, req, epoch, &parts).await;
                 }
                 TakeReply::Short { stock } => l.hints.observe(j, stock),
@@ -644,7 +681,9 @@ impl<S: Store> Engine<S> {
         // 2. Read everything; then one segment if any can, else all or nothing across several.
         let mut available = 0;
         for _ in 0..self.inner.opts.fallback_rounds {
-            let snap = store.snapshot(&req.sku, l.generation, l.segments, None).await?;
+            let snap = store
+                .snapshot(&req.sku, l.generation, l.segments, None)
+                .await?;
             let Some(stocks) = observe(l, &snap) else {
                 return Ok(Stale);
             };
@@ -665,7 +704,10 @@ impl<S: Store> Engine<S> {
                 match store.take(at(j), args, want, epoch, j == home).await? {
                     TakeReply::Taken { stock_after, part } => {
                         l.hints.observe(j, stock_after);
-                        parts.push(Part { segment: j, units: part });
+                        parts.push(Part {
+                            segment: j,
+                            units: part,
+                        });
                     }
                     TakeReply::Short { stock } => {
                         l.hints.observe(j, stock);
@@ -697,18 +739,33 @@ impl<S: Store> Engine<S> {
         }))
     }
 
-    async fn settle(&self, l: &Layout, req: &Deduct, epoch: u64, parts: &[Part]) -> Result<Flow<Deduction>> {
+    async fn settle(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        epoch: u64,
+        parts: &[Part],
+    ) -> Result<Flow<Deduction>> {
         let home_at = SegAddr {
             sku: &req.sku,
             generation: l.generation,
             index: home(&req.request_id, l.segments),
         };
-        Ok(match self.inner.store.settle(home_at, self.args(req), epoch, Some(parts)).await? {
-            SettleReply::Ok | SettleReply::Gone => Done(Deduction::Applied { parts: parts.to_vec() }),
-            SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
-            // A newer holder fenced us; it counts our parts and settles them.
-            SettleReply::Superseded => Done(Deduction::InFlight),
-        })
+        Ok(
+            match self
+                .inner
+                .store
+                .settle(home_at, self.args(req), epoch, Some(parts))
+                .await?
+            {
+                SettleReply::Ok | SettleReply::Gone => Done(Deduction::Applied {
+                    parts: parts.to_vec(),
+                }),
+                SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+                // A newer holder fenced us; it counts our parts and settles them.
+                SettleReply::Superseded => Done(Deduction::InFlight),
+            },
+        )
     }
 
     /// Our claim was taken over while we worked: report what the record says now.
@@ -718,11 +775,13 @@ impl<S: Store> Engine<S> {
             generation: l.generation,
             index: home(&req.request_id, l.segments),
         };
-        Ok(match self.inner.store.takeover(home_at, self.args(req)).await? {
-            TakeoverReply::Replay(parts) => Done(Deduction::Replayed { parts }),
-            TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
-            _ => Done(Deduction::InFlight),
-        })
+        Ok(
+            match self.inner.store.takeover(home_at, self.args(req)).await? {
+                TakeoverReply::Replay(parts) => Done(Deduction::Replayed { parts }),
+                TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                _ => Done(Deduction::InFlight),
+            },
+        )
     }
 
     /// Adds `qty` units, spread evenly over the segments (shares differ by at most one, the
@@ -760,8 +819,12 @@ impl<S: Store> Engine<S> {
                 }
             };
             let mut results = vec![call(shares[0]).await];
-            if matches!(results[0].2, Ok(RestockReply::Restocked { .. } | RestockReply::Replay { .. })) {
-                results.extend(futures::future::join_all(shares[1..].iter().copied().map(call)).await);
+            if matches!(
+                results[0].2,
+                Ok(RestockReply::Restocked { .. } | RestockReply::Replay { .. })
+            ) {
+                results
+                    .extend(futures::future::join_all(shares[1..].iter().copied().map(call)).await);
             }
             let mut added = 0;
             let mut stale = false;
@@ -802,7 +865,11 @@ impl<S: Store> Engine<S> {
     pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
         for _ in 0..STALE_RETRIES {
             let l = self.layout(sku).await?;
-            let snap = self.inner.store.snapshot(sku, l.generation, l.segments, None).await?;
+            let snap = self
+                .inner
+                .store
+                .snapshot(sku, l.generation, l.segments, None)
+                .await?;
             if let Some(stocks) = observe(&l, &snap) {
                 let per_segment: Vec<u64> = stocks.iter().map(|(_, s)| *s).collect();
                 return Ok(Remaining {
@@ -829,7 +896,11 @@ impl<S: Store> Engine<S> {
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
-        let snap = self.inner.store.snapshot(sku, meta.generation, meta.segments, None).await?;
+        let snap = self
+            .inner
+            .store
+            .snapshot(sku, meta.generation, meta.segments, None)
+            .await?;
         let mut problems = Vec::new();
         let mut segments = Vec::with_capacity(snap.segments.len());
         let (mut loaded, mut restocked, mut remaining, mut sold) = (0u64, 0u64, 0u64, 0u64);

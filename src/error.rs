@@ -19,7 +19,9 @@ pub enum Error {
     #[error("sku {0:?} is not loaded")]
     NotLoaded(String),
     /// `load` on a SKU that exists. Use an explicit reload (`replace = true`) to reset it.
-    #[error("sku {sku:?} is already loaded (generation {generation}); reload it explicitly to replace it")]
+    #[error(
+        "sku {sku:?} is already loaded (generation {generation}); load it with replace = true (CLI: --replace) to start a new generation"
+    )]
     AlreadyLoaded {
         /// The SKU.
         sku: String,

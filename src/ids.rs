@@ -138,7 +138,10 @@ mod tests {
             "", "a}x{b", "{}", "{a}", "a b", "a\nb", "a\0", "é", "a#1", "a:1", "a/b", "a*",
         ] {
             let e = Sku::new(bad).unwrap_err();
-            assert!(matches!(e, Error::InvalidInput { field: "sku", .. }), "{bad:?}");
+            assert!(
+                matches!(e, Error::InvalidInput { field: "sku", .. }),
+                "{bad:?}"
+            );
         }
         for bad in ["", "u{1}", "u}", "u 1", "u\t", "ü", "u\r\n"] {
             assert!(matches!(

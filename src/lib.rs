@@ -22,10 +22,12 @@ pub mod segments;
 pub mod store;
 
 pub use config::Config;
-pub use engine::{Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, Restocked};
+pub use engine::{
+    Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, Restocked,
+};
 pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};
 pub use segments::Part;
+pub use store::Store;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
-pub use store::Store;

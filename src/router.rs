@@ -117,6 +117,9 @@ mod tests {
         let stocks = [(0, 1), (1, 0), (2, 1), (3, 1)];
         assert_eq!(plan_split(&stocks, 3), Some(vec![(0, 1), (2, 1), (3, 1)]));
         assert_eq!(plan_split(&stocks, 4), None);
-        assert_eq!(plan_split(&[(0, 5), (1, 9)], 10), Some(vec![(1, 9), (0, 1)]));
+        assert_eq!(
+            plan_split(&[(0, 5), (1, 9)], 10),
+            Some(vec![(1, 9), (0, 1)])
+        );
     }
 }

@@ -104,12 +104,18 @@ impl Keyspace {
 
     /// The deduction record of `rid` kept beside segment `i` in generation `generation`.
     pub fn request(&self, sku: &Sku, i: u32, generation: u64, rid: &RequestId) -> String {
-        format!("{}:{{{}#{}}}:g{}:rq:{}", self.prefix, sku, i, generation, rid)
+        format!(
+            "{}:{{{}#{}}}:g{}:rq:{}",
+            self.prefix, sku, i, generation, rid
+        )
     }
 
     /// The restock record of `rid` kept beside segment `i` in generation `generation`.
     pub fn restock(&self, sku: &Sku, i: u32, generation: u64, rid: &RequestId) -> String {
-        format!("{}:{{{}#{}}}:g{}:rs:{}", self.prefix, sku, i, generation, rid)
+        format!(
+            "{}:{{{}#{}}}:g{}:rs:{}",
+            self.prefix, sku, i, generation, rid
+        )
     }
 }
 

@@ -259,7 +259,8 @@ pub trait Store: Send + Sync + 'static {
         replace: bool,
     ) -> impl Future<Output = Result<LoadBegin>> + Send;
     /// Writes segment `seg` of generation `seg.generation` with `units`, replacing what was there.
-    fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> impl Future<Output = Result<()>> + Send;
+    fn load_segment(&self, seg: SegAddr<'_>, units: u64)
+    -> impl Future<Output = Result<()>> + Send;
     /// Deletes segment `index` (left over from a previous generation with more segments).
     fn drop_segment(&self, sku: &Sku, index: u32) -> impl Future<Output = Result<()>> + Send;
     /// Marks generation `generation` ready; `false` when another load superseded it.

@@ -32,13 +32,29 @@ async fn flash_sale<S: Store>(e: Engine<S>, segments: u32) {
     let buyers = (0..300).map(|i| {
         let e = e.clone();
         tokio::spawn(async move {
-            let d = Deduct::new(&format!("flash-{segments}"), &format!("u{i}"), 1, &format!("r{i}")).unwrap();
+            let d = Deduct::new(
+                &format!("flash-{segments}"),
+                &format!("u{i}"),
+                1,
+                &format!("r{i}"),
+            )
+            .unwrap();
             e.deduct(&d).await.unwrap()
         })
     });
-    let outcomes: Vec<Deduction> = join_all(buyers).await.into_iter().map(Result::unwrap).collect();
-    let applied = outcomes.iter().filter(|d| matches!(d, Deduction::Applied { .. })).count();
-    let sold_out = outcomes.iter().filter(|d| **d == Deduction::SoldOut).count();
+    let outcomes: Vec<Deduction> = join_all(buyers)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let applied = outcomes
+        .iter()
+        .filter(|d| matches!(d, Deduction::Applied { .. }))
+        .count();
+    let sold_out = outcomes
+        .iter()
+        .filter(|d| **d == Deduction::SoldOut)
+        .count();
     assert_eq!(applied, 100, "{outcomes:?}");
     assert_eq!(sold_out, 200);
     let sold_units: u64 = outcomes.iter().map(Deduction::units_applied).sum();
@@ -101,22 +117,45 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
     e.load(&s, stock, 10, false).await.unwrap();
     let copies = (0..50).map(|_| {
         let (e, name) = (e.clone(), name.clone());
-        tokio::spawn(async move { e.deduct(&Deduct::new(&name, "alice", qty, "same-id").unwrap()).await.unwrap() })
+        tokio::spawn(async move {
+            e.deduct(&Deduct::new(&name, "alice", qty, "same-id").unwrap())
+                .await
+                .unwrap()
+        })
     });
-    let outcomes: Vec<Deduction> = join_all(copies).await.into_iter().map(Result::unwrap).collect();
-    let applied: Vec<_> = outcomes.iter().filter(|d| matches!(d, Deduction::Applied { .. })).collect();
+    let outcomes: Vec<Deduction> = join_all(copies)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let applied: Vec<_> = outcomes
+        .iter()
+        .filter(|d| matches!(d, Deduction::Applied { .. }))
+        .collect();
     assert_eq!(applied.len(), 1, "{outcomes:?}");
-    let Deduction::Applied { parts } = applied[0] else { unreachable!() };
+    let Deduction::Applied { parts } = applied[0] else {
+        unreachable!()
+    };
     for d in &outcomes {
         match d {
-            Deduction::Applied { parts: p } | Deduction::Replayed { parts: p } => assert_eq!(p, parts),
+            Deduction::Applied { parts: p } | Deduction::Replayed { parts: p } => {
+                assert_eq!(p, parts)
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
     assert_eq!(conserved(&e, &s, stock, 0).await, (stock - qty, qty));
     // And once more, later: still a replay.
-    let again = e.deduct(&Deduct::new(&name, "alice", qty, "same-id").unwrap()).await.unwrap();
-    assert_eq!(again, Deduction::Replayed { parts: parts.clone() });
+    let again = e
+        .deduct(&Deduct::new(&name, "alice", qty, "same-id").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Deduction::Replayed {
+            parts: parts.clone()
+        }
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -132,9 +171,14 @@ async fn replayed_request_id_has_one_effect() {
 async fn request_id_conflicts<S: Store>(e: Engine<S>) {
     let s = sku("conflict");
     e.load(&s, 10, 2, false).await.unwrap();
-    e.deduct(&Deduct::new("conflict", "u1", 2, "r1").unwrap()).await.unwrap();
+    e.deduct(&Deduct::new("conflict", "u1", 2, "r1").unwrap())
+        .await
+        .unwrap();
     for (user, qty, field) in [("u1", 3, "qty"), ("u2", 2, "user")] {
-        let err = e.deduct(&Deduct::new("conflict", user, qty, "r1").unwrap()).await.unwrap_err();
+        let err = e
+            .deduct(&Deduct::new("conflict", user, qty, "r1").unwrap())
+            .await
+            .unwrap_err();
         match err {
             Error::RequestIdConflict { field: f, .. } => assert_eq!(f, field),
             other => panic!("{other:?}"),
@@ -158,26 +202,43 @@ async fn fallback_no_undersell<S: Store>(e: Engine<S>) {
     // Sell 1 unit from 7 segments one by one, leaving 3 segments with 1 unit each.
     let mut i = 0;
     while e.remaining(&s).await.unwrap().total > 3 {
-        e.deduct(&Deduct::new("scatter", &format!("a{i}"), 1, &format!("a{i}")).unwrap()).await.unwrap();
+        e.deduct(&Deduct::new("scatter", &format!("a{i}"), 1, &format!("a{i}")).unwrap())
+            .await
+            .unwrap();
         i += 1;
     }
     let before = e.remaining(&s).await.unwrap();
     assert_eq!(before.per_segment.iter().filter(|u| **u == 1).count(), 3);
     // 4 is more than is left: nothing changes.
-    let d = e.deduct(&Deduct::new("scatter", "bob", 4, "b4").unwrap()).await.unwrap();
+    let d = e
+        .deduct(&Deduct::new("scatter", "bob", 4, "b4").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d, Deduction::Insufficient { available: 3 });
     assert_eq!(e.remaining(&s).await.unwrap(), before);
     // 3 across three segments.
-    let d = e.deduct(&Deduct::new("scatter", "bob", 3, "b3").unwrap()).await.unwrap();
-    let Deduction::Applied { parts } = &d else { panic!("{d:?}") };
+    let d = e
+        .deduct(&Deduct::new("scatter", "bob", 3, "b3").unwrap())
+        .await
+        .unwrap();
+    let Deduction::Applied { parts } = &d else {
+        panic!("{d:?}")
+    };
     assert_eq!(parts.len(), 3);
     let segs: BTreeSet<u32> = parts.iter().map(|p| p.segment).collect();
-    let expected: BTreeSet<u32> = (0..10u32).filter(|i| before.per_segment[*i as usize] == 1).collect();
+    let expected: BTreeSet<u32> = (0..10u32)
+        .filter(|i| before.per_segment[*i as usize] == 1)
+        .collect();
     assert_eq!(segs, expected);
     assert_eq!(conserved(&e, &s, 10, 0).await, (0, 10));
     // The insufficient request's id stayed free: after a restock it is a fresh attempt.
-    e.restock(&s, 4, &RequestId::new("re1").unwrap()).await.unwrap();
-    let d = e.deduct(&Deduct::new("scatter", "bob", 4, "b4").unwrap()).await.unwrap();
+    e.restock(&s, 4, &RequestId::new("re1").unwrap())
+        .await
+        .unwrap();
+    let d = e
+        .deduct(&Deduct::new("scatter", "bob", 4, "b4").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 4, "{d:?}");
     assert_eq!(conserved(&e, &s, 10, 4).await, (0, 14));
 }
@@ -200,17 +261,46 @@ async fn restock_by_another_instance_sells_at_once() {
     let s = sku("restock");
     a.load(&s, 4, 4, false).await.unwrap();
     for i in 0..4 {
-        let d = a.deduct(&Deduct::new("restock", &format!("u{i}"), 1, &format!("x{i}")).unwrap()).await.unwrap();
+        let d = a
+            .deduct(&Deduct::new("restock", &format!("u{i}"), 1, &format!("x{i}")).unwrap())
+            .await
+            .unwrap();
         assert_eq!(d.units_applied(), 1);
     }
     // Every segment is now hinted empty in `a`.
-    assert_eq!(a.deduct(&Deduct::new("restock", "late", 1, "late-1").unwrap()).await.unwrap(), Deduction::SoldOut);
-    let r = b.restock(&s, 1, &RequestId::new("rs-1").unwrap()).await.unwrap();
-    assert_eq!(r, Restocked { added: 1, replayed: false });
+    assert_eq!(
+        a.deduct(&Deduct::new("restock", "late", 1, "late-1").unwrap())
+            .await
+            .unwrap(),
+        Deduction::SoldOut
+    );
+    let r = b
+        .restock(&s, 1, &RequestId::new("rs-1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Restocked {
+            added: 1,
+            replayed: false
+        }
+    );
     // A retry of the same restock adds nothing.
-    let r = b.restock(&s, 1, &RequestId::new("rs-1").unwrap()).await.unwrap();
-    assert_eq!(r, Restocked { added: 0, replayed: true });
-    let d = a.deduct(&Deduct::new("restock", "late", 1, "late-2").unwrap()).await.unwrap();
+    let r = b
+        .restock(&s, 1, &RequestId::new("rs-1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Restocked {
+            added: 0,
+            replayed: true
+        }
+    );
+    let d = a
+        .deduct(&Deduct::new("restock", "late", 1, "late-2").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 1, "{d:?}");
     assert_eq!(conserved(&a, &s, 4, 1).await, (0, 5));
     // Same restock id with another quantity is a conflict.
@@ -224,15 +314,21 @@ async fn restock_by_another_instance_sells_at_once() {
 async fn restock_spreads<S: Store>(e: Engine<S>) {
     let s = sku("spread");
     e.load(&s, 0, 4, false).await.unwrap();
-    e.restock(&s, 10, &RequestId::new("r").unwrap()).await.unwrap();
+    e.restock(&s, 10, &RequestId::new("r").unwrap())
+        .await
+        .unwrap();
     let mut per = e.remaining(&s).await.unwrap().per_segment;
     per.sort();
     assert_eq!(per, vec![2, 2, 3, 3]);
-    e.restock(&s, 10, &RequestId::new("r").unwrap()).await.unwrap();
+    e.restock(&s, 10, &RequestId::new("r").unwrap())
+        .await
+        .unwrap();
     assert_eq!(conserved(&e, &s, 0, 10).await, (10, 0));
     // The same id with another quantity is refused before anything changes, including on
     // segments the first restock never touched.
-    e.restock(&s, 1, &RequestId::new("one").unwrap()).await.unwrap();
+    e.restock(&s, 1, &RequestId::new("one").unwrap())
+        .await
+        .unwrap();
     for qty in [2, 3, 9] {
         assert!(matches!(
             e.restock(&s, qty, &RequestId::new("one").unwrap()).await,

@@ -10,13 +10,27 @@ use std::time::Duration;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Load { total: u64, segments: u32 },
-    Deduct { user: u8, qty: u64, rid: u16 },
+    Load {
+        total: u64,
+        segments: u32,
+    },
+    Deduct {
+        user: u8,
+        qty: u64,
+        rid: u16,
+    },
     /// Re-send the n-th earlier deduct (same id, same parameters).
-    Replay { nth: usize },
+    Replay {
+        nth: usize,
+    },
     /// Re-send an earlier request id with another quantity (a conflict).
-    Conflict { nth: usize },
-    Restock { qty: u64, rid: u16 },
+    Conflict {
+        nth: usize,
+    },
+    Restock {
+        qty: u64,
+        rid: u16,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -48,7 +62,13 @@ async fn run<S: Store>(e: &Engine<S>, sku_name: &str, ops: &[Op]) -> Vec<String>
             }
             Op::Deduct { user, qty, rid } => {
                 // Request ids are scoped by generation on purpose: a reload resets the ledger.
-                let d = Deduct::new(sku_name, &format!("u{user}"), *qty, &format!("g{generation}-r{rid}")).unwrap();
+                let d = Deduct::new(
+                    sku_name,
+                    &format!("u{user}"),
+                    *qty,
+                    &format!("g{generation}-r{rid}"),
+                )
+                .unwrap();
                 let r = e.deduct(&d).await;
                 sent.push(d);
                 format!("deduct {r:?}")
@@ -63,7 +83,13 @@ async fn run<S: Store>(e: &Engine<S>, sku_name: &str, ops: &[Op]) -> Vec<String>
                 format!("conflict {:?}", e.deduct(&d).await)
             }
             Op::Restock { qty, rid } => {
-                let r = e.restock(&sku, *qty, &RequestId::new(format!("g{generation}-s{rid}")).unwrap()).await;
+                let r = e
+                    .restock(
+                        &sku,
+                        *qty,
+                        &RequestId::new(format!("g{generation}-s{rid}")).unwrap(),
+                    )
+                    .await;
                 if let Ok(Restocked { added, .. }) = &r {
                     restocked += added;
                 }
@@ -89,9 +115,16 @@ fn memory_and_redis_agree() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let srv = RedisServer::start();
     // Long hints so routing depends only on the sequence, never on timing.
-    let builder = || Engine::builder().hint_ttl(Duration::from_secs(3600)).max_qty(5);
+    let builder = || {
+        Engine::builder()
+            .hint_ttl(Duration::from_secs(3600))
+            .max_qty(5)
+    };
     let redis = rt.block_on(redis_engine(&srv, builder()));
-    let cases = std::env::var("DIFF_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
+    let cases = std::env::var("DIFF_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48);
     let n = std::sync::atomic::AtomicU32::new(0);
     proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() },
         |(first in (1u64..40, 1u32..8), ops in proptest::collection::vec(op(), 1..60))| {

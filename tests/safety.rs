@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use fred::prelude::LuaInterface;
 use fred::types::Value;
-use shardstock::store::{ReqArgs, SegAddr, TakeReply, HomeReply};
+use shardstock::store::{HomeReply, ReqArgs, SegAddr, TakeReply};
 use shardstock::*;
 use std::time::Duration;
 
@@ -30,29 +30,69 @@ async fn bad_input_is_rejected_and_changes_nothing() {
     let keys_before = srv.cli(&["DBSIZE"]);
     let audit_before = e.audit(&s).await.unwrap();
 
-    for bad in ["", "a}b", "{x}", "a{b", "a b", "a\nb", "a#b", "a:b", "ü", &"s".repeat(65)] {
-        assert_eq!(field(Deduct::new(bad, "u", 1, "r").unwrap_err()), "sku", "{bad:?}");
+    for bad in [
+        "",
+        "a}b",
+        "{x}",
+        "a{b",
+        "a b",
+        "a\nb",
+        "a#b",
+        "a:b",
+        "ü",
+        &"s".repeat(65),
+    ] {
+        assert_eq!(
+            field(Deduct::new(bad, "u", 1, "r").unwrap_err()),
+            "sku",
+            "{bad:?}"
+        );
     }
     for bad in ["", "u}", "{u}", "u v", "u\t", "u\u{0}", &"u".repeat(129)] {
-        assert_eq!(field(Deduct::new("valid", bad, 1, "r").unwrap_err()), "user", "{bad:?}");
-        assert_eq!(field(Deduct::new("valid", "u", 1, bad).unwrap_err()), "request_id", "{bad:?}");
+        assert_eq!(
+            field(Deduct::new("valid", bad, 1, "r").unwrap_err()),
+            "user",
+            "{bad:?}"
+        );
+        assert_eq!(
+            field(Deduct::new("valid", "u", 1, bad).unwrap_err()),
+            "request_id",
+            "{bad:?}"
+        );
     }
     for qty in [0, 6, u64::MAX] {
         let d = Deduct::new("valid", "u", qty, "rq").unwrap();
         assert_eq!(field(e.deduct(&d).await.unwrap_err()), "qty", "{qty}");
     }
-    assert_eq!(field(e.load(&sku("n1"), 10, 0, false).await.unwrap_err()), "segments");
-    assert_eq!(field(e.load(&sku("n2"), 10, 1025, false).await.unwrap_err()), "segments");
-    assert_eq!(field(e.load(&sku("n3"), u64::MAX, 4, false).await.unwrap_err()), "stock");
+    assert_eq!(
+        field(e.load(&sku("n1"), 10, 0, false).await.unwrap_err()),
+        "segments"
+    );
+    assert_eq!(
+        field(e.load(&sku("n2"), 10, 1025, false).await.unwrap_err()),
+        "segments"
+    );
+    assert_eq!(
+        field(e.load(&sku("n3"), u64::MAX, 4, false).await.unwrap_err()),
+        "stock"
+    );
     let rid = RequestId::new("rs").unwrap();
     assert_eq!(field(e.restock(&s, 0, &rid).await.unwrap_err()), "qty");
-    assert_eq!(field(e.restock(&s, u64::MAX, &rid).await.unwrap_err()), "qty");
+    assert_eq!(
+        field(e.restock(&s, u64::MAX, &rid).await.unwrap_err()),
+        "qty"
+    );
     assert!(matches!(
-        e.deduct(&Deduct::new("never-loaded", "u", 1, "r").unwrap()).await,
+        e.deduct(&Deduct::new("never-loaded", "u", 1, "r").unwrap())
+            .await,
         Err(Error::NotLoaded(_))
     ));
 
-    assert_eq!(srv.cli(&["DBSIZE"]), keys_before, "an invalid call wrote a key");
+    assert_eq!(
+        srv.cli(&["DBSIZE"]),
+        keys_before,
+        "an invalid call wrote a key"
+    );
     assert_eq!(e.audit(&s).await.unwrap(), audit_before);
 }
 
@@ -65,19 +105,47 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let s = sku("strict");
     e.load(&s, 10, 1, false).await.unwrap();
     let client = e.store().pool().next().clone();
-    let lua = concat!(include_str!("../src/scripts/prelude.lua"), include_str!("../src/scripts/deduct.lua"));
-    let keys = vec!["t:{strict#0}:seg".to_string(), "t:{strict#0}:g1:rq:x".to_string()];
+    let lua = concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/deduct.lua")
+    );
+    let keys = vec![
+        "t:{strict#0}:seg".to_string(),
+        "t:{strict#0}:g1:rq:x".to_string(),
+    ];
     let args = |qty: &str, user: &str| -> Vec<String> {
-        ["1", user, qty, "0", "1000", "1000", "1"].iter().map(|s| s.to_string()).collect()
+        ["1", user, qty, "0", "1000", "1000", "1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     };
     // Valid call first, so we know the harness is right.
-    let ok: Value = client.eval(lua, keys.clone(), args("1", "u")).await.unwrap();
+    let ok: Value = client
+        .eval(lua, keys.clone(), args("1", "u"))
+        .await
+        .unwrap();
     assert!(format!("{ok:?}").contains("applied"), "{ok:?}");
     let before = srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
-    for qty in ["0", "0x10", "1e3", " 5", "5 ", "5.9", "inf", "nan", "-1", "01", "", "9999999999999999"] {
+    for qty in [
+        "0",
+        "0x10",
+        "1e3",
+        " 5",
+        "5 ",
+        "5.9",
+        "inf",
+        "nan",
+        "-1",
+        "01",
+        "",
+        "9999999999999999",
+    ] {
         let r: Result<Value, _> = client.eval(lua, keys.clone(), args(qty, "u2")).await;
         let err = r.expect_err(qty);
-        assert!(err.details().contains("bad argument: qty"), "{qty:?}: {err:?}");
+        assert!(
+            err.details().contains("bad argument: qty"),
+            "{qty:?}: {err:?}"
+        );
     }
     for user in ["a{b}", "a b", ""] {
         let r: Result<Value, _> = client.eval(lua, keys.clone(), args("1", user)).await;
@@ -96,10 +164,24 @@ async fn noscript_recovery_after_script_flush() {
     let e = redis_engine(&srv, Engine::builder()).await;
     let s = sku("flush");
     e.load(&s, 10, 2, false).await.unwrap();
-    assert_eq!(e.deduct(&Deduct::new("flush", "u", 1, "f1").unwrap()).await.unwrap().units_applied(), 1);
+    assert_eq!(
+        e.deduct(&Deduct::new("flush", "u", 1, "f1").unwrap())
+            .await
+            .unwrap()
+            .units_applied(),
+        1
+    );
     assert_eq!(srv.cli(&["SCRIPT", "FLUSH"]), "OK");
-    assert_eq!(e.deduct(&Deduct::new("flush", "u", 1, "f2").unwrap()).await.unwrap().units_applied(), 1);
-    e.restock(&s, 1, &RequestId::new("fr").unwrap()).await.unwrap();
+    assert_eq!(
+        e.deduct(&Deduct::new("flush", "u", 1, "f2").unwrap())
+            .await
+            .unwrap()
+            .units_applied(),
+        1
+    );
+    e.restock(&s, 1, &RequestId::new("fr").unwrap())
+        .await
+        .unwrap();
     srv.cli(&["SCRIPT", "FLUSH"]);
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 2 && a.remaining == 9, "{a:?}");
@@ -111,13 +193,33 @@ async fn noscript_recovery_after_script_flush() {
 async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
     let s = sku("reload");
     a.load(&s, 10, 4, false).await.unwrap();
-    assert!(matches!(a.load(&s, 99, 4, false).await, Err(Error::AlreadyLoaded { generation: 1, .. })));
-    assert_eq!(a.remaining(&s).await.unwrap().total, 10, "a refused load changed nothing");
-    assert_eq!(b.deduct(&Deduct::new("reload", "u", 2, "r1").unwrap()).await.unwrap().units_applied(), 2);
+    assert!(matches!(
+        a.load(&s, 99, 4, false).await,
+        Err(Error::AlreadyLoaded { generation: 1, .. })
+    ));
+    assert_eq!(
+        a.remaining(&s).await.unwrap().total,
+        10,
+        "a refused load changed nothing"
+    );
+    assert_eq!(
+        b.deduct(&Deduct::new("reload", "u", 2, "r1").unwrap())
+            .await
+            .unwrap()
+            .units_applied(),
+        2
+    );
     // `a` replaces the SKU with fewer segments; `b` still caches the old layout.
     assert_eq!(a.load(&s, 6, 2, true).await.unwrap(), 2);
-    let d = b.deduct(&Deduct::new("reload", "u", 2, "r1").unwrap()).await.unwrap();
-    assert_eq!(d.units_applied(), 2, "a new generation has a clean ledger: {d:?}");
+    let d = b
+        .deduct(&Deduct::new("reload", "u", 2, "r1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        d.units_applied(),
+        2,
+        "a new generation has a clean ledger: {d:?}"
+    );
     let r = b.remaining(&s).await.unwrap();
     assert_eq!((r.total, r.per_segment.len()), (4, 2));
     let audit = a.audit(&s).await.unwrap();
@@ -128,11 +230,22 @@ async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
 #[tokio::test]
 async fn reload_is_explicit_and_noticed_by_other_instances() {
     let m = MemoryStore::new();
-    reloads(Engine::builder().build(m.clone()).unwrap(), Engine::builder().build(m).unwrap()).await;
+    reloads(
+        Engine::builder().build(m.clone()).unwrap(),
+        Engine::builder().build(m).unwrap(),
+    )
+    .await;
     let srv = RedisServer::start();
-    reloads(redis_engine(&srv, Engine::builder()).await, redis_engine(&srv, Engine::builder()).await).await;
+    reloads(
+        redis_engine(&srv, Engine::builder()).await,
+        redis_engine(&srv, Engine::builder()).await,
+    )
+    .await;
     // The dropped segments' keys are gone.
-    assert_eq!(srv.cli(&["EXISTS", "t:{reload#2}:seg", "t:{reload#3}:seg"]), "0");
+    assert_eq!(
+        srv.cli(&["EXISTS", "t:{reload#2}:seg", "t:{reload#3}:seg"]),
+        "0"
+    );
 }
 
 /// A process claims a request (its home was short), takes units elsewhere, and dies before
@@ -146,43 +259,105 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     let rid = RequestId::new(format!("{name}-r")).unwrap();
     let user = UserId::new("carol").unwrap();
     let home = shardstock::segments::home(&rid, 4);
-    let at = |index| SegAddr { sku: &s, generation: 1, index };
+    let at = |index| SegAddr {
+        sku: &s,
+        generation: 1,
+        index,
+    };
     let qty = 2;
-    let args = ReqArgs { request_id: &rid, user: &user, qty, ttl_ms: 60_000, lease_ms: 100 };
+    let args = ReqArgs {
+        request_id: &rid,
+        user: &user,
+        qty,
+        ttl_ms: 60_000,
+        lease_ms: 100,
+    };
     let st = e.store();
     // Empty the home with a one-unit request routed there explicitly.
     let filler = RequestId::new("filler").unwrap();
-    let fa = ReqArgs { request_id: &filler, user: &user, qty: 1, ttl_ms: 60_000, lease_ms: 100 };
-    assert!(matches!(st.deduct_home(at(home), fa, false).await.unwrap(), HomeReply::Applied { .. }));
+    let fa = ReqArgs {
+        request_id: &filler,
+        user: &user,
+        qty: 1,
+        ttl_ms: 60_000,
+        lease_ms: 100,
+    };
+    assert!(matches!(
+        st.deduct_home(at(home), fa, false).await.unwrap(),
+        HomeReply::Applied { .. }
+    ));
     // The doomed holder: claims, then takes 1 (or 2 = complete) units at other segments.
-    assert_eq!(st.deduct_home(at(home), args, true).await.unwrap(), HomeReply::Short { stock: 0, claimed: true });
+    assert_eq!(
+        st.deduct_home(at(home), args, true).await.unwrap(),
+        HomeReply::Short {
+            stock: 0,
+            claimed: true
+        }
+    );
     let others: Vec<u32> = shardstock::router::others(home, 4).collect();
-    assert!(matches!(st.take(at(others[0]), args, 1, 1, false).await.unwrap(), TakeReply::Taken { part: 1, .. }));
+    assert!(matches!(
+        st.take(at(others[0]), args, 1, 1, false).await.unwrap(),
+        TakeReply::Taken { part: 1, .. }
+    ));
     if complete {
-        assert!(matches!(st.take(at(others[1]), args, 1, 1, false).await.unwrap(), TakeReply::Taken { part: 1, .. }));
+        assert!(matches!(
+            st.take(at(others[1]), args, 1, 1, false).await.unwrap(),
+            TakeReply::Taken { part: 1, .. }
+        ));
     }
     // ...and dies. A duplicate arriving now waits (lease 100 ms), then takes over.
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let d = e.deduct(&Deduct { sku: s.clone(), user: user.clone(), qty, request_id: rid.clone() }).await.unwrap();
+    let d = e
+        .deduct(&Deduct {
+            sku: s.clone(),
+            user: user.clone(),
+            qty,
+            request_id: rid.clone(),
+        })
+        .await
+        .unwrap();
     match (&d, complete) {
-        (Deduction::Replayed { parts }, true) => assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), 2),
-        (Deduction::Applied { parts }, false) => assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), 2),
+        (Deduction::Replayed { parts }, true) => {
+            assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), 2)
+        }
+        (Deduction::Applied { parts }, false) => {
+            assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), 2)
+        }
         other => panic!("{other:?}"),
     }
     // The zombie wakes: its epoch-1 takes are fenced and its refunds do nothing.
-    assert_eq!(st.take(at(others[2]), args, 1, 1, false).await.unwrap(), TakeReply::Fenced);
+    assert_eq!(
+        st.take(at(others[2]), args, 1, 1, false).await.unwrap(),
+        TakeReply::Fenced
+    );
     assert_eq!(st.refund(at(others[0]), args, 1, false).await.unwrap(), 0);
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok, "{a:?}");
-    assert_eq!((a.sold, a.remaining), (3, 1), "filler 1 + request 2, exactly once");
+    assert_eq!(
+        (a.sold, a.remaining),
+        (3, 1),
+        "filler 1 + request 2, exactly once"
+    );
     // Replays from now on agree.
-    let again = e.deduct(&Deduct { sku: s.clone(), user, qty, request_id: rid }).await.unwrap();
+    let again = e
+        .deduct(&Deduct {
+            sku: s.clone(),
+            user,
+            qty,
+            request_id: rid,
+        })
+        .await
+        .unwrap();
     assert!(matches!(again, Deduction::Replayed { .. }), "{again:?}");
 }
 
 #[tokio::test]
 async fn dead_claim_holder_is_taken_over_exactly_once() {
-    let b = || Engine::builder().claim_lease(Duration::from_millis(100)).pending_wait(Duration::from_secs(2));
+    let b = || {
+        Engine::builder()
+            .claim_lease(Duration::from_millis(100))
+            .pending_wait(Duration::from_secs(2))
+    };
     dead_claim_holder(b().build(MemoryStore::new()).unwrap(), true).await;
     dead_claim_holder(b().build(MemoryStore::new()).unwrap(), false).await;
     let srv = RedisServer::start();
@@ -204,10 +379,31 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
     let rid = RequestId::new("live-r").unwrap();
     let user = UserId::new("dan").unwrap();
     let home = shardstock::segments::home(&rid, 2);
-    let at = SegAddr { sku: &s, generation: 1, index: home };
-    let args = ReqArgs { request_id: &rid, user: &user, qty: 2, ttl_ms: 60_000, lease_ms: 30_000 };
-    assert!(matches!(e.store().deduct_home(at, args, true).await.unwrap(), HomeReply::Short { claimed: true, .. }));
-    let d = e.deduct(&Deduct { sku: s.clone(), user, qty: 2, request_id: rid }).await.unwrap();
+    let at = SegAddr {
+        sku: &s,
+        generation: 1,
+        index: home,
+    };
+    let args = ReqArgs {
+        request_id: &rid,
+        user: &user,
+        qty: 2,
+        ttl_ms: 60_000,
+        lease_ms: 30_000,
+    };
+    assert!(matches!(
+        e.store().deduct_home(at, args, true).await.unwrap(),
+        HomeReply::Short { claimed: true, .. }
+    ));
+    let d = e
+        .deduct(&Deduct {
+            sku: s.clone(),
+            user,
+            qty: 2,
+            request_id: rid,
+        })
+        .await
+        .unwrap();
     assert_eq!(d, Deduction::InFlight);
     assert_eq!(e.remaining(&s).await.unwrap().total, 2);
 }

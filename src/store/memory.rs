@@ -156,7 +156,13 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn load_begin(&self, sku: &Sku, segments: u32, total: u64, replace: bool) -> Result<LoadBegin> {
+    async fn load_begin(
+        &self,
+        sku: &Sku,
+        segments: u32,
+        total: u64,
+        replace: bool,
+    ) -> Result<LoadBegin> {
         let mut e = self.inner.metas.entry(sku.clone());
         use dashmap::Entry;
         let prev = match &mut e {
@@ -166,7 +172,9 @@ impl Store for MemoryStore {
         if let Some(p) = prev
             && !replace
         {
-            return Ok(LoadBegin::Exists { generation: p.generation });
+            return Ok(LoadBegin::Exists {
+                generation: p.generation,
+            });
         }
         let generation = prev.map_or(0, |p| p.generation) + 1;
         let meta = Meta {
@@ -217,7 +225,12 @@ impl Store for MemoryStore {
     }
 
     // deduct.lua
-    async fn deduct_home(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, claim: bool) -> Result<HomeReply> {
+    async fn deduct_home(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        claim: bool,
+    ) -> Result<HomeReply> {
         Ok(self.with_seg(seg, HomeReply::Stale, |s, now| {
             if let Some(rec) = s.rec(seg.generation, req.request_id, now) {
                 if let Some(f) = mismatch(rec, &req) {
@@ -271,7 +284,14 @@ impl Store for MemoryStore {
     }
 
     // take.lua
-    async fn take(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, part: u64, epoch: u64, is_home: bool) -> Result<TakeReply> {
+    async fn take(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        part: u64,
+        epoch: u64,
+        is_home: bool,
+    ) -> Result<TakeReply> {
         Ok(self.with_seg(seg, TakeReply::Stale, |s, now| {
             let stock = s.st.stock;
             let rec = s.rec(seg.generation, req.request_id, now);
@@ -339,7 +359,13 @@ impl Store for MemoryStore {
     }
 
     // settle.lua
-    async fn settle(&self, home: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, parts: Option<&[Part]>) -> Result<SettleReply> {
+    async fn settle(
+        &self,
+        home: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+        parts: Option<&[Part]>,
+    ) -> Result<SettleReply> {
         Ok(self.with_any(home, |s, now| {
             let Some(rec) = s.rec(home.generation, req.request_id, now) else {
                 return SettleReply::Gone;
@@ -359,7 +385,8 @@ impl Store for MemoryStore {
                     rec.expires = now + ms(req.ttl_ms);
                 }
                 None => {
-                    s.requests.remove(&(home.generation, req.request_id.clone()));
+                    s.requests
+                        .remove(&(home.generation, req.request_id.clone()));
                 }
             }
             SettleReply::Ok
@@ -367,7 +394,13 @@ impl Store for MemoryStore {
     }
 
     // refund.lua
-    async fn refund(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, is_home: bool) -> Result<u64> {
+    async fn refund(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+        is_home: bool,
+    ) -> Result<u64> {
         Ok(self.with_seg(seg, 0, |s, now| {
             let Some(rec) = s.rec(seg.generation, req.request_id, now) else {
                 return 0;
@@ -450,7 +483,14 @@ impl Store for MemoryStore {
     }
 
     // restock.lua
-    async fn restock(&self, seg: SegAddr<'_>, request_id: &RequestId, qty: u64, total: u64, ttl_ms: u64) -> Result<RestockReply> {
+    async fn restock(
+        &self,
+        seg: SegAddr<'_>,
+        request_id: &RequestId,
+        qty: u64,
+        total: u64,
+        ttl_ms: u64,
+    ) -> Result<RestockReply> {
         self.with_seg(seg, Ok(RestockReply::Stale), |s, now| {
             let key = (seg.generation, request_id.clone());
             if let Some((q, exp)) = s.restocks.get(&key)
@@ -464,7 +504,10 @@ impl Store for MemoryStore {
             }
             let limit = 1_000_000_000_000_000;
             if s.st.stock + qty >= limit || s.st.restocked + qty >= limit {
-                return Err(crate::Error::invalid("qty", "segment would exceed 10^15 units"));
+                return Err(crate::Error::invalid(
+                    "qty",
+                    "segment would exceed 10^15 units",
+                ));
             }
             s.st.stock += qty;
             s.st.restocked += qty;
@@ -475,14 +518,28 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn snapshot(&self, sku: &Sku, generation: u64, segments: u32, home: Option<(u32, &RequestId)>) -> Result<Snapshot> {
+    async fn snapshot(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        segments: u32,
+        home: Option<(u32, &RequestId)>,
+    ) -> Result<Snapshot> {
         let mut out = Vec::with_capacity(segments as usize);
         for index in 0..segments {
-            let seg = SegAddr { sku, generation, index };
+            let seg = SegAddr {
+                sku,
+                generation,
+                index,
+            };
             out.push(self.with_seg(seg, None, |s, _| Some(s.st)));
         }
         let home_record = home.and_then(|(index, rid)| {
-            let seg = SegAddr { sku, generation, index };
+            let seg = SegAddr {
+                sku,
+                generation,
+                index,
+            };
             self.with_seg(seg, None, |s, now| {
                 s.rec(generation, rid, now).map(|r| HomeRecord {
                     user: r.user.to_string(),

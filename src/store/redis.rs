@@ -135,7 +135,10 @@ impl Reply {
     }
 
     fn bad(&self) -> Error {
-        Error::Protocol(format!("{}: reply {} {:?}", self.script, self.tag, self.rest))
+        Error::Protocol(format!(
+            "{}: reply {} {:?}",
+            self.script, self.tag, self.rest
+        ))
     }
 }
 
@@ -144,7 +147,10 @@ fn script_error(e: fred::error::Error) -> Error {
     const PREFIX: &str = "shardstock bad argument: ";
     let d = e.details();
     if let Some(pos) = d.find(PREFIX) {
-        let name = d[pos + PREFIX.len()..].split_whitespace().next().unwrap_or("");
+        let name = d[pos + PREFIX.len()..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
         let field = match name {
             "qty" => "qty",
             "user" => "user",
@@ -239,7 +245,13 @@ impl Store for RedisStore {
         "redis"
     }
 
-    async fn load_begin(&self, sku: &Sku, segments: u32, total: u64, replace: bool) -> Result<LoadBegin> {
+    async fn load_begin(
+        &self,
+        sku: &Sku,
+        segments: u32,
+        total: u64,
+        replace: bool,
+    ) -> Result<LoadBegin> {
         let r = self
             .eval(
                 &self.scripts.load_begin,
@@ -249,7 +261,9 @@ impl Store for RedisStore {
             )
             .await?;
         match r.tag.as_str() {
-            "exists" => Ok(LoadBegin::Exists { generation: r.u64(0)? }),
+            "exists" => Ok(LoadBegin::Exists {
+                generation: r.u64(0)?,
+            }),
             "started" => Ok(LoadBegin::Started {
                 generation: r.u64(0)?,
                 old_segments: r.u64(1)? as u32,
@@ -290,7 +304,10 @@ impl Store for RedisStore {
     async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
         let v: Vec<Option<String>> = self
             .pool
-            .hmget(self.keys.meta(sku), vec!["gen", "segments", "loaded", "state"])
+            .hmget(
+                self.keys.meta(sku),
+                vec!["gen", "segments", "loaded", "state"],
+            )
             .await?;
         let num = |i: usize| -> Result<u64> {
             v[i].as_deref()
@@ -308,7 +325,12 @@ impl Store for RedisStore {
         }))
     }
 
-    async fn deduct_home(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, claim: bool) -> Result<HomeReply> {
+    async fn deduct_home(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        claim: bool,
+    ) -> Result<HomeReply> {
         let r = self
             .eval(
                 &self.scripts.deduct,
@@ -344,7 +366,14 @@ impl Store for RedisStore {
         })
     }
 
-    async fn take(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, part: u64, epoch: u64, is_home: bool) -> Result<TakeReply> {
+    async fn take(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        part: u64,
+        epoch: u64,
+        is_home: bool,
+    ) -> Result<TakeReply> {
         let r = self
             .eval(
                 &self.scripts.take,
@@ -374,7 +403,13 @@ impl Store for RedisStore {
         })
     }
 
-    async fn settle(&self, home: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, parts: Option<&[Part]>) -> Result<SettleReply> {
+    async fn settle(
+        &self,
+        home: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+        parts: Option<&[Part]>,
+    ) -> Result<SettleReply> {
         let (outcome, parts) = match parts {
             Some(p) => ("A", encode_parts(p)),
             None => ("X", String::new()),
@@ -384,7 +419,12 @@ impl Store for RedisStore {
                 &self.scripts.settle,
                 "settle",
                 vec![self.rq_key(&home, req.request_id)],
-                vec![epoch.to_string(), outcome.into(), parts, req.ttl_ms.to_string()],
+                vec![
+                    epoch.to_string(),
+                    outcome.into(),
+                    parts,
+                    req.ttl_ms.to_string(),
+                ],
             )
             .await?;
         Ok(match r.tag.as_str() {
@@ -396,7 +436,13 @@ impl Store for RedisStore {
         })
     }
 
-    async fn refund(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64, is_home: bool) -> Result<u64> {
+    async fn refund(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        epoch: u64,
+        is_home: bool,
+    ) -> Result<u64> {
         let r = self
             .eval(
                 &self.scripts.refund,
@@ -464,14 +510,22 @@ impl Store for RedisStore {
         })
     }
 
-    async fn restock(&self, seg: SegAddr<'_>, request_id: &RequestId, qty: u64, total: u64, ttl_ms: u64) -> Result<RestockReply> {
+    async fn restock(
+        &self,
+        seg: SegAddr<'_>,
+        request_id: &RequestId,
+        qty: u64,
+        total: u64,
+        ttl_ms: u64,
+    ) -> Result<RestockReply> {
         let r = self
             .eval(
                 &self.scripts.restock,
                 "restock",
                 vec![
                     self.seg_key(&seg),
-                    self.keys.restock(seg.sku, seg.index, seg.generation, request_id),
+                    self.keys
+                        .restock(seg.sku, seg.index, seg.generation, request_id),
                 ],
                 vec![
                     seg.generation.to_string(),
@@ -492,7 +546,13 @@ impl Store for RedisStore {
         })
     }
 
-    async fn snapshot(&self, sku: &Sku, generation: u64, segments: u32, home: Option<(u32, &RequestId)>) -> Result<Snapshot> {
+    async fn snapshot(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        segments: u32,
+        home: Option<(u32, &RequestId)>,
+    ) -> Result<Snapshot> {
         let reads = (0..segments).map(|i| {
             let key = self.keys.segment(sku, i);
             async move {
@@ -502,14 +562,18 @@ impl Store for RedisStore {
                     .hmget(key, vec!["gen", "stock", "sold", "loaded", "restocked"])
                     .await?;
                 Ok::<_, Error>(match v.as_slice() {
-                    [Some(g), Some(stock), Some(sold), Some(loaded), Some(restocked)] if *g == generation => {
-                        Some(SegmentState {
-                            stock: *stock,
-                            sold: *sold,
-                            loaded: *loaded,
-                            restocked: *restocked,
-                        })
-                    }
+                    [
+                        Some(g),
+                        Some(stock),
+                        Some(sold),
+                        Some(loaded),
+                        Some(restocked),
+                    ] if *g == generation => Some(SegmentState {
+                        stock: *stock,
+                        sold: *sold,
+                        loaded: *loaded,
+                        restocked: *restocked,
+                    }),
                     _ => None,
                 })
             }
@@ -519,15 +583,19 @@ impl Store for RedisStore {
                 return Ok::<_, Error>(None);
             };
             let key = self.keys.request(sku, index, generation, rid);
-            let flat: std::collections::HashMap<String, String> = self.pool.next().hgetall(key).await?;
+            let flat: std::collections::HashMap<String, String> =
+                self.pool.next().hgetall(key).await?;
             if flat.is_empty() {
                 return Ok(None);
             }
             let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
-            let qty = get("q").parse().map_err(|_| Error::Protocol(format!("record {flat:?}")))?;
+            let qty = get("q")
+                .parse()
+                .map_err(|_| Error::Protocol(format!("record {flat:?}")))?;
             let state = match get("s").as_str() {
                 "A" => RecordState::Applied(
-                    decode_parts(&get("parts")).ok_or_else(|| Error::Protocol(format!("record {flat:?}")))?,
+                    decode_parts(&get("parts"))
+                        .ok_or_else(|| Error::Protocol(format!("record {flat:?}")))?,
                 ),
                 "P" => RecordState::Pending {
                     epoch: get("e").parse().unwrap_or(0),

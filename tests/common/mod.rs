@@ -64,7 +64,7 @@ impl RedisServer {
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
-                    break; // port taken between probe and bind: try another
+                    break; // exited (port taken between probe and bind): try another
                 }
                 if ping(port) {
                     return Self { child, port, dir };
@@ -72,6 +72,7 @@ impl RedisServer {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let _ = child.kill();
+            let _ = child.wait();
         }
         panic!("could not start redis-server");
     }

@@ -1,0 +1,381 @@
+//! `shardstock`: command-line front end of the sharded inventory engine.
+//!
+//! Commands: `load`, `restock`, `audit` and `sim` (a flash-sale load generator). The store is
+//! Redis when a URL is given (`--redis`, `store.redis_url` in the config file, or
+//! `SHARDSTOCK_STORE__REDIS_URL`), else the embedded in-memory store, which lives only as long
+//! as the process.
+//!
+//! Exit codes: 0 success; 1 error (message on stderr); 2 `audit` found a conservation problem
+//! (also clap's code for a usage error); 3 `sim` saw overselling or a failed audit.
+
+mod sim;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+use shardstock::{Config, Engine, EngineBuilder, MemoryStore, RedisStore, RequestId, Sku, Store};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// Exit code of `audit` when a check failed.
+const EXIT_AUDIT_FAILED: u8 = 2;
+
+/// Sharded flash-sale inventory: load stock, restock, audit and simulate a sale.
+///
+/// Stock lives in Redis when a URL is configured (--redis, store.redis_url in the config file,
+/// or the SHARDSTOCK_STORE__REDIS_URL environment variable); otherwise in an embedded
+/// in-memory store that is discarded when the process exits.
+///
+/// Configuration precedence: built-in defaults < --config FILE < SHARDSTOCK_<SECTION>__<KEY>
+/// environment variables < --redis. Log level: RUST_LOG (default "warn"), logs go to stderr.
+///
+/// Exit codes: 0 ok; 1 error; 2 audit found a problem (or invalid command line); 3 the
+/// simulation oversold or its audit failed.
+#[derive(Debug, Parser)]
+#[command(name = "shardstock", version, propagate_version = true)]
+struct Cli {
+    /// TOML configuration file (sections [store] and [engine]; see config/shardstock.toml).
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        help_heading = "Global options"
+    )]
+    config: Option<PathBuf>,
+
+    /// Redis URL, e.g. redis://127.0.0.1:6379/0. Overrides store.redis_url from the config
+    /// file and SHARDSTOCK_STORE__REDIS_URL. Without any URL the embedded in-memory store is
+    /// used.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help_heading = "Global options"
+    )]
+    redis: Option<String>,
+
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true, help_heading = "Global options")]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load a SKU with stock split evenly over segments.
+    ///
+    /// Refuses a SKU that is already loaded unless --replace is given.
+    Load(LoadArgs),
+    /// Add units to a loaded SKU, spread evenly over its segments.
+    ///
+    /// Idempotent per request id: re-running with the same --request-id adds nothing.
+    Restock(RestockArgs),
+    /// Check a SKU's books: loaded + restocked = remaining + reserved + sold.
+    ///
+    /// Prints totals and one row per segment. Exits with code 2 when a check fails.
+    Audit(AuditArgs),
+    /// Simulate a flash sale: many concurrent buyers against one SKU.
+    ///
+    /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests from
+    /// --concurrency workers, then reports outcomes, latency percentiles, remaining stock and
+    /// an audit. Several processes may run with --skip-load against the same Redis SKU; each
+    /// uses its own request ids. Exits with code 3 when units were oversold or the audit
+    /// failed.
+    Sim(sim::SimArgs),
+}
+
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// SKU id (ASCII letters, digits, '_', '.', '-'; at most 64 bytes).
+    #[arg(long)]
+    sku: String,
+    /// Total units to load.
+    #[arg(long, value_name = "N")]
+    stock: u64,
+    /// Number of segments to split the stock over (1..=1024). More segments spread hot-key
+    /// load; each holds stock/segments units.
+    #[arg(long, value_name = "K")]
+    segments: u32,
+    /// Replace an existing SKU: starts a new generation; its old stock, counters and request
+    /// records no longer count.
+    #[arg(long)]
+    replace: bool,
+}
+
+#[derive(Debug, Args)]
+struct RestockArgs {
+    /// SKU id.
+    #[arg(long)]
+    sku: String,
+    /// Units to add (spread evenly over the segments).
+    #[arg(long, value_name = "N")]
+    qty: u64,
+    /// Idempotency key; re-use it to retry safely. Default: a fresh id from the process id and
+    /// the current time.
+    #[arg(long, value_name = "R")]
+    request_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct AuditArgs {
+    /// SKU id.
+    #[arg(long)]
+    sku: String,
+}
+
+/// A failure to report: the message goes to stderr, the process exits with code 1.
+#[derive(Debug)]
+pub(crate) struct Failure(String);
+
+impl Failure {
+    pub(crate) fn new(msg: impl Into<String>) -> Self {
+        Self(msg.into())
+    }
+}
+
+impl From<shardstock::Error> for Failure {
+    fn from(e: shardstock::Error) -> Self {
+        let hint = match &e {
+            shardstock::Error::AlreadyLoaded { .. } => {
+                "; pass --replace to start a new generation (the old stock, counters and request records stop counting)"
+            }
+            shardstock::Error::NotLoaded(_) => {
+                "; load it first with `shardstock load --sku ... --stock ... --segments ...`"
+            }
+            _ => "",
+        };
+        Self(format!("{e}{hint}"))
+    }
+}
+
+/// The process's own identity for ids: process id and the current time in nanoseconds.
+pub(crate) fn unique_stem() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}-{}", std::process::id(), nanos)
+}
+
+/// Shows a Redis URL without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s + 3 => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+fn init_logging() {
+    let default = Targets::new().with_default(LevelFilter::WARN);
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(s) if !s.trim().is_empty() => s.parse::<Targets>().unwrap_or_else(|e| {
+            eprintln!("warning: ignoring RUST_LOG={s:?}: {e}");
+            default
+        }),
+        _ => default,
+    };
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .with(filter)
+        .init();
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(Failure(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    let mut config = Config::load(cli.config.as_deref())?;
+    if let Some(url) = cli.redis {
+        config.store.redis_url = url;
+    }
+    let builder = EngineBuilder::with_options(config.engine.options());
+    let url = config.store.redis_url.trim();
+    if url.is_empty() {
+        if !matches!(cli.command, Command::Sim(_)) {
+            eprintln!(
+                "note: no Redis URL configured (--redis or store.redis_url); using the embedded \
+                 in-memory store, which is discarded when this process exits"
+            );
+        }
+        let engine = builder.build(MemoryStore::new())?;
+        dispatch(engine, cli.command, cli.json).await
+    } else {
+        let store = RedisStore::connect(url, config.store.pool_size, &config.store.key_prefix)
+            .await
+            .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?;
+        let engine = builder.build(store.clone())?;
+        let result = dispatch(engine, cli.command, cli.json).await;
+        store.quit().await;
+        result
+    }
+}
+
+async fn dispatch<S: Store>(
+    engine: Engine<S>,
+    command: Command,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    match command {
+        Command::Load(a) => run_load(engine, a, json).await,
+        Command::Restock(a) => run_restock(engine, a, json).await,
+        Command::Audit(a) => run_audit(engine, a, json).await,
+        Command::Sim(a) => sim::run_sim(engine, a, json).await,
+    }
+}
+
+/// Prints `value` as one line of JSON on stdout.
+pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
+    let s = serde_json::to_string(value)
+        .map_err(|e| Failure::new(format!("cannot encode JSON: {e}")))?;
+    println!("{s}");
+    Ok(())
+}
+
+async fn run_load<S: Store>(
+    engine: Engine<S>,
+    a: LoadArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let generation = engine.load(&sku, a.stock, a.segments, a.replace).await?;
+    let store = engine.store().name();
+    if json {
+        #[derive(Serialize)]
+        struct Loaded<'a> {
+            sku: &'a str,
+            generation: u64,
+            stock: u64,
+            segments: u32,
+            store: &'static str,
+        }
+        print_json(&Loaded {
+            sku: sku.as_str(),
+            generation,
+            stock: a.stock,
+            segments: a.segments,
+            store,
+        })?;
+    } else {
+        println!(
+            "loaded {sku}: {} units in {} segments (generation {generation}, {store} store)",
+            a.stock, a.segments
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_restock<S: Store>(
+    engine: Engine<S>,
+    a: RestockArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let request_id = match &a.request_id {
+        Some(r) => RequestId::new(r)?,
+        None => RequestId::new(format!("restock-{}", unique_stem()))?,
+    };
+    let r = engine.restock(&sku, a.qty, &request_id).await?;
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            sku: &'a str,
+            request_id: &'a str,
+            qty: u64,
+            added: u64,
+            replayed: bool,
+            store: &'static str,
+        }
+        print_json(&Out {
+            sku: sku.as_str(),
+            request_id: request_id.as_str(),
+            qty: a.qty,
+            added: r.added,
+            replayed: r.replayed,
+            store: engine.store().name(),
+        })?;
+    } else if r.replayed {
+        println!("restock {request_id} of {sku} was applied before: nothing added");
+    } else if r.added < a.qty {
+        println!(
+            "restocked {sku}: added {} of {} units (request {request_id}; the rest was applied before)",
+            r.added, a.qty
+        );
+    } else {
+        println!(
+            "restocked {sku}: added {} units (request {request_id})",
+            r.added
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_audit<S: Store>(
+    engine: Engine<S>,
+    a: AuditArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let audit = engine.audit(&sku).await?;
+    if json {
+        print_json(&audit)?;
+    } else {
+        println!(
+            "sku {}  generation {}  ({} store)",
+            audit.sku,
+            audit.generation,
+            engine.store().name()
+        );
+        println!(
+            "loaded {}  restocked {}  remaining {}  reserved {}  sold {}",
+            audit.loaded, audit.restocked, audit.remaining, audit.reserved, audit.sold
+        );
+        println!(
+            "{:>7} {:>12} {:>12} {:>12} {:>12}  ok",
+            "segment", "loaded", "restocked", "remaining", "sold"
+        );
+        for s in &audit.segments {
+            println!(
+                "{:>7} {:>12} {:>12} {:>12} {:>12}  {}",
+                s.index,
+                s.state.loaded,
+                s.state.restocked,
+                s.state.stock,
+                s.state.sold,
+                if s.ok { "yes" } else { "NO" }
+            );
+        }
+        if audit.ok {
+            println!("audit: ok");
+        } else {
+            println!("audit: FAILED");
+            for p in &audit.problems {
+                println!("  - {p}");
+            }
+        }
+    }
+    Ok(if audit.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_AUDIT_FAILED)
+    })
+}

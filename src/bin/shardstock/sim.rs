@@ -1,0 +1,320 @@
+//! `shardstock sim`: a flash sale against one SKU, with outcome counts, latency percentiles
+//! and an oversell check from the store's own books.
+
+use crate::{Failure, print_json, unique_stem};
+use clap::Args;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use shardstock::{Deduct, Deduction, Engine, Sku, Store};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Exit code when units were oversold or the audit failed.
+const EXIT_OVERSOLD: u8 = 3;
+
+/// Largest latency the histograms track (one hour, in microseconds); larger values saturate.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+#[derive(Debug, Args)]
+pub(crate) struct SimArgs {
+    /// SKU id to sell.
+    #[arg(long, default_value = "flash-1")]
+    sku: String,
+    /// Units to load before the sale (ignored with --skip-load).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    stock: u64,
+    /// Segments to split the stock over (ignored with --skip-load, which uses the loaded
+    /// layout).
+    #[arg(long, value_name = "K", default_value_t = 10)]
+    segments: u32,
+    /// Distinct buyers; request i is made by user u{i % users}.
+    #[arg(long, value_name = "U", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    users: u64,
+    /// Buy requests to send in total.
+    #[arg(long, value_name = "R", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    requests: u64,
+    /// Concurrent workers sending requests.
+    #[arg(long, value_name = "C", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    concurrency: u64,
+    /// Units per buy request.
+    #[arg(long, value_name = "Q", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    qty: u64,
+    /// Do not (re)load the SKU: sell what is already in the store. Lets several processes
+    /// share one sale in Redis (with the in-memory store there is nothing loaded).
+    #[arg(long)]
+    skip_load: bool,
+}
+
+/// Outcome counters of one worker (then of the whole run).
+#[derive(Debug, Default)]
+struct Tally {
+    applied: u64,
+    sold_units: u64,
+    sold_out: u64,
+    insufficient: u64,
+    in_flight: u64,
+    replayed: u64,
+    errors: u64,
+}
+
+impl Tally {
+    fn count(&mut self, outcome: shardstock::Result<Deduction>, first_error: &OnceLock<String>) {
+        match outcome {
+            Ok(d @ Deduction::Applied { .. }) => {
+                self.applied += 1;
+                self.sold_units += d.units_applied();
+            }
+            Ok(Deduction::Replayed { .. }) => self.replayed += 1,
+            Ok(Deduction::SoldOut) => self.sold_out += 1,
+            Ok(Deduction::Insufficient { .. }) => self.insufficient += 1,
+            Ok(Deduction::InFlight) => self.in_flight += 1,
+            Ok(other) => self.error(format!("unknown outcome {:?}", other.kind()), first_error),
+            Err(e) => self.error(e.to_string(), first_error),
+        }
+    }
+
+    fn error(&mut self, msg: String, first_error: &OnceLock<String>) {
+        self.errors += 1;
+        tracing::debug!(error = %msg, "deduct failed");
+        if first_error.set(msg.clone()).is_ok() {
+            tracing::warn!(error = %msg, "first deduct error (the run goes on)");
+        }
+    }
+
+    fn merge(&mut self, o: &Tally) {
+        self.applied += o.applied;
+        self.sold_units += o.sold_units;
+        self.sold_out += o.sold_out;
+        self.insufficient += o.insufficient;
+        self.in_flight += o.in_flight;
+        self.replayed += o.replayed;
+        self.errors += o.errors;
+    }
+}
+
+/// The `--json` report.
+#[derive(Debug, Serialize)]
+struct Report {
+    sku: String,
+    store: &'static str,
+    run_id: String,
+    generation: u64,
+    segments: usize,
+    requests: u64,
+    users: u64,
+    qty: u64,
+    concurrency: u64,
+    applied: u64,
+    sold_units: u64,
+    sold_out: u64,
+    insufficient: u64,
+    in_flight: u64,
+    replayed: u64,
+    errors: u64,
+    first_error: Option<String>,
+    remaining: u64,
+    remaining_per_segment: Vec<u64>,
+    loaded: u64,
+    restocked: u64,
+    sold: u64,
+    oversold: u64,
+    audit_ok: bool,
+    audit_problems: Vec<String>,
+    elapsed_s: f64,
+    throughput_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Runs the sale; see [`SimArgs`].
+pub(crate) async fn run_sim<S: Store>(
+    engine: Engine<S>,
+    a: SimArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let max_qty = engine.options().max_qty;
+    if a.qty > max_qty {
+        return Err(Failure::new(format!(
+            "--qty {} is above the engine's max_qty {max_qty} (engine.max_qty in the config)",
+            a.qty
+        )));
+    }
+    if a.skip_load {
+        // Fail early and clearly rather than counting R identical errors.
+        engine.remaining(&sku).await.map_err(|e| {
+            let mut f = Failure::from(e);
+            if engine.store().name() == "memory" {
+                f.0.push_str(
+                    "; --skip-load sells stock already in the store, but the embedded in-memory \
+                     store starts empty in every process: pass --redis URL or drop --skip-load",
+                );
+            }
+            f
+        })?;
+    } else {
+        engine.load(&sku, a.stock, a.segments, true).await?;
+    }
+
+    let run_id = format!("r{}", unique_stem());
+    let next = Arc::new(AtomicU64::new(0));
+    let first_error = Arc::new(OnceLock::<String>::new());
+    let workers = a.concurrency.min(a.requests);
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(workers as usize);
+    for _ in 0..workers {
+        let engine = engine.clone();
+        let next = Arc::clone(&next);
+        let first_error = Arc::clone(&first_error);
+        let run_id = run_id.clone();
+        let sku = sku.clone();
+        let (requests, users, qty) = (a.requests, a.users, a.qty);
+        handles.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            let mut hist = new_histogram();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= requests {
+                    break;
+                }
+                let user = format!("u{}", i % users);
+                let request_id = format!("{run_id}-{i}");
+                let outcome = match Deduct::new(sku.as_str(), &user, qty, &request_id) {
+                    Ok(req) => {
+                        let t0 = Instant::now();
+                        let r = engine.deduct(&req).await;
+                        let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        hist.saturating_record(us.max(1));
+                        r
+                    }
+                    Err(e) => Err(e),
+                };
+                tally.count(outcome, &first_error);
+            }
+            (tally, hist)
+        }));
+    }
+    let mut tally = Tally::default();
+    let mut hist = new_histogram();
+    for h in handles {
+        let (t, wh) = h
+            .await
+            .map_err(|e| Failure::new(format!("a sale worker failed: {e}")))?;
+        tally.merge(&t);
+        hist.add(&wh)
+            .map_err(|e| Failure::new(format!("cannot merge latency histograms: {e:?}")))?;
+    }
+    let elapsed = started.elapsed().max(Duration::from_nanos(1));
+
+    let after =
+        |e: shardstock::Error| Failure::new(format!("after the sale: {}", Failure::from(e).0));
+    let remaining = engine.remaining(&sku).await.map_err(after)?;
+    let audit = engine.audit(&sku).await.map_err(after)?;
+    let oversold = audit
+        .sold
+        .saturating_sub(audit.loaded.saturating_add(audit.restocked));
+    let elapsed_s = elapsed.as_secs_f64();
+
+    let report = Report {
+        sku: sku.to_string(),
+        store: engine.store().name(),
+        run_id,
+        generation: audit.generation,
+        segments: remaining.per_segment.len(),
+        requests: a.requests,
+        users: a.users,
+        qty: a.qty,
+        concurrency: workers,
+        applied: tally.applied,
+        sold_units: tally.sold_units,
+        sold_out: tally.sold_out,
+        insufficient: tally.insufficient,
+        in_flight: tally.in_flight,
+        replayed: tally.replayed,
+        errors: tally.errors,
+        first_error: first_error.get().cloned(),
+        remaining: remaining.total,
+        remaining_per_segment: remaining.per_segment,
+        loaded: audit.loaded,
+        restocked: audit.restocked,
+        sold: audit.sold,
+        oversold,
+        audit_ok: audit.ok,
+        audit_problems: audit.problems,
+        elapsed_s: round(elapsed_s, 6),
+        throughput_per_s: round(a.requests as f64 / elapsed_s, 1),
+        p50_ms: ms(hist.value_at_quantile(0.50)),
+        p99_ms: ms(hist.value_at_quantile(0.99)),
+        p999_ms: ms(hist.value_at_quantile(0.999)),
+        max_ms: ms(hist.max()),
+    };
+
+    if json {
+        print_json(&report)?;
+    } else {
+        print_human(&report);
+    }
+    Ok(if report.oversold > 0 || !report.audit_ok {
+        ExitCode::from(EXIT_OVERSOLD)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_human(r: &Report) {
+    println!(
+        "flash sale of {} ({} store, generation {}, {} segments, run {})",
+        r.sku, r.store, r.generation, r.segments, r.run_id
+    );
+    println!(
+        "requests: {} from {} users, qty {}, {} concurrent workers",
+        r.requests, r.users, r.qty, r.concurrency
+    );
+    println!(
+        "outcomes: applied {} ({} units), sold_out {}, insufficient {}, in_flight {}, replayed {}, errors {}",
+        r.applied, r.sold_units, r.sold_out, r.insufficient, r.in_flight, r.replayed, r.errors
+    );
+    if let Some(e) = &r.first_error {
+        println!("first error: {e}");
+    }
+    println!(
+        "stock: loaded {}, restocked {}, sold {}, remaining {}",
+        r.loaded, r.restocked, r.sold, r.remaining
+    );
+    let per: Vec<String> = r.remaining_per_segment.iter().map(u64::to_string).collect();
+    println!("remaining per segment: [{}]", per.join(", "));
+    println!("oversold: {}", r.oversold);
+    if r.audit_ok {
+        println!("audit: ok");
+    } else {
+        println!("audit: FAILED");
+        for p in &r.audit_problems {
+            println!("  - {p}");
+        }
+    }
+    println!(
+        "throughput: {:.1} requests/s ({:.3} s)",
+        r.throughput_per_s, r.elapsed_s
+    );
+    println!(
+        "latency: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
+        r.p50_ms, r.p99_ms, r.p999_ms, r.max_ms
+    );
+}
