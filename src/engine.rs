@@ -19,6 +19,7 @@
 //!    (after which the old holder can no longer take or refund there), counts what the old
 //!    holder took, and either settles it (replay) or refunds it and starts afresh.
 
+use crate::coalesce::ReadGroup;
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, UserId, check_qty};
 use crate::router::{Hints, others, plan_split};
@@ -287,6 +288,8 @@ struct Layout {
     generation: u64,
     segments: u32,
     hints: Hints,
+    /// Coalesces "read every segment" for this SKU (see [`crate::coalesce`]).
+    reads: Arc<ReadGroup<Vec<Option<SegmentState>>>>,
 }
 
 struct Inner<S> {
@@ -421,9 +424,29 @@ impl<S: Store> Engine<S> {
             generation: meta.generation,
             segments: meta.segments,
             hints: Hints::new(meta.segments, self.inner.opts.hint_ttl),
+            reads: ReadGroup::new(),
         });
         self.inner.layouts.insert(sku.clone(), Arc::clone(&layout));
         Ok(layout)
+    }
+
+    /// Every segment of `sku`, from a read that started after this call (shared with
+    /// concurrent callers; see [`crate::coalesce`]). Falls back to a read of its own when the
+    /// shared one failed, so errors come back typed.
+    async fn read_segments(&self, l: &Layout, sku: &Sku) -> Result<Vec<Option<SegmentState>>> {
+        let (inner, sku_owned) = (Arc::clone(&self.inner), sku.clone());
+        let (generation, segments) = (l.generation, l.segments);
+        let shared = l
+            .reads
+            .join(move || {
+                let (inner, sku) = (Arc::clone(&inner), sku_owned.clone());
+                async move { inner.store.segments(&sku, generation, segments).await.ok() }
+            })
+            .await;
+        match shared {
+            Some(v) => Ok(v.as_ref().clone()),
+            None => self.inner.store.segments(sku, generation, segments).await,
+        }
     }
 
     fn forget(&self, sku: &Sku, generation: u64) {
@@ -481,18 +504,14 @@ impl<S: Store> Engine<S> {
         if l.hints.likely_short(home, req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
             // between replay, sold out, insufficient, and going to claim.
-            let snap = store
-                .snapshot(
-                    &req.sku,
-                    l.generation,
-                    l.segments,
-                    Some((home, &req.request_id)),
-                )
-                .await?;
-            let Some(stocks) = observe(l, &snap) else {
+            let (segs, rec) = futures::join!(
+                self.read_segments(l, &req.sku),
+                store.record(at(home), &req.request_id)
+            );
+            let Some(stocks) = observe(l, &segs?) else {
                 return Ok(Stale);
             };
-            if let Some(rec) = snap.home_record {
+            if let Some(rec) = rec? {
                 if rec.user != req.user.as_str() {
                     return Err(Self::conflict(req, "user"));
                 }
@@ -681,10 +700,8 @@ impl<S: Store> Engine<S> {
         // 2. Read everything; then one segment if any can, else all or nothing across several.
         let mut available = 0;
         for _ in 0..self.inner.opts.fallback_rounds {
-            let snap = store
-                .snapshot(&req.sku, l.generation, l.segments, None)
-                .await?;
-            let Some(stocks) = observe(l, &snap) else {
+            let segs = self.read_segments(l, &req.sku).await?;
+            let Some(stocks) = observe(l, &segs) else {
                 return Ok(Stale);
             };
             available = stocks.iter().map(|(_, s)| s).sum();
@@ -865,12 +882,8 @@ impl<S: Store> Engine<S> {
     pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
         for _ in 0..STALE_RETRIES {
             let l = self.layout(sku).await?;
-            let snap = self
-                .inner
-                .store
-                .snapshot(sku, l.generation, l.segments, None)
-                .await?;
-            if let Some(stocks) = observe(&l, &snap) {
+            let segs = self.read_segments(&l, sku).await?;
+            if let Some(stocks) = observe(&l, &segs) {
                 let per_segment: Vec<u64> = stocks.iter().map(|(_, s)| *s).collect();
                 return Ok(Remaining {
                     total: per_segment.iter().sum(),
@@ -896,15 +909,15 @@ impl<S: Store> Engine<S> {
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
-        let snap = self
+        let segs = self
             .inner
             .store
-            .snapshot(sku, meta.generation, meta.segments, None)
+            .segments(sku, meta.generation, meta.segments)
             .await?;
         let mut problems = Vec::new();
-        let mut segments = Vec::with_capacity(snap.segments.len());
+        let mut segments = Vec::with_capacity(segs.len());
         let (mut loaded, mut restocked, mut remaining, mut sold) = (0u64, 0u64, 0u64, 0u64);
-        for (i, s) in snap.segments.iter().enumerate() {
+        for (i, s) in segs.iter().enumerate() {
             let state = s.unwrap_or_default();
             let ok = match s {
                 None => {
@@ -958,10 +971,11 @@ impl<S: Store> Engine<S> {
     }
 }
 
-/// Feeds a snapshot into the hints; `None` when a segment is missing (layout changed).
-fn observe(l: &Layout, snap: &Snapshot) -> Option<Vec<(u32, u64)>> {
-    let mut out = Vec::with_capacity(snap.segments.len());
-    for (i, s) in snap.segments.iter().enumerate() {
+/// Feeds a read of every segment into the hints; `None` when a segment is missing (the
+/// layout changed).
+fn observe(l: &Layout, segs: &[Option<SegmentState>]) -> Option<Vec<(u32, u64)>> {
+    let mut out = Vec::with_capacity(segs.len());
+    for (i, s) in segs.iter().enumerate() {
         let s = s.as_ref()?;
         l.hints.observe(i as u32, s.stock);
         out.push((i as u32, s.stock));

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod coalesce;
 pub mod config;
 pub mod engine;
 pub mod error;

@@ -222,7 +222,7 @@ pub enum RecordState {
     },
 }
 
-/// A request's record at its home segment, as [`Store::snapshot`] reads it.
+/// A request's record at its home segment, as [`Store::record`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HomeRecord {
     /// User it was made for.
@@ -231,15 +231,6 @@ pub struct HomeRecord {
     pub qty: u64,
     /// State.
     pub state: RecordState,
-}
-
-/// Every segment of a SKU (and optionally one request's home record), read in one round trip.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
-    /// Per segment; `None` when missing or of another generation.
-    pub segments: Vec<Option<SegmentState>>,
-    /// The home record asked for, if any exists.
-    pub home_record: Option<HomeRecord>,
 }
 
 /// A storage backend: atomic per-segment steps. See the module docs.
@@ -323,12 +314,19 @@ pub trait Store: Send + Sync + 'static {
         total: u64,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<RestockReply>> + Send;
-    /// Reads all `segments` of generation `generation`, plus `home`'s record of a request when asked.
-    fn snapshot(
+    /// Reads all `segments` of generation `generation` (concurrently; `None` for a segment
+    /// that is missing or of another generation). Each segment is read atomically; the
+    /// segments are not read at one single instant.
+    fn segments(
         &self,
         sku: &Sku,
         generation: u64,
         segments: u32,
-        home: Option<(u32, &RequestId)>,
-    ) -> impl Future<Output = Result<Snapshot>> + Send;
+    ) -> impl Future<Output = Result<Vec<Option<SegmentState>>>> + Send;
+    /// Reads a request's record at its home segment.
+    fn record(
+        &self,
+        home: SegAddr<'_>,
+        request_id: &RequestId,
+    ) -> impl Future<Output = Result<Option<HomeRecord>>> + Send;
 }

@@ -518,42 +518,34 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn snapshot(
+    async fn segments(
         &self,
         sku: &Sku,
         generation: u64,
         segments: u32,
-        home: Option<(u32, &RequestId)>,
-    ) -> Result<Snapshot> {
-        let mut out = Vec::with_capacity(segments as usize);
-        for index in 0..segments {
-            let seg = SegAddr {
-                sku,
-                generation,
-                index,
-            };
-            out.push(self.with_seg(seg, None, |s, _| Some(s.st)));
-        }
-        let home_record = home.and_then(|(index, rid)| {
-            let seg = SegAddr {
-                sku,
-                generation,
-                index,
-            };
-            self.with_seg(seg, None, |s, now| {
-                s.rec(generation, rid, now).map(|r| HomeRecord {
-                    user: r.user.to_string(),
-                    qty: r.qty,
-                    state: match r.s {
-                        St::Applied => RecordState::Applied(r.parts.clone()),
-                        _ => RecordState::Pending { epoch: r.epoch },
-                    },
-                })
+    ) -> Result<Vec<Option<SegmentState>>> {
+        Ok((0..segments)
+            .map(|index| {
+                let seg = SegAddr {
+                    sku,
+                    generation,
+                    index,
+                };
+                self.with_seg(seg, None, |s, _| Some(s.st))
             })
-        });
-        Ok(Snapshot {
-            segments: out,
-            home_record,
-        })
+            .collect())
+    }
+
+    async fn record(&self, home: SegAddr<'_>, request_id: &RequestId) -> Result<Option<HomeRecord>> {
+        Ok(self.with_seg(home, None, |s, now| {
+            s.rec(home.generation, request_id, now).map(|r| HomeRecord {
+                user: r.user.to_string(),
+                qty: r.qty,
+                state: match r.s {
+                    St::Applied => RecordState::Applied(r.parts.clone()),
+                    _ => RecordState::Pending { epoch: r.epoch },
+                },
+            })
+        }))
     }
 }

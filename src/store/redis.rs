@@ -546,13 +546,12 @@ impl Store for RedisStore {
         })
     }
 
-    async fn snapshot(
+    async fn segments(
         &self,
         sku: &Sku,
         generation: u64,
         segments: u32,
-        home: Option<(u32, &RequestId)>,
-    ) -> Result<Snapshot> {
+    ) -> Result<Vec<Option<SegmentState>>> {
         let reads = (0..segments).map(|i| {
             let key = self.keys.segment(sku, i);
             async move {
@@ -562,56 +561,43 @@ impl Store for RedisStore {
                     .hmget(key, vec!["gen", "stock", "sold", "loaded", "restocked"])
                     .await?;
                 Ok::<_, Error>(match v.as_slice() {
-                    [
-                        Some(g),
-                        Some(stock),
-                        Some(sold),
-                        Some(loaded),
-                        Some(restocked),
-                    ] if *g == generation => Some(SegmentState {
-                        stock: *stock,
-                        sold: *sold,
-                        loaded: *loaded,
-                        restocked: *restocked,
-                    }),
+                    [Some(g), Some(stock), Some(sold), Some(loaded), Some(restocked)]
+                        if *g == generation =>
+                    {
+                        Some(SegmentState {
+                            stock: *stock,
+                            sold: *sold,
+                            loaded: *loaded,
+                            restocked: *restocked,
+                        })
+                    }
                     _ => None,
                 })
             }
         });
-        let record = async {
-            let Some((index, rid)) = home else {
-                return Ok::<_, Error>(None);
-            };
-            let key = self.keys.request(sku, index, generation, rid);
-            let flat: std::collections::HashMap<String, String> =
-                self.pool.next().hgetall(key).await?;
-            if flat.is_empty() {
-                return Ok(None);
-            }
-            let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
-            let qty = get("q")
-                .parse()
-                .map_err(|_| Error::Protocol(format!("record {flat:?}")))?;
-            let state = match get("s").as_str() {
-                "A" => RecordState::Applied(
-                    decode_parts(&get("parts"))
-                        .ok_or_else(|| Error::Protocol(format!("record {flat:?}")))?,
-                ),
-                "P" => RecordState::Pending {
-                    epoch: get("e").parse().unwrap_or(0),
-                },
-                _ => return Ok(None),
-            };
-            Ok(Some(HomeRecord {
-                user: get("u"),
-                qty,
-                state,
-            }))
+        futures::future::try_join_all(reads).await
+    }
+
+    async fn record(&self, home: SegAddr<'_>, request_id: &RequestId) -> Result<Option<HomeRecord>> {
+        let key = self.rq_key(&home, request_id);
+        let flat: std::collections::HashMap<String, String> = self.pool.next().hgetall(key).await?;
+        if flat.is_empty() {
+            return Ok(None);
+        }
+        let bad = || Error::Protocol(format!("record {flat:?}"));
+        let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
+        let qty = get("q").parse().map_err(|_| bad())?;
+        let state = match get("s").as_str() {
+            "A" => RecordState::Applied(decode_parts(&get("parts")).ok_or_else(bad)?),
+            "P" => RecordState::Pending {
+                epoch: get("e").parse().map_err(|_| bad())?,
+            },
+            _ => return Err(bad()),
         };
-        let (segs, rec) = futures::join!(futures::future::try_join_all(reads), record);
-        Ok(Snapshot {
-            segments: segs?,
-            home_record: rec?,
-        })
+        Ok(Some(HomeRecord {
+            user: get("u"),
+            qty,
+            state,
+        }))
     }
 }
