@@ -123,7 +123,10 @@ mod tests {
                     })
                     .await
                     .unwrap();
-                assert!(got.0 > asked, "served a read that started before the caller asked");
+                assert!(
+                    got.0 > asked,
+                    "served a read that started before the caller asked"
+                );
             })
         });
         for c in futures::future::join_all(callers).await {

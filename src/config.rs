@@ -22,6 +22,9 @@ pub struct StoreConfig {
     pub pool_size: usize,
     /// Namespace in front of every key.
     pub key_prefix: String,
+    /// A Redis command that has not completed after this long fails (its outcome is then
+    /// unknown; retry with the same request id).
+    pub command_timeout_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -30,6 +33,7 @@ impl Default for StoreConfig {
             redis_url: String::new(),
             pool_size: 4,
             key_prefix: "ss".into(),
+            command_timeout_ms: 5000,
         }
     }
 }
@@ -128,6 +132,11 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         crate::ids::check_prefix(&self.store.key_prefix)
             .map_err(|e| Error::Config(format!("store.key_prefix: {e}")))?;
+        if self.store.command_timeout_ms == 0 {
+            return Err(Error::Config(
+                "store.command_timeout_ms must be at least 1".into(),
+            ));
+        }
         if self.store.pool_size == 0 || self.store.pool_size > 256 {
             return Err(Error::Config("store.pool_size must be in 1..=256".into()));
         }

@@ -536,7 +536,11 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn record(&self, home: SegAddr<'_>, request_id: &RequestId) -> Result<Option<HomeRecord>> {
+    async fn record(
+        &self,
+        home: SegAddr<'_>,
+        request_id: &RequestId,
+    ) -> Result<Option<HomeRecord>> {
         Ok(self.with_seg(home, None, |s, now| {
             s.rec(home.generation, request_id, now).map(|r| HomeRecord {
                 user: r.user.to_string(),

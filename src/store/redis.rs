@@ -12,10 +12,13 @@
 use super::*;
 use crate::error::Error;
 use crate::segments::{Keyspace, decode_parts, encode_parts};
-use fred::prelude::{Builder, ClientLike, Config, HashesInterface, KeysInterface, Pool};
+use fred::prelude::{
+    Builder, ClientLike, Config, HashesInterface, KeysInterface, Pool, ReconnectPolicy,
+};
 use fred::types::Value;
 use fred::types::scripts::Script;
 use std::sync::Arc;
+use std::time::Duration;
 
 macro_rules! script {
     ($file:literal) => {
@@ -164,18 +167,41 @@ fn script_error(e: fred::error::Error) -> Error {
 }
 
 impl RedisStore {
-    /// Connects a pool of `pool_size` clients to `url` (`redis://host:port[/db]`) and loads
-    /// the scripts. Keys are named under `prefix`.
+    /// Connects a pool of `pool_size` clients to `url` (`redis://host:port[/db]`) with a 5 s
+    /// command timeout, and loads the scripts. Keys are named under `prefix`.
     ///
     /// # Errors
     /// [`Error::Redis`] when the URL is invalid or Redis is unreachable.
     pub async fn connect(url: &str, pool_size: usize, prefix: &str) -> Result<Self> {
+        Self::connect_with(url, pool_size, prefix, Duration::from_secs(5)).await
+    }
+
+    /// Like [`connect`](Self::connect) with an explicit per-command timeout.
+    ///
+    /// Connections that drop are re-established forever with exponential backoff (10 ms to
+    /// 1 s), and fred re-sends commands that were in flight (at most 3 attempts each). A
+    /// command that cannot complete within `command_timeout` fails with [`Error::Redis`]: its
+    /// outcome is then unknown and the caller retries with the same request id.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the URL is invalid or Redis is unreachable.
+    pub async fn connect_with(
+        url: &str,
+        pool_size: usize,
+        prefix: &str,
+        command_timeout: Duration,
+    ) -> Result<Self> {
         crate::ids::check_prefix(prefix)?;
         let config = Config::from_url(url)?;
         let pool = Builder::from_config(config)
             .with_connection_config(|c| {
-                c.connection_timeout = std::time::Duration::from_secs(5);
+                c.connection_timeout = Duration::from_secs(5);
+                c.max_command_attempts = 3;
             })
+            .with_performance_config(|p| {
+                p.default_command_timeout = command_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 10, 1000, 2))
             .build_pool(pool_size.max(1))?;
         pool.init().await?;
         let store = Self {
@@ -561,16 +587,18 @@ impl Store for RedisStore {
                     .hmget(key, vec!["gen", "stock", "sold", "loaded", "restocked"])
                     .await?;
                 Ok::<_, Error>(match v.as_slice() {
-                    [Some(g), Some(stock), Some(sold), Some(loaded), Some(restocked)]
-                        if *g == generation =>
-                    {
-                        Some(SegmentState {
-                            stock: *stock,
-                            sold: *sold,
-                            loaded: *loaded,
-                            restocked: *restocked,
-                        })
-                    }
+                    [
+                        Some(g),
+                        Some(stock),
+                        Some(sold),
+                        Some(loaded),
+                        Some(restocked),
+                    ] if *g == generation => Some(SegmentState {
+                        stock: *stock,
+                        sold: *sold,
+                        loaded: *loaded,
+                        restocked: *restocked,
+                    }),
                     _ => None,
                 })
             }
@@ -578,7 +606,11 @@ impl Store for RedisStore {
         futures::future::try_join_all(reads).await
     }
 
-    async fn record(&self, home: SegAddr<'_>, request_id: &RequestId) -> Result<Option<HomeRecord>> {
+    async fn record(
+        &self,
+        home: SegAddr<'_>,
+        request_id: &RequestId,
+    ) -> Result<Option<HomeRecord>> {
         let key = self.rq_key(&home, request_id);
         let flat: std::collections::HashMap<String, String> = self.pool.next().hgetall(key).await?;
         if flat.is_empty() {

@@ -143,7 +143,7 @@ impl From<shardstock::Error> for Failure {
     fn from(e: shardstock::Error) -> Self {
         let hint = match &e {
             shardstock::Error::AlreadyLoaded { .. } => {
-                "; pass --replace to start a new generation (the old stock, counters and request records stop counting)"
+                " (the old stock, counters and request records then stop counting)"
             }
             shardstock::Error::NotLoaded(_) => {
                 "; load it first with `shardstock load --sku ... --stock ... --segments ...`"
@@ -220,9 +220,14 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         let engine = builder.build(MemoryStore::new())?;
         dispatch(engine, cli.command, cli.json).await
     } else {
-        let store = RedisStore::connect(url, config.store.pool_size, &config.store.key_prefix)
-            .await
-            .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?;
+        let store = RedisStore::connect_with(
+            url,
+            config.store.pool_size,
+            &config.store.key_prefix,
+            std::time::Duration::from_millis(config.store.command_timeout_ms),
+        )
+        .await
+        .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?;
         let engine = builder.build(store.clone())?;
         let result = dispatch(engine, cli.command, cli.json).await;
         store.quit().await;

@@ -1,0 +1,124 @@
+//! Connections killed in the middle of a sale. fred re-sends in-flight commands after a
+//! reconnect and a written command cannot be recalled, so a deduction script can run twice for
+//! one call; and a call can fail with its outcome unknown. The contract: retrying with the same
+//! request id is always safe. This test holds the engine to it against a real redis-server.
+
+mod common;
+use common::*;
+use shardstock::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_connections_never_double_sell() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder()).await;
+    let sku = Sku::new("kill").unwrap();
+    e.load(&sku, 12_000, 8, false).await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let kills = Arc::new(AtomicU64::new(0));
+    let killer = {
+        let (stop, kills, port) = (stop.clone(), kills.clone(), srv.port);
+        std::thread::spawn(move || {
+            // Bounded: at most 400 rounds of 5 ms.
+            for _ in 0..400 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let out = std::process::Command::new("redis-cli")
+                    .args([
+                        "-p",
+                        &port.to_string(),
+                        "CLIENT",
+                        "KILL",
+                        "TYPE",
+                        "normal",
+                        "SKIPME",
+                        "yes",
+                    ])
+                    .output()
+                    .unwrap();
+                let n: u64 = String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                kills.fetch_add(n, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let buyers = (0..64).map(|_| {
+        let (e, next, errors) = (e.clone(), next.clone(), errors.clone());
+        tokio::spawn(async move {
+            let mut answers = HashMap::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= 8000 {
+                    break;
+                }
+                let d = Deduct::new("kill", &format!("u{i}"), 1 + i % 2, &format!("k{i}")).unwrap();
+                // Retry with the same id until the answer is definite (bounded: 1000 tries).
+                let mut tries = 0;
+                let answer = loop {
+                    tries += 1;
+                    assert!(tries <= 1000, "no definite answer for {d:?}");
+                    match e.deduct(&d).await {
+                        Ok(Deduction::InFlight) => {
+                            tokio::time::sleep(Duration::from_millis(5)).await
+                        }
+                        Ok(a) => break a,
+                        Err(Error::Redis(_)) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        Err(other) => panic!("{other}"),
+                    }
+                };
+                answers.insert(i, answer);
+            }
+            answers
+        })
+    });
+    let mut sold_to_buyers = 0;
+    let mut replayed = 0;
+    for b in futures::future::join_all(buyers).await {
+        for (_, a) in b.unwrap() {
+            match a {
+                Deduction::Applied { parts } => {
+                    sold_to_buyers += parts.iter().map(|p| p.units).sum::<u64>()
+                }
+                Deduction::Replayed { parts } => {
+                    // Each id is sent by one buyer only: a replay here is a re-sent script.
+                    replayed += 1;
+                    sold_to_buyers += parts.iter().map(|p| p.units).sum::<u64>();
+                }
+                Deduction::SoldOut | Deduction::Insufficient { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    killer.join().unwrap();
+
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!(a.sold, sold_to_buyers, "store and buyers disagree");
+    assert!(a.sold <= 12_000);
+    assert_eq!(a.loaded + a.restocked, a.remaining + a.reserved + a.sold);
+    assert!(a.remaining <= 1, "stock left unsold: {}", a.remaining);
+    assert!(
+        kills.load(Ordering::Relaxed) > 0,
+        "the killer never hit a connection"
+    );
+    eprintln!(
+        "connections killed: {}, errors retried: {}, replays seen: {replayed}",
+        kills.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed)
+    );
+}
