@@ -3,7 +3,7 @@
 //! Every mutating step is one `EVALSHA` of a script from `src/scripts/` (NOSCRIPT → `SCRIPT
 //! LOAD` and retry, via fred's `evalsha_with_reload`). All keys a script touches share one
 //! hash tag, so the store works unchanged on a Redis Cluster. Reads that span segments
-//! ([`Store::snapshot`]) are plain `HMGET`s sent concurrently: fred pipelines them, so reading
+//! ([`Store::segments`]) are plain `HMGET`s sent concurrently: fred pipelines them, so reading
 //! 16 segments costs about one round trip.
 //!
 //! fred re-sends in-flight commands after a reconnect (`max_command_attempts`), so a script can
