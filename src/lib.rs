@@ -18,6 +18,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod ids;
+pub mod lock;
 pub mod router;
 pub mod segments;
 pub mod store;

@@ -1,0 +1,442 @@
+//! Distributed locks for the lock-based deduction strategies.
+//!
+//! A [`Locker`] acquires a lock with `SET key token NX PX lease` and a unique owner token,
+//! waits a bounded time with **jittered exponential backoff** (a tight retry loop floods Redis
+//! ahead of the holder's own commands and slows the holder down), and hands back a
+//! [`LockGuard`]. While the guard lives, a **watchdog** task renews the lease every lease/3 with
+//! a compare-and-`PEXPIRE`; if a renewal finds the lock gone, the guard is marked lost and the
+//! caller is told (never ignored). Release is a compare-and-delete, never a plain `DEL`.
+//! Dropping a guard (or cancelling the task holding it, or cancelling an acquisition half-way)
+//! stops the watchdog at once and releases the lock in the background.
+//!
+//! A lock alone cannot stop a holder that was paused past its lease (GC, `SIGSTOP`, a slow
+//! downstream call) from writing after someone else took over. That is what the **fence**
+//! is for: every acquisition bumps a number stored with the segment, and the write script
+//! applies only while the number is still the holder's (see `take.lua` / `deduct.lua`).
+//!
+//! Backends: one Redis (the store's own; the lock key shares the segment's hash tag) or
+//! [`redlock::RedLock`] over several independent nodes.
+
+pub mod redlock;
+
+use crate::error::{Error, Result};
+use fred::prelude::{Client, KeysInterface, Pool};
+use fred::types::scripts::Script;
+use fred::types::{Expiration, SetOptions, Value};
+use serde::Serialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Lock tunables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// Lease of one acquisition; the watchdog renews it every lease/3 (default 2 s).
+    pub lease: Duration,
+    /// How long an acquisition may wait before giving up as contended (default 1 s).
+    pub wait: Duration,
+    /// First backoff between attempts (default 1 ms); doubles up to `backoff_max`, jittered.
+    pub backoff_min: Duration,
+    /// Largest backoff (default 16 ms).
+    pub backoff_max: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(2),
+            wait: Duration::from_secs(1),
+            backoff_min: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(16),
+        }
+    }
+}
+
+impl LockOptions {
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the option.
+    pub fn validate(&self) -> Result<()> {
+        if self.lease < Duration::from_millis(30) {
+            return Err(Error::Config("lock lease must be at least 30 ms".into()));
+        }
+        if self.backoff_min.is_zero() || self.backoff_max < self.backoff_min {
+            return Err(Error::Config("lock backoff must satisfy 0 < min <= max".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of lock activity (shared by all clones of a store).
+#[derive(Debug, Default)]
+pub struct LockStats {
+    acquired: AtomicU64,
+    contended: AtomicU64,
+    timeouts: AtomicU64,
+    renewals: AtomicU64,
+    leases_lost: AtomicU64,
+    fenced_rejected: AtomicU64,
+    fallbacks: AtomicU64,
+    wait_us: AtomicU64,
+    watchdogs: AtomicUsize,
+}
+
+/// A snapshot of [`LockStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LockFigures {
+    /// Successful acquisitions.
+    pub acquired: u64,
+    /// Attempts that found the lock taken.
+    pub contended: u64,
+    /// Acquisitions that gave up after `wait`.
+    pub timeouts: u64,
+    /// Lease renewals by watchdogs.
+    pub renewals: u64,
+    /// Leases found lost (by a watchdog or at write time).
+    pub leases_lost: u64,
+    /// Writes the fence rejected (the holder was no longer current).
+    pub fenced_rejected: u64,
+    /// Requests that moved on to another segment because this one was locked.
+    pub fallbacks: u64,
+    /// Total time spent waiting for locks, in microseconds.
+    pub wait_us: u64,
+    /// Watchdog tasks running right now.
+    pub watchdogs_running: u64,
+}
+
+impl LockStats {
+    /// Current values.
+    pub fn figures(&self) -> LockFigures {
+        LockFigures {
+            acquired: self.acquired.load(Relaxed),
+            contended: self.contended.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+            renewals: self.renewals.load(Relaxed),
+            leases_lost: self.leases_lost.load(Relaxed),
+            fenced_rejected: self.fenced_rejected.load(Relaxed),
+            fallbacks: self.fallbacks.load(Relaxed),
+            wait_us: self.wait_us.load(Relaxed),
+            watchdogs_running: self.watchdogs.load(Relaxed) as u64,
+        }
+    }
+
+    pub(crate) fn fenced(&self) {
+        self.fenced_rejected.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn lost(&self) {
+        self.leases_lost.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn fallback(&self) {
+        self.fallbacks.fetch_add(1, Relaxed);
+    }
+}
+
+fn script(body: &'static str) -> Script {
+    Script::from_lua(format!("{}{}", include_str!("scripts/prelude.lua"), body))
+}
+
+/// Where locks live.
+pub(crate) enum Backend {
+    /// The store's own Redis: the lock key shares the segment's hash tag.
+    Single {
+        pool: Pool,
+        renew: Script,
+        release: Script,
+    },
+    /// A quorum of independent nodes.
+    Red(redlock::RedLock),
+}
+
+impl Backend {
+    pub(crate) fn single(pool: Pool) -> Self {
+        Backend::Single {
+            pool,
+            renew: script(include_str!("scripts/lock_renew.lua")),
+            release: script(include_str!("scripts/lock_release.lua")),
+        }
+    }
+
+    /// One attempt; `Some(validity)` when acquired.
+    async fn try_lock(&self, key: &str, token: &str, lease: Duration) -> Result<Option<Duration>> {
+        match self {
+            Backend::Single { pool, .. } => {
+                let r: Option<String> = pool
+                    .next()
+                    .set(
+                        key,
+                        token,
+                        Some(Expiration::PX(lease.as_millis() as i64)),
+                        Some(SetOptions::NX),
+                        false,
+                    )
+                    .await?;
+                Ok(r.map(|_| lease))
+            }
+            Backend::Red(r) => r.try_lock(key, token, lease).await,
+        }
+    }
+
+    async fn renew(&self, key: &str, token: &str, lease: Duration) -> Result<bool> {
+        match self {
+            Backend::Single { pool, renew, .. } => {
+                let n: i64 = eval(pool.next(), renew, key, vec![token.to_string(), lease.as_millis().to_string()]).await?;
+                Ok(n == 1)
+            }
+            Backend::Red(r) => r.renew(key, token, lease).await,
+        }
+    }
+
+    async fn unlock(&self, key: &str, token: &str) -> Result<()> {
+        match self {
+            Backend::Single { pool, release, .. } => {
+                let _: i64 = eval(pool.next(), release, key, vec![token.to_string()]).await?;
+                Ok(())
+            }
+            Backend::Red(r) => r.unlock(key, token).await,
+        }
+    }
+}
+
+async fn eval<R: fred::types::FromValue>(client: &Client, s: &Script, key: &str, args: Vec<String>) -> Result<R> {
+    let v: Value = s.evalsha_with_reload(client, vec![key.to_string()], args).await?;
+    Ok(R::from_value(v)?)
+}
+
+/// Acquires locks; cheap to clone.
+#[derive(Clone)]
+pub struct Locker {
+    backend: Arc<Backend>,
+    opts: LockOptions,
+    stats: Arc<LockStats>,
+}
+
+impl std::fmt::Debug for Locker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locker").field("opts", &self.opts).finish()
+    }
+}
+
+/// A unique owner token: process id, a per-process counter and randomness.
+fn token() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{:x}.{:x}.{:016x}",
+        std::process::id(),
+        SEQ.fetch_add(1, Relaxed),
+        fastrand::u64(..)
+    )
+}
+
+/// Releases a lock that an acquisition may have obtained when that acquisition is cancelled
+/// half-way (the `SET NX` can succeed on the server after the caller stopped listening).
+struct Pending {
+    backend: Arc<Backend>,
+    key: String,
+    token: String,
+    armed: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.armed {
+            release_in_background(&self.backend, &self.key, &self.token);
+        }
+    }
+}
+
+fn release_in_background(backend: &Arc<Backend>, key: &str, token: &str) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let (b, k, t) = (Arc::clone(backend), key.to_string(), token.to_string());
+        rt.spawn(async move {
+            let _ = b.unlock(&k, &t).await;
+        });
+    }
+}
+
+impl Locker {
+    pub(crate) fn new(backend: Backend, opts: LockOptions) -> Self {
+        Self {
+            backend: Arc::new(backend),
+            opts,
+            stats: Arc::new(LockStats::default()),
+        }
+    }
+
+    /// A locker on one Redis (the pool's), e.g. the store's own.
+    pub fn single(pool: Pool, opts: LockOptions) -> Self {
+        Self::new(Backend::single(pool), opts)
+    }
+
+    /// A RedLock locker over independent nodes (`redis://...` URLs; 3 or 5 is usual).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for fewer than 3 nodes or an even count; [`Error::Redis`] when a URL
+    /// is invalid. Unreachable nodes are not an error here: they just cannot vote.
+    pub async fn redlock(urls: &[String], opts: LockOptions) -> Result<Self> {
+        opts.validate()?;
+        Ok(Self::new(Backend::Red(redlock::RedLock::connect(urls).await?), opts))
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Arc<LockStats> {
+        &self.stats
+    }
+
+    /// Options in force.
+    pub fn options(&self) -> &LockOptions {
+        &self.opts
+    }
+
+    /// Acquires `key`, waiting at most `wait`; `None` when it stayed taken (contended).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] (or a RedLock error) when the backend fails.
+    pub async fn acquire(&self, key: &str) -> Result<Option<LockGuard>> {
+        let start = Instant::now();
+        let deadline = start + self.opts.wait;
+        let mut backoff = self.opts.backoff_min;
+        let token = token();
+        let mut pending = Pending {
+            backend: Arc::clone(&self.backend),
+            key: key.to_string(),
+            token: token.clone(),
+            armed: true,
+        };
+        loop {
+            if let Some(validity) = self.backend.try_lock(key, &token, self.opts.lease).await? {
+                pending.armed = false;
+                self.stats.acquired.fetch_add(1, Relaxed);
+                self.stats.wait_us.fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                return Ok(Some(self.guard(key, token, validity)));
+            }
+            self.stats.contended.fetch_add(1, Relaxed);
+            let now = Instant::now();
+            if now >= deadline {
+                pending.armed = false;
+                self.stats.timeouts.fetch_add(1, Relaxed);
+                self.stats.wait_us.fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                return Ok(None);
+            }
+            // Full jitter: sleep a random time up to the current backoff.
+            let nanos = fastrand::u64(backoff.as_nanos() as u64 / 2..=backoff.as_nanos() as u64);
+            tokio::time::sleep(Duration::from_nanos(nanos).min(deadline - now)).await;
+            backoff = (backoff * 2).min(self.opts.backoff_max);
+        }
+    }
+
+    fn guard(&self, key: &str, token: String, validity: Duration) -> LockGuard {
+        let lost = Arc::new(AtomicBool::new(false));
+        let (backend, stats, lease) = (Arc::clone(&self.backend), Arc::clone(&self.stats), self.opts.lease);
+        let (k, t, l) = (key.to_string(), token.clone(), Arc::clone(&lost));
+        stats.watchdogs.fetch_add(1, Relaxed);
+        let counter = WatchdogCount(Arc::clone(&stats));
+        let watchdog = tokio::spawn(async move {
+            let _counter = counter; // decrements when the task ends or is aborted
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                match backend.renew(&k, &t, lease).await {
+                    Ok(true) => {
+                        stats.renewals.fetch_add(1, Relaxed);
+                    }
+                    // Gone (expired or taken) or unreachable: report, stop renewing.
+                    Ok(false) | Err(_) => {
+                        l.store(true, Relaxed);
+                        stats.lost();
+                        return;
+                    }
+                }
+            }
+        });
+        LockGuard {
+            key: key.to_string(),
+            token,
+            backend: Arc::clone(&self.backend),
+            lost,
+            acquired_at: Instant::now(),
+            validity,
+            watchdog: Some(watchdog),
+            released: false,
+        }
+    }
+}
+
+struct WatchdogCount(Arc<LockStats>);
+
+impl Drop for WatchdogCount {
+    fn drop(&mut self) {
+        self.0.watchdogs.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A held lock. Renewed by its watchdog while it lives; released by [`release`](Self::release)
+/// or, in the background, on drop.
+#[derive(Debug)]
+pub struct LockGuard {
+    key: String,
+    token: String,
+    backend: Arc<Backend>,
+    lost: Arc<AtomicBool>,
+    acquired_at: Instant,
+    validity: Duration,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
+    released: bool,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Single { .. } => "Single",
+            Backend::Red(_) => "RedLock",
+        })
+    }
+}
+
+impl LockGuard {
+    /// The owner token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// True when the watchdog found the lease gone: the holder must not act on the lock.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Relaxed)
+    }
+
+    /// Validity left of the first lease (RedLock: lease − acquisition time − drift); renewals
+    /// extend the lock itself, this only tells how much margin the acquisition had.
+    pub fn initial_validity_left(&self) -> Duration {
+        self.validity.saturating_sub(self.acquired_at.elapsed())
+    }
+
+    /// Stops the watchdog and releases (compare-and-delete).
+    ///
+    /// # Errors
+    /// Backend errors (the lock then expires by its lease).
+    pub async fn release(mut self) -> Result<()> {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+        self.released = true;
+        self.backend.unlock(&self.key, &self.token).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
+        if !self.released {
+            release_in_background(&self.backend, &self.key, &self.token);
+        }
+    }
+}

@@ -1,0 +1,13 @@
+-- lock_release.lua — compare-and-delete: release a lock only if this token still owns it.
+--
+-- A plain DEL would release somebody else's lock when ours already expired and they took it.
+--
+-- KEYS[1]  lock key
+-- ARGV[1]  owner token
+--
+-- Reply: 1 released | 0 not held by this token
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
