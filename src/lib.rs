@@ -22,6 +22,7 @@ pub mod lock;
 pub mod router;
 pub mod segments;
 pub mod store;
+pub mod strategy;
 
 pub use config::Config;
 pub use engine::{
@@ -31,5 +32,6 @@ pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};
 pub use segments::Part;
 pub use store::Store;
+pub use strategy::Strategy;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;

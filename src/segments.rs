@@ -110,6 +110,11 @@ impl Keyspace {
         )
     }
 
+    /// The lock of segment `i` (lock strategies; same tag as the segment).
+    pub fn lock(&self, sku: &Sku, i: u32) -> String {
+        format!("{}:{{{}#{}}}:lock", self.prefix, sku, i)
+    }
+
     /// The restock record of `rid` kept beside segment `i` in generation `generation`.
     pub fn restock(&self, sku: &Sku, i: u32, generation: u64, rid: &RequestId) -> String {
         format!(

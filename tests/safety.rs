@@ -114,7 +114,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         "t:{strict#0}:g1:rq:x".to_string(),
     ];
     let args = |qty: &str, user: &str| -> Vec<String> {
-        ["1", user, qty, "0", "1000", "1000", "1"]
+        ["1", user, qty, "0", "1000", "1000", "1", "lua", "0"]
             .iter()
             .map(|s| s.to_string())
             .collect()

@@ -9,6 +9,11 @@
 -- ARGV[5]  ttl_ms     how long the outcome record lives (> 0)
 -- ARGV[6]  lease_ms   lease of a fallback claim (> 0)
 -- ARGV[7]  claim      "1": when short, claim the request for a cross-segment fallback; "0": don't
+-- ARGV[8]  mode       "lua": check stock >= qty here (the atomic strategy)
+--                     "claim": only check the record and claim (the caller saw the segment short)
+--                     "fenced": lock strategies — the caller read the stock under a lock and
+--                     decided; apply only while the segment's fence still equals ARGV[9]
+-- ARGV[9]  fence      the fence number the caller's lock acquisition got (mode "fenced")
 --
 -- Reply (first element is the tag):
 --   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>"
@@ -18,6 +23,9 @@
 --   {"pending", epoch, lease_left_ms}   another caller holds the fallback claim of this request id
 --   {"mismatch", field}                 this request id was used with another user or qty
 --   {"stale", gen_or_missing}           the segment is missing or of another generation
+--   {"lock_lost"}                       mode "fenced": a newer lock holder exists; nothing written
+--   {"invariant", stock}                mode "fenced": the decision was stale (stock < qty);
+--                                       refused rather than oversold — a locking bug signal
 -- Errors: "ERR shardstock bad argument: <name>" before any write.
 local gen = tostring(uint('gen', ARGV[1]))
 local user = ident('user', ARGV[2])
@@ -27,6 +35,9 @@ local ttl = posint('ttl_ms', ARGV[5])
 local lease = posint('lease_ms', ARGV[6])
 local claim = ARGV[7]
 if claim ~= '0' and claim ~= '1' then bad('claim') end
+local mode = ARGV[8]
+if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' then bad('mode') end
+local fence = uint('fence', ARGV[9])
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
@@ -42,7 +53,12 @@ if rec then
   return { 'pending', tonumber(rec.e), left }
 end
 
-if stock >= qty then
+if mode == 'fenced' then
+  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
+  if stock < qty then return { 'invariant', stock } end
+end
+
+if mode ~= 'claim' and stock >= qty then
   redis.call('HINCRBY', KEYS[1], 'stock', -qty)
   redis.call('HINCRBY', KEYS[1], 'sold', qty)
   redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', 0, 'parts', index .. ':' .. qty)

@@ -14,6 +14,9 @@
 -- ARGV[5]  epoch     the caller's claim epoch (> 0)
 -- ARGV[6]  ttl_ms
 -- ARGV[7]  is_home   "1" when KEYS[1] is the request's home segment
+-- ARGV[8]  mode      "lua" (check stock here) | "fenced" (lock strategies: the caller decided
+--                    under a lock; apply only while the segment's fence equals ARGV[9])
+-- ARGV[9]  fence
 --
 -- Reply:
 --   {"taken", stock_after, part}   units taken now, or already taken by this epoch (idempotent)
@@ -21,6 +24,8 @@
 --   {"fenced"}                     the caller's claim was superseded; nothing changed
 --   {"mismatch", field}
 --   {"stale", gen_or_missing}
+--   {"invariant", stock}           mode "fenced": stock < part despite the lock; refused
+--   {"lock_lost"}                  mode "fenced": a newer lock holder exists; nothing written
 local gen = tostring(uint('gen', ARGV[1]))
 local user = ident('user', ARGV[2])
 local qty = posint('qty', ARGV[3])
@@ -30,6 +35,9 @@ local ttl = posint('ttl_ms', ARGV[6])
 local is_home = ARGV[7]
 if is_home ~= '0' and is_home ~= '1' then bad('is_home') end
 if part > qty then bad('part') end
+local mode = ARGV[8]
+if mode ~= 'lua' and mode ~= 'fenced' then bad('mode') end
+local fence = uint('fence', ARGV[9])
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
@@ -39,12 +47,20 @@ if rec then
   if rec.u ~= user then return { 'mismatch', 'user' } end
   if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
 end
+if mode == 'fenced' then
+  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
+end
+-- Under a lock the caller already decided; a short segment here means the lock failed.
+local function short()
+  if mode == 'fenced' then return { 'invariant', stock } end
+  return { 'short', stock }
+end
 
 if is_home == '1' then
   if not rec or rec.s ~= 'P' or tonumber(rec.e) ~= epoch then return { 'fenced' } end
   local hp = tonumber(rec.hp)
   if hp > 0 then return { 'taken', stock, hp } end
-  if stock < part then return { 'short', stock } end
+  if stock < part then return short() end
   redis.call('HINCRBY', KEYS[1], 'stock', -part)
   redis.call('HINCRBY', KEYS[1], 'sold', part)
   redis.call('HSET', KEYS[2], 'hp', part)
@@ -61,7 +77,7 @@ if rec then
   if e > epoch then return { 'fenced' } end
 end
 
-if stock < part then return { 'short', stock } end
+if stock < part then return short() end
 redis.call('HINCRBY', KEYS[1], 'stock', -part)
 redis.call('HINCRBY', KEYS[1], 'sold', part)
 redis.call('DEL', KEYS[2])

@@ -18,6 +18,9 @@ use fred::prelude::{
 use fred::types::Value;
 use fred::types::scripts::Script;
 use std::sync::Arc;
+
+mod strategies;
+use strategies::Mode;
 use std::time::Duration;
 
 macro_rules! script {
@@ -80,6 +83,12 @@ pub struct RedisStore {
     pool: Pool,
     keys: Keyspace,
     scripts: Arc<Scripts>,
+    mode: Arc<Mode>,
+    /// Test and demo hook: a pause inside each critical section (between the read and the
+    /// write), like the slow downstream call of the seed articles. Microseconds; 0 = none.
+    pause_us: Arc<std::sync::atomic::AtomicU64>,
+    /// The lock strategy runs over independent nodes.
+    red: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -115,6 +124,16 @@ impl Reply {
         self.rest
             .get(i)
             .and_then(Value::as_u64)
+            .ok_or_else(|| self.bad())
+    }
+
+    /// A stock figure; the unsafe baselines can drive stock below zero for a moment, which
+    /// reads as 0 (the audit still sees the real counters).
+    fn stock(&self, i: usize) -> Result<u64> {
+        self.rest
+            .get(i)
+            .and_then(Value::as_i64)
+            .map(|v| v.max(0) as u64)
             .ok_or_else(|| self.bad())
     }
 
@@ -208,6 +227,9 @@ impl RedisStore {
             pool,
             keys: Keyspace::new(prefix),
             scripts: Arc::new(Scripts::new()),
+            mode: Arc::new(Mode::Lua),
+            pause_us: Arc::default(),
+            red: false,
         };
         store.load_scripts().await?;
         Ok(store)
@@ -254,6 +276,99 @@ impl RedisStore {
 
     fn rq_key(&self, seg: &SegAddr<'_>, rid: &RequestId) -> String {
         self.keys.request(seg.sku, seg.index, seg.generation, rid)
+    }
+
+    /// `deduct.lua` in `mode` (`lua`, `claim` or `fenced` with `fence`).
+    async fn lua_home(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        claim: bool,
+        mode: &str,
+        fence: u64,
+    ) -> Result<HomeReply> {
+        let r = self
+            .eval(
+                &self.scripts.deduct,
+                "deduct",
+                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    seg.generation.to_string(),
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    seg.index.to_string(),
+                    req.ttl_ms.to_string(),
+                    req.lease_ms.to_string(),
+                    b(claim),
+                    mode.to_string(),
+                    fence.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "applied" => HomeReply::Applied {
+                stock_after: r.stock(0)?,
+            },
+            "short" => HomeReply::Short {
+                stock: r.stock(0)?,
+                claimed: r.u64(1)? == 1,
+            },
+            "replay" => HomeReply::Replay(r.parts(0)?),
+            "pending" => HomeReply::Pending {
+                epoch: r.u64(0)?,
+                lease_left_ms: r.u64(1)?,
+            },
+            "mismatch" => HomeReply::Mismatch(r.field(0)?),
+            "stale" => HomeReply::Stale,
+            "lock_lost" => return Err(self.lock_lost(&seg)),
+            _ => return Err(r.bad()),
+        })
+    }
+
+    /// `take.lua` in `mode` (`lua` or `fenced` with `fence`).
+    #[allow(clippy::too_many_arguments)]
+    async fn lua_take(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        part: u64,
+        epoch: u64,
+        is_home: bool,
+        mode: &str,
+        fence: u64,
+    ) -> Result<TakeReply> {
+        let r = self
+            .eval(
+                &self.scripts.take,
+                "take",
+                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    seg.generation.to_string(),
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    part.to_string(),
+                    epoch.to_string(),
+                    req.ttl_ms.to_string(),
+                    b(is_home),
+                    mode.to_string(),
+                    fence.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "taken" => TakeReply::Taken {
+                stock_after: r.stock(0)?,
+                part: r.u64(1)?,
+            },
+            "short" => TakeReply::Short {
+                stock: r.stock(0)?,
+            },
+            "fenced" => TakeReply::Fenced,
+            "mismatch" => TakeReply::Mismatch(r.field(0)?),
+            "stale" => TakeReply::Stale,
+            "lock_lost" => return Err(self.lock_lost(&seg)),
+            _ => return Err(r.bad()),
+        })
     }
 
     /// Closes the connections.
@@ -357,39 +472,7 @@ impl Store for RedisStore {
         req: ReqArgs<'_>,
         claim: bool,
     ) -> Result<HomeReply> {
-        let r = self
-            .eval(
-                &self.scripts.deduct,
-                "deduct",
-                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
-                vec![
-                    seg.generation.to_string(),
-                    req.user.to_string(),
-                    req.qty.to_string(),
-                    seg.index.to_string(),
-                    req.ttl_ms.to_string(),
-                    req.lease_ms.to_string(),
-                    b(claim),
-                ],
-            )
-            .await?;
-        Ok(match r.tag.as_str() {
-            "applied" => HomeReply::Applied {
-                stock_after: r.u64(0)?,
-            },
-            "short" => HomeReply::Short {
-                stock: r.u64(0)?,
-                claimed: r.u64(1)? == 1,
-            },
-            "replay" => HomeReply::Replay(r.parts(0)?),
-            "pending" => HomeReply::Pending {
-                epoch: r.u64(0)?,
-                lease_left_ms: r.u64(1)?,
-            },
-            "mismatch" => HomeReply::Mismatch(r.field(0)?),
-            "stale" => HomeReply::Stale,
-            _ => return Err(r.bad()),
-        })
+        strategies::deduct_home(self, seg, req, claim).await
     }
 
     async fn take(
@@ -400,33 +483,7 @@ impl Store for RedisStore {
         epoch: u64,
         is_home: bool,
     ) -> Result<TakeReply> {
-        let r = self
-            .eval(
-                &self.scripts.take,
-                "take",
-                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
-                vec![
-                    seg.generation.to_string(),
-                    req.user.to_string(),
-                    req.qty.to_string(),
-                    part.to_string(),
-                    epoch.to_string(),
-                    req.ttl_ms.to_string(),
-                    b(is_home),
-                ],
-            )
-            .await?;
-        Ok(match r.tag.as_str() {
-            "taken" => TakeReply::Taken {
-                stock_after: r.u64(0)?,
-                part: r.u64(1)?,
-            },
-            "short" => TakeReply::Short { stock: r.u64(0)? },
-            "fenced" => TakeReply::Fenced,
-            "mismatch" => TakeReply::Mismatch(r.field(0)?),
-            "stale" => TakeReply::Stale,
-            _ => return Err(r.bad()),
-        })
+        strategies::take(self, seg, req, part, epoch, is_home).await
     }
 
     async fn settle(

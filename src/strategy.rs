@@ -1,0 +1,119 @@
+//! Deduction strategies: the rungs of the ladder the seed articles climb, all selectable over
+//! the same segments, router, request ids and audit, so they can be compared side by side.
+//!
+//! | strategy | safe? | how one segment is deducted |
+//! |---|---|---|
+//! | `lua` (default) | yes | one atomic check-and-decrement script |
+//! | `lock` | yes | per-segment lock (SET NX PX, watchdog), read, decide, **fenced** write |
+//! | `redlock` | yes* | the same with the lock on a quorum of independent nodes |
+//! | `naive` | **no** | GET, decide, SET — oversells under concurrency |
+//! | `local-mutex` | **no** | naive inside an in-process mutex — oversells across processes |
+//! | `decr-compensate` | no undersell guarantee | DECRBY, INCRBY back when negative |
+//!
+//! \* RedLock's safety rests on timing assumptions; the fence at the stock store is what
+//! actually stops a paused holder (see [`crate::lock::redlock`]).
+
+use crate::error::{Error, Result};
+use std::fmt;
+use std::str::FromStr;
+
+/// How a segment's stock is checked and decremented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Atomic Lua check-and-decrement (default).
+    #[default]
+    Lua,
+    /// Per-segment distributed lock with fenced writes.
+    Lock,
+    /// RedLock over independent nodes, fenced writes.
+    Redlock,
+    /// UNSAFE baseline: read, decide, write back, no lock.
+    Naive,
+    /// UNSAFE baseline: naive inside an in-process mutex.
+    LocalMutex,
+    /// Baseline: decrement, then add back when it went negative. Never oversells, but the
+    /// transient negatives turn buyers away while stock remains.
+    DecrCompensate,
+}
+
+impl Strategy {
+    /// Every strategy, safest first.
+    pub const ALL: [Strategy; 6] = [
+        Strategy::Lua,
+        Strategy::Lock,
+        Strategy::Redlock,
+        Strategy::DecrCompensate,
+        Strategy::LocalMutex,
+        Strategy::Naive,
+    ];
+
+    /// The name used in config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Lua => "lua",
+            Strategy::Lock => "lock",
+            Strategy::Redlock => "redlock",
+            Strategy::Naive => "naive",
+            Strategy::LocalMutex => "local-mutex",
+            Strategy::DecrCompensate => "decr-compensate",
+        }
+    }
+
+    /// False for the baselines that oversell (kept to demonstrate the failure).
+    pub fn never_oversells(self) -> bool {
+        !matches!(self, Strategy::Naive | Strategy::LocalMutex)
+    }
+
+    /// True for the strategies that take a distributed lock per segment.
+    pub fn uses_locks(self) -> bool {
+        matches!(self, Strategy::Lock | Strategy::Redlock)
+    }
+
+    /// One line on what it guarantees.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Strategy::Lua => "safe: one atomic check-and-decrement script per segment",
+            Strategy::Lock => "safe: per-segment lock + watchdog, writes fenced against stale holders",
+            Strategy::Redlock => "safe while fenced: lock on a node quorum (timing assumptions), writes fenced",
+            Strategy::Naive => "UNSAFE: read-decide-write without a lock oversells under concurrency",
+            Strategy::LocalMutex => "UNSAFE: an in-process mutex protects one process only; several oversell",
+            Strategy::DecrCompensate => "no oversell, but transient negatives turn buyers away while stock remains",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Strategy::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Strategy::ALL.iter().map(|x| x.name()).collect();
+                Error::invalid("strategy", format!("{s:?} is not one of {}", names.join(", ")))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_is_named() {
+        for s in Strategy::ALL {
+            assert_eq!(s.name().parse::<Strategy>().unwrap(), s);
+        }
+        let e = "redlok".parse::<Strategy>().unwrap_err();
+        assert!(e.to_string().contains("redlok") && e.to_string().contains("redlock"));
+        assert!(!Strategy::Naive.never_oversells());
+        assert!(Strategy::Lock.uses_locks() && !Strategy::Lua.uses_locks());
+    }
+}
