@@ -25,6 +25,15 @@ pub struct StoreConfig {
     /// A Redis command that has not completed after this long fails (its outcome is then
     /// unknown; retry with the same request id).
     pub command_timeout_ms: u64,
+    /// Deduction strategy: `lua` (default), `lock`, `redlock`, or the unsafe baselines
+    /// `naive`, `local-mutex`, `decr-compensate` (Redis only).
+    pub strategy: crate::strategy::Strategy,
+    /// Lock lease for `lock` / `redlock` (renewed every lease/3 while held).
+    pub lock_lease_ms: u64,
+    /// How long a lock acquisition waits before the request falls back to another segment.
+    pub lock_wait_ms: u64,
+    /// Independent Redis nodes for `redlock` (3 or 5).
+    pub lock_nodes: Vec<String>,
 }
 
 impl Default for StoreConfig {
@@ -34,6 +43,10 @@ impl Default for StoreConfig {
             pool_size: 4,
             key_prefix: "ss".into(),
             command_timeout_ms: 5000,
+            strategy: crate::strategy::Strategy::Lua,
+            lock_lease_ms: 2000,
+            lock_wait_ms: 1000,
+            lock_nodes: Vec::new(),
         }
     }
 }
@@ -97,6 +110,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// The lock options these settings stand for.
+    pub fn lock_options(&self) -> crate::lock::LockOptions {
+        let mut o = crate::lock::LockOptions::default();
+        o.lease = Duration::from_millis(self.store.lock_lease_ms);
+        o.wait = Duration::from_millis(self.store.lock_wait_ms);
+        o
+    }
+
     /// Reads defaults, then `file` (when given), then `SHARDSTOCK_*` environment variables,
     /// and validates the result.
     ///
@@ -132,6 +153,7 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         crate::ids::check_prefix(&self.store.key_prefix)
             .map_err(|e| Error::Config(format!("store.key_prefix: {e}")))?;
+        self.lock_options().validate()?;
         if self.store.command_timeout_ms == 0 {
             return Err(Error::Config(
                 "store.command_timeout_ms must be at least 1".into(),

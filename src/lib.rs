@@ -32,6 +32,6 @@ pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};
 pub use segments::Part;
 pub use store::Store;
-pub use strategy::Strategy;
 pub use store::memory::MemoryStore;
 pub use store::redis::RedisStore;
+pub use strategy::Strategy;

@@ -63,7 +63,9 @@ impl LockOptions {
             return Err(Error::Config("lock lease must be at least 30 ms".into()));
         }
         if self.backoff_min.is_zero() || self.backoff_max < self.backoff_min {
-            return Err(Error::Config("lock backoff must satisfy 0 < min <= max".into()));
+            return Err(Error::Config(
+                "lock backoff must satisfy 0 < min <= max".into(),
+            ));
         }
         Ok(())
     }
@@ -183,7 +185,13 @@ impl Backend {
     async fn renew(&self, key: &str, token: &str, lease: Duration) -> Result<bool> {
         match self {
             Backend::Single { pool, renew, .. } => {
-                let n: i64 = eval(pool.next(), renew, key, vec![token.to_string(), lease.as_millis().to_string()]).await?;
+                let n: i64 = eval(
+                    pool.next(),
+                    renew,
+                    key,
+                    vec![token.to_string(), lease.as_millis().to_string()],
+                )
+                .await?;
                 Ok(n == 1)
             }
             Backend::Red(r) => r.renew(key, token, lease).await,
@@ -201,8 +209,15 @@ impl Backend {
     }
 }
 
-async fn eval<R: fred::types::FromValue>(client: &Client, s: &Script, key: &str, args: Vec<String>) -> Result<R> {
-    let v: Value = s.evalsha_with_reload(client, vec![key.to_string()], args).await?;
+async fn eval<R: fred::types::FromValue>(
+    client: &Client,
+    s: &Script,
+    key: &str,
+    args: Vec<String>,
+) -> Result<R> {
+    let v: Value = s
+        .evalsha_with_reload(client, vec![key.to_string()], args)
+        .await?;
     Ok(R::from_value(v)?)
 }
 
@@ -278,7 +293,10 @@ impl Locker {
     /// is invalid. Unreachable nodes are not an error here: they just cannot vote.
     pub async fn redlock(urls: &[String], opts: LockOptions) -> Result<Self> {
         opts.validate()?;
-        Ok(Self::new(Backend::Red(redlock::RedLock::connect(urls).await?), opts))
+        Ok(Self::new(
+            Backend::Red(redlock::RedLock::connect(urls).await?),
+            opts,
+        ))
     }
 
     /// Counters.
@@ -310,7 +328,9 @@ impl Locker {
             if let Some(validity) = self.backend.try_lock(key, &token, self.opts.lease).await? {
                 pending.armed = false;
                 self.stats.acquired.fetch_add(1, Relaxed);
-                self.stats.wait_us.fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                self.stats
+                    .wait_us
+                    .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
                 return Ok(Some(self.guard(key, token, validity)));
             }
             self.stats.contended.fetch_add(1, Relaxed);
@@ -318,7 +338,9 @@ impl Locker {
             if now >= deadline {
                 pending.armed = false;
                 self.stats.timeouts.fetch_add(1, Relaxed);
-                self.stats.wait_us.fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                self.stats
+                    .wait_us
+                    .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
                 return Ok(None);
             }
             // Full jitter: sleep a random time up to the current backoff.
@@ -330,7 +352,11 @@ impl Locker {
 
     fn guard(&self, key: &str, token: String, validity: Duration) -> LockGuard {
         let lost = Arc::new(AtomicBool::new(false));
-        let (backend, stats, lease) = (Arc::clone(&self.backend), Arc::clone(&self.stats), self.opts.lease);
+        let (backend, stats, lease) = (
+            Arc::clone(&self.backend),
+            Arc::clone(&self.stats),
+            self.opts.lease,
+        );
         let (k, t, l) = (key.to_string(), token.clone(), Arc::clone(&lost));
         stats.watchdogs.fetch_add(1, Relaxed);
         let counter = WatchdogCount(Arc::clone(&stats));

@@ -241,6 +241,16 @@ pub trait Store: Send + Sync + 'static {
     /// Short name for reports (`"memory"`, `"redis"`).
     fn name(&self) -> &'static str;
 
+    /// The deduction strategy this store runs (only Redis offers others than `lua`).
+    fn strategy(&self) -> crate::strategy::Strategy {
+        crate::strategy::Strategy::Lua
+    }
+
+    /// Lock counters, when the strategy uses locks.
+    fn lock_figures(&self) -> Option<crate::lock::LockFigures> {
+        None
+    }
+
     /// Starts a (re)load: bumps the generation unless the SKU exists and `replace` is false.
     fn load_begin(
         &self,

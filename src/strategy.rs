@@ -18,7 +18,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// How a segment's stock is checked and decremented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Atomic Lua check-and-decrement (default).
@@ -74,11 +76,21 @@ impl Strategy {
     pub fn summary(self) -> &'static str {
         match self {
             Strategy::Lua => "safe: one atomic check-and-decrement script per segment",
-            Strategy::Lock => "safe: per-segment lock + watchdog, writes fenced against stale holders",
-            Strategy::Redlock => "safe while fenced: lock on a node quorum (timing assumptions), writes fenced",
-            Strategy::Naive => "UNSAFE: read-decide-write without a lock oversells under concurrency",
-            Strategy::LocalMutex => "UNSAFE: an in-process mutex protects one process only; several oversell",
-            Strategy::DecrCompensate => "no oversell, but transient negatives turn buyers away while stock remains",
+            Strategy::Lock => {
+                "safe: per-segment lock + watchdog, writes fenced against stale holders"
+            }
+            Strategy::Redlock => {
+                "safe while fenced: lock on a node quorum (timing assumptions), writes fenced"
+            }
+            Strategy::Naive => {
+                "UNSAFE: read-decide-write without a lock oversells under concurrency"
+            }
+            Strategy::LocalMutex => {
+                "UNSAFE: an in-process mutex protects one process only; several oversell"
+            }
+            Strategy::DecrCompensate => {
+                "no oversell, but transient negatives turn buyers away while stock remains"
+            }
         }
     }
 }
@@ -97,7 +109,10 @@ impl FromStr for Strategy {
             .find(|x| x.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Strategy::ALL.iter().map(|x| x.name()).collect();
-                Error::invalid("strategy", format!("{s:?} is not one of {}", names.join(", ")))
+                Error::invalid(
+                    "strategy",
+                    format!("{s:?} is not one of {}", names.join(", ")),
+                )
             })
     }
 }

@@ -1,21 +1,370 @@
-//! RedLock over independent Redis nodes (placeholder API; implemented separately).
-use crate::error::Result;
-use std::time::Duration;
+//! RedLock: one lock over a quorum of independent Redis nodes.
+//!
+//! # What it does
+//! Each of N independent masters (N odd, at least 3) votes on its own. An attempt records the
+//! start time, runs `redlock_acquire.lua` (a `SET key token NX PX lease`) on **all** nodes
+//! concurrently with a short per-node timeout, and wins when at least `N/2 + 1` nodes granted
+//! *and* time is left: validity = lease − elapsed − drift, with drift = lease/100 + 2 ms for
+//! clock-rate differences. A lost attempt is undone at once (compare-and-delete on the nodes
+//! that granted or whose answer is unknown), so split votes between contenders do not block
+//! anyone for a lease. Renewal (the watchdog's compare-and-`PEXPIRE`) counts as renewed only
+//! when a quorum renewed; release is a compare-and-delete everywhere. A node that errors, times
+//! out or is disconnected simply votes "no": a minority of nodes can be down. When so many
+//! nodes *failed* that no quorum is possible (more than N − quorum), the attempt returns
+//! [`Error::Redis`] at once instead of letting the caller wait for a lock it cannot get.
+//!
+//! # What it guarantees, and what it does not
+//! Under timing assumptions — node clocks advance at about the same rate (no jumps), and no
+//! process or network pause exceeds the validity — at most one client holds a valid lock at a
+//! time, and the lock survives a minority of nodes being down or partitioned. Those assumptions
+//! are exactly what Martin Kleppmann's critique ("How to do distributed locking", 2016)
+//! attacks: a holder paused by GC, `SIGSTOP`, swapping or a slow network after it checked its
+//! lock resumes after the lease expired and acts as if it still held it; a node whose clock is
+//! stepped forward expires keys early; and RedLock hands out no fencing token that a resource
+//! could check. No lock service can stop a paused client. That is why shardstock treats the
+//! lock as an efficiency device only and **fences writes at the stock store**: each acquisition
+//! bumps a fence number stored with the segment, and the write scripts apply only while the
+//! number is still the holder's (`take.lua` / `deduct.lua`, mode `fenced`). Redisson reached
+//! the same verdict and deprecated its `RedissonRedLock`; prefer the single-Redis backend
+//! unless you need the lock to survive the loss of one Redis, and keep the fence either way.
+//!
+//! # Restarted nodes: quarantine
+//! A node restarted without its data (no persistence, `FLUSHALL`, a fresh replacement) has
+//! forgotten the locks it granted; voting at once would let a second client win a quorum made
+//! of it plus free nodes while the first holder still owns the lock on the rest. Each node
+//! therefore keeps a marker key, [`QUARANTINE_KEY`] (no TTL), holding "quarantined until
+//! <ms>" on the node's own clock (`TIME`). The acquire script sees a missing marker as "new or
+//! restarted empty", sets it to now + quarantine and refuses to vote until then. Renewals
+//! cannot revive a forgotten lock (they compare the token), so the old holder's watchdog sees
+//! the lock lost unless it still has a quorum *without* that node — in which case the
+//! newcomer cannot win a quorum either.
+//!
+//! The quarantine is `3 × lease` of the requesting locker. One lease is enough when every
+//! locker sharing the nodes uses the same lease: a lock the node forgot was last granted or
+//! renewed before the restart, so it either expires within one lease of it or is still held
+//! by a quorum of the other nodes. The factor 3 adds margin for clock-rate drift and tolerates
+//! lockers with leases up to 3× this one's; **all lockers sharing a node set must use leases
+//! within a factor of 3** (ideally the same lease).
+//!
+//! **First contact.** A brand-new node looks exactly like a restarted one (both are empty), so
+//! a new deployment refuses locks for `3 × lease` after its first acquisition attempt (6 s with
+//! the default 2 s lease; attempts in that window return "contended"). The marker is
+//! deliberately *not* pre-seeded at [`connect`](RedLock::connect) time: a node that restarted
+//! between a lock grant and a new process connecting would then skip its quarantine, and a
+//! rolling deployment makes that likely. An operator who *knows* a node is brand new may set
+//! the marker to `0` by hand (`SET shardstock:redlock:quarantine 0`) to skip the wait.
+//!
+//! The quarantine only detects restarts that lost the marker too. Run the nodes without
+//! persistence (then a restart always loses both) or with `appendfsync always`; an RDB or
+//! `everysec` AOF can come back with the marker but without a recent lock. Use `noeviction`:
+//! an evicted lock key is a forgotten lock.
+//!
+//! # Connections
+//! One fred client per node: 200 ms connection timeout, reconnection forever in the
+//! background (exponential, 10 ms to 500 ms), a 100 ms command timeout so one slow node cannot
+//! hold up the quorum, and a single attempt per command (fred must not silently re-send a lock
+//! `SET` after a reconnect). A node that is down when connecting is not an error; a node that
+//! is not connected is not even asked (no command queued behind a reconnection can land late).
+use crate::error::{Error, Result};
+use fred::error::{Error as FredError, ErrorKind};
+use fred::prelude::{Builder, Client, ClientLike, Config, ReconnectPolicy};
+use fred::types::scripts::Script;
+use fred::types::{ConnectHandle, Value};
+use futures::future::join_all;
+use std::time::{Duration, Instant};
+
+/// The per-node quarantine marker (no TTL; value: end of quarantine in server-clock ms).
+///
+/// Missing means the node is new or restarted empty; see the [module docs](self).
+pub const QUARANTINE_KEY: &str = "shardstock:redlock:quarantine";
+
+/// Quarantine of a node found empty, in leases of the requesting locker.
+const QUARANTINE_LEASES: u32 = 3;
+/// Connection (and handshake) timeout per node.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+/// Timeout of one command on one node.
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(100);
+/// Bound of one script call on one node (EVALSHA, and on NOSCRIPT: SCRIPT LOAD + EVALSHA).
+const CALL_TIMEOUT: Duration = Duration::from_millis(250);
+
+fn script(body: &'static str) -> Script {
+    Script::from_lua(format!(
+        "{}{}",
+        include_str!("../scripts/prelude.lua"),
+        body
+    ))
+}
+
+struct Node {
+    url: String,
+    client: Client,
+    task: ConnectHandle,
+}
 
 /// A lock over a quorum of independent nodes.
-pub struct RedLock {}
+pub struct RedLock {
+    nodes: Vec<Node>,
+    quorum: usize,
+    acquire: Script,
+    renew: Script,
+    release: Script,
+}
+
+impl std::fmt::Debug for RedLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedLock")
+            .field(
+                "nodes",
+                &self.nodes.iter().map(|n| &n.url).collect::<Vec<_>>(),
+            )
+            .field("quorum", &self.quorum)
+            .finish()
+    }
+}
+
+/// One node's answer to an acquisition.
+enum Vote {
+    Granted,
+    Refused,
+    /// Unknown outcome (error, timeout, unexpected reply) or not asked (disconnected).
+    Failed {
+        error: FredError,
+        sent: bool,
+    },
+}
 
 impl RedLock {
-    pub(crate) async fn connect(_urls: &[String]) -> Result<Self> {
-        unimplemented!()
+    pub(crate) async fn connect(urls: &[String]) -> Result<Self> {
+        if urls.len() < 3 || urls.len() % 2 == 0 {
+            return Err(Error::Config(format!(
+                "redlock needs an odd number of nodes, at least 3 (got {})",
+                urls.len()
+            )));
+        }
+        for (i, u) in urls.iter().enumerate() {
+            if urls[..i].contains(u) {
+                return Err(Error::Config(format!(
+                    "redlock node {u:?} is listed twice (it would vote twice)"
+                )));
+            }
+        }
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            let mut config = Config::from_url(url)?;
+            // Keep retrying a node that is down at start; it votes once it is reachable.
+            config.fail_fast = false;
+            let client = Builder::from_config(config)
+                .with_connection_config(|c| {
+                    c.connection_timeout = CONNECT_TIMEOUT;
+                    c.internal_command_timeout = CONNECT_TIMEOUT;
+                    c.max_command_attempts = 1;
+                    c.tcp.nodelay = Some(true);
+                })
+                .with_performance_config(|p| p.default_command_timeout = COMMAND_TIMEOUT)
+                .set_policy(ReconnectPolicy::new_exponential(0, 10, 500, 2))
+                .build()?;
+            clients.push((url.clone(), client));
+        }
+        let red = Self {
+            nodes: clients
+                .into_iter()
+                .map(|(url, client)| {
+                    let task = client.connect();
+                    Node { url, client, task }
+                })
+                .collect(),
+            quorum: urls.len() / 2 + 1,
+            acquire: script(include_str!("../scripts/redlock_acquire.lua")),
+            renew: script(include_str!("../scripts/lock_renew.lua")),
+            release: script(include_str!("../scripts/lock_release.lua")),
+        };
+        // Wait briefly for the nodes (concurrently) and preload the scripts where reachable;
+        // `evalsha_with_reload` covers the rest (late nodes, restarts).
+        join_all(red.nodes.iter().map(|n| async {
+            let _ = tokio::time::timeout(CONNECT_TIMEOUT, async {
+                // Poll rather than `wait_for_connect` (which can miss a connection that
+                // completes between its state check and its subscription).
+                while !n.client.is_connected() {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                for s in [&red.acquire, &red.renew, &red.release] {
+                    s.load(&n.client).await?;
+                }
+                Ok::<_, FredError>(())
+            })
+            .await;
+        }))
+        .await;
+        Ok(red)
     }
-    pub(crate) async fn try_lock(&self, _key: &str, _token: &str, _lease: Duration) -> Result<Option<Duration>> {
-        unimplemented!()
+
+    /// Runs `script` on one node, bounded in time; a disconnected node is not asked.
+    async fn call(
+        &self,
+        node: &Node,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> (Result<Value, FredError>, bool) {
+        if !node.client.is_connected() {
+            let e = FredError::new(ErrorKind::IO, format!("{} is not connected", node.url));
+            return (Err(e), false);
+        }
+        let r = tokio::time::timeout(
+            CALL_TIMEOUT,
+            script.evalsha_with_reload(&node.client, keys, args),
+        )
+        .await;
+        let r = r.unwrap_or_else(|_| {
+            Err(FredError::new(
+                ErrorKind::Timeout,
+                format!("{} timed out", node.url),
+            ))
+        });
+        (r, true)
     }
-    pub(crate) async fn renew(&self, _key: &str, _token: &str, _lease: Duration) -> Result<bool> {
-        unimplemented!()
+
+    /// Runs `script` on every node concurrently; results in node order.
+    async fn on_all(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Vec<(Result<Value, FredError>, bool)> {
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        join_all(
+            self.nodes
+                .iter()
+                .map(|n| self.call(n, script, keys.clone(), args.to_vec())),
+        )
+        .await
     }
-    pub(crate) async fn unlock(&self, _key: &str, _token: &str) -> Result<()> {
-        unimplemented!()
+
+    /// The error for "so many nodes failed that no quorum is possible".
+    fn no_quorum(&self, what: &str, failed: usize, first: Option<&FredError>) -> Error {
+        let kind = first.map_or(ErrorKind::IO, |e| e.kind().clone());
+        let cause = first.map_or_else(String::new, |e| format!("; first: {e}"));
+        Error::Redis(FredError::new(
+            kind,
+            format!(
+                "redlock {what}: no quorum possible, {failed} of {} nodes failed (need {}){cause}",
+                self.nodes.len(),
+                self.quorum
+            ),
+        ))
+    }
+
+    pub(crate) async fn try_lock(
+        &self,
+        key: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<Option<Duration>> {
+        let lease_ms = lease.as_millis().max(1);
+        let args = [
+            token.to_string(),
+            lease_ms.to_string(),
+            (lease_ms * u128::from(QUARANTINE_LEASES)).to_string(),
+        ];
+        let start = Instant::now();
+        let votes: Vec<Vote> = self
+            .on_all(&self.acquire, &[key, QUARANTINE_KEY], &args)
+            .await
+            .into_iter()
+            .map(|(r, sent)| match r {
+                Err(error) => Vote::Failed { error, sent },
+                Ok(v) => match tag(&v).as_deref() {
+                    Some("ok") => Vote::Granted,
+                    Some("taken" | "quarantine") => Vote::Refused,
+                    _ => Vote::Failed {
+                        error: FredError::new(
+                            ErrorKind::Protocol,
+                            format!("redlock: unexpected reply {v:?}"),
+                        ),
+                        sent,
+                    },
+                },
+            })
+            .collect();
+        let elapsed = start.elapsed();
+        let granted = votes.iter().filter(|v| matches!(v, Vote::Granted)).count();
+        let drift = lease / 100 + Duration::from_millis(2);
+        let validity = lease.saturating_sub(elapsed + drift);
+        if granted >= self.quorum && !validity.is_zero() {
+            return Ok(Some(validity));
+        }
+        // Lost: undo where we hold the key or may hold it (a timed-out SET may have landed).
+        let undo: Vec<&Node> = self
+            .nodes
+            .iter()
+            .zip(&votes)
+            .filter(|(_, v)| matches!(v, Vote::Granted | Vote::Failed { sent: true, .. }))
+            .map(|(n, _)| n)
+            .collect();
+        if !undo.is_empty() {
+            let args = vec![token.to_string()];
+            join_all(
+                undo.into_iter()
+                    .map(|n| self.call(n, &self.release, vec![key.to_string()], args.clone())),
+            )
+            .await;
+        }
+        let mut failures = votes.iter().filter_map(|v| match v {
+            Vote::Failed { error, .. } => Some(error),
+            _ => None,
+        });
+        let first = failures.next();
+        let failed = usize::from(first.is_some()) + failures.count();
+        if failed > self.nodes.len() - self.quorum {
+            return Err(self.no_quorum("acquire", failed, first));
+        }
+        Ok(None)
+    }
+
+    pub(crate) async fn renew(&self, key: &str, token: &str, lease: Duration) -> Result<bool> {
+        let args = [token.to_string(), lease.as_millis().max(1).to_string()];
+        let replies = self.on_all(&self.renew, &[key], &args).await;
+        let renewed = replies
+            .iter()
+            .filter(|(r, _)| matches!(r, Ok(Value::Integer(1))))
+            .count();
+        if renewed >= self.quorum {
+            return Ok(true);
+        }
+        let mut failures = replies.iter().filter_map(|(r, _)| r.as_ref().err());
+        let first = failures.next();
+        let failed = usize::from(first.is_some()) + failures.count();
+        if failed > self.nodes.len() - self.quorum {
+            return Err(self.no_quorum("renew", failed, first));
+        }
+        Ok(false)
+    }
+
+    pub(crate) async fn unlock(&self, key: &str, token: &str) -> Result<()> {
+        // Best effort: a node that misses the release lets the key expire by its lease.
+        let _ = self
+            .on_all(&self.release, &[key], &[token.to_string()])
+            .await;
+        Ok(())
+    }
+}
+
+/// The tag (first element) of a script reply.
+fn tag(v: &Value) -> Option<String> {
+    match v {
+        Value::Array(items) => items
+            .first()
+            .and_then(|t| t.as_str())
+            .map(|s| s.into_owned()),
+        _ => None,
+    }
+}
+
+impl Drop for RedLock {
+    fn drop(&mut self) {
+        // The clients reconnect forever: stop their tasks, nothing uses them any more.
+        for n in &self.nodes {
+            n.task.abort();
+        }
     }
 }

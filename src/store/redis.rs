@@ -20,8 +20,8 @@ use fred::types::scripts::Script;
 use std::sync::Arc;
 
 mod strategies;
-use strategies::Mode;
 use std::time::Duration;
+use strategies::Mode;
 
 macro_rules! script {
     ($file:literal) => {
@@ -360,9 +360,7 @@ impl RedisStore {
                 stock_after: r.stock(0)?,
                 part: r.u64(1)?,
             },
-            "short" => TakeReply::Short {
-                stock: r.stock(0)?,
-            },
+            "short" => TakeReply::Short { stock: r.stock(0)? },
             "fenced" => TakeReply::Fenced,
             "mismatch" => TakeReply::Mismatch(r.field(0)?),
             "stale" => TakeReply::Stale,
@@ -384,6 +382,14 @@ fn b(v: bool) -> String {
 impl Store for RedisStore {
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn strategy(&self) -> crate::strategy::Strategy {
+        self.current_strategy()
+    }
+
+    fn lock_figures(&self) -> Option<crate::lock::LockFigures> {
+        self.current_lock_figures()
     }
 
     async fn load_begin(
@@ -638,11 +644,14 @@ impl Store for RedisStore {
         let reads = (0..segments).map(|i| {
             let key = self.keys.segment(sku, i);
             async move {
-                let v: Vec<Option<u64>> = self
+                // i64: the unsafe baselines can drive stock below zero for a moment; it reads
+                // as 0 and the audit, comparing counters, reports the hole.
+                let v: Vec<Option<i64>> = self
                     .pool
                     .next()
                     .hmget(key, vec!["gen", "stock", "sold", "loaded", "restocked"])
                     .await?;
+                let u = |x: &i64| (*x).max(0) as u64;
                 Ok::<_, Error>(match v.as_slice() {
                     [
                         Some(g),
@@ -650,11 +659,11 @@ impl Store for RedisStore {
                         Some(sold),
                         Some(loaded),
                         Some(restocked),
-                    ] if *g == generation => Some(SegmentState {
-                        stock: *stock,
-                        sold: *sold,
-                        loaded: *loaded,
-                        restocked: *restocked,
+                    ] if *g == generation as i64 => Some(SegmentState {
+                        stock: u(stock),
+                        sold: u(sold),
+                        loaded: u(loaded),
+                        restocked: u(restocked),
                     }),
                     _ => None,
                 })

@@ -58,6 +58,19 @@ struct Cli {
     )]
     redis: Option<String>,
 
+    /// Deduction strategy (Redis only): lua (default), lock, redlock, or the UNSAFE
+    /// baselines naive, local-mutex, decr-compensate. Overrides store.strategy.
+    #[arg(long, global = true, value_name = "NAME")]
+    strategy: Option<shardstock::Strategy>,
+
+    /// Independent Redis nodes for --strategy redlock, comma-separated (3 or 5).
+    #[arg(long, global = true, value_name = "URL,URL,URL", value_delimiter = ',')]
+    lock_nodes: Vec<String>,
+
+    /// Lock lease in milliseconds for lock/redlock (renewed every lease/3 while held).
+    #[arg(long, global = true, value_name = "MS")]
+    lease_ms: Option<u64>,
+
     /// Print machine-readable JSON on stdout instead of text.
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
@@ -208,6 +221,16 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     if let Some(url) = cli.redis {
         config.store.redis_url = url;
     }
+    if let Some(s) = cli.strategy {
+        config.store.strategy = s;
+    }
+    if !cli.lock_nodes.is_empty() {
+        config.store.lock_nodes = cli.lock_nodes.clone();
+    }
+    if let Some(ms) = cli.lease_ms {
+        config.store.lock_lease_ms = ms;
+    }
+    config.validate()?;
     let builder = EngineBuilder::with_options(config.engine.options());
     let url = config.store.redis_url.trim();
     if url.is_empty() {
@@ -216,6 +239,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 "note: no Redis URL configured (--redis or store.redis_url); using the embedded \
                  in-memory store, which is discarded when this process exits"
             );
+        }
+        if config.store.strategy != shardstock::Strategy::Lua {
+            return Err(Failure::new(format!(
+                "--strategy {} needs Redis (--redis URL); the embedded store is atomic by construction",
+                config.store.strategy
+            )));
         }
         let engine = builder.build(MemoryStore::new())?;
         dispatch(engine, cli.command, cli.json).await
@@ -227,7 +256,20 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             std::time::Duration::from_millis(config.store.command_timeout_ms),
         )
         .await
-        .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?;
+        .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?
+        .with_strategy(
+            config.store.strategy,
+            config.lock_options(),
+            &config.store.lock_nodes,
+        )
+        .await?;
+        if !config.store.strategy.never_oversells() && !cli.json {
+            eprintln!(
+                "warning: strategy {} is an UNSAFE baseline: {}",
+                config.store.strategy,
+                config.store.strategy.summary()
+            );
+        }
         let engine = builder.build(store.clone())?;
         let result = dispatch(engine, cli.command, cli.json).await;
         store.quit().await;

@@ -99,6 +99,11 @@ impl Tally {
 struct Report {
     sku: String,
     store: &'static str,
+    strategy: shardstock::Strategy,
+    /// False for the baselines kept to show overselling (naive, local-mutex).
+    strategy_safe: bool,
+    /// Lock figures for lock/redlock (null otherwise).
+    lock: Option<shardstock::lock::LockFigures>,
     run_id: String,
     generation: u64,
     segments: usize,
@@ -235,6 +240,9 @@ pub(crate) async fn run_sim<S: Store>(
     let report = Report {
         sku: sku.to_string(),
         store: engine.store().name(),
+        strategy: engine.store().strategy(),
+        strategy_safe: engine.store().strategy().never_oversells(),
+        lock: engine.store().lock_figures(),
         run_id,
         generation: audit.generation,
         segments: remaining.per_segment.len(),
@@ -284,9 +292,31 @@ fn print_human(r: &Report) {
         r.sku, r.store, r.generation, r.segments, r.run_id
     );
     println!(
+        "strategy: {}{} — {}",
+        r.strategy,
+        if r.strategy_safe {
+            ""
+        } else {
+            " (UNSAFE baseline)"
+        },
+        r.strategy.summary()
+    );
+    println!(
         "requests: {} from {} users, qty {}, {} concurrent workers",
         r.requests, r.users, r.qty, r.concurrency
     );
+    if let Some(l) = &r.lock {
+        println!(
+            "locks: acquired {}, contended {}, timeouts {}, fallbacks {}, renewals {}, leases lost {}, fenced writes rejected {}",
+            l.acquired,
+            l.contended,
+            l.timeouts,
+            l.fallbacks,
+            l.renewals,
+            l.leases_lost,
+            l.fenced_rejected
+        );
+    }
     println!(
         "outcomes: applied {} ({} units), sold_out {}, insufficient {}, in_flight {}, replayed {}, errors {}",
         r.applied, r.sold_units, r.sold_out, r.insufficient, r.in_flight, r.replayed, r.errors

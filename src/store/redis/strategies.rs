@@ -43,17 +43,26 @@ impl RedisStore {
     ///
     /// # Errors
     /// [`Error::Config`] for bad lock options or node lists; [`Error::Redis`] for bad URLs.
-    pub async fn with_strategy(mut self, strategy: Strategy, lock: LockOptions, lock_nodes: &[String]) -> Result<Self> {
+    pub async fn with_strategy(
+        mut self,
+        strategy: Strategy,
+        lock: LockOptions,
+        lock_nodes: &[String],
+    ) -> Result<Self> {
         lock.validate()?;
         if strategy != Strategy::Redlock && !lock_nodes.is_empty() {
-            return Err(Error::Config("lock nodes are only used by the redlock strategy".into()));
+            return Err(Error::Config(
+                "lock nodes are only used by the redlock strategy".into(),
+            ));
         }
         self.mode = Arc::new(match strategy {
             Strategy::Lua => Mode::Lua,
             Strategy::Lock => Mode::Locked(Locker::single(self.pool.clone(), lock)),
             Strategy::Redlock => {
                 if lock_nodes.is_empty() {
-                    return Err(Error::Config("the redlock strategy needs lock nodes (--lock-nodes URL,URL,URL)".into()));
+                    return Err(Error::Config(
+                        "the redlock strategy needs lock nodes (--lock-nodes URL,URL,URL)".into(),
+                    ));
                 }
                 Mode::Locked(Locker::redlock(lock_nodes, lock).await?)
             }
@@ -65,13 +74,11 @@ impl RedisStore {
         Ok(self)
     }
 
-    /// The strategy in force.
-    pub fn strategy(&self) -> Strategy {
+    pub(super) fn current_strategy(&self) -> Strategy {
         self.mode.strategy(self.red)
     }
 
-    /// Lock counters, for the lock strategies.
-    pub fn lock_figures(&self) -> Option<LockFigures> {
+    pub(super) fn current_lock_figures(&self) -> Option<LockFigures> {
         match &*self.mode {
             Mode::Locked(l) => Some(l.stats().figures()),
             _ => None,
@@ -112,7 +119,11 @@ impl RedisStore {
     }
 
     async fn read_stock(&self, seg: &SegAddr<'_>) -> Result<Option<i64>> {
-        let v: Vec<Option<i64>> = self.pool.next().hmget(self.seg_key(seg), vec!["gen", "stock"]).await?;
+        let v: Vec<Option<i64>> = self
+            .pool
+            .next()
+            .hmget(self.seg_key(seg), vec!["gen", "stock"])
+            .await?;
         Ok(match v.as_slice() {
             [Some(g), Some(stock)] if *g == seg.generation as i64 => Some(*stock),
             _ => None,
@@ -120,10 +131,19 @@ impl RedisStore {
     }
 
     /// The baselines' non-atomic sale: counters and record with separate commands.
-    async fn record_sale(&self, seg: &SegAddr<'_>, req: &ReqArgs<'_>, units: u64, epoch: u64, home: bool) -> Result<()> {
+    async fn record_sale(
+        &self,
+        seg: &SegAddr<'_>,
+        req: &ReqArgs<'_>,
+        units: u64,
+        epoch: u64,
+        home: bool,
+    ) -> Result<()> {
         let client = self.pool.next();
         let rq = self.rq_key(seg, req.request_id);
-        let _: i64 = client.hincrby(self.seg_key(seg), "sold", units as i64).await?;
+        let _: i64 = client
+            .hincrby(self.seg_key(seg), "sold", units as i64)
+            .await?;
         let mut fields: Vec<(String, String)> = vec![
             ("s".into(), "A".into()),
             ("u".into(), req.user.to_string()),
@@ -141,7 +161,12 @@ impl RedisStore {
     }
 
     /// Naive read-decide-write at the home segment (records are checked, non-atomically).
-    async fn naive_home(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, claim: bool) -> Result<HomeReply> {
+    async fn naive_home(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        claim: bool,
+    ) -> Result<HomeReply> {
         let stock = match self.lua_home(seg, req, false, "claim", 0).await? {
             HomeReply::Short { stock, .. } => self.read_stock(&seg).await?.unwrap_or(stock as i64),
             other => return Ok(other),
@@ -151,14 +176,24 @@ impl RedisStore {
         }
         self.pause().await;
         let after = stock - req.qty as i64;
-        let _: i64 = self.pool.next().hset(self.seg_key(&seg), ("stock", after)).await?;
+        let _: i64 = self
+            .pool
+            .next()
+            .hset(self.seg_key(&seg), ("stock", after))
+            .await?;
         self.record_sale(&seg, &req, req.qty, 0, true).await?;
         Ok(HomeReply::Applied {
             stock_after: after as u64,
         })
     }
 
-    async fn naive_take(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, part: u64, epoch: u64) -> Result<TakeReply> {
+    async fn naive_take(
+        &self,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        part: u64,
+        epoch: u64,
+    ) -> Result<TakeReply> {
         let Some(stock) = self.read_stock(&seg).await? else {
             return Ok(TakeReply::Stale);
         };
@@ -169,7 +204,11 @@ impl RedisStore {
         }
         self.pause().await;
         let after = stock - part as i64;
-        let _: i64 = self.pool.next().hset(self.seg_key(&seg), ("stock", after)).await?;
+        let _: i64 = self
+            .pool
+            .next()
+            .hset(self.seg_key(&seg), ("stock", after))
+            .await?;
         self.record_sale(&seg, &req, part, epoch, false).await?;
         Ok(TakeReply::Taken {
             stock_after: after as u64,
@@ -189,14 +228,23 @@ impl RedisStore {
         Ok(Some(after as u64))
     }
 
-    async fn local_mutex(&self, map: &DashMap<String, Arc<tokio::sync::Mutex<()>>>, seg: &SegAddr<'_>) -> tokio::sync::OwnedMutexGuard<()> {
+    async fn local_mutex(
+        &self,
+        map: &DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+        seg: &SegAddr<'_>,
+    ) -> tokio::sync::OwnedMutexGuard<()> {
         let m = Arc::clone(&*map.entry(self.seg_key(seg)).or_default());
         m.lock_owned().await
     }
 }
 
 /// `deduct_home` under the store's strategy.
-pub(super) async fn deduct_home(s: &RedisStore, seg: SegAddr<'_>, req: ReqArgs<'_>, claim: bool) -> Result<HomeReply> {
+pub(super) async fn deduct_home(
+    s: &RedisStore,
+    seg: SegAddr<'_>,
+    req: ReqArgs<'_>,
+    claim: bool,
+) -> Result<HomeReply> {
     match &*s.mode {
         Mode::Lua => s.lua_home(seg, req, claim, "lua", 0).await,
         Mode::Naive => s.naive_home(seg, req, claim).await,
@@ -232,7 +280,11 @@ pub(super) async fn deduct_home(s: &RedisStore, seg: SegAddr<'_>, req: ReqArgs<'
                 if guard.is_lost() {
                     return Err(Error::LeaseLost(key.clone()));
                 }
-                let mode = if stock >= req.qty as i64 { "fenced" } else { "claim" };
+                let mode = if stock >= req.qty as i64 {
+                    "fenced"
+                } else {
+                    "claim"
+                };
                 s.lua_home(seg, req, claim, mode, fence).await
             }
             .await;
@@ -243,12 +295,21 @@ pub(super) async fn deduct_home(s: &RedisStore, seg: SegAddr<'_>, req: ReqArgs<'
 }
 
 /// `take` under the store's strategy.
-pub(super) async fn take(s: &RedisStore, seg: SegAddr<'_>, req: ReqArgs<'_>, part: u64, epoch: u64, is_home: bool) -> Result<TakeReply> {
+pub(super) async fn take(
+    s: &RedisStore,
+    seg: SegAddr<'_>,
+    req: ReqArgs<'_>,
+    part: u64,
+    epoch: u64,
+    is_home: bool,
+) -> Result<TakeReply> {
     // The claim's home part lives in the claim record: keep that path atomic for every
     // strategy (it is the engine's bookkeeping, not the strategy under study).
     match &*s.mode {
         Mode::Lua => s.lua_take(seg, req, part, epoch, is_home, "lua", 0).await,
-        _ if is_home && !matches!(&*s.mode, Mode::Locked(_)) => s.lua_take(seg, req, part, epoch, is_home, "lua", 0).await,
+        _ if is_home && !matches!(&*s.mode, Mode::Locked(_)) => {
+            s.lua_take(seg, req, part, epoch, is_home, "lua", 0).await
+        }
         Mode::Naive => s.naive_take(seg, req, part, epoch).await,
         Mode::LocalMutex(map) => {
             let _held = s.local_mutex(map, &seg).await;
@@ -257,7 +318,10 @@ pub(super) async fn take(s: &RedisStore, seg: SegAddr<'_>, req: ReqArgs<'_>, par
         Mode::DecrCompensate => match s.decr(&seg, part).await? {
             Some(after) => {
                 s.record_sale(&seg, &req, part, epoch, false).await?;
-                Ok(TakeReply::Taken { stock_after: after, part })
+                Ok(TakeReply::Taken {
+                    stock_after: after,
+                    part,
+                })
             }
             None => Ok(TakeReply::Short { stock: 0 }),
         },
@@ -280,7 +344,8 @@ pub(super) async fn take(s: &RedisStore, seg: SegAddr<'_>, req: ReqArgs<'_>, par
                         stock: stock.max(0) as u64,
                     });
                 }
-                s.lua_take(seg, req, part, epoch, is_home, "fenced", fence).await
+                s.lua_take(seg, req, part, epoch, is_home, "fenced", fence)
+                    .await
             }
             .await;
             let _ = guard.release().await;
