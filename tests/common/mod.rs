@@ -131,6 +131,30 @@ pub async fn redis_engine(server: &RedisServer, builder: EngineBuilder) -> Engin
     builder.build(store).unwrap()
 }
 
+/// An engine over a Redis store running `strategy` with `lock` options.
+pub async fn strategy_engine(
+    server: &RedisServer,
+    builder: EngineBuilder,
+    strategy: shardstock::Strategy,
+    lock: shardstock::lock::LockOptions,
+) -> Engine<RedisStore> {
+    let store = RedisStore::connect(&server.url(), 2, "t")
+        .await
+        .unwrap()
+        .with_strategy(strategy, lock, &[])
+        .await
+        .unwrap();
+    builder.build(store).unwrap()
+}
+
+/// Lock options with the given lease and wait.
+pub fn lock_opts(lease_ms: u64, wait_ms: u64) -> shardstock::lock::LockOptions {
+    let mut o = shardstock::lock::LockOptions::default();
+    o.lease = Duration::from_millis(lease_ms);
+    o.wait = Duration::from_millis(wait_ms);
+    o
+}
+
 /// An engine over a fresh memory store.
 pub fn memory_engine(builder: EngineBuilder) -> Engine<MemoryStore> {
     builder.build(MemoryStore::new()).unwrap()

@@ -71,6 +71,12 @@ struct Cli {
     #[arg(long, global = true, value_name = "MS")]
     lease_ms: Option<u64>,
 
+    /// Pause this many milliseconds inside every critical section (lock strategies: between
+    /// the read and the fenced write; naive baselines: between read and write-back), like the
+    /// slow downstream call in the seed articles. A demonstration knob; default 0.
+    #[arg(long, global = true, value_name = "MS", default_value_t = 0)]
+    critical_pause_ms: u64,
+
     /// Print machine-readable JSON on stdout instead of text.
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
@@ -263,6 +269,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             &config.store.lock_nodes,
         )
         .await?;
+        store.set_critical_section_pause(std::time::Duration::from_millis(cli.critical_pause_ms));
         if !config.store.strategy.never_oversells() && !cli.json {
             eprintln!(
                 "warning: strategy {} is an UNSAFE baseline: {}",

@@ -1,0 +1,233 @@
+//! The strategy ladder against real redis-server processes: the safe rungs conserve stock
+//! exactly under concurrency; the unsafe baselines really do oversell (so the demonstration
+//! cannot silently turn into a no-op); lock leases, fencing and watchdogs behave.
+
+mod common;
+use common::*;
+use futures::future::join_all;
+use shardstock::*;
+use std::time::{Duration, Instant};
+
+async fn buyers<S: Store>(e: &Engine<S>, sku: &str, n: usize, tag: &str) -> (u64, u64) {
+    let tasks = (0..n).map(|i| {
+        let (e, sku, tag) = (e.clone(), sku.to_string(), tag.to_string());
+        tokio::spawn(async move {
+            let d = Deduct::new(&sku, &format!("{tag}u{i}"), 1, &format!("{tag}r{i}")).unwrap();
+            e.deduct(&d).await
+        })
+    });
+    let (mut told, mut errors) = (0, 0);
+    for r in join_all(tasks).await {
+        match r.unwrap() {
+            Ok(d) => told += d.units_applied(),
+            Err(_) => errors += 1,
+        }
+    }
+    (told, errors)
+}
+
+/// Safe strategies: 128 concurrent buyers on 100 units sell exactly 100, audit ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_strategy_conserves_stock_for_1_and_16_segments() {
+    let srv = RedisServer::start();
+    for segments in [1u32, 16] {
+        let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(2000, 5000)).await;
+        let name = format!("lock-{segments}");
+        let sku = Sku::new(&name).unwrap();
+        e.load(&sku, 100, segments, false).await.unwrap();
+        let (told, errors) = buyers(&e, &name, 128, "a").await;
+        let a = e.audit(&sku).await.unwrap();
+        assert!(a.ok, "{a:?}");
+        assert_eq!((a.sold, a.remaining, told, errors), (100, 0, 100, 0), "{segments} segments");
+        let l = e.store().lock_figures().unwrap();
+        assert!(l.acquired >= 100 && l.fenced_rejected == 0, "{l:?}");
+        assert_eq!(e.store().strategy(), Strategy::Lock);
+    }
+}
+
+/// `naive` (GET, decide, SET) with 64 concurrent buyers on 100 units sells more than 100 —
+/// the bug the articles start from. A 1 ms pause between read and write (their slow
+/// downstream call) makes the race certain rather than likely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn naive_oversells_under_concurrency() {
+    let srv = RedisServer::start();
+    let e = strategy_engine(&srv, Engine::builder(), Strategy::Naive, lock_opts(2000, 1000)).await;
+    e.store().set_critical_section_pause(Duration::from_millis(1));
+    let sku = Sku::new("naive").unwrap();
+    e.load(&sku, 100, 1, false).await.unwrap();
+    let (told, _) = buyers(&e, "naive", 200, "n").await;
+    let a = e.audit(&sku).await.unwrap();
+    assert!(told > 100, "naive sold only {told}: the demonstration did not oversell");
+    assert!(a.sold > a.loaded, "{a:?}");
+    assert!(!a.ok, "the audit must flag the oversell: {a:?}");
+}
+
+/// `local-mutex` is safe inside one process and oversells across several (three engines with
+/// their own connections and their own in-process mutexes stand for three processes here;
+/// tests/cli.rs runs real processes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_mutex_is_safe_in_one_process_only() {
+    let srv = RedisServer::start();
+    let one = strategy_engine(&srv, Engine::builder(), Strategy::LocalMutex, lock_opts(2000, 1000)).await;
+    one.store().set_critical_section_pause(Duration::from_millis(1));
+    let sku = Sku::new("lm-one").unwrap();
+    one.load(&sku, 100, 1, false).await.unwrap();
+    let (told, _) = buyers(&one, "lm-one", 150, "a").await;
+    let a = one.audit(&sku).await.unwrap();
+    assert!(a.ok && told == 100 && a.sold == 100, "{a:?}");
+
+    let sku = Sku::new("lm-three").unwrap();
+    one.load(&sku, 100, 1, false).await.unwrap();
+    let mut engines = Vec::new();
+    for _ in 0..3 {
+        let e = strategy_engine(&srv, Engine::builder(), Strategy::LocalMutex, lock_opts(2000, 1000)).await;
+        e.store().set_critical_section_pause(Duration::from_millis(1));
+        engines.push(e);
+    }
+    let tags = ["p0", "p1", "p2"];
+    let runs = engines.iter().zip(tags).map(|(e, tag)| buyers(e, "lm-three", 80, tag));
+    let told: u64 = join_all(runs).await.iter().map(|(t, _)| t).sum();
+    let a = one.audit(&sku).await.unwrap();
+    assert!(told > 100 && a.sold > 100, "three processes sold {told}: expected an oversell; {a:?}");
+}
+
+/// `decr-compensate` never oversells, even with several instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn decr_compensate_never_oversells() {
+    let srv = RedisServer::start();
+    let e = strategy_engine(&srv, Engine::builder(), Strategy::DecrCompensate, lock_opts(2000, 1000)).await;
+    let f = strategy_engine(&srv, Engine::builder(), Strategy::DecrCompensate, lock_opts(2000, 1000)).await;
+    let sku = Sku::new("decr").unwrap();
+    e.load(&sku, 100, 4, false).await.unwrap();
+    let (a1, b1) = futures::join!(buyers(&e, "decr", 120, "x"), buyers(&f, "decr", 120, "y"));
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!(a1.0 + b1.0, a.sold);
+    assert!(a.sold <= 100);
+}
+
+/// A holder whose lock expires mid critical section (here: the lock key is deleted while it
+/// pauses, before its watchdog's next renewal) cannot write: another holder took the lock and
+/// bumped the fence, so the late write is refused and the caller gets `LeaseLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn late_write_after_lease_loss_is_fenced_off() {
+    let srv = RedisServer::start();
+    // Lease 3 s: the watchdog renews after 1 s, long after the pause below ends.
+    let slow = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(3000, 2000)).await;
+    let fast = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(3000, 2000)).await;
+    slow.store().set_critical_section_pause(Duration::from_millis(400));
+    let sku = Sku::new("fence").unwrap();
+    slow.load(&sku, 1, 1, false).await.unwrap();
+    let late = {
+        let slow = slow.clone();
+        tokio::spawn(async move { slow.deduct(&Deduct::new("fence", "slow", 1, "slow-1").unwrap()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(srv.cli(&["DEL", "t:{fence#0}:lock"]), "1", "the slow holder should hold the lock");
+    let d = fast.deduct(&Deduct::new("fence", "fast", 1, "fast-1").unwrap()).await.unwrap();
+    assert_eq!(d.units_applied(), 1);
+    let r = late.await.unwrap();
+    assert!(matches!(r, Err(Error::LeaseLost(_))), "{r:?}");
+    let a = fast.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 1 && a.remaining == 0, "{a:?}");
+    assert_eq!(slow.store().lock_figures().unwrap().fenced_rejected, 1);
+}
+
+/// The same with the watchdog noticing first: the holder learns it lost the lease before it
+/// writes and reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watchdog_reports_a_lost_lease() {
+    let srv = RedisServer::start();
+    let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(300, 2000)).await;
+    e.store().set_critical_section_pause(Duration::from_millis(500));
+    let sku = Sku::new("lost").unwrap();
+    e.load(&sku, 5, 1, false).await.unwrap();
+    let task = {
+        let e = e.clone();
+        tokio::spawn(async move { e.deduct(&Deduct::new("lost", "u", 1, "r").unwrap()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    srv.cli(&["DEL", "t:{lost#0}:lock"]);
+    let r = task.await.unwrap();
+    assert!(matches!(r, Err(Error::LeaseLost(_))), "{r:?}");
+    assert!(e.store().lock_figures().unwrap().leases_lost >= 1);
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 0, "{a:?}");
+    // A retry with the same request id succeeds.
+    e.store().set_critical_section_pause(Duration::ZERO);
+    let d = e.deduct(&Deduct::new("lost", "u", 1, "r").unwrap()).await.unwrap();
+    assert_eq!(d.units_applied(), 1);
+}
+
+/// The watchdog keeps a critical section lasting 3× the lease safe: nobody else gets in, and
+/// the write lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watchdog_covers_a_section_three_times_the_lease() {
+    let srv = RedisServer::start();
+    let slow = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(200, 3000)).await;
+    let other = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(200, 3000)).await;
+    slow.store().set_critical_section_pause(Duration::from_millis(600));
+    let sku = Sku::new("long").unwrap();
+    slow.load(&sku, 2, 1, false).await.unwrap();
+    let start = Instant::now();
+    let first = {
+        let slow = slow.clone();
+        tokio::spawn(async move { slow.deduct(&Deduct::new("long", "a", 1, "a").unwrap()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let second = other.deduct(&Deduct::new("long", "b", 1, "b").unwrap()).await.unwrap();
+    let waited = start.elapsed();
+    assert_eq!(first.await.unwrap().unwrap().units_applied(), 1);
+    assert_eq!(second.units_applied(), 1);
+    assert!(waited >= Duration::from_millis(550), "the second holder got in after {waited:?}");
+    let f = slow.store().lock_figures().unwrap();
+    assert!(f.renewals >= 2 && f.leases_lost == 0, "{f:?}");
+    assert!(slow.audit(&sku).await.unwrap().ok);
+}
+
+/// A holder that crashed (never releases) blocks only until its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crashed_holders_lock_expires() {
+    let srv = RedisServer::start();
+    let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(2000, 3000)).await;
+    let sku = Sku::new("crash").unwrap();
+    e.load(&sku, 3, 1, false).await.unwrap();
+    assert_eq!(srv.cli(&["SET", "t:{crash#0}:lock", "dead-holder", "PX", "300"]), "OK");
+    let start = Instant::now();
+    let d = e.deduct(&Deduct::new("crash", "u", 1, "r").unwrap()).await.unwrap();
+    assert_eq!(d.units_applied(), 1);
+    assert!(start.elapsed() >= Duration::from_millis(250), "got in before the lease ran out");
+}
+
+/// 400 deductions cancelled at random points leave no lock held and no watchdog running, and
+/// the books still balance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_acquisitions_leave_nothing_behind() {
+    let srv = RedisServer::start();
+    let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(1000, 1000)).await;
+    e.store().set_critical_section_pause(Duration::from_millis(2));
+    let sku = Sku::new("cancel").unwrap();
+    e.load(&sku, 1000, 4, false).await.unwrap();
+    let tasks = (0..400).map(|i| {
+        let e = e.clone();
+        tokio::spawn(async move {
+            let d = Deduct::new("cancel", &format!("u{i}"), 1, &format!("c{i}")).unwrap();
+            let budget = Duration::from_micros(fastrand::u64(0..6000));
+            let _ = tokio::time::timeout(budget, e.deduct(&d)).await;
+        })
+    });
+    join_all(tasks).await;
+    // Background releases of dropped guards and cancelled acquisitions.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let held = srv.cli(&["KEYS", "t:*:lock"]);
+        let running = e.store().lock_figures().unwrap().watchdogs_running;
+        if held.is_empty() && running == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still held: {held:?}, watchdogs running: {running}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold <= 400, "{a:?}");
+}
