@@ -740,3 +740,117 @@ fn missing_skus_are_reported_with_a_hint() {
     assert!(r.stderr.contains("--redis"), "stderr: {}", r.stderr);
     assert_eq!(dbsize(&srv), 0);
 }
+
+/// Three processes running `sim --strategy S --skip-load` on one SKU; returns the reports and
+/// the audit.
+fn three_processes(
+    srv: &RedisServer,
+    sku: &str,
+    extra: &[&str],
+    requests: &str,
+) -> (Vec<Value>, Value) {
+    let url = srv.url();
+    let mut args = vec![
+        "sim",
+        "--redis",
+        &url,
+        "--sku",
+        sku,
+        "--skip-load",
+        "--requests",
+        requests,
+        "--users",
+        requests,
+        "--concurrency",
+        "32",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let children: Vec<_> = (0..3).map(|_| spawn(&args)).collect();
+    let runs: Vec<Run> = children.into_iter().map(finish).collect();
+    let reports = runs
+        .iter()
+        .map(|r| {
+            assert!(matches!(r.status.code(), Some(0 | 3)), "{r:?}");
+            r.json()
+        })
+        .collect();
+    let a = run(&["audit", "--redis", &url, "--sku", sku, "--json"]).json();
+    (reports, a)
+}
+
+/// `lock` across three processes, 1 and 16 segments: exactly the stock, no oversell.
+#[test]
+fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
+    let srv = RedisServer::start();
+    for segments in [1u32, 16] {
+        let sku = format!("lock3-{segments}");
+        load(&srv, &sku, 600, segments);
+        let (reports, a) = three_processes(&srv, &sku, &["--strategy", "lock"], "400");
+        let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
+        for v in &reports {
+            assert_eq!(s(v, "strategy"), "lock");
+            assert_eq!(u(v, "oversold"), 0, "{v}");
+            assert!(v["lock"]["acquired"].as_u64().unwrap() > 0, "{v}");
+        }
+        assert_eq!(sold, 600, "{segments} segments: {reports:#?}");
+        assert!(
+            b(&a, "ok") && u(&a, "sold") == 600 && u(&a, "remaining") == 0,
+            "{a}"
+        );
+    }
+}
+
+/// `local-mutex` across three processes oversells, as the articles' three-instance
+/// experiment found; the audit catches it.
+#[test]
+fn local_mutex_across_three_processes_oversells() {
+    let srv = RedisServer::start();
+    load(&srv, "lm3", 100, 1);
+    let (reports, a) = three_processes(
+        &srv,
+        "lm3",
+        &["--strategy", "local-mutex", "--critical-pause-ms", "1"],
+        "100",
+    );
+    let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
+    assert!(reports.iter().all(|v| !b(v, "strategy_safe")));
+    assert!(
+        sold > 100,
+        "three local-mutex processes sold {sold}: expected an oversell"
+    );
+    assert!(!b(&a, "ok") && u(&a, "sold") > 100, "{a}");
+}
+
+/// `naive` in one process oversells and `sim` says so (exit 3, oversold > 0).
+#[test]
+fn naive_sim_reports_its_oversell() {
+    let srv = RedisServer::start();
+    let url = srv.url();
+    let r = run(&[
+        "sim",
+        "--redis",
+        &url,
+        "--strategy",
+        "naive",
+        "--critical-pause-ms",
+        "1",
+        "--stock",
+        "100",
+        "--segments",
+        "1",
+        "--requests",
+        "400",
+        "--users",
+        "400",
+        "--json",
+    ]);
+    r.expect_code(3);
+    let v = r.json();
+    assert_eq!(s(&v, "strategy"), "naive");
+    assert!(u(&v, "oversold") > 0 && !b(&v, "audit_ok"), "{v}");
+    // The embedded store refuses non-atomic strategies instead of pretending.
+    let r = run(&["sim", "--strategy", "lock"]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(r.stderr.contains("--redis"), "{}", r.stderr);
+}

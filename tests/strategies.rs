@@ -31,14 +31,24 @@ async fn buyers<S: Store>(e: &Engine<S>, sku: &str, n: usize, tag: &str) -> (u64
 async fn lock_strategy_conserves_stock_for_1_and_16_segments() {
     let srv = RedisServer::start();
     for segments in [1u32, 16] {
-        let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(2000, 5000)).await;
+        let e = strategy_engine(
+            &srv,
+            Engine::builder(),
+            Strategy::Lock,
+            lock_opts(2000, 5000),
+        )
+        .await;
         let name = format!("lock-{segments}");
         let sku = Sku::new(&name).unwrap();
         e.load(&sku, 100, segments, false).await.unwrap();
         let (told, errors) = buyers(&e, &name, 128, "a").await;
         let a = e.audit(&sku).await.unwrap();
         assert!(a.ok, "{a:?}");
-        assert_eq!((a.sold, a.remaining, told, errors), (100, 0, 100, 0), "{segments} segments");
+        assert_eq!(
+            (a.sold, a.remaining, told, errors),
+            (100, 0, 100, 0),
+            "{segments} segments"
+        );
         let l = e.store().lock_figures().unwrap();
         assert!(l.acquired >= 100 && l.fenced_rejected == 0, "{l:?}");
         assert_eq!(e.store().strategy(), Strategy::Lock);
@@ -51,13 +61,23 @@ async fn lock_strategy_conserves_stock_for_1_and_16_segments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn naive_oversells_under_concurrency() {
     let srv = RedisServer::start();
-    let e = strategy_engine(&srv, Engine::builder(), Strategy::Naive, lock_opts(2000, 1000)).await;
-    e.store().set_critical_section_pause(Duration::from_millis(1));
+    let e = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Naive,
+        lock_opts(2000, 1000),
+    )
+    .await;
+    e.store()
+        .set_critical_section_pause(Duration::from_millis(1));
     let sku = Sku::new("naive").unwrap();
     e.load(&sku, 100, 1, false).await.unwrap();
     let (told, _) = buyers(&e, "naive", 200, "n").await;
     let a = e.audit(&sku).await.unwrap();
-    assert!(told > 100, "naive sold only {told}: the demonstration did not oversell");
+    assert!(
+        told > 100,
+        "naive sold only {told}: the demonstration did not oversell"
+    );
     assert!(a.sold > a.loaded, "{a:?}");
     assert!(!a.ok, "the audit must flag the oversell: {a:?}");
 }
@@ -68,8 +88,15 @@ async fn naive_oversells_under_concurrency() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn local_mutex_is_safe_in_one_process_only() {
     let srv = RedisServer::start();
-    let one = strategy_engine(&srv, Engine::builder(), Strategy::LocalMutex, lock_opts(2000, 1000)).await;
-    one.store().set_critical_section_pause(Duration::from_millis(1));
+    let one = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::LocalMutex,
+        lock_opts(2000, 1000),
+    )
+    .await;
+    one.store()
+        .set_critical_section_pause(Duration::from_millis(1));
     let sku = Sku::new("lm-one").unwrap();
     one.load(&sku, 100, 1, false).await.unwrap();
     let (told, _) = buyers(&one, "lm-one", 150, "a").await;
@@ -80,23 +107,48 @@ async fn local_mutex_is_safe_in_one_process_only() {
     one.load(&sku, 100, 1, false).await.unwrap();
     let mut engines = Vec::new();
     for _ in 0..3 {
-        let e = strategy_engine(&srv, Engine::builder(), Strategy::LocalMutex, lock_opts(2000, 1000)).await;
-        e.store().set_critical_section_pause(Duration::from_millis(1));
+        let e = strategy_engine(
+            &srv,
+            Engine::builder(),
+            Strategy::LocalMutex,
+            lock_opts(2000, 1000),
+        )
+        .await;
+        e.store()
+            .set_critical_section_pause(Duration::from_millis(1));
         engines.push(e);
     }
     let tags = ["p0", "p1", "p2"];
-    let runs = engines.iter().zip(tags).map(|(e, tag)| buyers(e, "lm-three", 80, tag));
+    let runs = engines
+        .iter()
+        .zip(tags)
+        .map(|(e, tag)| buyers(e, "lm-three", 80, tag));
     let told: u64 = join_all(runs).await.iter().map(|(t, _)| t).sum();
     let a = one.audit(&sku).await.unwrap();
-    assert!(told > 100 && a.sold > 100, "three processes sold {told}: expected an oversell; {a:?}");
+    assert!(
+        told > 100 && a.sold > 100,
+        "three processes sold {told}: expected an oversell; {a:?}"
+    );
 }
 
 /// `decr-compensate` never oversells, even with several instances.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn decr_compensate_never_oversells() {
     let srv = RedisServer::start();
-    let e = strategy_engine(&srv, Engine::builder(), Strategy::DecrCompensate, lock_opts(2000, 1000)).await;
-    let f = strategy_engine(&srv, Engine::builder(), Strategy::DecrCompensate, lock_opts(2000, 1000)).await;
+    let e = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::DecrCompensate,
+        lock_opts(2000, 1000),
+    )
+    .await;
+    let f = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::DecrCompensate,
+        lock_opts(2000, 1000),
+    )
+    .await;
     let sku = Sku::new("decr").unwrap();
     e.load(&sku, 100, 4, false).await.unwrap();
     let (a1, b1) = futures::join!(buyers(&e, "decr", 120, "x"), buyers(&f, "decr", 120, "y"));
@@ -113,18 +165,41 @@ async fn decr_compensate_never_oversells() {
 async fn late_write_after_lease_loss_is_fenced_off() {
     let srv = RedisServer::start();
     // Lease 3 s: the watchdog renews after 1 s, long after the pause below ends.
-    let slow = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(3000, 2000)).await;
-    let fast = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(3000, 2000)).await;
-    slow.store().set_critical_section_pause(Duration::from_millis(400));
+    let slow = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(3000, 2000),
+    )
+    .await;
+    let fast = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(3000, 2000),
+    )
+    .await;
+    slow.store()
+        .set_critical_section_pause(Duration::from_millis(400));
     let sku = Sku::new("fence").unwrap();
     slow.load(&sku, 1, 1, false).await.unwrap();
     let late = {
         let slow = slow.clone();
-        tokio::spawn(async move { slow.deduct(&Deduct::new("fence", "slow", 1, "slow-1").unwrap()).await })
+        tokio::spawn(async move {
+            slow.deduct(&Deduct::new("fence", "slow", 1, "slow-1").unwrap())
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(srv.cli(&["DEL", "t:{fence#0}:lock"]), "1", "the slow holder should hold the lock");
-    let d = fast.deduct(&Deduct::new("fence", "fast", 1, "fast-1").unwrap()).await.unwrap();
+    assert_eq!(
+        srv.cli(&["DEL", "t:{fence#0}:lock"]),
+        "1",
+        "the slow holder should hold the lock"
+    );
+    let d = fast
+        .deduct(&Deduct::new("fence", "fast", 1, "fast-1").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 1);
     let r = late.await.unwrap();
     assert!(matches!(r, Err(Error::LeaseLost(_))), "{r:?}");
@@ -138,8 +213,15 @@ async fn late_write_after_lease_loss_is_fenced_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watchdog_reports_a_lost_lease() {
     let srv = RedisServer::start();
-    let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(300, 2000)).await;
-    e.store().set_critical_section_pause(Duration::from_millis(500));
+    let e = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(300, 2000),
+    )
+    .await;
+    e.store()
+        .set_critical_section_pause(Duration::from_millis(500));
     let sku = Sku::new("lost").unwrap();
     e.load(&sku, 5, 1, false).await.unwrap();
     let task = {
@@ -155,7 +237,10 @@ async fn watchdog_reports_a_lost_lease() {
     assert!(a.ok && a.sold == 0, "{a:?}");
     // A retry with the same request id succeeds.
     e.store().set_critical_section_pause(Duration::ZERO);
-    let d = e.deduct(&Deduct::new("lost", "u", 1, "r").unwrap()).await.unwrap();
+    let d = e
+        .deduct(&Deduct::new("lost", "u", 1, "r").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 1);
 }
 
@@ -164,22 +249,44 @@ async fn watchdog_reports_a_lost_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watchdog_covers_a_section_three_times_the_lease() {
     let srv = RedisServer::start();
-    let slow = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(200, 3000)).await;
-    let other = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(200, 3000)).await;
-    slow.store().set_critical_section_pause(Duration::from_millis(600));
+    let slow = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(200, 3000),
+    )
+    .await;
+    let other = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(200, 3000),
+    )
+    .await;
+    slow.store()
+        .set_critical_section_pause(Duration::from_millis(600));
     let sku = Sku::new("long").unwrap();
     slow.load(&sku, 2, 1, false).await.unwrap();
     let start = Instant::now();
     let first = {
         let slow = slow.clone();
-        tokio::spawn(async move { slow.deduct(&Deduct::new("long", "a", 1, "a").unwrap()).await })
+        tokio::spawn(async move {
+            slow.deduct(&Deduct::new("long", "a", 1, "a").unwrap())
+                .await
+        })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let second = other.deduct(&Deduct::new("long", "b", 1, "b").unwrap()).await.unwrap();
+    let second = other
+        .deduct(&Deduct::new("long", "b", 1, "b").unwrap())
+        .await
+        .unwrap();
     let waited = start.elapsed();
     assert_eq!(first.await.unwrap().unwrap().units_applied(), 1);
     assert_eq!(second.units_applied(), 1);
-    assert!(waited >= Duration::from_millis(550), "the second holder got in after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(550),
+        "the second holder got in after {waited:?}"
+    );
     let f = slow.store().lock_figures().unwrap();
     assert!(f.renewals >= 2 && f.leases_lost == 0, "{f:?}");
     assert!(slow.audit(&sku).await.unwrap().ok);
@@ -189,14 +296,29 @@ async fn watchdog_covers_a_section_three_times_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn crashed_holders_lock_expires() {
     let srv = RedisServer::start();
-    let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(2000, 3000)).await;
+    let e = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(2000, 3000),
+    )
+    .await;
     let sku = Sku::new("crash").unwrap();
     e.load(&sku, 3, 1, false).await.unwrap();
-    assert_eq!(srv.cli(&["SET", "t:{crash#0}:lock", "dead-holder", "PX", "300"]), "OK");
+    assert_eq!(
+        srv.cli(&["SET", "t:{crash#0}:lock", "dead-holder", "PX", "300"]),
+        "OK"
+    );
     let start = Instant::now();
-    let d = e.deduct(&Deduct::new("crash", "u", 1, "r").unwrap()).await.unwrap();
+    let d = e
+        .deduct(&Deduct::new("crash", "u", 1, "r").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 1);
-    assert!(start.elapsed() >= Duration::from_millis(250), "got in before the lease ran out");
+    assert!(
+        start.elapsed() >= Duration::from_millis(250),
+        "got in before the lease ran out"
+    );
 }
 
 /// 400 deductions cancelled at random points leave no lock held and no watchdog running, and
@@ -204,8 +326,15 @@ async fn crashed_holders_lock_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelled_acquisitions_leave_nothing_behind() {
     let srv = RedisServer::start();
-    let e = strategy_engine(&srv, Engine::builder(), Strategy::Lock, lock_opts(1000, 1000)).await;
-    e.store().set_critical_section_pause(Duration::from_millis(2));
+    let e = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(1000, 1000),
+    )
+    .await;
+    e.store()
+        .set_critical_section_pause(Duration::from_millis(2));
     let sku = Sku::new("cancel").unwrap();
     e.load(&sku, 1000, 4, false).await.unwrap();
     let tasks = (0..400).map(|i| {
@@ -225,7 +354,10 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
         if held.is_empty() && running == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "still held: {held:?}, watchdogs running: {running}");
+        assert!(
+            Instant::now() < deadline,
+            "still held: {held:?}, watchdogs running: {running}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let a = e.audit(&sku).await.unwrap();

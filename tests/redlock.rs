@@ -1,0 +1,554 @@
+//! RedLock over real, independent redis-server processes: mutual exclusion on 3 and 5 nodes,
+//! a minority and a majority of nodes down, a node restarted empty (quarantine), the watchdog,
+//! and cancelled acquisitions. Every test is bounded in time.
+
+mod common;
+use common::*;
+use shardstock::Error;
+use shardstock::lock::redlock::QUARANTINE_KEY;
+use shardstock::lock::{LockOptions, Locker};
+use std::future::Future;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Runs a test body, failing it when it takes longer than `limit`.
+async fn bounded<F: Future<Output = ()>>(limit: Duration, body: F) {
+    tokio::time::timeout(limit, body)
+        .await
+        .unwrap_or_else(|_| panic!("test exceeded its {limit:?} bound"));
+}
+
+fn opts(lease: Duration, wait: Duration) -> LockOptions {
+    let mut o = LockOptions::default();
+    o.lease = lease;
+    o.wait = wait;
+    o
+}
+
+fn urls(servers: &[&RedisServer]) -> Vec<String> {
+    servers.iter().map(|s| s.url()).collect()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Fresh nodes quarantine themselves for 3 × lease on first contact: wait that out once by
+/// acquiring (and releasing) a throwaway key, so the test proper starts on warm nodes.
+async fn warm_up(locker: &Locker) {
+    let deadline = Instant::now() + locker.options().lease * 3 + Duration::from_secs(3);
+    loop {
+        if let Some(g) = locker.acquire("rl:warm-up").await.unwrap() {
+            g.release().await.unwrap();
+            return;
+        }
+        assert!(Instant::now() < deadline, "nodes never left their first-contact quarantine");
+    }
+}
+
+/// How many of the given nodes hold `key` (any token).
+fn holders(nodes: &[&dyn Cli], key: &str) -> usize {
+    nodes.iter().filter(|n| n.run(&["EXISTS", key]) == "1").count()
+}
+
+trait Cli {
+    fn run(&self, args: &[&str]) -> String;
+}
+
+impl Cli for RedisServer {
+    fn run(&self, args: &[&str]) -> String {
+        self.cli(args)
+    }
+}
+
+impl Cli for LocalNode {
+    fn run(&self, args: &[&str]) -> String {
+        self.cli(args)
+    }
+}
+
+/// A redis-server on a fixed port that can be stopped and started again **empty** on the same
+/// port (the shared harness picks a new port per server).
+struct LocalNode {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl LocalNode {
+    /// A port for a node that is not running (yet).
+    fn reserve() -> Self {
+        Self {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        }
+    }
+
+    fn started() -> Self {
+        let mut n = Self::reserve();
+        n.start();
+        n
+    }
+
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = self.dir.path().join("redis.log");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--maxmemory-policy", "noeviction"])
+            .args(["--logfile", log.to_str().unwrap()])
+            .args(["--dir", self.dir.path().to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.cli(&["PING"]) != "PONG" {
+            assert!(Instant::now() < deadline, "redis-server on :{} did not start", self.port);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kill and start again on the same port, with no data (no persistence).
+    fn restart_empty(&mut self) {
+        self.stop();
+        self.start();
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for LocalNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn node_count_is_validated() {
+    bounded(Duration::from_secs(5), async {
+        let url = |p: u16| format!("redis://127.0.0.1:{p}");
+        for n in [0u16, 1, 2, 4, 6] {
+            let urls: Vec<String> = (0..n).map(|i| url(20_000 + i)).collect();
+            let r = Locker::redlock(&urls, LockOptions::default()).await;
+            assert!(matches!(r, Err(Error::Config(_))), "{n} nodes: {r:?}");
+        }
+        let dup = vec![url(20_000), url(20_001), url(20_000)];
+        let r = Locker::redlock(&dup, LockOptions::default()).await;
+        assert!(matches!(r, Err(Error::Config(_))), "duplicate node: {r:?}");
+    })
+    .await;
+}
+
+/// 32 tasks × 10 critical sections with a read–sleep–write increment: a lost update or two
+/// tasks inside at once proves a breach.
+async fn mutual_exclusion(nodes: usize, key: &str) {
+    let servers: Vec<RedisServer> = (0..nodes).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let locker = Locker::redlock(&urls, opts(Duration::from_secs(2), Duration::from_secs(10)))
+        .await
+        .unwrap();
+    warm_up(&locker).await;
+
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicU64::new(0));
+    let max_inside = Arc::new(AtomicU64::new(0));
+    let retries = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (locker, key) = (locker.clone(), key.to_string());
+            let (counter, inside, max_inside, retries) =
+                (counter.clone(), inside.clone(), max_inside.clone(), retries.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = loop {
+                        match locker.acquire(&key).await.unwrap() {
+                            Some(g) => break g,
+                            None => retries.fetch_add(1, SeqCst),
+                        };
+                    };
+                    let now = inside.fetch_add(1, SeqCst) + 1;
+                    max_inside.fetch_max(now, SeqCst);
+                    let v = counter.load(SeqCst);
+                    tokio::time::sleep(MS).await;
+                    counter.store(v + 1, SeqCst);
+                    assert!(!guard.is_lost());
+                    inside.fetch_sub(1, SeqCst);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let f = locker.stats().figures();
+    eprintln!(
+        "{nodes} nodes: 320 sections in {:?}; {} contended attempts, {} waits timed out",
+        start.elapsed(),
+        f.contended,
+        retries.load(SeqCst)
+    );
+    assert_eq!(max_inside.load(SeqCst), 1, "two holders at once");
+    assert_eq!(counter.load(SeqCst), 320, "lost update");
+    let refs: Vec<&dyn Cli> = servers.iter().map(|s| s as &dyn Cli).collect();
+    assert_eq!(holders(&refs, key), 0, "released everywhere");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_3_nodes() {
+    bounded(Duration::from_secs(60), mutual_exclusion(3, "rl:mutex3")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_5_nodes() {
+    bounded(Duration::from_secs(60), mutual_exclusion(5, "rl:mutex5")).await;
+}
+
+/// With `kill` of `nodes` killed after warm-up, acquire/release still works and still excludes.
+async fn minority_down(nodes: usize, kill: usize, key: &str) {
+    let mut servers: Vec<Option<RedisServer>> = (0..nodes).map(|_| Some(RedisServer::start())).collect();
+    let urls: Vec<String> = servers.iter().flatten().map(RedisServer::url).collect();
+    let o = opts(Duration::from_secs(2), Duration::from_millis(500));
+    let locker = Locker::redlock(&urls, o.clone()).await.unwrap();
+    let other = Locker::redlock(&urls, o).await.unwrap();
+    warm_up(&locker).await;
+    for s in servers.iter_mut().take(kill) {
+        drop(s.take());
+    }
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let g = locker.acquire(key).await.unwrap().expect("acquire with a minority down");
+        slowest = slowest.max(t.elapsed());
+        assert!(g.initial_validity_left() > Duration::from_millis(1500));
+        assert!(other.acquire(key).await.unwrap().is_none(), "second holder");
+        g.release().await.unwrap();
+    }
+    assert!(other.acquire(key).await.unwrap().is_some(), "free after release");
+    eprintln!("{nodes} nodes, {kill} down: slowest acquisition {slowest:?}");
+    assert!(slowest < Duration::from_millis(300), "slow: {slowest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_down_3_nodes() {
+    bounded(Duration::from_secs(30), minority_down(3, 1, "rl:minority3")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_down_5_nodes() {
+    bounded(Duration::from_secs(30), minority_down(5, 2, "rl:minority5")).await;
+}
+
+/// A node that is down when connecting is no error; it just cannot vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_down_at_connect() {
+    bounded(Duration::from_secs(30), async {
+        let (a, b) = (RedisServer::start(), RedisServer::start());
+        let mut c = LocalNode::reserve(); // nothing listens there yet
+        let urls = vec![a.url(), b.url(), c.url()];
+        let t = Instant::now();
+        let locker = Locker::redlock(&urls, opts(Duration::from_millis(300), Duration::from_millis(500)))
+            .await
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(1), "connect waited {:?}", t.elapsed());
+        warm_up(&locker).await;
+        let g = locker.acquire("rl:down-at-connect").await.unwrap().expect("2 of 3 nodes");
+        g.release().await.unwrap();
+        // The node comes up later: the client connects in the background and it votes after
+        // its own first-contact quarantine.
+        c.start();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.run(&["EXISTS", QUARANTINE_KEY]) != "1" {
+            assert!(Instant::now() < deadline, "late node never contacted");
+            let g = locker.acquire("rl:down-at-connect").await.unwrap().expect("2 of 3 nodes");
+            g.release().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// With a majority killed the caller gets an error promptly: never a lock, never a hang.
+async fn majority_down(nodes: usize, kill: usize, key: &str) {
+    let mut servers: Vec<Option<RedisServer>> = (0..nodes).map(|_| Some(RedisServer::start())).collect();
+    let urls: Vec<String> = servers.iter().flatten().map(RedisServer::url).collect();
+    let wait = Duration::from_millis(500);
+    let locker = Locker::redlock(&urls, opts(Duration::from_secs(2), wait)).await.unwrap();
+    warm_up(&locker).await;
+    for s in servers.iter_mut().take(kill) {
+        drop(s.take());
+    }
+    for round in 0..5 {
+        let t = Instant::now();
+        let r = locker.acquire(key).await;
+        let took = t.elapsed();
+        eprintln!("{nodes} nodes, {kill} down, round {round}: {took:?} {:?}", r.as_ref().map(Option::is_some));
+        assert!(took < wait + Duration::from_secs(1), "took {took:?}");
+        match r {
+            Err(Error::Redis(e)) => assert!(e.to_string().contains("no quorum possible"), "{e}"),
+            other => panic!("expected a no-quorum error, got {other:?}"),
+        }
+    }
+    // Nothing was left behind on the live nodes.
+    let live: Vec<&dyn Cli> = servers.iter().flatten().map(|s| s as &dyn Cli).collect();
+    assert_eq!(holders(&live, key), 0);
+    assert_eq!(locker.stats().figures().watchdogs_running, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_down_3_nodes() {
+    bounded(Duration::from_secs(30), majority_down(3, 2, "rl:majority3")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_down_5_nodes() {
+    bounded(Duration::from_secs(30), majority_down(5, 3, "rl:majority5")).await;
+}
+
+/// The scenario: holder 1 holds A and B (C is down); C comes back empty and B restarts
+/// empty. Without the quarantine, B and C would grant holder 2 a quorum while holder 1 still
+/// holds A within its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarted_empty_node_is_quarantined() {
+    bounded(Duration::from_secs(40), async {
+        let key = "rl:restart";
+        let lease = Duration::from_millis(800);
+        let quarantine = lease * 3;
+        let a = RedisServer::start();
+        let mut b = LocalNode::started();
+        let mut c = LocalNode::reserve();
+        let urls = vec![a.url(), b.url(), c.url()];
+        let holder1 = Locker::redlock(&urls, opts(lease, Duration::from_secs(5))).await.unwrap();
+        warm_up(&holder1).await; // A and B leave their first-contact quarantine
+
+        let g1 = holder1.acquire(key).await.unwrap().expect("holder 1 on A and B");
+        assert_eq!(a.run(&["GET", key]), g1.token());
+        assert_eq!(b.run(&["GET", key]), g1.token());
+
+        c.start();
+        b.restart_empty();
+        assert_eq!(b.run(&["EXISTS", key]), "0");
+        assert_eq!(c.run(&["EXISTS", key]), "0");
+
+        let holder2 = Locker::redlock(&urls, opts(lease, Duration::from_millis(300))).await.unwrap();
+        let t = Instant::now();
+        let r = holder2.acquire(key).await;
+        assert!(matches!(r, Ok(None)), "holder 2 got in while holder 1 holds A: {r:?}");
+        assert_eq!(a.run(&["GET", key]), g1.token(), "holder 1's lease on A is still live");
+        for n in [&b as &dyn Cli, &c] {
+            assert_eq!(n.run(&["EXISTS", key]), "0", "a quarantined node granted");
+            assert_eq!(n.run(&["EXISTS", QUARANTINE_KEY]), "1");
+        }
+
+        // Holder 1's watchdog cannot renew on a quorum (B forgot it): it reports the loss.
+        let deadline = Instant::now() + lease;
+        while !g1.is_lost() {
+            assert!(Instant::now() < deadline, "holder 1 never saw its quorum gone");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        g1.release().await.unwrap();
+        assert_eq!(a.run(&["EXISTS", key]), "0");
+
+        // A is free now, but B and C are still quarantined: no quorum yet.
+        assert!(t.elapsed() + Duration::from_millis(600) < quarantine, "test too slow");
+        let r = holder2.acquire(key).await;
+        assert!(matches!(r, Ok(None)), "granted during the quarantine: {r:?}");
+
+        // After the quarantine holder 2 gets it.
+        let mut wait = opts(lease, quarantine + Duration::from_secs(2));
+        wait.backoff_max = Duration::from_millis(50);
+        let holder2 = Locker::redlock(&urls, wait).await.unwrap();
+        let g2 = holder2.acquire(key).await.unwrap().expect("holder 2 after the quarantine");
+        let waited = t.elapsed();
+        eprintln!("holder 2 acquired {waited:?} after its first attempt (quarantine {quarantine:?})");
+        assert!(waited + Duration::from_millis(100) >= quarantine, "quarantine too short: {waited:?}");
+        let nodes: [&dyn Cli; 3] = [&a, &b, &c];
+        let owned = nodes.iter().filter(|n| n.run(&["GET", key]) == g2.token()).count();
+        assert!(owned >= 2, "holder 2 holds {owned} nodes");
+        g2.release().await.unwrap();
+    })
+    .await;
+}
+
+/// Brand-new nodes refuse for 3 × lease after first contact, unless an operator marked them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_nodes_quarantine_on_first_contact() {
+    bounded(Duration::from_secs(30), async {
+        let lease = Duration::from_millis(300);
+        let servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+        let urls = urls(&[&servers[0], &servers[1], &servers[2]]);
+        let locker = Locker::redlock(&urls, opts(lease, Duration::from_millis(200))).await.unwrap();
+        let t = Instant::now();
+        assert!(locker.acquire("rl:fresh").await.unwrap().is_none(), "fresh nodes granted");
+        let mut n = 0;
+        let g = loop {
+            n += 1;
+            if let Some(g) = locker.acquire("rl:fresh").await.unwrap() {
+                break g;
+            }
+            assert!(t.elapsed() < lease * 3 + Duration::from_secs(2), "quarantine never ended");
+        };
+        eprintln!("fresh nodes: first grant after {:?} ({n} waits)", t.elapsed());
+        assert!(t.elapsed() + Duration::from_millis(50) >= lease * 3);
+        g.release().await.unwrap();
+
+        // Marked as new by an operator: no quarantine.
+        let marked = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+        for s in &marked {
+            assert_eq!(s.cli(&["SET", QUARANTINE_KEY, "0"]), "OK");
+        }
+        let urls = urls(&[&marked[0], &marked[1], &marked[2]]);
+        let locker = Locker::redlock(&urls, opts(lease, Duration::from_millis(200))).await.unwrap();
+        let g = locker.acquire("rl:fresh").await.unwrap().expect("marked nodes vote at once");
+        g.release().await.unwrap();
+    })
+    .await;
+}
+
+/// Lease 300 ms held for 1 s: the watchdog keeps it, and nobody else gets in meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_a_redlock() {
+    bounded(Duration::from_secs(30), async {
+        let key = "rl:watchdog";
+        let servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+        let urls = urls(&[&servers[0], &servers[1], &servers[2]]);
+        let lease = Duration::from_millis(300);
+        let locker = Locker::redlock(&urls, opts(lease, Duration::from_secs(1))).await.unwrap();
+        let other = Locker::redlock(&urls, opts(lease, Duration::from_millis(50))).await.unwrap();
+        warm_up(&locker).await;
+
+        let g = locker.acquire(key).await.unwrap().expect("acquire");
+        let held = Instant::now();
+        let mut tries = 0;
+        while held.elapsed() < lease * 10 / 3 {
+            tries += 1;
+            assert!(other.acquire(key).await.unwrap().is_none(), "second holder during the hold");
+            assert!(!g.is_lost(), "lost at {:?}", held.elapsed());
+        }
+        let f = locker.stats().figures();
+        eprintln!("held {:?}: {} renewals, {tries} foreign attempts refused", held.elapsed(), f.renewals);
+        assert!(f.renewals >= 8, "renewals: {}", f.renewals);
+        assert_eq!(f.leases_lost, 0);
+        assert_eq!(f.watchdogs_running, 1);
+        g.release().await.unwrap();
+        let g = other.acquire(key).await.unwrap().expect("free after release");
+        g.release().await.unwrap();
+        assert_eq!(locker.stats().figures().watchdogs_running, 0);
+    })
+    .await;
+}
+
+/// 400 acquisitions cancelled at random points, guards dropped without release, tasks holding
+/// guards aborted: afterwards no node holds the key and no watchdog runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_acquisitions_leave_nothing_behind() {
+    bounded(Duration::from_secs(40), async {
+        let key = "rl:cancel";
+        let servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+        let urls = urls(&[&servers[0], &servers[1], &servers[2]]);
+        // A long lease: a leaked lock cannot expire while we look for it.
+        let locker = Locker::redlock(&urls, opts(Duration::from_secs(10), Duration::from_millis(100)))
+            .await
+            .unwrap();
+        warm_up(&locker).await;
+
+        let cancelled = Arc::new(AtomicU64::new(0));
+        let acquired = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (locker, cancelled, acquired) = (locker.clone(), cancelled.clone(), acquired.clone());
+                tokio::spawn(async move {
+                    for _ in 0..50 {
+                        let limit = Duration::from_micros(fastrand::u64(0..3_000));
+                        match tokio::time::timeout(limit, locker.acquire(key)).await {
+                            Err(_) => {
+                                cancelled.fetch_add(1, SeqCst);
+                            }
+                            Ok(Ok(None)) => {}
+                            Ok(Ok(Some(g))) => {
+                                acquired.fetch_add(1, SeqCst);
+                                match fastrand::u8(0..4) {
+                                    0 => drop(g),
+                                    1 => {
+                                        tokio::time::sleep(Duration::from_micros(fastrand::u64(0..2_000))).await;
+                                        drop(g);
+                                    }
+                                    2 => {
+                                        // The task holding the guard is aborted.
+                                        let t = tokio::spawn(async move {
+                                            let _g = g;
+                                            tokio::time::sleep(Duration::from_secs(60)).await;
+                                        });
+                                        tokio::time::sleep(Duration::from_micros(fastrand::u64(0..1_000))).await;
+                                        t.abort();
+                                    }
+                                    _ => g.release().await.unwrap(),
+                                }
+                            }
+                            Ok(Err(e)) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let (c, a) = (cancelled.load(SeqCst), acquired.load(SeqCst));
+        eprintln!("400 acquisitions: {c} cancelled, {a} acquired");
+        assert!(c >= 20 && a >= 20, "poor coverage: {c} cancelled, {a} acquired");
+
+        let nodes: [&dyn Cli; 3] = [&servers[0], &servers[1], &servers[2]];
+        let t = Instant::now();
+        loop {
+            let left = holders(&nodes, key);
+            let dogs = locker.stats().figures().watchdogs_running;
+            if left == 0 && dogs == 0 {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(1),
+                "leaked: key on {left} nodes, {dogs} watchdogs"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        eprintln!("clean {:?} after the last task", t.elapsed());
+        let g = locker.acquire(key).await.unwrap().expect("free afterwards");
+        g.release().await.unwrap();
+    })
+    .await;
+}
