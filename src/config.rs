@@ -67,6 +67,10 @@ pub struct EngineConfig {
     pub max_qty: u64,
     /// [`EngineOptions::fallback_rounds`].
     pub fallback_rounds: u32,
+    /// [`EngineOptions::metric_skus`].
+    pub metric_skus: Vec<String>,
+    /// [`EngineOptions::metric_sku_cap`].
+    pub metric_sku_cap: usize,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +84,8 @@ impl Default for EngineConfig {
             hint_ttl_ms: ms(o.hint_ttl),
             max_qty: o.max_qty,
             fallback_rounds: o.fallback_rounds,
+            metric_skus: o.metric_skus,
+            metric_sku_cap: o.metric_sku_cap,
         }
     }
 }
@@ -95,6 +101,8 @@ impl EngineConfig {
             hint_ttl: d(self.hint_ttl_ms),
             max_qty: self.max_qty,
             fallback_rounds: self.fallback_rounds,
+            metric_skus: self.metric_skus.clone(),
+            metric_sku_cap: self.metric_sku_cap,
         }
     }
 }

@@ -179,6 +179,11 @@ pub struct EngineOptions {
     /// Rounds of "read all segments, then take" before answering insufficient under
     /// contention (default 3).
     pub fallback_rounds: u32,
+    /// SKUs that get their own `sku` label on the remaining-units gauges.
+    pub metric_skus: Vec<String>,
+    /// Besides `metric_skus`, how many SKUs get a label on first sight (default 16); the
+    /// rest are not exported per SKU, which keeps label cardinality bounded.
+    pub metric_sku_cap: usize,
 }
 
 impl Default for EngineOptions {
@@ -190,6 +195,8 @@ impl Default for EngineOptions {
             hint_ttl: Duration::from_millis(200),
             max_qty: 10_000,
             fallback_rounds: 3,
+            metric_skus: Vec::new(),
+            metric_sku_cap: 16,
         }
     }
 }
@@ -275,6 +282,10 @@ impl EngineBuilder {
         Ok(Engine {
             inner: Arc::new(Inner {
                 store,
+                sku_labels: crate::metrics::SkuLabels::new(
+                    self.opts.metric_skus.clone(),
+                    self.opts.metric_sku_cap,
+                ),
                 opts: self.opts,
                 layouts: DashMap::new(),
             }),
@@ -290,6 +301,9 @@ struct Layout {
     hints: Hints,
     /// Coalesces "read every segment" for this SKU (see [`crate::coalesce`]).
     reads: Arc<ReadGroup<Vec<Option<SegmentState>>>>,
+    /// When the remaining-units gauges were last set (ms since `born`).
+    gauges_at: std::sync::atomic::AtomicU64,
+    born: Instant,
 }
 
 struct Inner<S> {
@@ -297,6 +311,8 @@ struct Inner<S> {
     opts: EngineOptions,
     /// Cached layouts. A `Stale` reply (another instance reloaded the SKU) evicts the entry.
     layouts: DashMap<Sku, Arc<Layout>>,
+    /// Which SKUs get their own metric label.
+    sku_labels: crate::metrics::SkuLabels,
 }
 
 /// The inventory engine. Cheap to clone; share one per process.
@@ -317,6 +333,19 @@ impl<S> std::fmt::Debug for Engine<S> {
         f.debug_struct("Engine")
             .field("opts", &self.inner.opts)
             .finish()
+    }
+}
+
+/// Per-call bookkeeping for metrics (atomics so the futures stay `Send`).
+#[derive(Default)]
+struct Trace {
+    attempts: std::sync::atomic::AtomicU32,
+}
+
+impl Trace {
+    fn attempt(&self) {
+        self.attempts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -425,6 +454,8 @@ impl<S: Store> Engine<S> {
             segments: meta.segments,
             hints: Hints::new(meta.segments, self.inner.opts.hint_ttl),
             reads: ReadGroup::new(),
+            gauges_at: std::sync::atomic::AtomicU64::new(0),
+            born: Instant::now(),
         });
         self.inner.layouts.insert(sku.clone(), Arc::clone(&layout));
         Ok(layout)
@@ -462,16 +493,50 @@ impl<S: Store> Engine<S> {
     /// [`Error::RequestIdConflict`] (same id, other user or quantity), and store errors — after
     /// which the outcome is unknown and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
+        let start = Instant::now();
+        let trace = Trace::default();
+        let r = self.deduct_traced(req, &trace).await;
+        match &r {
+            Ok(d) => crate::metrics::deduction(
+                d.kind(),
+                self.inner.store.strategy().name(),
+                start.elapsed(),
+                trace.attempts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            Err(e) => crate::metrics::error(e),
+        }
+        r
+    }
+
+    async fn deduct_traced(&self, req: &Deduct, tr: &Trace) -> Result<Deduction> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
         for _ in 0..STALE_RETRIES {
             let layout = self.layout(&req.sku).await?;
-            match self.deduct_in(&layout, req).await? {
-                Done(d) => return Ok(d),
+            match self.deduct_in(&layout, req, tr).await? {
+                Done(d) => {
+                    self.maybe_gauges(&layout, &req.sku);
+                    return Ok(d);
+                }
                 Stale => self.forget(&req.sku, layout.generation),
                 Restart => {}
             }
         }
         Err(Error::NotReady(req.sku.to_string()))
+    }
+
+    /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
+    fn maybe_gauges(&self, l: &Layout, sku: &Sku) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = l.born.elapsed().as_millis() as u64 + 100;
+        let last = l.gauges_at.load(Relaxed);
+        if now < last + 100
+            || l.gauges_at
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &l.hints.observed());
     }
 
     fn args<'a>(&self, req: &'a Deduct) -> ReqArgs<'a> {
@@ -491,7 +556,7 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    async fn deduct_in(&self, l: &Layout, req: &Deduct) -> Result<Flow<Deduction>> {
+    async fn deduct_in(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
         let args = self.args(req);
         let home = home(&req.request_id, l.segments);
@@ -520,7 +585,7 @@ impl<S: Store> Engine<S> {
                 }
                 match rec.state {
                     RecordState::Applied(parts) => return Ok(Done(Deduction::Replayed { parts })),
-                    RecordState::Pending { .. } => return self.wait_for_claim(l, req).await,
+                    RecordState::Pending { .. } => return self.wait_for_claim(l, req, tr).await,
                 }
             }
             let total: u64 = stocks.iter().map(|(_, s)| s).sum();
@@ -532,6 +597,7 @@ impl<S: Store> Engine<S> {
             }
         }
 
+        tr.attempt();
         match store.deduct_home(at(home), args, true).await? {
             HomeReply::Applied { stock_after } => {
                 l.hints.observe(home, stock_after);
@@ -545,20 +611,26 @@ impl<S: Store> Engine<S> {
             HomeReply::Replay(parts) => Ok(Done(Deduction::Replayed { parts })),
             HomeReply::Mismatch(f) => Err(Self::conflict(req, f)),
             HomeReply::Stale => Ok(Stale),
-            HomeReply::Pending { .. } => self.wait_for_claim(l, req).await,
+            HomeReply::Pending { .. } => self.wait_for_claim(l, req, tr).await,
             HomeReply::Short { stock, claimed } => {
                 l.hints.observe(home, stock);
                 if !claimed {
                     return Err(Error::Protocol("deduct: short without claim".into()));
                 }
-                self.fallback(l, req, 1).await
+                crate::metrics::fallback();
+                self.fallback(l, req, 1, tr).await
             }
         }
     }
 
     /// Another call holds this request's claim: wait for it to finish, or take it over once
     /// its lease ran out on the store's clock.
-    async fn wait_for_claim(&self, l: &Layout, req: &Deduct) -> Result<Flow<Deduction>> {
+    async fn wait_for_claim(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        tr: &Trace,
+    ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
         let args = self.args(req);
         let home_at = SegAddr {
@@ -574,7 +646,7 @@ impl<S: Store> Engine<S> {
                 TakeoverReply::Gone => return Ok(Restart),
                 TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
                 TakeoverReply::Won { epoch, home_part } => {
-                    return self.reconcile(l, req, epoch, home_part).await;
+                    return self.reconcile(l, req, epoch, home_part, tr).await;
                 }
                 TakeoverReply::Pending { lease_left_ms, .. } => {
                     let now = Instant::now();
@@ -599,6 +671,7 @@ impl<S: Store> Engine<S> {
         req: &Deduct,
         epoch: u64,
         home_part: u64,
+        tr: &Trace,
     ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
         let args = self.args(req);
@@ -641,7 +714,7 @@ impl<S: Store> Engine<S> {
             );
         }
         self.refund_all(l, req, epoch, &parts).await?;
-        self.fallback(l, req, epoch).await
+        self.fallback(l, req, epoch, tr).await
     }
 
     async fn refund_all(&self, l: &Layout, req: &Deduct, epoch: u64, parts: &[Part]) -> Result<()> {
@@ -665,7 +738,13 @@ impl<S: Store> Engine<S> {
 
     /// The claim holder's path: other segments, then a fresh read, then an all-or-nothing
     /// multi-segment take. Ends by settling (applied) or releasing the claim.
-    async fn fallback(&self, l: &Layout, req: &Deduct, epoch: u64) -> Result<Flow<Deduction>> {
+    async fn fallback(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        epoch: u64,
+        tr: &Trace,
+    ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
         let args = self.args(req);
         let qty = req.qty;
@@ -679,8 +758,10 @@ impl<S: Store> Engine<S> {
         // 1. Whole quantity from one other segment, skipping fresh "short" hints.
         for j in others(home, l.segments) {
             if l.hints.likely_short(j, qty) {
+                crate::metrics::empty_skip();
                 continue;
             }
+            tr.attempt();
             match store.take(at(j), args, qty, epoch, false).await? {
                 TakeReply::Taken { stock_after, part } => {
                     l.hints.observe(j, stock_after);
@@ -717,7 +798,11 @@ impl<S: Store> Engine<S> {
             };
             let mut parts = Vec::with_capacity(plan.len());
             let mut complete = true;
+            if plan.len() > 1 {
+                crate::metrics::multi_segment();
+            }
             for (j, want) in plan {
+                tr.attempt();
                 match store.take(at(j), args, want, epoch, j == home).await? {
                     TakeReply::Taken { stock_after, part } => {
                         l.hints.observe(j, stock_after);
@@ -885,6 +970,7 @@ impl<S: Store> Engine<S> {
             let segs = self.read_segments(&l, sku).await?;
             if let Some(stocks) = observe(&l, &segs) {
                 let per_segment: Vec<u64> = stocks.iter().map(|(_, s)| *s).collect();
+                crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &per_segment);
                 return Ok(Remaining {
                     total: per_segment.iter().sum(),
                     per_segment,

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod error;
 pub mod ids;
 pub mod lock;
+pub mod metrics;
 pub mod router;
 pub mod segments;
 pub mod store;

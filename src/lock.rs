@@ -126,15 +126,71 @@ impl LockStats {
 
     pub(crate) fn fenced(&self) {
         self.fenced_rejected.fetch_add(1, Relaxed);
+        metrics::counter!(metric_names::FENCED).increment(1);
     }
 
     pub(crate) fn lost(&self) {
         self.leases_lost.fetch_add(1, Relaxed);
+        metrics::counter!(metric_names::LEASES_LOST).increment(1);
     }
 
     pub(crate) fn fallback(&self) {
         self.fallbacks.fetch_add(1, Relaxed);
     }
+}
+
+/// Lock metric names (see [`crate::metrics`]).
+pub mod metric_names {
+    /// Lock acquisitions (counter).
+    pub const ACQUIRED: &str = "shardstock_lock_acquired_total";
+    /// Acquisition attempts that found the lock taken (counter).
+    pub const CONTENDED: &str = "shardstock_lock_contended_total";
+    /// Acquisitions that gave up after the wait (counter).
+    pub const TIMEOUTS: &str = "shardstock_lock_timeouts_total";
+    /// Time spent acquiring, seconds (histogram).
+    pub const WAIT_SECONDS: &str = "shardstock_lock_wait_seconds";
+    /// Watchdog lease renewals (counter).
+    pub const RENEWALS: &str = "shardstock_lock_renewals_total";
+    /// Leases found lost (counter).
+    pub const LEASES_LOST: &str = "shardstock_lock_leases_lost_total";
+    /// Writes refused by the fence (counter).
+    pub const FENCED: &str = "shardstock_lock_fenced_writes_rejected_total";
+}
+
+pub(crate) fn describe_metrics() {
+    use metric_names::*;
+    use metrics::{Unit, describe_counter, describe_histogram};
+    describe_counter!(
+        ACQUIRED,
+        Unit::Count,
+        "Distributed lock acquisitions (lock/redlock strategies)."
+    );
+    describe_counter!(
+        CONTENDED,
+        Unit::Count,
+        "Lock attempts that found the lock taken."
+    );
+    describe_counter!(
+        TIMEOUTS,
+        Unit::Count,
+        "Lock acquisitions that gave up after the wait and fell back."
+    );
+    describe_histogram!(
+        WAIT_SECONDS,
+        Unit::Seconds,
+        "Time spent acquiring a lock (successful or not)."
+    );
+    describe_counter!(RENEWALS, Unit::Count, "Watchdog lease renewals.");
+    describe_counter!(
+        LEASES_LOST,
+        Unit::Count,
+        "Leases found lost by a watchdog or at write time."
+    );
+    describe_counter!(
+        FENCED,
+        Unit::Count,
+        "Writes refused because a newer lock holder bumped the fence."
+    );
 }
 
 fn script(body: &'static str) -> Script {
@@ -367,6 +423,7 @@ impl Locker {
                 match backend.renew(&k, &t, lease).await {
                     Ok(true) => {
                         stats.renewals.fetch_add(1, Relaxed);
+                        metrics::counter!(metric_names::RENEWALS).increment(1);
                     }
                     // Gone (expired or taken) or unreachable: report, stop renewing.
                     Ok(false) | Err(_) => {

@@ -51,6 +51,21 @@ impl Hints {
         at != 0 && self.now().saturating_sub(at) < self.ttl_ms && s.load(Relaxed) < qty
     }
 
+    /// The last observed stock of every segment (0 where never observed).
+    pub fn observed(&self) -> Vec<u64> {
+        self.stock
+            .iter()
+            .zip(&self.at)
+            .map(|(s, a)| {
+                if a.load(Relaxed) == 0 {
+                    0
+                } else {
+                    s.load(Relaxed)
+                }
+            })
+            .collect()
+    }
+
     /// Number of segments.
     pub fn len(&self) -> u32 {
         self.stock.len() as u32

@@ -1,0 +1,168 @@
+//! Every metric the library emits: names, help texts and units in one place, so the Grafana
+//! dashboard can be checked against this list (and vice versa).
+//!
+//! The library only *records* through the [`metrics`] facade; it never installs a recorder —
+//! the binary (or your service) decides where metrics go. Without a recorder every call here
+//! is a cheap no-op.
+//!
+//! Label cardinality is bounded by construction: labels are outcomes, strategies and store
+//! names (small fixed sets) and, for per-SKU gauges, only SKUs the service opted in to (see
+//! [`SkuLabels`]); never a user or request id.
+
+use metrics::{
+    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
+use std::time::Duration;
+
+/// Deductions by outcome and strategy (counter).
+pub const DEDUCTIONS: &str = "shardstock_deductions_total";
+/// Deduction latency in seconds, by strategy (histogram; buckets 50 µs – 1 s set by the
+/// binary's exporter).
+pub const DEDUCT_SECONDS: &str = "shardstock_deduct_duration_seconds";
+/// Segment attempts (store steps that could take stock) per deduction (histogram).
+pub const SEGMENT_ATTEMPTS: &str = "shardstock_segment_attempts";
+/// Deductions that left their home segment for others (counter).
+pub const FALLBACKS: &str = "shardstock_fallbacks_total";
+/// Segments skipped thanks to a fresh "known short" hint (counter).
+pub const EMPTY_SKIPS: &str = "shardstock_known_empty_skips_total";
+/// Deductions answered from an earlier outcome of the same request id (counter).
+pub const REPLAYS: &str = "shardstock_request_replays_total";
+/// Deductions served across several segments (counter).
+pub const MULTI_SEGMENT: &str = "shardstock_multi_segment_deductions_total";
+/// Units left per opted-in SKU (gauge, label `sku`; other SKUs fold into `sku="other"`).
+pub const REMAINING_UNITS: &str = "shardstock_remaining_units";
+/// Units left per segment of opted-in SKUs (gauge, labels `sku`, `segment`).
+pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
+/// Errors by kind (`redis`, `lease_lost`, `conflict`, `invalid`, `other`) (counter).
+pub const ERRORS: &str = "shardstock_errors_total";
+
+/// Registers help texts and units with the installed recorder. Call once after installing it.
+pub fn describe() {
+    describe_counter!(
+        DEDUCTIONS,
+        Unit::Count,
+        "Deductions by outcome (applied, replayed, sold_out, insufficient, in_flight) and strategy."
+    );
+    describe_histogram!(
+        DEDUCT_SECONDS,
+        Unit::Seconds,
+        "Latency of one deduction call, end to end, by strategy."
+    );
+    describe_histogram!(
+        SEGMENT_ATTEMPTS,
+        Unit::Count,
+        "Segment attempts (store steps that could take stock) per deduction."
+    );
+    describe_counter!(
+        FALLBACKS,
+        Unit::Count,
+        "Deductions that moved on from their home segment to others."
+    );
+    describe_counter!(
+        EMPTY_SKIPS,
+        Unit::Count,
+        "Segments skipped without a round trip thanks to a fresh known-short hint."
+    );
+    describe_counter!(
+        REPLAYS,
+        Unit::Count,
+        "Deductions answered from the stored outcome of the same request id."
+    );
+    describe_counter!(
+        MULTI_SEGMENT,
+        Unit::Count,
+        "Deductions served all-or-nothing across several segments."
+    );
+    describe_gauge!(
+        REMAINING_UNITS,
+        Unit::Count,
+        "Units left per SKU (opted-in SKUs; the rest fold into sku=\"other\")."
+    );
+    describe_gauge!(
+        SEGMENT_REMAINING_UNITS,
+        Unit::Count,
+        "Units left per segment of opted-in SKUs."
+    );
+    describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
+    crate::lock::describe_metrics();
+}
+
+/// Which SKUs get their own label value: an explicit list, or the first `cap` seen.
+#[derive(Debug, Default)]
+pub struct SkuLabels {
+    allow: Vec<String>,
+    cap: usize,
+    seen: dashmap::DashSet<String>,
+}
+
+impl SkuLabels {
+    /// Label these SKUs, plus up to `cap` more on first sight; the rest become `"other"`.
+    pub fn new(allow: Vec<String>, cap: usize) -> Self {
+        Self {
+            allow,
+            cap,
+            seen: dashmap::DashSet::new(),
+        }
+    }
+
+    /// The label value for `sku`.
+    pub fn label(&self, sku: &str) -> String {
+        if self.allow.iter().any(|a| a == sku) || self.seen.contains(sku) {
+            return sku.to_string();
+        }
+        if self.seen.len() < self.cap {
+            self.seen.insert(sku.to_string());
+            return sku.to_string();
+        }
+        "other".to_string()
+    }
+}
+
+pub(crate) fn deduction(
+    outcome: &'static str,
+    strategy: &'static str,
+    took: Duration,
+    attempts: u32,
+) {
+    counter!(DEDUCTIONS, "outcome" => outcome, "strategy" => strategy).increment(1);
+    histogram!(DEDUCT_SECONDS, "strategy" => strategy).record(took.as_secs_f64());
+    histogram!(SEGMENT_ATTEMPTS).record(f64::from(attempts));
+    if outcome == "replayed" {
+        counter!(REPLAYS).increment(1);
+    }
+}
+
+pub(crate) fn error(e: &crate::Error) {
+    let kind = match e {
+        crate::Error::Redis(_) => "redis",
+        crate::Error::LeaseLost(_) => "lease_lost",
+        crate::Error::RequestIdConflict { .. } => "conflict",
+        crate::Error::InvalidInput { .. } => "invalid",
+        _ => "other",
+    };
+    counter!(ERRORS, "kind" => kind).increment(1);
+}
+
+pub(crate) fn fallback() {
+    counter!(FALLBACKS).increment(1);
+}
+
+pub(crate) fn multi_segment() {
+    counter!(MULTI_SEGMENT).increment(1);
+}
+
+pub(crate) fn empty_skip() {
+    counter!(EMPTY_SKIPS).increment(1);
+}
+
+pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
+    let label = labels.label(sku);
+    if label == "other" {
+        return; // not opted in: a sum over unrelated SKUs would mean nothing
+    }
+    gauge!(REMAINING_UNITS, "sku" => label.clone()).set(per_segment.iter().sum::<u64>() as f64);
+    for (i, units) in per_segment.iter().enumerate() {
+        gauge!(SEGMENT_REMAINING_UNITS, "sku" => label.clone(), "segment" => i.to_string())
+            .set(*units as f64);
+    }
+}
