@@ -17,6 +17,7 @@ mod coalesce;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod guard;
 pub mod ids;
 pub mod lock;
 pub mod metrics;

@@ -1,0 +1,268 @@
+//! The in-process per-user guard: a fast filter in front of the authoritative guard in Redis.
+//!
+//! It answers two questions without a round trip: is this user already buying this SKU *in
+//! this process right now* (a double click, a client retry racing the original), and has this
+//! user, as far as this process saw, already used up the per-user limit. Either way the request
+//! is turned away locally; otherwise it goes on to the authoritative check in the store.
+//!
+//! Its memory is bounded: entries expire after `ttl` and the map holds at most `cap` entries,
+//! evicting the oldest. Eviction can only make the filter *forget* — the next request of an
+//! evicted user then goes to the store, which still enforces the limit exactly. So the guard
+//! can never let a user exceed the limit; at worst it costs a round trip.
+//!
+//! A retry of a request this process already saw applied is let through (the store replays
+//! it), so the filter never turns "you already bought this" into "limit reached".
+
+use crate::ids::{RequestId, Sku, UserId};
+use dashmap::DashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// What the local guard says about an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// Go on to the store; call [`LocalGuard::finish`] with the outcome afterwards.
+    Pass,
+    /// This user already has an attempt on this SKU in flight in this process.
+    InFlight,
+    /// As far as this process knows, the user's units plus `qty` exceed the limit.
+    LimitReached,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// Units this process saw the user get (sold or reserved).
+    used: u64,
+    /// Request ids of those units (a retry of one of them is a replay, not a new purchase).
+    applied: Vec<RequestId>,
+    /// An attempt is running in this process.
+    busy: bool,
+    /// Last touched.
+    at: Instant,
+}
+
+/// Counters of the local guard.
+#[derive(Debug, Default)]
+pub struct GuardStats {
+    /// Attempts turned away locally (in flight or limit).
+    pub hits: AtomicU64,
+    /// Attempts passed on to the store.
+    pub misses: AtomicU64,
+    /// Entries dropped to honour the cap.
+    pub evictions: AtomicU64,
+    /// Entries dropped because they expired.
+    pub expirations: AtomicU64,
+}
+
+/// The in-process guard. See the module docs.
+#[derive(Debug)]
+pub struct LocalGuard {
+    map: DashMap<(Sku, UserId), Entry>,
+    ttl: Duration,
+    cap: usize,
+    stats: GuardStats,
+}
+
+impl LocalGuard {
+    /// A guard whose entries live `ttl` and which holds at most `cap` entries.
+    pub fn new(ttl: Duration, cap: usize) -> Self {
+        Self {
+            map: DashMap::new(),
+            ttl,
+            cap: cap.max(1),
+            stats: GuardStats::default(),
+        }
+    }
+
+    /// Entries held now (never more than the cap).
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &GuardStats {
+        &self.stats
+    }
+
+    /// Checks an attempt of `qty` units against `limit` (0 = no limit) and, on `Pass`, marks
+    /// the user busy until [`finish`](Self::finish).
+    pub fn begin(&self, sku: &Sku, user: &UserId, rid: &RequestId, qty: u64, limit: u64) -> Local {
+        let now = Instant::now();
+        let key = (sku.clone(), user.clone());
+        if self.map.len() >= self.cap && !self.map.contains_key(&key) {
+            // Make room before inserting, so the map stays within its cap (concurrent inserts
+            // on other threads can overshoot it by at most one entry each, momentarily).
+            self.enforce_cap(self.cap - 1);
+        }
+        let decision = {
+            let mut e = self.map.entry(key).or_insert_with(|| Entry {
+                used: 0,
+                applied: Vec::new(),
+                busy: false,
+                at: now,
+            });
+            if now.duration_since(e.at) >= self.ttl {
+                // Expired: forget what we knew (the store still knows).
+                self.stats.expirations.fetch_add(1, Relaxed);
+                e.used = 0;
+                e.applied.clear();
+                e.busy = false;
+            }
+            e.at = now;
+            if e.busy {
+                Local::InFlight
+            } else if limit > 0 && e.used + qty > limit && !e.applied.contains(rid) {
+                Local::LimitReached
+            } else {
+                e.busy = true;
+                Local::Pass
+            }
+        };
+        match decision {
+            Local::Pass => {
+                self.stats.misses.fetch_add(1, Relaxed);
+            }
+            _ => {
+                self.stats.hits.fetch_add(1, Relaxed);
+            }
+        }
+        decision
+    }
+
+    /// Ends an attempt that passed: `applied_units` > 0 when the store sold or reserved units
+    /// for `rid` (now or in an earlier call), 0 otherwise (the chance is not used up).
+    pub fn finish(&self, sku: &Sku, user: &UserId, rid: &RequestId, applied_units: u64) {
+        if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
+            e.busy = false;
+            e.at = Instant::now();
+            if applied_units > 0 && !e.applied.contains(rid) {
+                e.used += applied_units;
+                e.applied.push(rid.clone());
+            }
+        }
+    }
+
+    /// Tells the guard the store answered "limit reached" for this user: later attempts are
+    /// turned away locally until the entry expires.
+    pub fn saturate(&self, sku: &Sku, user: &UserId, limit: u64) {
+        if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
+            e.busy = false;
+            e.used = e.used.max(limit);
+        }
+    }
+
+    /// Forgets a user (e.g. after a cancelled reservation gave units back).
+    pub fn forget(&self, sku: &Sku, user: &UserId) {
+        self.map.remove(&(sku.clone(), user.clone()));
+    }
+
+    /// Drops expired entries, then the oldest idle ones, until at most `keep` remain.
+    fn enforce_cap(&self, keep: usize) {
+        if self.map.len() <= keep {
+            return;
+        }
+        let now = Instant::now();
+        let before = self.map.len();
+        self.map
+            .retain(|_, e| e.busy || now.duration_since(e.at) < self.ttl);
+        self.stats
+            .expirations
+            .fetch_add((before - self.map.len()) as u64, Relaxed);
+        let over = self.map.len().saturating_sub(keep);
+        if over == 0 {
+            return;
+        }
+        // Evict the oldest idle entries; evict a little more than needed so the scan is
+        // amortised over many inserts.
+        let target = over + self.cap / 16;
+        let mut idle: Vec<(Instant, (Sku, UserId))> = self
+            .map
+            .iter()
+            .filter(|e| !e.busy)
+            .map(|e| (e.at, e.key().clone()))
+            .collect();
+        idle.sort_by_key(|(at, _)| *at);
+        for (_, k) in idle.into_iter().take(target) {
+            if self.map.remove_if(&k, |_, e| !e.busy).is_some() {
+                self.stats.evictions.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(u: &str, r: &str) -> (Sku, UserId, RequestId) {
+        (
+            Sku::new("s").unwrap(),
+            UserId::new(u).unwrap(),
+            RequestId::new(r).unwrap(),
+        )
+    }
+
+    #[test]
+    fn concurrent_attempt_is_in_flight_and_limit_is_remembered() {
+        let g = LocalGuard::new(Duration::from_secs(60), 100);
+        let (s, u, r1) = ids("u", "r1");
+        let r2 = RequestId::new("r2").unwrap();
+        assert_eq!(g.begin(&s, &u, &r1, 1, 1), Local::Pass);
+        assert_eq!(g.begin(&s, &u, &r2, 1, 1), Local::InFlight);
+        g.finish(&s, &u, &r1, 1);
+        assert_eq!(g.begin(&s, &u, &r2, 1, 1), Local::LimitReached);
+        // A retry of the applied request passes (the store replays it).
+        assert_eq!(g.begin(&s, &u, &r1, 1, 1), Local::Pass);
+        g.finish(&s, &u, &r1, 1);
+        // A failed attempt does not use up the chance.
+        let (s2, u2, r3) = ids("v", "r3");
+        assert_eq!(g.begin(&s2, &u2, &r3, 1, 1), Local::Pass);
+        g.finish(&s2, &u2, &r3, 0);
+        assert_eq!(g.begin(&s2, &u2, &r3, 1, 1), Local::Pass);
+        // No limit: only the in-flight check.
+        g.finish(&s2, &u2, &r3, 1);
+        assert_eq!(g.begin(&s2, &u2, &r2, 5, 0), Local::Pass);
+    }
+
+    #[test]
+    fn cap_is_never_exceeded_and_busy_entries_survive() {
+        let g = LocalGuard::new(Duration::from_secs(60), 1000);
+        let s = Sku::new("s").unwrap();
+        let busy_user = UserId::new("busy").unwrap();
+        let r = RequestId::new("r").unwrap();
+        assert_eq!(g.begin(&s, &busy_user, &r, 1, 1), Local::Pass);
+        for i in 0..20_000 {
+            let u = UserId::new(format!("u{i}")).unwrap();
+            g.begin(&s, &u, &r, 1, 1);
+            g.finish(&s, &u, &r, 1);
+            assert!(g.len() <= 1000, "len {}", g.len());
+        }
+        assert!(g.stats().evictions.load(Relaxed) >= 19_000);
+        assert_eq!(
+            g.begin(&s, &busy_user, &r, 1, 1),
+            Local::InFlight,
+            "a busy entry was evicted"
+        );
+    }
+
+    #[test]
+    fn entries_expire() {
+        let g = LocalGuard::new(Duration::from_millis(30), 10);
+        let (s, u, r) = ids("u", "r");
+        g.begin(&s, &u, &r, 1, 1);
+        g.finish(&s, &u, &r, 1);
+        let r2 = RequestId::new("r2").unwrap();
+        assert_eq!(g.begin(&s, &u, &r2, 1, 1), Local::LimitReached);
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(
+            g.begin(&s, &u, &r2, 1, 1),
+            Local::Pass,
+            "expired knowledge goes to the store"
+        );
+    }
+}
