@@ -67,6 +67,14 @@ pub struct EngineConfig {
     pub max_qty: u64,
     /// [`EngineOptions::fallback_rounds`].
     pub fallback_rounds: u32,
+    /// [`EngineOptions::per_user_limit`] (default 1; 0 = no limit).
+    pub per_user_limit: u64,
+    /// [`EngineOptions::user_claim_ttl`].
+    pub user_claim_ttl_ms: u64,
+    /// [`EngineOptions::guard_ttl`].
+    pub guard_ttl_ms: u64,
+    /// [`EngineOptions::guard_cap`].
+    pub guard_cap: usize,
     /// [`EngineOptions::metric_skus`].
     pub metric_skus: Vec<String>,
     /// [`EngineOptions::metric_sku_cap`].
@@ -84,6 +92,10 @@ impl Default for EngineConfig {
             hint_ttl_ms: ms(o.hint_ttl),
             max_qty: o.max_qty,
             fallback_rounds: o.fallback_rounds,
+            per_user_limit: o.per_user_limit,
+            user_claim_ttl_ms: ms(o.user_claim_ttl),
+            guard_ttl_ms: ms(o.guard_ttl),
+            guard_cap: o.guard_cap,
             metric_skus: o.metric_skus,
             metric_sku_cap: o.metric_sku_cap,
         }
@@ -101,6 +113,10 @@ impl EngineConfig {
             hint_ttl: d(self.hint_ttl_ms),
             max_qty: self.max_qty,
             fallback_rounds: self.fallback_rounds,
+            per_user_limit: self.per_user_limit,
+            user_claim_ttl: d(self.user_claim_ttl_ms),
+            guard_ttl: d(self.guard_ttl_ms),
+            guard_cap: self.guard_cap,
             metric_skus: self.metric_skus.clone(),
             metric_sku_cap: self.metric_sku_cap,
         }

@@ -83,6 +83,14 @@ pub enum Deduction {
     /// Another call with the same request id is being processed right now (it did not finish
     /// within `pending_wait`). Retry later with the same id.
     InFlight,
+    /// The user already holds the per-user limit of this SKU (sold or reserved units).
+    LimitReached {
+        /// The SKU's per-user limit.
+        limit: u64,
+    },
+    /// This user already has an attempt on this SKU running in this process (a double click);
+    /// nothing was done. Retry once it finished.
+    UserBusy,
 }
 
 impl Deduction {
@@ -94,7 +102,8 @@ impl Deduction {
         }
     }
 
-    /// A short name: `applied`, `replayed`, `sold_out`, `insufficient`, `in_flight`.
+    /// A short name: `applied`, `replayed`, `sold_out`, `insufficient`, `in_flight`,
+    /// `limit_reached`, `user_busy`.
     pub fn kind(&self) -> &'static str {
         match self {
             Deduction::Applied { .. } => "applied",
@@ -102,6 +111,8 @@ impl Deduction {
             Deduction::SoldOut => "sold_out",
             Deduction::Insufficient { .. } => "insufficient",
             Deduction::InFlight => "in_flight",
+            Deduction::LimitReached { .. } => "limit_reached",
+            Deduction::UserBusy => "user_busy",
         }
     }
 }
@@ -179,6 +190,16 @@ pub struct EngineOptions {
     /// Rounds of "read all segments, then take" before answering insufficient under
     /// contention (default 3).
     pub fallback_rounds: u32,
+    /// Per-user limit for SKUs loaded with [`Engine::load`] (default 1 = one unit per user;
+    /// 0 = no limit). [`Engine::load_limited`] sets it per SKU.
+    pub per_user_limit: u64,
+    /// How long a per-user claim may stay pending before another call may verify it (the
+    /// claimer presumed dead; default 10 s).
+    pub user_claim_ttl: Duration,
+    /// Lifetime of the in-process guard's entries (default 60 s).
+    pub guard_ttl: Duration,
+    /// Most entries the in-process guard holds (default 100 000).
+    pub guard_cap: usize,
     /// SKUs that get their own `sku` label on the remaining-units gauges.
     pub metric_skus: Vec<String>,
     /// Besides `metric_skus`, how many SKUs get a label on first sight (default 16); the
@@ -195,6 +216,10 @@ impl Default for EngineOptions {
             hint_ttl: Duration::from_millis(200),
             max_qty: 10_000,
             fallback_rounds: 3,
+            per_user_limit: 1,
+            user_claim_ttl: Duration::from_secs(10),
+            guard_ttl: Duration::from_secs(60),
+            guard_cap: 100_000,
             metric_skus: Vec::new(),
             metric_sku_cap: 16,
         }
@@ -223,6 +248,16 @@ impl EngineOptions {
         }
         if self.max_qty == 0 || self.max_qty > MAX_UNITS {
             return Err(Error::Config(format!("max_qty must be in 1..={MAX_UNITS}")));
+        }
+        if self.user_claim_ttl.is_zero() || self.guard_ttl.is_zero() || self.guard_cap == 0 {
+            return Err(Error::Config(
+                "user_claim_ttl, guard_ttl and guard_cap must be positive".into(),
+            ));
+        }
+        if self.user_claim_ttl < self.claim_lease {
+            return Err(Error::Config(
+                "user_claim_ttl must not be shorter than claim_lease".into(),
+            ));
         }
         if self.fallback_rounds == 0 {
             return Err(Error::Config("fallback_rounds must be at least 1".into()));
@@ -273,6 +308,23 @@ impl EngineBuilder {
         self
     }
 
+    /// See [`EngineOptions::per_user_limit`].
+    pub fn per_user_limit(mut self, n: u64) -> Self {
+        self.opts.per_user_limit = n;
+        self
+    }
+    /// See [`EngineOptions::user_claim_ttl`].
+    pub fn user_claim_ttl(mut self, d: Duration) -> Self {
+        self.opts.user_claim_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::guard_ttl`] and [`EngineOptions::guard_cap`].
+    pub fn guard(mut self, ttl: Duration, cap: usize) -> Self {
+        self.opts.guard_ttl = ttl;
+        self.opts.guard_cap = cap;
+        self
+    }
+
     /// Builds the engine over `store`.
     ///
     /// # Errors
@@ -282,6 +334,7 @@ impl EngineBuilder {
         Ok(Engine {
             inner: Arc::new(Inner {
                 store,
+                guard: crate::guard::LocalGuard::new(self.opts.guard_ttl, self.opts.guard_cap),
                 sku_labels: crate::metrics::SkuLabels::new(
                     self.opts.metric_skus.clone(),
                     self.opts.metric_sku_cap,
@@ -298,6 +351,8 @@ impl EngineBuilder {
 struct Layout {
     generation: u64,
     segments: u32,
+    /// Units one user may hold (0 = no limit).
+    user_limit: u64,
     hints: Hints,
     /// Coalesces "read every segment" for this SKU (see [`crate::coalesce`]).
     reads: Arc<ReadGroup<Vec<Option<SegmentState>>>>,
@@ -313,6 +368,8 @@ struct Inner<S> {
     layouts: DashMap<Sku, Arc<Layout>>,
     /// Which SKUs get their own metric label.
     sku_labels: crate::metrics::SkuLabels,
+    /// The in-process per-user filter.
+    guard: crate::guard::LocalGuard,
 }
 
 /// The inventory engine. Cheap to clone; share one per process.
@@ -392,6 +449,35 @@ impl<S: Store> Engine<S> {
     /// [`Error::InvalidInput`] for bad figures; [`Error::AlreadyLoaded`]; [`Error::NotReady`]
     /// when another load overtook this one; store errors.
     pub async fn load(&self, sku: &Sku, total: u64, segments: u32, replace: bool) -> Result<u64> {
+        self.load_limited(
+            sku,
+            total,
+            segments,
+            replace,
+            self.inner.opts.per_user_limit,
+        )
+        .await
+    }
+
+    /// [`load`](Self::load) with an explicit per-user limit for this SKU: units one user may
+    /// hold (sold or reserved) at most; 0 = no limit.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub async fn load_limited(
+        &self,
+        sku: &Sku,
+        total: u64,
+        segments: u32,
+        replace: bool,
+        per_user_limit: u64,
+    ) -> Result<u64> {
+        if per_user_limit > MAX_UNITS {
+            return Err(Error::invalid(
+                "per_user_limit",
+                format!("must be at most {MAX_UNITS}"),
+            ));
+        }
         if segments == 0 || segments > MAX_SEGMENTS {
             return Err(Error::invalid(
                 "segments",
@@ -405,7 +491,10 @@ impl<S: Store> Engine<S> {
             ));
         }
         let store = &self.inner.store;
-        let (generation, old) = match store.load_begin(sku, segments, total, replace).await? {
+        let (generation, old) = match store
+            .load_begin(sku, segments, total, replace, per_user_limit)
+            .await?
+        {
             LoadBegin::Exists { generation } => {
                 return Err(Error::AlreadyLoaded {
                     sku: sku.to_string(),
@@ -452,6 +541,7 @@ impl<S: Store> Engine<S> {
         let layout = Arc::new(Layout {
             generation: meta.generation,
             segments: meta.segments,
+            user_limit: meta.user_limit,
             hints: Hints::new(meta.segments, self.inner.opts.hint_ttl),
             reads: ReadGroup::new(),
             gauges_at: std::sync::atomic::AtomicU64::new(0),
@@ -512,7 +602,12 @@ impl<S: Store> Engine<S> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
         for _ in 0..STALE_RETRIES {
             let layout = self.layout(&req.sku).await?;
-            match self.deduct_in(&layout, req, tr).await? {
+            let flow = if layout.user_limit > 0 {
+                self.deduct_limited(&layout, req, tr).await?
+            } else {
+                self.deduct_in(&layout, req, tr).await?
+            };
+            match flow {
                 Done(d) => {
                     self.maybe_gauges(&layout, &req.sku);
                     return Ok(d);
@@ -522,6 +617,136 @@ impl<S: Store> Engine<S> {
             }
         }
         Err(Error::NotReady(req.sku.to_string()))
+    }
+
+    /// The per-user limit in two layers: the in-process guard filters double clicks and users
+    /// this process already saw at the limit; the store's user record decides.
+    async fn deduct_limited(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        tr: &Trace,
+    ) -> Result<Flow<Deduction>> {
+        use crate::guard::Local;
+        let limit = l.user_limit;
+        if req.qty > limit {
+            return Ok(Done(Deduction::LimitReached { limit }));
+        }
+        let g = &self.inner.guard;
+        let local = g.begin(&req.sku, &req.user, &req.request_id, req.qty, limit);
+        crate::metrics::guard(local != Local::Pass, g);
+        match local {
+            Local::InFlight => return Ok(Done(Deduction::UserBusy)),
+            Local::LimitReached => return Ok(Done(Deduction::LimitReached { limit })),
+            Local::Pass => {}
+        }
+        let r = self.deduct_counted(l, req, tr).await;
+        match &r {
+            Ok(Done(Deduction::LimitReached { .. })) => g.saturate(&req.sku, &req.user, limit),
+            Ok(Done(Deduction::Applied { parts } | Deduction::Replayed { parts })) => {
+                let units = parts.iter().map(|p| p.units).sum();
+                g.finish(&req.sku, &req.user, &req.request_id, units);
+            }
+            _ => g.finish(&req.sku, &req.user, &req.request_id, 0),
+        }
+        r
+    }
+
+    /// Claim in the user record, deduct, then settle the user record (see `user_claim.lua`
+    /// for why this compensated two-step is exact).
+    async fn deduct_counted(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        tr: &Trace,
+    ) -> Result<Flow<Deduction>> {
+        let store = &self.inner.store;
+        let args = self.args(req);
+        let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
+        let mut verified = false;
+        loop {
+            match store
+                .user_claim(&req.sku, l.generation, args, l.user_limit, claim_ttl)
+                .await?
+            {
+                UserClaim::Ok | UserClaim::Dup { .. } => break,
+                UserClaim::Mismatch => return Err(Self::conflict(req, "qty")),
+                UserClaim::Limit { stale, .. } => {
+                    if verified || stale.is_empty() {
+                        return Ok(Done(Deduction::LimitReached {
+                            limit: l.user_limit,
+                        }));
+                    }
+                    self.verify_stale(l, req, &stale).await?;
+                    verified = true;
+                }
+            }
+        }
+        let flow = self.deduct_in(l, req, tr).await?;
+        let sold = match &flow {
+            Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(true),
+            Done(Deduction::SoldOut | Deduction::Insufficient { .. }) => Some(false),
+            // In flight, restarted or stale: the entry stays pending (verified if it lingers).
+            _ => None,
+        };
+        if let Some(sold) = sold {
+            store
+                .user_finish(&req.sku, l.generation, &req.user, &req.request_id, sold)
+                .await?;
+        }
+        Ok(flow)
+    }
+
+    /// Resolves per-user entries whose claimer is presumed dead: counted for good if their
+    /// request applied, removed once the request is sealed so it never can.
+    async fn verify_stale(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        stale: &[(RequestId, u64)],
+    ) -> Result<()> {
+        let store = &self.inner.store;
+        for (rid, qty) in stale {
+            let other = Deduct {
+                sku: req.sku.clone(),
+                user: req.user.clone(),
+                qty: *qty,
+                request_id: rid.clone(),
+            };
+            let args = self.args(&other);
+            let at = SegAddr {
+                sku: &req.sku,
+                generation: l.generation,
+                index: home(rid, l.segments),
+            };
+            let sold = match store.seal(at, args).await? {
+                SealReply::Sealed => Some(false),
+                SealReply::Applied => Some(true),
+                SealReply::Pending { lease_left_ms: 0 } => match store.takeover(at, args).await? {
+                    TakeoverReply::Won { epoch, home_part } => {
+                        let t = Trace::default();
+                        match self
+                            .reconcile_as(l, &other, epoch, home_part, &t, true)
+                            .await?
+                        {
+                            Done(Deduction::Replayed { .. }) => Some(true),
+                            Done(Deduction::SoldOut) => Some(false),
+                            _ => None,
+                        }
+                    }
+                    TakeoverReply::Replay(_) => Some(true),
+                    TakeoverReply::Sealed => Some(false),
+                    _ => None,
+                },
+                SealReply::Pending { .. } | SealReply::Mismatch(_) => None,
+            };
+            if let Some(sold) = sold {
+                store
+                    .user_finish(&req.sku, l.generation, &req.user, rid, sold)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
@@ -611,6 +836,7 @@ impl<S: Store> Engine<S> {
             HomeReply::Replay(parts) => Ok(Done(Deduction::Replayed { parts })),
             HomeReply::Mismatch(f) => Err(Self::conflict(req, f)),
             HomeReply::Stale => Ok(Stale),
+            HomeReply::Sealed => Err(Error::Sealed(req.request_id.to_string())),
             HomeReply::Pending { .. } => self.wait_for_claim(l, req, tr).await,
             HomeReply::Short { stock, claimed } => {
                 l.hints.observe(home, stock);
@@ -644,6 +870,7 @@ impl<S: Store> Engine<S> {
             match store.takeover(home_at, args).await? {
                 TakeoverReply::Replay(parts) => return Ok(Done(Deduction::Replayed { parts })),
                 TakeoverReply::Gone => return Ok(Restart),
+                TakeoverReply::Sealed => return Err(Error::Sealed(req.request_id.to_string())),
                 TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
                 TakeoverReply::Won { epoch, home_part } => {
                     return self.reconcile(l, req, epoch, home_part, tr).await;
@@ -672,6 +899,20 @@ impl<S: Store> Engine<S> {
         epoch: u64,
         home_part: u64,
         tr: &Trace,
+    ) -> Result<Flow<Deduction>> {
+        self.reconcile_as(l, req, epoch, home_part, tr, false).await
+    }
+
+    /// [`reconcile`](Self::reconcile); with `cancel`, an incomplete request is refunded and
+    /// sealed instead of served afresh (a verified-void per-user claim).
+    async fn reconcile_as(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        epoch: u64,
+        home_part: u64,
+        tr: &Trace,
+        cancel: bool,
     ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
         let args = self.args(req);
@@ -706,7 +947,10 @@ impl<S: Store> Engine<S> {
         if taken == req.qty {
             parts.sort();
             return Ok(
-                match store.settle(at(home), args, epoch, Some(&parts)).await? {
+                match store
+                    .settle(at(home), args, epoch, SettleAs::Applied(&parts))
+                    .await?
+                {
                     SettleReply::Ok | SettleReply::Gone => Done(Deduction::Replayed { parts }),
                     SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
                     SettleReply::Superseded => Done(Deduction::InFlight),
@@ -714,6 +958,15 @@ impl<S: Store> Engine<S> {
             );
         }
         self.refund_all(l, req, epoch, &parts).await?;
+        if cancel {
+            return Ok(
+                match store.settle(at(home), args, epoch, SettleAs::Seal).await? {
+                    SettleReply::Ok | SettleReply::Gone => Done(Deduction::SoldOut),
+                    SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+                    SettleReply::Superseded => Done(Deduction::InFlight),
+                },
+            );
+        }
         self.fallback(l, req, epoch, tr).await
     }
 
@@ -829,7 +1082,10 @@ impl<S: Store> Engine<S> {
         }
 
         // 3. Nothing sold: release the claim so the request id stays free.
-        match store.settle(at(home), args, epoch, None).await? {
+        match store
+            .settle(at(home), args, epoch, SettleAs::Release)
+            .await?
+        {
             SettleReply::Ok | SettleReply::Gone => {}
             SettleReply::Applied(parts) => return Ok(Done(Deduction::Replayed { parts })),
             SettleReply::Superseded => return Ok(Done(Deduction::InFlight)),
@@ -857,7 +1113,7 @@ impl<S: Store> Engine<S> {
             match self
                 .inner
                 .store
-                .settle(home_at, self.args(req), epoch, Some(parts))
+                .settle(home_at, self.args(req), epoch, SettleAs::Applied(parts))
                 .await?
             {
                 SettleReply::Ok | SettleReply::Gone => Done(Deduction::Applied {

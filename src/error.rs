@@ -46,6 +46,13 @@ pub enum Error {
     /// and nothing was changed by that step. Retry with the same request id.
     #[error("lock on {0:?} was lost before the write; nothing was written")]
     LeaseLost(String),
+    /// The request's per-user claim expired before the request was applied (its process was
+    /// presumed dead), was verified void, and the request id was sealed: it can never apply.
+    /// Nothing was sold. Send the purchase again with a new request id.
+    #[error(
+        "request id {0:?} was sealed after its per-user claim expired; nothing was sold, use a new request id"
+    )]
+    Sealed(String),
     /// The configuration is invalid or contradictory.
     #[error("config: {0}")]
     Config(String),

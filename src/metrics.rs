@@ -33,7 +33,18 @@ pub const MULTI_SEGMENT: &str = "shardstock_multi_segment_deductions_total";
 pub const REMAINING_UNITS: &str = "shardstock_remaining_units";
 /// Units left per segment of opted-in SKUs (gauge, labels `sku`, `segment`).
 pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
-/// Errors by kind (`redis`, `lease_lost`, `conflict`, `invalid`, `other`) (counter).
+/// `SCRIPT LOAD`s after a `NOSCRIPT` reply (Redis restarted, failed over or flushed its script
+/// cache), by script (counter).
+pub const SCRIPT_RELOADS: &str = "shardstock_script_reloads_total";
+/// Per-user attempts turned away by the in-process guard (counter).
+pub const GUARD_HITS: &str = "shardstock_user_guard_hits_total";
+/// Per-user attempts the in-process guard passed on to the store (counter).
+pub const GUARD_MISSES: &str = "shardstock_user_guard_misses_total";
+/// In-process guard entries evicted to honour its cap (counter, absolute from the guard).
+pub const GUARD_EVICTIONS: &str = "shardstock_user_guard_evictions_total";
+/// In-process guard entries held (gauge).
+pub const GUARD_ENTRIES: &str = "shardstock_user_guard_entries";
+/// Errors by kind (`redis`, `lease_lost`, `conflict`, `invalid`, `sealed`, `other`) (counter).
 pub const ERRORS: &str = "shardstock_errors_total";
 
 /// Registers help texts and units with the installed recorder. Call once after installing it.
@@ -83,7 +94,32 @@ pub fn describe() {
         Unit::Count,
         "Units left per segment of opted-in SKUs."
     );
+    describe_counter!(
+        SCRIPT_RELOADS,
+        Unit::Count,
+        "Lua scripts reloaded after a NOSCRIPT reply, by script."
+    );
     describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
+    describe_counter!(
+        GUARD_HITS,
+        Unit::Count,
+        "Per-user attempts turned away by the in-process guard (double clicks, known limit)."
+    );
+    describe_counter!(
+        GUARD_MISSES,
+        Unit::Count,
+        "Per-user attempts passed on to the authoritative guard in the store."
+    );
+    describe_counter!(
+        GUARD_EVICTIONS,
+        Unit::Count,
+        "In-process guard entries evicted to honour its cap."
+    );
+    describe_gauge!(
+        GUARD_ENTRIES,
+        Unit::Count,
+        "Entries held by the in-process per-user guard."
+    );
     crate::lock::describe_metrics();
 }
 
@@ -138,9 +174,25 @@ pub(crate) fn error(e: &crate::Error) {
         crate::Error::LeaseLost(_) => "lease_lost",
         crate::Error::RequestIdConflict { .. } => "conflict",
         crate::Error::InvalidInput { .. } => "invalid",
+        crate::Error::Sealed(_) => "sealed",
         _ => "other",
     };
     counter!(ERRORS, "kind" => kind).increment(1);
+}
+
+pub(crate) fn script_reload(script: &'static str) {
+    counter!(SCRIPT_RELOADS, "script" => script).increment(1);
+}
+
+pub(crate) fn guard(hit: bool, g: &crate::guard::LocalGuard) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if hit {
+        counter!(GUARD_HITS).increment(1);
+    } else {
+        counter!(GUARD_MISSES).increment(1);
+    }
+    counter!(GUARD_EVICTIONS).absolute(g.stats().evictions.load(Relaxed));
+    gauge!(GUARD_ENTRIES).set(g.len() as f64);
 }
 
 pub(crate) fn fallback() {

@@ -110,6 +110,11 @@ impl Keyspace {
         )
     }
 
+    /// The per-user record of `user` for `sku` in generation `generation` (its own slot).
+    pub fn user(&self, sku: &Sku, generation: u64, user: &crate::ids::UserId) -> String {
+        format!("{}:{{{}@{}}}:g{}:user", self.prefix, sku, user, generation)
+    }
+
     /// The lock of segment `i` (lock strategies; same tag as the segment).
     pub fn lock(&self, sku: &Sku, i: u32) -> String {
         format!("{}:{{{}#{}}}:lock", self.prefix, sku, i)

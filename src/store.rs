@@ -68,6 +68,8 @@ pub enum HomeReply {
     Mismatch(&'static str),
     /// Segment missing or of another generation.
     Stale,
+    /// The request id was sealed: its per-user claim expired and was verified void.
+    Sealed,
 }
 
 /// Reply of [`Store::take`] (`take.lua`).
@@ -144,6 +146,56 @@ pub enum TakeoverReply {
     Replay(Vec<Part>),
     /// No record.
     Gone,
+    /// The request id was sealed.
+    Sealed,
+    /// Same request id, other parameters.
+    Mismatch(&'static str),
+}
+
+/// How [`Store::settle`] ends a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleAs<'a> {
+    /// Applied with these parts.
+    Applied(&'a [Part]),
+    /// Nothing sold; the request id stays free.
+    Release,
+    /// Nothing sold; the request id may never apply (a verified-void per-user claim).
+    Seal,
+}
+
+/// Reply of [`Store::user_claim`] (`user_claim.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserClaim {
+    /// Counted as pending.
+    Ok,
+    /// This request id is already counted (`sold`: for good).
+    Dup {
+        /// The entry is final.
+        sold: bool,
+    },
+    /// Same request id, other quantity.
+    Mismatch,
+    /// The limit would be exceeded.
+    Limit {
+        /// Units counted now.
+        used: u64,
+        /// Pending entries past their expiry, to verify: (request id, qty).
+        stale: Vec<(RequestId, u64)>,
+    },
+}
+
+/// Reply of [`Store::seal`] (`seal.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SealReply {
+    /// It never applied and now cannot.
+    Sealed,
+    /// It applied.
+    Applied,
+    /// A fallback claim of it is in progress.
+    Pending {
+        /// Claim lease left.
+        lease_left_ms: u64,
+    },
     /// Same request id, other parameters.
     Mismatch(&'static str),
 }
@@ -195,6 +247,8 @@ pub struct Meta {
     pub loaded: u64,
     /// All segments are written.
     pub ready: bool,
+    /// Units one user may buy of this SKU (0 = no limit).
+    pub user_limit: u64,
 }
 
 /// One segment's counters. Invariant: `loaded + restocked = stock + sold`.
@@ -258,6 +312,7 @@ pub trait Store: Send + Sync + 'static {
         segments: u32,
         total: u64,
         replace: bool,
+        user_limit: u64,
     ) -> impl Future<Output = Result<LoadBegin>> + Send;
     /// Writes segment `seg` of generation `seg.generation` with `units`, replacing what was there.
     fn load_segment(&self, seg: SegAddr<'_>, units: u64)
@@ -285,13 +340,13 @@ pub trait Store: Send + Sync + 'static {
         epoch: u64,
         is_home: bool,
     ) -> impl Future<Output = Result<TakeReply>> + Send;
-    /// `settle.lua`: ends a claim as applied (`Some(parts)`) or released (`None`).
+    /// `settle.lua`: ends a claim as applied, released or sealed.
     fn settle(
         &self,
         home: SegAddr<'_>,
         req: ReqArgs<'_>,
         epoch: u64,
-        parts: Option<&[Part]>,
+        how: SettleAs<'_>,
     ) -> impl Future<Output = Result<SettleReply>> + Send;
     /// `refund.lua`: gives back a part taken by `epoch` or older; returns the units refunded.
     fn refund(
@@ -333,6 +388,30 @@ pub trait Store: Send + Sync + 'static {
         generation: u64,
         segments: u32,
     ) -> impl Future<Output = Result<Vec<Option<SegmentState>>>> + Send;
+    /// `user_claim.lua`: counts `req.qty` units against `limit` for `req.user`.
+    fn user_claim(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        req: ReqArgs<'_>,
+        limit: u64,
+        claim_ttl_ms: u64,
+    ) -> impl Future<Output = Result<UserClaim>> + Send;
+    /// `user_finish.lua`: marks a counted request sold for good, or removes it.
+    fn user_finish(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        user: &UserId,
+        request_id: &RequestId,
+        sold: bool,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// `seal.lua`: at a request's home segment, tells whether it applied, else seals it.
+    fn seal(
+        &self,
+        home: SegAddr<'_>,
+        req: ReqArgs<'_>,
+    ) -> impl Future<Output = Result<SealReply>> + Send;
     /// Reads a request's record at its home segment.
     fn record(
         &self,

@@ -23,6 +23,8 @@
 --   {"pending", epoch, lease_left_ms}   another caller holds the fallback claim of this request id
 --   {"mismatch", field}                 this request id was used with another user or qty
 --   {"stale", gen_or_missing}           the segment is missing or of another generation
+--   {"sealed"}                          the request id was sealed (its per-user claim expired and
+--                                       was verified void): it can never apply
 --   {"lock_lost"}                       mode "fenced": a newer lock holder exists; nothing written
 --   {"invariant", stock}                mode "fenced": the decision was stale (stock < qty);
 --                                       refused rather than oversold — a locking bug signal
@@ -47,6 +49,7 @@ if rec then
   if rec.u ~= user then return { 'mismatch', 'user' } end
   if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
   if rec.s == 'A' then return { 'replay', rec.parts } end
+  if rec.s == 'X' then return { 'sealed' } end
   -- 'P': somebody (maybe a crashed process) holds the fallback claim.
   local left = tonumber(rec.l) - now_ms()
   if left < 0 then left = 0 end

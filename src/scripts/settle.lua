@@ -3,7 +3,8 @@
 -- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
 -- ARGV[1]  epoch     the caller's claim epoch
 -- ARGV[2]  outcome   "A": applied with `parts`; "X": release (nothing was sold, the request id
---                    stays free so a later retry is a fresh attempt)
+--                    stays free so a later retry is a fresh attempt); "S": seal (nothing was
+--                    sold and the request id may never apply — a verified-void per-user claim)
 -- ARGV[3]  parts     "<segment>:<units>[,<segment>:<units>...]" for "A", "" for "X"
 -- ARGV[4]  ttl_ms
 --
@@ -20,7 +21,7 @@ if outcome == 'A' then
   if type(parts) ~= 'string' or #parts > 20000 or not string.match(parts, '^[0-9]+:[0-9]+[0-9:,]*$') then
     bad('parts')
   end
-elseif outcome == 'X' then
+elseif outcome == 'X' or outcome == 'S' then
   if parts ~= '' then bad('parts') end
 else
   bad('outcome')
@@ -34,6 +35,10 @@ if rec.s ~= 'P' or tonumber(rec.e) ~= epoch then
 end
 if outcome == 'A' then
   redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
+  redis.call('HDEL', KEYS[1], 'l', 'hp')
+  redis.call('PEXPIRE', KEYS[1], ttl)
+elseif outcome == 'S' then
+  redis.call('HSET', KEYS[1], 's', 'X')
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ttl)
 else

@@ -11,7 +11,7 @@
 -- ARGV[3]  lease_ms
 --
 -- Reply: {"won", epoch, home_part} | {"pending", epoch, lease_left_ms} | {"replay", parts}
---        | {"gone"} | {"mismatch", field}
+--        | {"gone"} | {"sealed"} | {"mismatch", field}
 local user = ident('user', ARGV[1])
 local qty = posint('qty', ARGV[2])
 local lease = posint('lease_ms', ARGV[3])
@@ -21,6 +21,7 @@ if not rec then return { 'gone' } end
 if rec.u ~= user then return { 'mismatch', 'user' } end
 if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
 if rec.s == 'A' then return { 'replay', rec.parts } end
+if rec.s == 'X' then return { 'sealed' } end
 local now = now_ms()
 local left = tonumber(rec.l) - now
 if left > 0 then return { 'pending', tonumber(rec.e), left } end

@@ -22,6 +22,7 @@ enum St {
     Pending,
     Fence,
     Refunded,
+    Sealed,
 }
 
 #[derive(Debug, Clone)]
@@ -75,10 +76,14 @@ struct MetaMem {
     meta: Meta,
 }
 
+/// A user's counted requests: request id -> (qty, sold for good, pending expiry).
+type UserRec = HashMap<RequestId, (u64, bool, Instant)>;
+
 #[derive(Default)]
 struct Inner {
     metas: DashMap<Sku, MetaMem>,
     segments: DashMap<(Sku, u32), Arc<Mutex<Seg>>>,
+    users: DashMap<(Sku, u64, UserId), UserRec>,
 }
 
 /// The embedded store. Cheap to clone (shared state).
@@ -162,6 +167,7 @@ impl Store for MemoryStore {
         segments: u32,
         total: u64,
         replace: bool,
+        user_limit: u64,
     ) -> Result<LoadBegin> {
         let mut e = self.inner.metas.entry(sku.clone());
         use dashmap::Entry;
@@ -182,6 +188,7 @@ impl Store for MemoryStore {
             segments,
             loaded: total,
             ready: false,
+            user_limit,
         };
         e.insert_entry(MetaMem { meta });
         Ok(LoadBegin::Started {
@@ -238,6 +245,7 @@ impl Store for MemoryStore {
                 }
                 return match rec.s {
                     St::Applied => HomeReply::Replay(rec.parts.clone()),
+                    St::Sealed => HomeReply::Sealed,
                     _ => HomeReply::Pending {
                         epoch: rec.epoch,
                         lease_left_ms: left_ms(rec.lease_until, now),
@@ -364,7 +372,7 @@ impl Store for MemoryStore {
         home: SegAddr<'_>,
         req: ReqArgs<'_>,
         epoch: u64,
-        parts: Option<&[Part]>,
+        how: SettleAs<'_>,
     ) -> Result<SettleReply> {
         Ok(self.with_any(home, |s, now| {
             let Some(rec) = s.rec(home.generation, req.request_id, now) else {
@@ -377,14 +385,19 @@ impl Store for MemoryStore {
                     SettleReply::Superseded
                 };
             }
-            match parts {
-                Some(p) => {
+            match how {
+                SettleAs::Applied(p) => {
                     rec.s = St::Applied;
                     rec.parts = p.to_vec();
                     rec.home_part = 0;
                     rec.expires = now + ms(req.ttl_ms);
                 }
-                None => {
+                SettleAs::Seal => {
+                    rec.s = St::Sealed;
+                    rec.home_part = 0;
+                    rec.expires = now + ms(req.ttl_ms);
+                }
+                SettleAs::Release => {
                     s.requests
                         .remove(&(home.generation, req.request_id.clone()));
                 }
@@ -467,6 +480,9 @@ impl Store for MemoryStore {
             if rec.s == St::Applied {
                 return TakeoverReply::Replay(rec.parts.clone());
             }
+            if rec.s == St::Sealed {
+                return TakeoverReply::Sealed;
+            }
             if rec.lease_until > now {
                 return TakeoverReply::Pending {
                     epoch: rec.epoch,
@@ -516,6 +532,101 @@ impl Store for MemoryStore {
                 stock_after: s.st.stock,
             })
         })
+    }
+
+    // user_claim.lua
+    async fn user_claim(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        req: ReqArgs<'_>,
+        limit: u64,
+        claim_ttl_ms: u64,
+    ) -> Result<UserClaim> {
+        let now = Instant::now();
+        let mut rec = self
+            .inner
+            .users
+            .entry((sku.clone(), generation, req.user.clone()))
+            .or_default();
+        if let Some((q, sold, _)) = rec.get(req.request_id) {
+            return Ok(if *q == req.qty {
+                UserClaim::Dup { sold: *sold }
+            } else {
+                UserClaim::Mismatch
+            });
+        }
+        let used: u64 = rec.values().map(|(q, _, _)| q).sum();
+        if used + req.qty > limit {
+            let mut stale: Vec<(RequestId, u64)> = rec
+                .iter()
+                .filter(|(_, (_, sold, exp))| !sold && *exp < now)
+                .map(|(r, (q, _, _))| (r.clone(), *q))
+                .collect();
+            stale.sort();
+            return Ok(UserClaim::Limit { used, stale });
+        }
+        rec.insert(
+            req.request_id.clone(),
+            (req.qty, false, now + ms(claim_ttl_ms)),
+        );
+        Ok(UserClaim::Ok)
+    }
+
+    // user_finish.lua
+    async fn user_finish(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        user: &UserId,
+        request_id: &RequestId,
+        sold: bool,
+    ) -> Result<()> {
+        if let Some(mut rec) = self
+            .inner
+            .users
+            .get_mut(&(sku.clone(), generation, user.clone()))
+        {
+            if sold {
+                if let Some(e) = rec.get_mut(request_id) {
+                    e.1 = true;
+                }
+            } else {
+                rec.remove(request_id);
+            }
+        }
+        Ok(())
+    }
+
+    // seal.lua
+    async fn seal(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<SealReply> {
+        Ok(self.with_any(home, |s, now| {
+            if let Some(rec) = s.rec(home.generation, req.request_id, now) {
+                if let Some(f) = mismatch(rec, &req) {
+                    return SealReply::Mismatch(f);
+                }
+                return match rec.s {
+                    St::Applied => SealReply::Applied,
+                    St::Sealed => SealReply::Sealed,
+                    _ => SealReply::Pending {
+                        lease_left_ms: left_ms(rec.lease_until, now),
+                    },
+                };
+            }
+            let rec = Rec {
+                s: St::Sealed,
+                user: req.user.clone(),
+                qty: req.qty,
+                epoch: 0,
+                part: 0,
+                home_part: 0,
+                lease_until: now,
+                parts: Vec::new(),
+                expires: now + ms(req.ttl_ms),
+            };
+            s.put(home.generation, req.request_id, rec, now);
+            SealReply::Sealed
+        }))
     }
 
     async fn segments(

@@ -1,7 +1,8 @@
 //! `RedisStore`: the fred-backed store.
 //!
 //! Every mutating step is one `EVALSHA` of a script from `src/scripts/` (NOSCRIPT → `SCRIPT
-//! LOAD` and retry, via fred's `evalsha_with_reload`). All keys a script touches share one
+//! LOAD` and retry, counted in
+//! `shardstock_script_reloads_total`). All keys a script touches share one
 //! hash tag, so the store works unchanged on a Redis Cluster. Reads that span segments
 //! ([`Store::segments`]) are plain `HMGET`s sent concurrently: fred pipelines them, so reading
 //! 16 segments costs about one round trip.
@@ -43,6 +44,9 @@ struct Scripts {
     load_begin: Script,
     load_segment: Script,
     load_commit: Script,
+    user_claim: Script,
+    user_finish: Script,
+    seal: Script,
 }
 
 impl Scripts {
@@ -58,10 +62,13 @@ impl Scripts {
             load_begin: script!("load_begin.lua"),
             load_segment: script!("load_segment.lua"),
             load_commit: script!("load_commit.lua"),
+            user_claim: script!("user_claim.lua"),
+            user_finish: script!("user_finish.lua"),
+            seal: script!("seal.lua"),
         }
     }
 
-    fn all(&self) -> [&Script; 10] {
+    fn all(&self) -> [&Script; 13] {
         [
             &self.deduct,
             &self.take,
@@ -73,6 +80,9 @@ impl Scripts {
             &self.load_begin,
             &self.load_segment,
             &self.load_commit,
+            &self.user_claim,
+            &self.user_finish,
+            &self.seal,
         ]
     }
 }
@@ -263,10 +273,21 @@ impl RedisStore {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Reply> {
-        let v: Value = script
-            .evalsha_with_reload(self.pool.next(), keys, args)
+        // fred's `evalsha_with_reload`, spelled out so each NOSCRIPT reload is counted.
+        use fred::prelude::LuaInterface;
+        let client = self.pool.next();
+        let v: Value = match client
+            .evalsha(script.sha1().clone(), keys.clone(), args.clone())
             .await
-            .map_err(script_error)?;
+        {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                crate::metrics::script_reload(name);
+                script.load(client).await.map_err(script_error)?;
+                client.evalsha(script.sha1().clone(), keys, args).await
+            }
+            r => r,
+        }
+        .map_err(script_error)?;
         Reply::parse(v, name)
     }
 
@@ -320,6 +341,7 @@ impl RedisStore {
             },
             "mismatch" => HomeReply::Mismatch(r.field(0)?),
             "stale" => HomeReply::Stale,
+            "sealed" => HomeReply::Sealed,
             "lock_lost" => return Err(self.lock_lost(&seg)),
             _ => return Err(r.bad()),
         })
@@ -398,13 +420,19 @@ impl Store for RedisStore {
         segments: u32,
         total: u64,
         replace: bool,
+        user_limit: u64,
     ) -> Result<LoadBegin> {
         let r = self
             .eval(
                 &self.scripts.load_begin,
                 "load_begin",
                 vec![self.keys.meta(sku)],
-                vec![segments.to_string(), total.to_string(), b(replace)],
+                vec![
+                    segments.to_string(),
+                    total.to_string(),
+                    b(replace),
+                    user_limit.to_string(),
+                ],
             )
             .await?;
         match r.tag.as_str() {
@@ -453,7 +481,7 @@ impl Store for RedisStore {
             .pool
             .hmget(
                 self.keys.meta(sku),
-                vec!["gen", "segments", "loaded", "state"],
+                vec!["gen", "segments", "loaded", "state", "limit"],
             )
             .await?;
         let num = |i: usize| -> Result<u64> {
@@ -469,6 +497,7 @@ impl Store for RedisStore {
             segments: num(1)? as u32,
             loaded: num(2)?,
             ready: v[3].as_deref() == Some("ready"),
+            user_limit: v[4].as_deref().and_then(|s| s.parse().ok()).unwrap_or(0),
         }))
     }
 
@@ -497,11 +526,12 @@ impl Store for RedisStore {
         home: SegAddr<'_>,
         req: ReqArgs<'_>,
         epoch: u64,
-        parts: Option<&[Part]>,
+        how: SettleAs<'_>,
     ) -> Result<SettleReply> {
-        let (outcome, parts) = match parts {
-            Some(p) => ("A", encode_parts(p)),
-            None => ("X", String::new()),
+        let (outcome, parts) = match how {
+            SettleAs::Applied(p) => ("A", encode_parts(p)),
+            SettleAs::Release => ("X", String::new()),
+            SettleAs::Seal => ("S", String::new()),
         };
         let r = self
             .eval(
@@ -594,6 +624,7 @@ impl Store for RedisStore {
             },
             "replay" => TakeoverReply::Replay(r.parts(0)?),
             "gone" => TakeoverReply::Gone,
+            "sealed" => TakeoverReply::Sealed,
             "mismatch" => TakeoverReply::Mismatch(r.field(0)?),
             _ => return Err(r.bad()),
         })
@@ -631,6 +662,103 @@ impl Store for RedisStore {
             "replay" => RestockReply::Replay { stock: r.u64(0)? },
             "mismatch" => RestockReply::Mismatch,
             "stale" => RestockReply::Stale,
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn user_claim(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        req: ReqArgs<'_>,
+        limit: u64,
+        claim_ttl_ms: u64,
+    ) -> Result<UserClaim> {
+        let r = self
+            .eval(
+                &self.scripts.user_claim,
+                "user_claim",
+                vec![self.keys.user(sku, generation, req.user)],
+                vec![
+                    req.request_id.to_string(),
+                    req.qty.to_string(),
+                    limit.to_string(),
+                    claim_ttl_ms.to_string(),
+                    req.ttl_ms.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "ok" => UserClaim::Ok,
+            "dup" => UserClaim::Dup {
+                sold: r.str(0)? == "S",
+            },
+            "mismatch" => UserClaim::Mismatch,
+            "limit" => {
+                let stale = r.str(1).unwrap_or_default();
+                let stale = stale
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|e| {
+                        let (rid, q) = e.rsplit_once(':').ok_or_else(|| r.bad())?;
+                        Ok((
+                            RequestId::new(rid).map_err(|_| r.bad())?,
+                            q.parse().map_err(|_| r.bad())?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                UserClaim::Limit {
+                    used: r.u64(0)?,
+                    stale,
+                }
+            }
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn user_finish(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        user: &UserId,
+        request_id: &RequestId,
+        sold: bool,
+    ) -> Result<()> {
+        let action = if sold { "sold" } else { "void" };
+        let r = self
+            .eval(
+                &self.scripts.user_finish,
+                "user_finish",
+                vec![self.keys.user(sku, generation, user)],
+                vec![request_id.to_string(), action.to_string()],
+            )
+            .await?;
+        match r.tag.as_str() {
+            "ok" | "absent" => Ok(()),
+            _ => Err(r.bad()),
+        }
+    }
+
+    async fn seal(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<SealReply> {
+        let r = self
+            .eval(
+                &self.scripts.seal,
+                "seal",
+                vec![self.rq_key(&home, req.request_id)],
+                vec![
+                    req.user.to_string(),
+                    req.qty.to_string(),
+                    req.ttl_ms.to_string(),
+                ],
+            )
+            .await?;
+        Ok(match r.tag.as_str() {
+            "sealed" => SealReply::Sealed,
+            "applied" => SealReply::Applied,
+            "pending" => SealReply::Pending {
+                lease_left_ms: r.u64(0)?,
+            },
+            "mismatch" => SealReply::Mismatch(r.field(0)?),
             _ => return Err(r.bad()),
         })
     }

@@ -1,0 +1,56 @@
+-- user_claim.lua — the authoritative per-user limit: claim `qty` units for a request.
+--
+-- The user's record lives in its own slot (tag {<sku>@<user>}), not the segment's, so on a
+-- Redis Cluster claiming the user and deducting stock cannot be one script. It is a
+-- compensated two-step that stays exact:
+--   1. this script counts every request of the user that might hold units (entries) and adds
+--      this one as Pending with an expiry, or answers "limit";
+--   2. the engine deducts, then marks the entry Sold (user_finish.lua "sold") or removes it
+--      (user_finish.lua "void": sold out, insufficient — the chance is given back).
+-- A process that dies in between leaves a Pending entry that still counts. Once it is past
+-- its expiry, the engine *verifies* it at the request's home segment (seal.lua): if the
+-- request applied, the entry becomes Sold; if not, the request id is sealed there (it can
+-- never apply later, even from a paused process) and only then is the entry removed. So an
+-- entry is never dropped while its units might still be sold: no user exceeds the limit, and
+-- no user stays locked out by a dead process.
+--
+-- KEYS[1]  user record   <prefix>:{<sku>@<user>}:g<gen>:user   (fields r:<request id>)
+-- ARGV[1]  request id
+-- ARGV[2]  qty (> 0)
+-- ARGV[3]  limit (> 0)
+-- ARGV[4]  claim_ttl_ms   after this a Pending entry may be verified (> 0)
+-- ARGV[5]  record_ttl_ms  lifetime of the user record (> 0)
+--
+-- Entry value: "<qty>:<P|S>:<expiry ms, server clock>".
+-- Reply: {"ok"} | {"dup", kind} (this request id is already counted) | {"mismatch", "qty"}
+--        | {"limit", used, stale} where stale = "rid:qty,rid:qty" Pending entries past expiry
+local rid = ident('request_id', ARGV[1])
+local qty = posint('qty', ARGV[2])
+local limit = posint('limit', ARGV[3])
+local claim_ttl = posint('claim_ttl_ms', ARGV[4])
+local record_ttl = posint('record_ttl_ms', ARGV[5])
+
+local now = now_ms()
+local field = 'r:' .. rid
+local mine = redis.call('HGET', KEYS[1], field)
+if mine then
+  local q, kind = string.match(mine, '^(%d+):(%a):')
+  if tonumber(q) ~= qty then return { 'mismatch', 'qty' } end
+  return { 'dup', kind }
+end
+
+local flat = redis.call('HGETALL', KEYS[1])
+local used, stale = 0, {}
+for i = 1, #flat, 2 do
+  local q, kind, exp = string.match(flat[i + 1], '^(%d+):(%a):(%d+)$')
+  used = used + tonumber(q)
+  if kind == 'P' and tonumber(exp) < now then
+    stale[#stale + 1] = string.sub(flat[i], 3) .. ':' .. q
+  end
+end
+if used + qty > limit then
+  return { 'limit', used, table.concat(stale, ',') }
+end
+redis.call('HSET', KEYS[1], field, qty .. ':P:' .. (now + claim_ttl))
+redis.call('PEXPIRE', KEYS[1], record_ttl)
+return { 'ok' }
