@@ -208,6 +208,8 @@ fn outcomes_add_up(v: &Value) {
         "insufficient",
         "in_flight",
         "replayed",
+        "limit_reached",
+        "user_busy",
         "errors",
     ]
     .iter()
@@ -785,7 +787,22 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
     let srv = RedisServer::start();
     for segments in [1u32, 16] {
         let sku = format!("lock3-{segments}");
-        load(&srv, &sku, 600, segments);
+        let url = srv.url();
+        let segs = segments.to_string();
+        run(&[
+            "load",
+            "--redis",
+            &url,
+            "--sku",
+            &sku,
+            "--stock",
+            "600",
+            "--segments",
+            &segs,
+            "--per-user-limit",
+            "0",
+        ])
+        .expect_code(0);
         let (reports, a) = three_processes(&srv, &sku, &["--strategy", "lock"], "400");
         let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
         for v in &reports {
@@ -806,7 +823,21 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
 #[test]
 fn local_mutex_across_three_processes_oversells() {
     let srv = RedisServer::start();
-    load(&srv, "lm3", 100, 1);
+    let url = srv.url();
+    run(&[
+        "load",
+        "--redis",
+        &url,
+        "--sku",
+        "lm3",
+        "--stock",
+        "100",
+        "--segments",
+        "1",
+        "--per-user-limit",
+        "0",
+    ])
+    .expect_code(0);
     let (reports, a) = three_processes(
         &srv,
         "lm3",

@@ -89,24 +89,40 @@ async fn mixed_quantities<S: Store>(e: Engine<S>, segments: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn flash_sale_memory_1_and_10_segments() {
-    flash_sale(memory_engine(Engine::builder()), 1).await;
-    flash_sale(memory_engine(Engine::builder()), 10).await;
+    flash_sale(memory_engine(Engine::builder().per_user_limit(0)), 1).await;
+    flash_sale(memory_engine(Engine::builder().per_user_limit(0)), 10).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn flash_sale_redis_1_and_10_segments() {
     let srv = RedisServer::start();
-    flash_sale(redis_engine(&srv, Engine::builder()).await, 1).await;
-    flash_sale(redis_engine(&srv, Engine::builder()).await, 10).await;
+    flash_sale(
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        1,
+    )
+    .await;
+    flash_sale(
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        10,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mixed_quantities_both_stores() {
-    mixed_quantities(memory_engine(Engine::builder()), 1).await;
-    mixed_quantities(memory_engine(Engine::builder()), 10).await;
+    mixed_quantities(memory_engine(Engine::builder().per_user_limit(0)), 1).await;
+    mixed_quantities(memory_engine(Engine::builder().per_user_limit(0)), 10).await;
     let srv = RedisServer::start();
-    mixed_quantities(redis_engine(&srv, Engine::builder()).await, 1).await;
-    mixed_quantities(redis_engine(&srv, Engine::builder()).await, 10).await;
+    mixed_quantities(
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        1,
+    )
+    .await;
+    mixed_quantities(
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        10,
+    )
+    .await;
 }
 
 /// One request id sent 50 times at once has exactly one effect; every copy reports the
@@ -160,11 +176,21 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replayed_request_id_has_one_effect() {
-    concurrent_replays(memory_engine(Engine::builder()), 100, 1).await;
-    concurrent_replays(memory_engine(Engine::builder()), 10, 3).await;
+    concurrent_replays(memory_engine(Engine::builder().per_user_limit(0)), 100, 1).await;
+    concurrent_replays(memory_engine(Engine::builder().per_user_limit(0)), 10, 3).await;
     let srv = RedisServer::start();
-    concurrent_replays(redis_engine(&srv, Engine::builder()).await, 100, 1).await;
-    concurrent_replays(redis_engine(&srv, Engine::builder()).await, 10, 3).await;
+    concurrent_replays(
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        100,
+        1,
+    )
+    .await;
+    concurrent_replays(
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        10,
+        3,
+    )
+    .await;
 }
 
 /// Same request id with other parameters is an error and changes nothing.
@@ -189,9 +215,9 @@ async fn request_id_conflicts<S: Store>(e: Engine<S>) {
 
 #[tokio::test]
 async fn request_id_conflicts_both_stores() {
-    request_id_conflicts(memory_engine(Engine::builder())).await;
+    request_id_conflicts(memory_engine(Engine::builder().per_user_limit(0))).await;
     let srv = RedisServer::start();
-    request_id_conflicts(redis_engine(&srv, Engine::builder()).await).await;
+    request_id_conflicts(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
 }
 
 /// Stock scattered one unit per segment; a request for 3 must still succeed (no undersell),
@@ -245,9 +271,9 @@ async fn fallback_no_undersell<S: Store>(e: Engine<S>) {
 
 #[tokio::test]
 async fn fallback_no_undersell_both_stores() {
-    fallback_no_undersell(memory_engine(Engine::builder())).await;
+    fallback_no_undersell(memory_engine(Engine::builder().per_user_limit(0))).await;
     let srv = RedisServer::start();
-    fallback_no_undersell(redis_engine(&srv, Engine::builder()).await).await;
+    fallback_no_undersell(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
 }
 
 /// Sold out is never answered from a stale hint: a restock made through *another* engine
@@ -255,7 +281,11 @@ async fn fallback_no_undersell_both_stores() {
 #[tokio::test]
 async fn restock_by_another_instance_sells_at_once() {
     let srv = RedisServer::start();
-    let long_hints = || Engine::builder().hint_ttl(std::time::Duration::from_secs(3600));
+    let long_hints = || {
+        Engine::builder()
+            .per_user_limit(0)
+            .hint_ttl(std::time::Duration::from_secs(3600))
+    };
     let a = redis_engine(&srv, long_hints()).await;
     let b = redis_engine(&srv, long_hints()).await;
     let s = sku("restock");
@@ -340,7 +370,7 @@ async fn restock_spreads<S: Store>(e: Engine<S>) {
 
 #[tokio::test]
 async fn restock_spreads_both_stores() {
-    restock_spreads(memory_engine(Engine::builder())).await;
+    restock_spreads(memory_engine(Engine::builder().per_user_limit(0))).await;
     let srv = RedisServer::start();
-    restock_spreads(redis_engine(&srv, Engine::builder()).await).await;
+    restock_spreads(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
 }

@@ -117,6 +117,7 @@ fn memory_and_redis_agree() {
     // Long hints so routing depends only on the sequence, never on timing.
     let builder = || {
         Engine::builder()
+            .per_user_limit(0)
             .hint_ttl(Duration::from_secs(3600))
             .max_qty(5)
     };

@@ -14,7 +14,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_connections_never_double_sell() {
     let srv = RedisServer::start();
-    let e = redis_engine(&srv, Engine::builder()).await;
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let sku = Sku::new("kill").unwrap();
     e.load(&sku, 12_000, 8, false).await.unwrap();
 

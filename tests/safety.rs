@@ -24,7 +24,7 @@ fn field(e: Error) -> &'static str {
 #[tokio::test]
 async fn bad_input_is_rejected_and_changes_nothing() {
     let srv = RedisServer::start();
-    let e = redis_engine(&srv, Engine::builder().max_qty(5)).await;
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(0).max_qty(5)).await;
     let s = sku("valid");
     e.load(&s, 20, 4, false).await.unwrap();
     let keys_before = srv.cli(&["DBSIZE"]);
@@ -101,7 +101,7 @@ async fn bad_input_is_rejected_and_changes_nothing() {
 #[tokio::test]
 async fn scripts_refuse_sloppy_numbers_before_writing() {
     let srv = RedisServer::start();
-    let e = redis_engine(&srv, Engine::builder()).await;
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let s = sku("strict");
     e.load(&s, 10, 1, false).await.unwrap();
     let client = e.store().pool().next().clone();
@@ -161,7 +161,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
 #[tokio::test]
 async fn noscript_recovery_after_script_flush() {
     let srv = RedisServer::start();
-    let e = redis_engine(&srv, Engine::builder()).await;
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let s = sku("flush");
     e.load(&s, 10, 2, false).await.unwrap();
     assert_eq!(
@@ -231,14 +231,17 @@ async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
 async fn reload_is_explicit_and_noticed_by_other_instances() {
     let m = MemoryStore::new();
     reloads(
-        Engine::builder().build(m.clone()).unwrap(),
-        Engine::builder().build(m).unwrap(),
+        Engine::builder()
+            .per_user_limit(0)
+            .build(m.clone())
+            .unwrap(),
+        Engine::builder().per_user_limit(0).build(m).unwrap(),
     )
     .await;
     let srv = RedisServer::start();
     reloads(
-        redis_engine(&srv, Engine::builder()).await,
-        redis_engine(&srv, Engine::builder()).await,
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
+        redis_engine(&srv, Engine::builder().per_user_limit(0)).await,
     )
     .await;
     // The dropped segments' keys are gone.
@@ -355,6 +358,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
 async fn dead_claim_holder_is_taken_over_exactly_once() {
     let b = || {
         Engine::builder()
+            .per_user_limit(0)
             .claim_lease(Duration::from_millis(100))
             .pending_wait(Duration::from_secs(2))
     };
@@ -370,7 +374,9 @@ async fn dead_claim_holder_is_taken_over_exactly_once() {
 #[tokio::test]
 async fn duplicate_of_a_live_claim_is_in_flight() {
     let e = Engine::builder()
+        .per_user_limit(0)
         .claim_lease(Duration::from_secs(30))
+        .user_claim_ttl(Duration::from_secs(60))
         .pending_wait(Duration::from_millis(50))
         .build(MemoryStore::new())
         .unwrap();

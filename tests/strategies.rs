@@ -33,7 +33,7 @@ async fn lock_strategy_conserves_stock_for_1_and_16_segments() {
     for segments in [1u32, 16] {
         let e = strategy_engine(
             &srv,
-            Engine::builder(),
+            Engine::builder().per_user_limit(0),
             Strategy::Lock,
             lock_opts(2000, 5000),
         )
@@ -63,7 +63,7 @@ async fn naive_oversells_under_concurrency() {
     let srv = RedisServer::start();
     let e = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Naive,
         lock_opts(2000, 1000),
     )
@@ -90,7 +90,7 @@ async fn local_mutex_is_safe_in_one_process_only() {
     let srv = RedisServer::start();
     let one = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::LocalMutex,
         lock_opts(2000, 1000),
     )
@@ -109,7 +109,7 @@ async fn local_mutex_is_safe_in_one_process_only() {
     for _ in 0..3 {
         let e = strategy_engine(
             &srv,
-            Engine::builder(),
+            Engine::builder().per_user_limit(0),
             Strategy::LocalMutex,
             lock_opts(2000, 1000),
         )
@@ -137,14 +137,14 @@ async fn decr_compensate_never_oversells() {
     let srv = RedisServer::start();
     let e = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::DecrCompensate,
         lock_opts(2000, 1000),
     )
     .await;
     let f = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::DecrCompensate,
         lock_opts(2000, 1000),
     )
@@ -167,14 +167,14 @@ async fn late_write_after_lease_loss_is_fenced_off() {
     // Lease 3 s: the watchdog renews after 1 s, long after the pause below ends.
     let slow = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(3000, 2000),
     )
     .await;
     let fast = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(3000, 2000),
     )
@@ -215,7 +215,7 @@ async fn watchdog_reports_a_lost_lease() {
     let srv = RedisServer::start();
     let e = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(300, 2000),
     )
@@ -251,14 +251,14 @@ async fn watchdog_covers_a_section_three_times_the_lease() {
     let srv = RedisServer::start();
     let slow = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(200, 3000),
     )
     .await;
     let other = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(200, 3000),
     )
@@ -298,7 +298,7 @@ async fn crashed_holders_lock_expires() {
     let srv = RedisServer::start();
     let e = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(2000, 3000),
     )
@@ -328,7 +328,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
     let srv = RedisServer::start();
     let e = strategy_engine(
         &srv,
-        Engine::builder(),
+        Engine::builder().per_user_limit(0),
         Strategy::Lock,
         lock_opts(1000, 1000),
     )

@@ -8,6 +8,7 @@
 //! Exit codes: 0 success; 1 error (message on stderr); 2 `audit` found a conservation problem
 //! (also clap's code for a usage error); 3 `sim` saw overselling or a failed audit.
 
+mod exporter;
 mod sim;
 
 use clap::{Args, Parser, Subcommand};
@@ -77,6 +78,17 @@ struct Cli {
     #[arg(long, global = true, value_name = "MS", default_value_t = 0)]
     critical_pause_ms: u64,
 
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9898; any path answers,
+    /// conventionally /metrics) while `sim` runs. Pair with `sim --duration` to watch a sale.
+    #[arg(
+        long,
+        global = true,
+        value_name = "ADDR",
+        env = "SHARDSTOCK_METRICS_ADDR",
+        help_heading = "Global options"
+    )]
+    metrics_addr: Option<std::net::SocketAddr>,
+
     /// Print machine-readable JSON on stdout instead of text.
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
@@ -125,6 +137,10 @@ struct LoadArgs {
     /// records no longer count.
     #[arg(long)]
     replace: bool,
+    /// Units one user may buy of this SKU (0 = no limit). Default: engine.per_user_limit
+    /// from the configuration (1 = one order per user).
+    #[arg(long, value_name = "N")]
+    per_user_limit: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -237,6 +253,10 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         config.store.lock_lease_ms = ms;
     }
     config.validate()?;
+    // Only commands that run for a while serve metrics (`sim`; `serve` when it lands).
+    if let (Some(addr), Command::Sim(_)) = (cli.metrics_addr, &cli.command) {
+        exporter::install(addr, config.store.strategy)?;
+    }
     let builder = EngineBuilder::with_options(config.engine.options());
     let url = config.store.redis_url.trim();
     if url.is_empty() {
@@ -311,7 +331,10 @@ async fn run_load<S: Store>(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let sku = Sku::new(&a.sku)?;
-    let generation = engine.load(&sku, a.stock, a.segments, a.replace).await?;
+    let limit = a.per_user_limit.unwrap_or(engine.options().per_user_limit);
+    let generation = engine
+        .load_limited(&sku, a.stock, a.segments, a.replace, limit)
+        .await?;
     let store = engine.store().name();
     if json {
         #[derive(Serialize)]

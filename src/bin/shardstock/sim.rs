@@ -5,7 +5,7 @@ use crate::{Failure, print_json, unique_stem};
 use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use shardstock::{Deduct, Deduction, Engine, Sku, Store};
+use shardstock::{Deduct, Deduction, Engine, RequestId, Sku, Store};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -45,27 +45,96 @@ pub(crate) struct SimArgs {
     /// share one sale in Redis (with the in-memory store there is nothing loaded).
     #[arg(long)]
     skip_load: bool,
+    /// Units one user may buy (0 = no limit; applies when this run loads the SKU).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    per_user_limit: u64,
+    /// Keep the sale going for this many seconds instead of sending --requests (for watching
+    /// it live with --metrics-addr). The stock sells out, sold-out traffic goes on, and
+    /// --restock-every adds --stock units again; about 1 request in 100 is a client retry of
+    /// an earlier request id (answered as a replay when that one sold).
+    #[arg(long, value_name = "SECONDS", conflicts_with = "requests", value_parser = positive_seconds)]
+    duration: Option<f64>,
+    /// Send at most this many requests per second over all workers (0 = no limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    rate: u64,
+    /// With --duration: restock --stock units every this many seconds (0 = never).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0, requires = "duration", value_parser = non_negative_seconds)]
+    restock_every: f64,
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    let x: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !x.is_finite() || x > 1e9 {
+        return Err(format!("{s} seconds is out of range"));
+    }
+    Ok(x)
+}
+
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    let x = seconds(s)?;
+    if x <= 0.0 {
+        return Err("must be more than 0 seconds".into());
+    }
+    Ok(x)
+}
+
+fn non_negative_seconds(s: &str) -> Result<f64, String> {
+    let x = seconds(s)?;
+    if x < 0.0 {
+        return Err("must be 0 seconds or more".into());
+    }
+    Ok(x)
+}
+
+/// In a timed sale, request i with `i % RETRY_EVERY == RETRY_EVERY - 1` re-sends request
+/// `i - RETRY_LAG` (same id, user and qty), as a client would after a timeout.
+const RETRY_EVERY: u64 = 100;
+const RETRY_LAG: u64 = 50;
+
+/// When the sale stops.
+#[derive(Debug, Clone, Copy)]
+enum Until {
+    /// After this many requests.
+    Requests(u64),
+    /// At this instant.
+    Deadline(Instant),
 }
 
 /// Outcome counters of one worker (then of the whole run).
 #[derive(Debug, Default)]
 struct Tally {
+    sent: u64,
     applied: u64,
     sold_units: u64,
     sold_out: u64,
     insufficient: u64,
     in_flight: u64,
     replayed: u64,
+    limit_reached: u64,
+    user_busy: u64,
     errors: u64,
+    /// Units sold per user index (this process only).
+    per_user: std::collections::HashMap<u64, u64>,
 }
 
 impl Tally {
-    fn count(&mut self, outcome: shardstock::Result<Deduction>, first_error: &OnceLock<String>) {
+    fn count(
+        &mut self,
+        user: u64,
+        outcome: shardstock::Result<Deduction>,
+        first_error: &OnceLock<String>,
+    ) {
+        self.sent += 1;
         match outcome {
             Ok(d @ Deduction::Applied { .. }) => {
                 self.applied += 1;
                 self.sold_units += d.units_applied();
+                *self.per_user.entry(user).or_default() += d.units_applied();
             }
+            Ok(Deduction::LimitReached { .. }) => self.limit_reached += 1,
+            Ok(Deduction::UserBusy) => self.user_busy += 1,
             Ok(Deduction::Replayed { .. }) => self.replayed += 1,
             Ok(Deduction::SoldOut) => self.sold_out += 1,
             Ok(Deduction::Insufficient { .. }) => self.insufficient += 1,
@@ -84,13 +153,19 @@ impl Tally {
     }
 
     fn merge(&mut self, o: &Tally) {
+        self.sent += o.sent;
         self.applied += o.applied;
         self.sold_units += o.sold_units;
         self.sold_out += o.sold_out;
         self.insufficient += o.insufficient;
         self.in_flight += o.in_flight;
         self.replayed += o.replayed;
+        self.limit_reached += o.limit_reached;
+        self.user_busy += o.user_busy;
         self.errors += o.errors;
+        for (u, n) in &o.per_user {
+            *self.per_user.entry(*u).or_default() += n;
+        }
     }
 }
 
@@ -117,6 +192,12 @@ struct Report {
     insufficient: u64,
     in_flight: u64,
     replayed: u64,
+    /// Requests refused by the per-user limit.
+    limit_reached: u64,
+    /// Requests refused because the same user had one in flight in this process.
+    user_busy: u64,
+    /// Most units any one user bought in this run (this process).
+    max_units_per_user: u64,
     errors: u64,
     first_error: Option<String>,
     remaining: u64,
@@ -175,14 +256,36 @@ pub(crate) async fn run_sim<S: Store>(
             f
         })?;
     } else {
-        engine.load(&sku, a.stock, a.segments, true).await?;
+        engine
+            .load_limited(&sku, a.stock, a.segments, true, a.per_user_limit)
+            .await?;
     }
 
     let run_id = format!("r{}", unique_stem());
     let next = Arc::new(AtomicU64::new(0));
     let first_error = Arc::new(OnceLock::<String>::new());
-    let workers = a.concurrency.min(a.requests);
+    let workers = match a.duration {
+        Some(_) => a.concurrency,
+        None => a.concurrency.min(a.requests),
+    };
     let started = Instant::now();
+    let until = match a.duration {
+        Some(secs) => Until::Deadline(started + Duration::from_secs_f64(secs)),
+        None => Until::Requests(a.requests),
+    };
+    let restocker = match until {
+        Until::Deadline(deadline) if a.restock_every > 0.0 && a.stock > 0 => {
+            Some(tokio::spawn(restock_loop(
+                engine.clone(),
+                sku.clone(),
+                a.stock,
+                Duration::from_secs_f64(a.restock_every),
+                deadline,
+                run_id.clone(),
+            )))
+        }
+        _ => None,
+    };
     let mut handles = Vec::with_capacity(workers as usize);
     for _ in 0..workers {
         let engine = engine.clone();
@@ -190,15 +293,31 @@ pub(crate) async fn run_sim<S: Store>(
         let first_error = Arc::clone(&first_error);
         let run_id = run_id.clone();
         let sku = sku.clone();
-        let (requests, users, qty) = (a.requests, a.users, a.qty);
+        let (users, qty, rate) = (a.users, a.qty, a.rate);
         handles.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let mut hist = new_histogram();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= requests {
-                    break;
+                let due =
+                    (rate > 0).then(|| started + Duration::from_secs_f64(i as f64 / rate as f64));
+                let timed = match until {
+                    Until::Requests(n) if i >= n => break,
+                    Until::Requests(_) => false,
+                    Until::Deadline(d) if Instant::now() >= d || due.is_some_and(|t| t >= d) => {
+                        break;
+                    }
+                    Until::Deadline(_) => true,
+                };
+                if let Some(t) = due {
+                    tokio::time::sleep_until(t.into()).await;
                 }
+                // A timed sale re-sends an earlier request now and then, like a client retry.
+                let i = if timed && i % RETRY_EVERY == RETRY_EVERY - 1 && i >= RETRY_LAG {
+                    i - RETRY_LAG
+                } else {
+                    i
+                };
                 let user = format!("u{}", i % users);
                 let request_id = format!("{run_id}-{i}");
                 let outcome = match Deduct::new(sku.as_str(), &user, qty, &request_id) {
@@ -211,7 +330,7 @@ pub(crate) async fn run_sim<S: Store>(
                     }
                     Err(e) => Err(e),
                 };
-                tally.count(outcome, &first_error);
+                tally.count(i % users, outcome, &first_error);
             }
             (tally, hist)
         }));
@@ -227,6 +346,15 @@ pub(crate) async fn run_sim<S: Store>(
             .map_err(|e| Failure::new(format!("cannot merge latency histograms: {e:?}")))?;
     }
     let elapsed = started.elapsed().max(Duration::from_nanos(1));
+    if let Some(r) = restocker {
+        r.await
+            .map_err(|e| Failure::new(format!("the restock task failed: {e}")))?;
+    }
+    // A fixed-size sale reports what it was asked to send; a timed one what it sent.
+    let requests = match until {
+        Until::Requests(n) => n,
+        Until::Deadline(_) => tally.sent,
+    };
 
     let after =
         |e: shardstock::Error| Failure::new(format!("after the sale: {}", Failure::from(e).0));
@@ -246,7 +374,7 @@ pub(crate) async fn run_sim<S: Store>(
         run_id,
         generation: audit.generation,
         segments: remaining.per_segment.len(),
-        requests: a.requests,
+        requests,
         users: a.users,
         qty: a.qty,
         concurrency: workers,
@@ -256,6 +384,9 @@ pub(crate) async fn run_sim<S: Store>(
         insufficient: tally.insufficient,
         in_flight: tally.in_flight,
         replayed: tally.replayed,
+        limit_reached: tally.limit_reached,
+        user_busy: tally.user_busy,
+        max_units_per_user: tally.per_user.values().copied().max().unwrap_or(0),
         errors: tally.errors,
         first_error: first_error.get().cloned(),
         remaining: remaining.total,
@@ -267,7 +398,7 @@ pub(crate) async fn run_sim<S: Store>(
         audit_ok: audit.ok,
         audit_problems: audit.problems,
         elapsed_s: round(elapsed_s, 6),
-        throughput_per_s: round(a.requests as f64 / elapsed_s, 1),
+        throughput_per_s: round(requests as f64 / elapsed_s, 1),
         p50_ms: ms(hist.value_at_quantile(0.50)),
         p99_ms: ms(hist.value_at_quantile(0.99)),
         p999_ms: ms(hist.value_at_quantile(0.999)),
@@ -284,6 +415,32 @@ pub(crate) async fn run_sim<S: Store>(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Restocks `units` every `every` until `deadline` (a timed sale), one fresh request id each.
+/// Waits for a restock in progress rather than cancelling it half-way.
+async fn restock_loop<S: Store>(
+    engine: Engine<S>,
+    sku: Sku,
+    units: u64,
+    every: Duration,
+    deadline: Instant,
+    run_id: String,
+) {
+    for n in 1u64.. {
+        let now = Instant::now();
+        if now + every >= deadline {
+            return;
+        }
+        tokio::time::sleep(every).await;
+        let outcome = match RequestId::new(format!("{run_id}-restock-{n}")) {
+            Ok(id) => engine.restock(&sku, units, &id).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            tracing::warn!(error = %e, "restock failed (the sale goes on)");
+        }
+    }
 }
 
 fn print_human(r: &Report) {
