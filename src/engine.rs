@@ -432,6 +432,11 @@ impl<S: Store> Engine<S> {
         &self.inner.store
     }
 
+    /// Entries held by the in-process per-user guard.
+    pub fn guard_len(&self) -> usize {
+        self.inner.guard.len()
+    }
+
     /// The options in force.
     pub fn options(&self) -> &EngineOptions {
         &self.inner.opts
@@ -642,24 +647,29 @@ impl<S: Store> Engine<S> {
         }
         let r = self.deduct_counted(l, req, tr).await;
         match &r {
-            Ok(Done(Deduction::LimitReached { .. })) => g.saturate(&req.sku, &req.user, limit),
-            Ok(Done(Deduction::Applied { parts } | Deduction::Replayed { parts })) => {
+            // Remember a limit only when it is made of units sold for good: pending claims
+            // may still be given back, and the store must see the next attempt.
+            Ok((Done(Deduction::LimitReached { .. }), true)) => {
+                g.saturate(&req.sku, &req.user, limit)
+            }
+            Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _)) => {
                 let units = parts.iter().map(|p| p.units).sum();
                 g.finish(&req.sku, &req.user, &req.request_id, units);
             }
             _ => g.finish(&req.sku, &req.user, &req.request_id, 0),
         }
-        r
+        r.map(|(flow, _)| flow)
     }
 
     /// Claim in the user record, deduct, then settle the user record (see `user_claim.lua`
-    /// for why this compensated two-step is exact).
+    /// for why this compensated two-step is exact). The `bool` is true when a "limit
+    /// reached" is final (made of units sold for good).
     async fn deduct_counted(
         &self,
         l: &Layout,
         req: &Deduct,
         tr: &Trace,
-    ) -> Result<Flow<Deduction>> {
+    ) -> Result<(Flow<Deduction>, bool)> {
         let store = &self.inner.store;
         let args = self.args(req);
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
@@ -671,11 +681,13 @@ impl<S: Store> Engine<S> {
             {
                 UserClaim::Ok | UserClaim::Dup { .. } => break,
                 UserClaim::Mismatch => return Err(Self::conflict(req, "qty")),
-                UserClaim::Limit { stale, .. } => {
+                UserClaim::Limit {
+                    stale, final_used, ..
+                } => {
                     if verified || stale.is_empty() {
-                        return Ok(Done(Deduction::LimitReached {
-                            limit: l.user_limit,
-                        }));
+                        let limit = l.user_limit;
+                        let settled = final_used + req.qty > limit;
+                        return Ok((Done(Deduction::LimitReached { limit }), settled));
                     }
                     self.verify_stale(l, req, &stale).await?;
                     verified = true;
@@ -694,7 +706,7 @@ impl<S: Store> Engine<S> {
                 .user_finish(&req.sku, l.generation, &req.user, &req.request_id, sold)
                 .await?;
         }
-        Ok(flow)
+        Ok((flow, false))
     }
 
     /// Resolves per-user entries whose claimer is presumed dead: counted for good if their

@@ -384,19 +384,26 @@ impl Locker {
             if let Some(validity) = self.backend.try_lock(key, &token, self.opts.lease).await? {
                 pending.armed = false;
                 self.stats.acquired.fetch_add(1, Relaxed);
+                let waited = start.elapsed();
                 self.stats
                     .wait_us
-                    .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                    .fetch_add(waited.as_micros() as u64, Relaxed);
+                metrics::counter!(metric_names::ACQUIRED).increment(1);
+                metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
                 return Ok(Some(self.guard(key, token, validity)));
             }
             self.stats.contended.fetch_add(1, Relaxed);
+            metrics::counter!(metric_names::CONTENDED).increment(1);
             let now = Instant::now();
             if now >= deadline {
                 pending.armed = false;
                 self.stats.timeouts.fetch_add(1, Relaxed);
+                let waited = start.elapsed();
                 self.stats
                     .wait_us
-                    .fetch_add(start.elapsed().as_micros() as u64, Relaxed);
+                    .fetch_add(waited.as_micros() as u64, Relaxed);
+                metrics::counter!(metric_names::TIMEOUTS).increment(1);
+                metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
                 return Ok(None);
             }
             // Full jitter: sleep a random time up to the current backoff.

@@ -179,6 +179,8 @@ pub enum UserClaim {
     Limit {
         /// Units counted now.
         used: u64,
+        /// Of those, units sold for good (they never come back).
+        final_used: u64,
         /// Pending entries past their expiry, to verify: (request id, qty).
         stale: Vec<(RequestId, u64)>,
     },

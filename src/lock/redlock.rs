@@ -71,6 +71,7 @@ use fred::prelude::{Builder, Client, ClientLike, Config, ReconnectPolicy};
 use fred::types::scripts::Script;
 use fred::types::{ConnectHandle, Value};
 use futures::future::join_all;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The per-node quarantine marker (no TTL; value: end of quarantine in server-clock ms).
@@ -95,9 +96,15 @@ fn script(body: &'static str) -> Script {
     ))
 }
 
-struct Node {
-    url: String,
+/// One node's client (cheap to clone: background release retries keep a copy).
+#[derive(Clone)]
+struct Peer {
+    url: Arc<str>,
     client: Client,
+}
+
+struct Node {
+    peer: Peer,
     task: ConnectHandle,
 }
 
@@ -115,7 +122,7 @@ impl std::fmt::Debug for RedLock {
         f.debug_struct("RedLock")
             .field(
                 "nodes",
-                &self.nodes.iter().map(|n| &n.url).collect::<Vec<_>>(),
+                &self.nodes.iter().map(|n| &*n.peer.url).collect::<Vec<_>>(),
             )
             .field("quorum", &self.quorum)
             .finish()
@@ -135,7 +142,7 @@ enum Vote {
 
 impl RedLock {
     pub(crate) async fn connect(urls: &[String]) -> Result<Self> {
-        if urls.len() < 3 || urls.len() % 2 == 0 {
+        if urls.len() < 3 || urls.len().is_multiple_of(2) {
             return Err(Error::Config(format!(
                 "redlock needs an odd number of nodes, at least 3 (got {})",
                 urls.len()
@@ -151,6 +158,11 @@ impl RedLock {
         let mut clients = Vec::with_capacity(urls.len());
         for url in urls {
             let mut config = Config::from_url(url)?;
+            if config.server.is_clustered() {
+                return Err(Error::Config(format!(
+                    "redlock node {url:?} is a cluster URL; the nodes must be independent servers"
+                )));
+            }
             // Keep retrying a node that is down at start; it votes once it is reachable.
             config.fail_fast = false;
             let client = Builder::from_config(config)
@@ -170,7 +182,13 @@ impl RedLock {
                 .into_iter()
                 .map(|(url, client)| {
                     let task = client.connect();
-                    Node { url, client, task }
+                    Node {
+                        peer: Peer {
+                            url: url.into(),
+                            client,
+                        },
+                        task,
+                    }
                 })
                 .collect(),
             quorum: urls.len() / 2 + 1,
@@ -184,11 +202,11 @@ impl RedLock {
             let _ = tokio::time::timeout(CONNECT_TIMEOUT, async {
                 // Poll rather than `wait_for_connect` (which can miss a connection that
                 // completes between its state check and its subscription).
-                while !n.client.is_connected() {
+                while !n.peer.client.is_connected() {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
                 for s in [&red.acquire, &red.renew, &red.release] {
-                    s.load(&n.client).await?;
+                    s.load(&n.peer.client).await?;
                 }
                 Ok::<_, FredError>(())
             })
@@ -196,32 +214,6 @@ impl RedLock {
         }))
         .await;
         Ok(red)
-    }
-
-    /// Runs `script` on one node, bounded in time; a disconnected node is not asked.
-    async fn call(
-        &self,
-        node: &Node,
-        script: &Script,
-        keys: Vec<String>,
-        args: Vec<String>,
-    ) -> (Result<Value, FredError>, bool) {
-        if !node.client.is_connected() {
-            let e = FredError::new(ErrorKind::IO, format!("{} is not connected", node.url));
-            return (Err(e), false);
-        }
-        let r = tokio::time::timeout(
-            CALL_TIMEOUT,
-            script.evalsha_with_reload(&node.client, keys, args),
-        )
-        .await;
-        let r = r.unwrap_or_else(|_| {
-            Err(FredError::new(
-                ErrorKind::Timeout,
-                format!("{} timed out", node.url),
-            ))
-        });
-        (r, true)
     }
 
     /// Runs `script` on every node concurrently; results in node order.
@@ -235,7 +227,7 @@ impl RedLock {
         join_all(
             self.nodes
                 .iter()
-                .map(|n| self.call(n, script, keys.clone(), args.to_vec())),
+                .map(|n| call(&n.peer, script, keys.clone(), args.to_vec())),
         )
         .await
     }
@@ -271,11 +263,16 @@ impl RedLock {
             .on_all(&self.acquire, &[key, QUARANTINE_KEY], &args)
             .await
             .into_iter()
-            .map(|(r, sent)| match r {
+            .zip(&self.nodes)
+            .map(|((r, sent), node)| match r {
                 Err(error) => Vote::Failed { error, sent },
                 Ok(v) => match tag(&v).as_deref() {
                     Some("ok") => Vote::Granted,
-                    Some("taken" | "quarantine") => Vote::Refused,
+                    Some("taken") => Vote::Refused,
+                    Some("quarantine") => {
+                        tracing::debug!(node = %node.peer.url, reply = ?v, "redlock node in quarantine");
+                        Vote::Refused
+                    }
                     _ => Vote::Failed {
                         error: FredError::new(
                             ErrorKind::Protocol,
@@ -294,21 +291,14 @@ impl RedLock {
             return Ok(Some(validity));
         }
         // Lost: undo where we hold the key or may hold it (a timed-out SET may have landed).
-        let undo: Vec<&Node> = self
+        let undo: Vec<&Peer> = self
             .nodes
             .iter()
             .zip(&votes)
             .filter(|(_, v)| matches!(v, Vote::Granted | Vote::Failed { sent: true, .. }))
-            .map(|(n, _)| n)
+            .map(|(n, _)| &n.peer)
             .collect();
-        if !undo.is_empty() {
-            let args = vec![token.to_string()];
-            join_all(
-                undo.into_iter()
-                    .map(|n| self.call(n, &self.release, vec![key.to_string()], args.clone())),
-            )
-            .await;
-        }
+        self.release_on(undo, key, token).await;
         let mut failures = votes.iter().filter_map(|v| match v {
             Vote::Failed { error, .. } => Some(error),
             _ => None,
@@ -341,12 +331,92 @@ impl RedLock {
     }
 
     pub(crate) async fn unlock(&self, key: &str, token: &str) -> Result<()> {
-        // Best effort: a node that misses the release lets the key expire by its lease.
-        let _ = self
-            .on_all(&self.release, &[key], &[token.to_string()])
-            .await;
+        let peers = self.nodes.iter().map(|n| &n.peer).collect();
+        self.release_on(peers, key, token).await;
         Ok(())
     }
+
+    /// Compare-and-delete on `peers`, best effort. A node whose answer was lost (sent, then an
+    /// error or a timeout) is retried a few times in the background: the delete is idempotent
+    /// and only ever removes this token, and a lock left behind would block its node for a
+    /// whole lease. Nodes that still miss it let the key expire by its lease.
+    async fn release_on(&self, peers: Vec<&Peer>, key: &str, token: &str) {
+        if peers.is_empty() {
+            return;
+        }
+        let (keys, args) = (vec![key.to_string()], vec![token.to_string()]);
+        let results = join_all(
+            peers
+                .iter()
+                .map(|p| call(p, &self.release, keys.clone(), args.clone())),
+        )
+        .await;
+        let unknown: Vec<Peer> = peers
+            .into_iter()
+            .zip(results)
+            .filter(|(_, (r, sent))| r.is_err() && *sent)
+            .map(|(p, _)| p.clone())
+            .collect();
+        if unknown.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(retry_release(self.release.clone(), unknown, keys, args));
+        }
+    }
+}
+
+/// Background retries of a release whose outcome is unknown on some nodes (about 0.3 s).
+async fn retry_release(script: Script, mut peers: Vec<Peer>, keys: Vec<String>, args: Vec<String>) {
+    let mut delay = Duration::from_millis(20);
+    for _ in 0..4 {
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+        let results = join_all(
+            peers
+                .iter()
+                .map(|p| call(p, &script, keys.clone(), args.clone())),
+        )
+        .await;
+        peers = peers
+            .into_iter()
+            .zip(results)
+            .filter(|(_, (r, _))| r.is_err())
+            .map(|(p, _)| p)
+            .collect();
+        if peers.is_empty() {
+            return;
+        }
+    }
+    for p in &peers {
+        tracing::debug!(node = %p.url, key = %keys[0], "redlock release not confirmed; the lease expires it");
+    }
+}
+
+/// Runs `script` on one node, bounded in time. A disconnected node is not asked (nothing is
+/// queued behind its reconnection to land late); the flag tells whether the command was sent.
+async fn call(
+    peer: &Peer,
+    script: &Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+) -> (Result<Value, FredError>, bool) {
+    if !peer.client.is_connected() {
+        let e = FredError::new(ErrorKind::IO, format!("{} is not connected", peer.url));
+        return (Err(e), false);
+    }
+    let r = tokio::time::timeout(
+        CALL_TIMEOUT,
+        script.evalsha_with_reload(&peer.client, keys, args),
+    )
+    .await;
+    let r = r.unwrap_or_else(|_| {
+        Err(FredError::new(
+            ErrorKind::Timeout,
+            format!("{} timed out", peer.url),
+        ))
+    });
+    (r, true)
 }
 
 /// The tag (first element) of a script reply.

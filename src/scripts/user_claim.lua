@@ -23,7 +23,8 @@
 --
 -- Entry value: "<qty>:<P|S>:<expiry ms, server clock>".
 -- Reply: {"ok"} | {"dup", kind} (this request id is already counted) | {"mismatch", "qty"}
---        | {"limit", used, stale} where stale = "rid:qty,rid:qty" Pending entries past expiry
+--        | {"limit", used, stale, final} where stale = "rid:qty,rid:qty" Pending entries past
+--          expiry and final = units of Sold entries (what can never come back)
 local rid = ident('request_id', ARGV[1])
 local qty = posint('qty', ARGV[2])
 local limit = posint('limit', ARGV[3])
@@ -40,16 +41,17 @@ if mine then
 end
 
 local flat = redis.call('HGETALL', KEYS[1])
-local used, stale = 0, {}
+local used, final, stale = 0, 0, {}
 for i = 1, #flat, 2 do
   local q, kind, exp = string.match(flat[i + 1], '^(%d+):(%a):(%d+)$')
   used = used + tonumber(q)
+  if kind == 'S' then final = final + tonumber(q) end
   if kind == 'P' and tonumber(exp) < now then
     stale[#stale + 1] = string.sub(flat[i], 3) .. ':' .. q
   end
 end
 if used + qty > limit then
-  return { 'limit', used, table.concat(stale, ',') }
+  return { 'limit', used, table.concat(stale, ','), final }
 end
 redis.call('HSET', KEYS[1], field, qty .. ':P:' .. (now + claim_ttl))
 redis.call('PEXPIRE', KEYS[1], record_ttl)

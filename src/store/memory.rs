@@ -564,7 +564,16 @@ impl Store for MemoryStore {
                 .map(|(r, (q, _, _))| (r.clone(), *q))
                 .collect();
             stale.sort();
-            return Ok(UserClaim::Limit { used, stale });
+            let final_used = rec
+                .values()
+                .filter(|(_, sold, _)| *sold)
+                .map(|(q, _, _)| q)
+                .sum();
+            return Ok(UserClaim::Limit {
+                used,
+                final_used,
+                stale,
+            });
         }
         rec.insert(
             req.request_id.clone(),

@@ -709,6 +709,7 @@ impl Store for RedisStore {
                     .collect::<Result<Vec<_>>>()?;
                 UserClaim::Limit {
                     used: r.u64(0)?,
+                    final_used: r.u64(2)?,
                     stale,
                 }
             }

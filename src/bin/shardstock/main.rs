@@ -113,8 +113,8 @@ enum Command {
     Audit(AuditArgs),
     /// Simulate a flash sale: many concurrent buyers against one SKU.
     ///
-    /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests from
-    /// --concurrency workers, then reports outcomes, latency percentiles, remaining stock and
+    /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests (or sells for
+    /// --duration seconds, restocking as it goes) from --concurrency workers, then reports outcomes, latency percentiles, remaining stock and
     /// an audit. Several processes may run with --skip-load against the same Redis SKU; each
     /// uses its own request ids. Exits with code 3 when units were oversold or the audit
     /// failed.

@@ -1,0 +1,78 @@
+//! Prometheus `/metrics` endpoint of the binary (`--metrics-addr`).
+//!
+//! The library only records through the `metrics` facade; this module installs the recorder:
+//! `metrics-exporter-prometheus` with its HTTP listener. Histograms get explicit buckets — an
+//! exporter histogram *without* buckets is rendered as a summary, and a summary cannot be
+//! aggregated across instances by `histogram_quantile`. The bucket matchers use the names
+//! exactly as passed to `histogram!()` (the exporter adds no unit suffix by default).
+
+use crate::Failure;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use shardstock::lock::metric_names as lock_names;
+use shardstock::metrics as names;
+use std::net::SocketAddr;
+
+/// Latency buckets in seconds, 50 µs – 1 s (deduction latency and lock wait).
+pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0,
+];
+
+/// Buckets for segment attempts per deduction (1 = served by the home segment).
+pub(crate) const ATTEMPT_BUCKETS: [f64; 9] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0];
+
+/// Error kinds of `shardstock_errors_total` (the `kind` label set by the library).
+const ERROR_KINDS: [&str; 6] = [
+    "redis",
+    "lease_lost",
+    "conflict",
+    "invalid",
+    "sealed",
+    "other",
+];
+
+/// Installs the global recorder and serves `/metrics` on `addr` (any path answers).
+///
+/// Must run inside the Tokio runtime: the listener is a task on it. Counters that are rare by
+/// design (errors, lost leases, fenced writes) are registered at zero so that dashboards show a
+/// flat 0 instead of "No data" (which would look like a broken scrape).
+pub(crate) fn install(addr: SocketAddr, strategy: shardstock::Strategy) -> Result<(), Failure> {
+    let fail = |e: metrics_exporter_prometheus::BuildError| {
+        Failure::new(format!("cannot serve metrics on {addr}: {e}"))
+    };
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            Matcher::Full(names::DEDUCT_SECONDS.to_string()),
+            &LATENCY_BUCKETS,
+        )
+        .map_err(fail)?
+        .set_buckets_for_metric(
+            Matcher::Full(lock_names::WAIT_SECONDS.to_string()),
+            &LATENCY_BUCKETS,
+        )
+        .map_err(fail)?
+        .set_buckets_for_metric(
+            Matcher::Full(names::SEGMENT_ATTEMPTS.to_string()),
+            &ATTEMPT_BUCKETS,
+        )
+        .map_err(fail)?
+        .install()
+        .map_err(fail)?;
+    names::describe();
+
+    for kind in ERROR_KINDS {
+        metrics::counter!(names::ERRORS, "kind" => kind).increment(0);
+    }
+    if strategy.uses_locks() {
+        for name in [
+            lock_names::TIMEOUTS,
+            lock_names::RENEWALS,
+            lock_names::LEASES_LOST,
+            lock_names::FENCED,
+        ] {
+            metrics::counter!(name).increment(0);
+        }
+    }
+    Ok(())
+}
