@@ -409,6 +409,18 @@ impl Trace {
 /// How many times a call re-reads a SKU's layout after `Stale` before giving up.
 const STALE_RETRIES: usize = 4;
 
+/// What a fresh read says before anything is claimed.
+enum Short {
+    /// Replayed, sold out or insufficient: answer this, nothing to do.
+    Decided(Deduction),
+    /// The request's fallback claim is held by someone.
+    Pending,
+    /// The layout changed.
+    Stale,
+    /// Enough stock exists: go on.
+    Go,
+}
+
 /// Internal: a step's result, or "the layout changed under us".
 enum Flow<T> {
     Done(T),
@@ -673,6 +685,15 @@ impl<S: Store> Engine<S> {
         let store = &self.inner.store;
         let args = self.args(req);
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
+        // After a sell-out most buyers are turned away: answer them from a fresh read before
+        // touching the user record (nothing would be sold, so nothing needs counting).
+        if (0..l.segments).all(|i| l.hints.likely_short(i, req.qty)) {
+            match self.check_short(l, req).await? {
+                Short::Decided(d) => return Ok((Done(d), false)),
+                Short::Stale => return Ok((Stale, false)),
+                Short::Pending | Short::Go => {}
+            }
+        }
         let mut verified = false;
         loop {
             match store
@@ -806,31 +827,11 @@ impl<S: Store> Engine<S> {
         if l.hints.likely_short(home, req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
             // between replay, sold out, insufficient, and going to claim.
-            let (segs, rec) = futures::join!(
-                self.read_segments(l, &req.sku),
-                store.record(at(home), &req.request_id)
-            );
-            let Some(stocks) = observe(l, &segs?) else {
-                return Ok(Stale);
-            };
-            if let Some(rec) = rec? {
-                if rec.user != req.user.as_str() {
-                    return Err(Self::conflict(req, "user"));
-                }
-                if rec.qty != req.qty {
-                    return Err(Self::conflict(req, "qty"));
-                }
-                match rec.state {
-                    RecordState::Applied(parts) => return Ok(Done(Deduction::Replayed { parts })),
-                    RecordState::Pending { .. } => return self.wait_for_claim(l, req, tr).await,
-                }
-            }
-            let total: u64 = stocks.iter().map(|(_, s)| s).sum();
-            if total == 0 {
-                return Ok(Done(Deduction::SoldOut));
-            }
-            if total < req.qty {
-                return Ok(Done(Deduction::Insufficient { available: total }));
+            match self.check_short(l, req).await? {
+                Short::Decided(d) => return Ok(Done(d)),
+                Short::Pending => return self.wait_for_claim(l, req, tr).await,
+                Short::Stale => return Ok(Stale),
+                Short::Go => {}
             }
         }
 
@@ -859,6 +860,43 @@ impl<S: Store> Engine<S> {
                 self.fallback(l, req, 1, tr).await
             }
         }
+    }
+
+    /// Reads every segment (coalesced) and this request's home record: enough to answer a
+    /// replay, sold out or insufficient without writing anything.
+    async fn check_short(&self, l: &Layout, req: &Deduct) -> Result<Short> {
+        let at = SegAddr {
+            sku: &req.sku,
+            generation: l.generation,
+            index: home(&req.request_id, l.segments),
+        };
+        let (segs, rec) = futures::join!(
+            self.read_segments(l, &req.sku),
+            self.inner.store.record(at, &req.request_id)
+        );
+        let Some(stocks) = observe(l, &segs?) else {
+            return Ok(Short::Stale);
+        };
+        if let Some(rec) = rec? {
+            if rec.user != req.user.as_str() {
+                return Err(Self::conflict(req, "user"));
+            }
+            if rec.qty != req.qty {
+                return Err(Self::conflict(req, "qty"));
+            }
+            return Ok(match rec.state {
+                RecordState::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),
+                RecordState::Pending { .. } => Short::Pending,
+            });
+        }
+        let total: u64 = stocks.iter().map(|(_, s)| s).sum();
+        Ok(if total == 0 {
+            Short::Decided(Deduction::SoldOut)
+        } else if total < req.qty {
+            Short::Decided(Deduction::Insufficient { available: total })
+        } else {
+            Short::Go
+        })
     }
 
     /// Another call holds this request's claim: wait for it to finish, or take it over once

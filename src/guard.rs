@@ -172,7 +172,7 @@ impl LocalGuard {
             .retain(|_, e| e.busy || now.duration_since(e.at) < self.ttl);
         self.stats
             .expirations
-            .fetch_add((before - self.map.len()) as u64, Relaxed);
+            .fetch_add(before.saturating_sub(self.map.len()) as u64, Relaxed);
         let over = self.map.len().saturating_sub(keep);
         if over == 0 {
             return;

@@ -208,6 +208,11 @@ pub(crate) fn empty_skip() {
 }
 
 pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
+    if per_segment.contains(&u64::MAX) {
+        // A hint of u64::MAX means "stock came back, amount unknown" (the engine sets it after
+        // a refund): no figure to report this time (and summing it would overflow).
+        return;
+    }
     let label = labels.label(sku);
     if label == "other" {
         return; // not opted in: a sum over unrelated SKUs would mean nothing
@@ -216,5 +221,16 @@ pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
     for (i, units) in per_segment.iter().enumerate() {
         gauge!(SEGMENT_REMAINING_UNITS, "sku" => label.clone(), "segment" => i.to_string())
             .set(*units as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_unknown_segment_hint_is_not_summed() {
+        // u64::MAX is the engine's "stock came back" hint; it used to overflow the sum.
+        let labels = super::SkuLabels::new(vec!["s".into()], 0);
+        super::remaining(&labels, "s", &[3, u64::MAX, 4]);
+        super::remaining(&labels, "s", &[3, 4]);
     }
 }

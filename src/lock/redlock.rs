@@ -32,8 +32,8 @@
 //! A node restarted without its data (no persistence, `FLUSHALL`, a fresh replacement) has
 //! forgotten the locks it granted; voting at once would let a second client win a quorum made
 //! of it plus free nodes while the first holder still owns the lock on the rest. Each node
-//! therefore keeps a marker key, [`QUARANTINE_KEY`] (no TTL), holding "quarantined until
-//! <ms>" on the node's own clock (`TIME`). The acquire script sees a missing marker as "new or
+//! therefore keeps a marker key, [`QUARANTINE_KEY`] (no TTL), holding the end of its
+//! quarantine in milliseconds of the node's own clock (`TIME`). The acquire script sees a missing marker as "new or
 //! restarted empty", sets it to now + quarantine and refuses to vote until then. Renewals
 //! cannot revive a forgotten lock (they compare the token), so the old holder's watchdog sees
 //! the lock lost unless it still has a quorum *without* that node — in which case the
@@ -49,7 +49,7 @@
 //! **First contact.** A brand-new node looks exactly like a restarted one (both are empty), so
 //! a new deployment refuses locks for `3 × lease` after its first acquisition attempt (6 s with
 //! the default 2 s lease; attempts in that window return "contended"). The marker is
-//! deliberately *not* pre-seeded at [`connect`](RedLock::connect) time: a node that restarted
+//! deliberately *not* pre-seeded when a locker connects: a node that restarted
 //! between a lock grant and a new process connecting would then skip its quarantine, and a
 //! rolling deployment makes that likely. An operator who *knows* a node is brand new may set
 //! the marker to `0` by hand (`SET shardstock:redlock:quarantine 0`) to skip the wait.
@@ -311,23 +311,49 @@ impl RedLock {
         Ok(None)
     }
 
+    /// Compare-and-`PEXPIRE` on every node; `true` once a quorum renewed. Nodes whose answer
+    /// was lost are asked again while time is left (lease/3: the watchdog calls this lease/3
+    /// after the previous renewal, so the lock is still valid for about another lease/3 at
+    /// the end). Renewing late is safe: a node renews only while it still holds this token.
     pub(crate) async fn renew(&self, key: &str, token: &str, lease: Duration) -> Result<bool> {
-        let args = [token.to_string(), lease.as_millis().max(1).to_string()];
-        let replies = self.on_all(&self.renew, &[key], &args).await;
-        let renewed = replies
-            .iter()
-            .filter(|(r, _)| matches!(r, Ok(Value::Integer(1))))
-            .count();
-        if renewed >= self.quorum {
-            return Ok(true);
+        let deadline = Instant::now() + lease / 3;
+        let (keys, args) = (
+            vec![key.to_string()],
+            vec![token.to_string(), lease.as_millis().max(1).to_string()],
+        );
+        let mut ask: Vec<&Peer> = self.nodes.iter().map(|n| &n.peer).collect();
+        let mut renewed = 0;
+        loop {
+            let results = join_all(
+                ask.iter()
+                    .map(|p| call(p, &self.renew, keys.clone(), args.clone())),
+            )
+            .await;
+            let mut failed = Vec::new();
+            let mut first = None;
+            for (p, (r, _)) in ask.into_iter().zip(results) {
+                match r {
+                    Ok(Value::Integer(1)) => renewed += 1,
+                    Ok(_) => {} // not (or no longer) held by this token there
+                    Err(e) => {
+                        first.get_or_insert(e);
+                        failed.push(p);
+                    }
+                }
+            }
+            if renewed >= self.quorum {
+                return Ok(true);
+            }
+            let out_of_time = Instant::now() + Duration::from_millis(5) >= deadline;
+            if renewed + failed.len() < self.quorum || out_of_time {
+                if failed.len() > self.nodes.len() - self.quorum {
+                    return Err(self.no_quorum("renew", failed.len(), first.as_ref()));
+                }
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            ask = failed;
         }
-        let mut failures = replies.iter().filter_map(|(r, _)| r.as_ref().err());
-        let first = failures.next();
-        let failed = usize::from(first.is_some()) + failures.count();
-        if failed > self.nodes.len() - self.quorum {
-            return Err(self.no_quorum("renew", failed, first));
-        }
-        Ok(false)
     }
 
     pub(crate) async fn unlock(&self, key: &str, token: &str) -> Result<()> {
