@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what it needs, then format, lints, tests, docs, benches compile.
+# The whole test suite: installs what it needs (redis-server, prometheus, docker-compose), then
+# format, lints, tests, docs, benches compile.
 # Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,6 +8,9 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+# tests/metrics.rs: a real Prometheus scraping a live sim, promtool, docker-compose config -q.
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""
@@ -14,7 +18,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
-# The distribution's service is not needed: tests start their own servers on free ports.
+# The distribution's services (redis, prometheus) are not needed: tests start their own
+# servers on free loopback ports.
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -1,0 +1,811 @@
+mod common;
+
+// The Grafana dashboard, proven against a real Prometheus scraping a live sale.
+//
+// `every_panel_query_returns_series_from_a_live_sale` starts a redis-server, a timed
+// `shardstock sim --strategy lock --metrics-addr ...`, and Debian's Prometheus (scraping the
+// sim every second with config/prometheus.yml, retargeted to the sim's port), then evaluates
+// every panel query of grafana/shardstock.json with the dashboard's variables substituted as
+// Grafana would, and fails naming each query that returns no series. It also lints the live
+// exposition with `promtool check metrics`, checks that the histograms are real histograms
+// (`_bucket` series, no summary quantiles), and shows that a misspelt metric is caught.
+//
+// The other tests are static: the dashboard's metric names against the `pub const` names in
+// src/ (both ways), its provisioning rules, `promtool check config`, `docker-compose config`.
+//
+// Prometheus, promtool and docker-compose are required: a missing tool fails the test (it is
+// never skipped). scripts/test.sh installs them (Debian packages prometheus, docker-compose).
+
+use common::RedisServer;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Prometheus scrapes every second; Grafana's `$__rate_interval` is then
+/// max(4 × scrape interval, $__interval + scrape interval) = 4s for short ranges.
+const RATE_INTERVAL: &str = "4s";
+/// Metrics described in src/ that deliberately have no panel (none today). Each entry needs a
+/// comment saying why.
+const UNPANELLED: &[&str] = &[];
+/// The timed sale's length: long enough for Prometheus's first scrape (~5 s after it starts:
+/// its scrape manager takes target updates every 5 s), 5 s more of samples, and evaluating
+/// every query while the sim is still running (a finished target's series go stale at once,
+/// and then every query would return nothing).
+const SALE_SECONDS: u64 = 15;
+const SKU: &str = "metrics-sale";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn dashboard() -> Value {
+    let text = std::fs::read_to_string(root().join("grafana/shardstock.json")).unwrap();
+    serde_json::from_str(&text).expect("grafana/shardstock.json is JSON")
+}
+
+/// Non-row panels (rows may also nest panels when collapsed).
+fn panels(d: &Value) -> Vec<&Value> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        if p["type"] == "row" {
+            out.extend(p["panels"].as_array().into_iter().flatten());
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// (panel title, refId, expr) of every target.
+fn targets(d: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for p in panels(d) {
+        let title = p["title"].as_str().unwrap_or("?").to_string();
+        for t in p["targets"].as_array().into_iter().flatten() {
+            out.push((
+                title.clone(),
+                t["refId"].as_str().unwrap_or("?").to_string(),
+                t["expr"]
+                    .as_str()
+                    .expect("every target has an expr")
+                    .to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// Template variables by name.
+fn variables(d: &Value) -> BTreeMap<String, &Value> {
+    d["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap().to_string(), v))
+        .collect()
+}
+
+/// `shardstock_*` identifiers in a PromQL expression.
+fn metric_tokens(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = expr[i..].find("shardstock_") {
+        let start = i + pos;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+            end += 1;
+        }
+        let boundary =
+            start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_');
+        if boundary {
+            out.insert(expr[start..end].to_string());
+        }
+        i = end;
+    }
+    out
+}
+
+/// Every `pub const NAME: &str = "shardstock_...";` in src/ — the metrics module, the lock
+/// module's `metric_names`, and wherever later metrics land.
+fn described_metrics() -> BTreeSet<String> {
+    fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                for line in std::fs::read_to_string(&p).unwrap().lines() {
+                    let l = line.trim();
+                    if l.starts_with("pub const ")
+                        && l.contains(": &str = \"shardstock_")
+                        && let Some(q) = l.split('"').nth(1)
+                    {
+                        out.insert(q.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(&root().join("src"), &mut out);
+    out
+}
+
+/// The described metric a dashboard token refers to (`_bucket`/`_sum`/`_count` of a
+/// histogram), if any.
+fn resolve<'a>(token: &str, described: &'a BTreeSet<String>) -> Option<&'a String> {
+    if let Some(m) = described.get(token) {
+        return Some(m);
+    }
+    ["_bucket", "_sum", "_count"]
+        .iter()
+        .find_map(|s| token.strip_suffix(s).and_then(|base| described.get(base)))
+}
+
+#[test]
+fn dashboard_metric_names_match_the_metrics_module() {
+    let d = dashboard();
+    let described = described_metrics();
+    assert!(
+        described.len() >= 20,
+        "found only {} metric names in src/: {described:?}",
+        described.len()
+    );
+    let mut used = BTreeSet::new();
+    let mut unknown = Vec::new();
+    let mut exprs: Vec<(String, String)> = targets(&d)
+        .into_iter()
+        .map(|(title, _, e)| (title, e))
+        .collect();
+    for (name, v) in variables(&d) {
+        if let Some(q) = v["definition"].as_str() {
+            exprs.push((format!("variable ${name}"), q.to_string()));
+        }
+    }
+    for (title, expr) in &exprs {
+        for t in metric_tokens(expr) {
+            match resolve(&t, &described) {
+                Some(m) => {
+                    used.insert(m.clone());
+                }
+                None => unknown.push(format!("{title}: {t}")),
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "the dashboard uses metrics that src/ does not define:\n  {}",
+        unknown.join("\n  ")
+    );
+    for u in UNPANELLED {
+        assert!(described.contains(*u), "UNPANELLED lists unknown {u}");
+        assert!(
+            !used.contains(*u),
+            "UNPANELLED lists {u}, but a panel uses it"
+        );
+    }
+    let missing: Vec<&String> = described
+        .iter()
+        .filter(|m| !used.contains(*m) && !UNPANELLED.contains(&m.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics without a panel (add one to grafana/shardstock.json, or list them in \
+         UNPANELLED with the reason): {missing:?}"
+    );
+}
+
+#[test]
+fn a_misspelt_metric_is_caught_by_the_name_check() {
+    let described = described_metrics();
+    let good = "sum(rate(shardstock_fallbacks_total[4s]))";
+    let bad = "sum(rate(shardstock_fallback_total[4s]))";
+    assert!(
+        metric_tokens(good)
+            .iter()
+            .all(|t| resolve(t, &described).is_some())
+    );
+    assert!(
+        metric_tokens(bad)
+            .iter()
+            .any(|t| resolve(t, &described).is_none())
+    );
+    let h = "histogram_quantile(0.99, sum by (le) (rate(shardstock_deduct_duration_seconds_bucket[4s])))";
+    assert!(
+        metric_tokens(h)
+            .iter()
+            .all(|t| resolve(t, &described).is_some())
+    );
+}
+
+#[test]
+fn dashboard_is_provisionable() {
+    let d = dashboard();
+    let text = std::fs::read_to_string(root().join("grafana/shardstock.json")).unwrap();
+    assert!(
+        d.get("__inputs").is_none() && !text.contains("${DS_"),
+        "__inputs / ${{DS_...}} only work through the import screen, not provisioning"
+    );
+    assert!(
+        d["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "a fixed uid"
+    );
+    let vars = variables(&d);
+    assert_eq!(vars["datasource"]["type"], "datasource");
+    assert_eq!(vars["datasource"]["query"], "prometheus");
+    for v in ["instance", "sku"] {
+        assert_eq!(vars[v]["type"], "query", "${v} is a query variable");
+        assert_eq!(vars[v]["datasource"]["uid"], "${datasource}");
+    }
+    let mut rows = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        if p["type"] == "row" {
+            rows.push(p["title"].as_str().unwrap().to_string());
+        }
+    }
+    for want in ["Throughput", "Latency", "Segments", "Locks", "errors"] {
+        assert!(
+            rows.iter().any(|r| r.contains(want)),
+            "no row about {want}: {rows:?}"
+        );
+    }
+    let mut problems = Vec::new();
+    for p in panels(&d) {
+        let title = p["title"].as_str().unwrap_or("?");
+        if p["datasource"]["uid"] != "${datasource}" {
+            problems.push(format!("{title}: panel datasource is not ${{datasource}}"));
+        }
+        if p["fieldConfig"]["defaults"]["unit"]
+            .as_str()
+            .is_none_or(str::is_empty)
+        {
+            problems.push(format!("{title}: no unit"));
+        }
+        let ts = p["targets"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        if ts.is_empty() {
+            problems.push(format!("{title}: no query"));
+        }
+        for t in ts {
+            let e = t["expr"].as_str().unwrap_or("");
+            if t["datasource"]["uid"] != "${datasource}" {
+                problems.push(format!("{title}: target datasource is not ${{datasource}}"));
+            }
+            if !e.contains("instance=~\"$instance\"") {
+                problems.push(format!("{title}: not filtered by $instance: {e}"));
+            }
+            for f in ["rate(", "increase("] {
+                let windows = e.matches(f).count();
+                if windows > 0 && e.matches("[$__rate_interval]").count() < windows {
+                    problems.push(format!("{title}: {f} without [$__rate_interval]: {e}"));
+                }
+            }
+            if e.contains("histogram_quantile(") && !e.contains("sum by (le") {
+                problems.push(format!(
+                    "{title}: histogram_quantile not over sum by (le): {e}"
+                ));
+            }
+            if e.contains("_bucket") && !e.contains("histogram_quantile(") {
+                problems.push(format!("{title}: buckets outside histogram_quantile: {e}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn require(tool: &str) {
+    let found = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        found,
+        "`{tool}` is not installed; scripts/test.sh installs it (apt-get install prometheus \
+         docker-compose). This test is never skipped."
+    );
+}
+
+#[test]
+fn promtool_accepts_the_prometheus_config() {
+    require("promtool");
+    let out = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(root().join("config/prometheus.yml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check config:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn docker_compose_file_is_valid() {
+    require("docker-compose");
+    let out = Command::new("docker-compose")
+        .current_dir(root())
+        .args(["config", "-q"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker-compose config -q:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The live test.
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop; on a panic its log is printed.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    /// The last `lines` lines of the log, after any panic messages found anywhere in it.
+    fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        let mut out = Vec::new();
+        for (i, l) in all.iter().enumerate() {
+            if l.contains("panicked at") {
+                out.extend(all[i..all.len().min(i + 40)].iter().copied());
+                out.push("...");
+            }
+        }
+        out.extend(all[all.len().saturating_sub(lines)..].iter().copied());
+        out.join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} log (last lines) ---\n{}",
+                self.name,
+                self.log_tail(40)
+            );
+        }
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .new_agent()
+}
+
+fn get(agent: &ureq::Agent, url: &str, query: &[(&str, &str)]) -> Result<(u16, String), String> {
+    let mut req = agent.get(url);
+    for (k, v) in query {
+        req = req.query(*k, *v);
+    }
+    let mut resp = req.call().map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    Ok((status, body))
+}
+
+struct Prometheus {
+    _proc: Proc,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// Debian's Prometheus on a free loopback port, scraping `target` every second with
+    /// config/prometheus.yml (its target replaced), its own TSDB in a temporary directory.
+    fn start(target: &str) -> Self {
+        require("prometheus");
+        let shipped = std::fs::read_to_string(root().join("config/prometheus.yml")).unwrap();
+        assert!(
+            shipped.contains("\"127.0.0.1:9898\"") && shipped.contains("scrape_interval: 1s"),
+            "config/prometheus.yml should scrape 127.0.0.1:9898 every 1s (this test relies on it)"
+        );
+        let config = shipped.replace("\"127.0.0.1:9898\"", &format!("\"{target}\""));
+        let agent = agent();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = dir.path().join("prometheus.yml");
+            std::fs::write(&cfg, &config).unwrap();
+            let log = dir.path().join("prometheus.log");
+            let port = free_port();
+            let child = Command::new("prometheus")
+                .arg(format!("--config.file={}", cfg.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("tsdb").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg("--log.level=warn")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("prometheus must be installed (scripts/test.sh installs it)");
+            let mut proc = Proc {
+                name: "prometheus",
+                child,
+                log,
+            };
+            let base = format!("http://127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = proc.child.try_wait() {
+                    break; // port taken between probe and bind: try another
+                }
+                if let Ok((200, _)) = get(&agent, &format!("{base}/-/ready"), &[]) {
+                    return Self {
+                        _proc: proc,
+                        base,
+                        _dir: dir,
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!("prometheus did not start:\n{}", proc.log_tail(20));
+        }
+        panic!("could not start prometheus");
+    }
+
+    /// Instant query; the `result` array.
+    fn query(&self, agent: &ureq::Agent, expr: &str) -> Result<Vec<Value>, String> {
+        let (status, body) = get(
+            agent,
+            &format!("{}/api/v1/query", self.base),
+            &[("query", expr)],
+        )?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if status != 200 || v["status"] != "success" {
+            return Err(format!("HTTP {status}: {}", v["error"]));
+        }
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+}
+
+/// Grafana's formatting of a multi-value variable inside `=~"..."`: regex metacharacters
+/// escaped (as `\\.` in the PromQL string).
+fn grafana_regex_escape(v: &str) -> String {
+    let mut out = String::new();
+    for c in v.chars() {
+        if "\\^$*+?.()|{}[]".contains(c) {
+            out.push_str("\\\\");
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A query as Grafana sends it with `$instance` = the scrape target and `$sku` = the sale's.
+fn substitute(expr: &str, instance: &str) -> String {
+    let s = expr
+        .replace("$__rate_interval", RATE_INTERVAL)
+        .replace("$instance", &grafana_regex_escape(instance))
+        .replace("$sku", &grafana_regex_escape(SKU));
+    assert!(!s.contains('$'), "unsubstituted variable in {s}");
+    s
+}
+
+/// Evaluates every panel target of `dashboard`; the failures, one line each.
+fn evaluate(
+    prom: &Prometheus,
+    agent: &ureq::Agent,
+    dashboard: &Value,
+    instance: &str,
+    verbose: bool,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (title, ref_id, expr) in targets(dashboard) {
+        let q = substitute(&expr, instance);
+        match prom.query(agent, &q) {
+            Err(e) => failures.push(format!("{title} [{ref_id}]: error {e}: {q}")),
+            Ok(r) if r.is_empty() => failures.push(format!("{title} [{ref_id}]: no series: {q}")),
+            Ok(r) => {
+                if verbose {
+                    let first = &r[0]["value"][1];
+                    eprintln!("  {title} [{ref_id}]: {} series, e.g. {first}", r.len());
+                }
+                // A quantile over buckets with no observations in the window is NaN: the
+                // panel would be empty just the same.
+                let nan = r.iter().all(|s| s["value"][1] == "NaN");
+                if q.starts_with("histogram_quantile") && nan {
+                    failures.push(format!("{title} [{ref_id}]: only NaN: {q}"));
+                }
+            }
+        }
+    }
+    failures
+}
+
+/// The sim's /metrics text, fetched directly.
+fn exposition(agent: &ureq::Agent, addr: &str) -> String {
+    let (status, body) = get(agent, &format!("http://{addr}/metrics"), &[]).expect("GET /metrics");
+    assert_eq!(status, 200, "GET /metrics: {body}");
+    body
+}
+
+fn promtool_check_metrics(text: &str) {
+    require("promtool");
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics found problems in the live exposition:\n{said}"
+    );
+}
+
+#[test]
+fn every_panel_query_returns_series_from_a_live_sale() {
+    let t0 = Instant::now();
+    let redis = RedisServer::start();
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let prom = Prometheus::start(&metrics_addr);
+    eprintln!("prometheus ready after {:.1}s", t0.elapsed().as_secs_f64());
+    let agent = agent();
+
+    // The lock strategy so lock metrics exist; 8 segments of 12-13 units, qty 2 and far more
+    // buyers than stock for fallbacks, multi-segment sales, known-empty skips, sold_out and
+    // insufficient; a per-user limit for the guard; restocks every second keep it selling.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sim.stderr");
+    let out_path = dir.path().join("sim.stdout");
+    let duration = SALE_SECONDS.to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SHARDSTOCK_") {
+            cmd.env_remove(&k);
+        }
+    }
+    let child = cmd
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "1")
+        .args([
+            "sim",
+            "--redis",
+            &redis.url(),
+            "--strategy",
+            "lock",
+            "--metrics-addr",
+            &metrics_addr,
+            "--sku",
+            SKU,
+            "--stock",
+            "100",
+            "--segments",
+            "8",
+            "--qty",
+            "2",
+            "--users",
+            "3000",
+            "--per-user-limit",
+            "2",
+            "--concurrency",
+            "16",
+            "--rate",
+            "1000",
+            "--restock-every",
+            "1",
+            "--duration",
+            &duration,
+            "--json",
+        ])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut sim = Proc {
+        name: "shardstock sim",
+        child,
+        log,
+    };
+
+    // First data in Prometheus.
+    let deadline = Instant::now() + Duration::from_secs(SALE_SECONDS);
+    let first = loop {
+        if let Ok(Some(status)) = sim.child.try_wait() {
+            panic!("the sim exited early ({status}):\n{}", sim.log_tail(20));
+        }
+        if prom
+            .query(&agent, "shardstock_deductions_total")
+            .is_ok_and(|r| !r.is_empty())
+        {
+            break Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no data in Prometheus after {SALE_SECONDS}s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!(
+        "first sample in Prometheus after {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // Redis forgets its scripts (as after a restart or failover): the store reloads them on
+    // NOSCRIPT and counts it.
+    redis.cli(&["SCRIPT", "FLUSH"]);
+
+    // The exposition itself: promtool-clean, real histograms with our buckets.
+    std::thread::sleep(Duration::from_secs(1));
+    let text = exposition(&agent, &metrics_addr);
+    promtool_check_metrics(&text);
+    for (h, le) in [
+        ("shardstock_deduct_duration_seconds", "0.00005"),
+        ("shardstock_deduct_duration_seconds", "1"),
+        ("shardstock_lock_wait_seconds", "0.00005"),
+        ("shardstock_lock_wait_seconds", "1"),
+        ("shardstock_segment_attempts", "1"),
+        ("shardstock_segment_attempts", "32"),
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{h}_bucket{{"))
+                    && l.contains(&format!("le=\"{le}\""))),
+            "no {h}_bucket{{le=\"{le}\"}} in the exposition (a histogram without buckets \
+             is exported as a summary):\n{text}"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {h} histogram")),
+            "{h} is not a histogram"
+        );
+    }
+    assert!(
+        !text.contains("quantile=\""),
+        "a summary in the exposition:\n{text}"
+    );
+    // Everything recorded was described (help text), and is a name src/ defines.
+    let described = described_metrics();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let name = rest.split_whitespace().next().unwrap_or("");
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "{name} is exported without a description (metrics::describe())"
+            );
+            assert!(
+                described.contains(name),
+                "{name} is exported but not a `pub const` metric name in src/"
+            );
+        }
+    }
+
+    // Let every rate window ($__rate_interval = 4s) fill with samples taken after the flush.
+    let settle = Duration::from_secs(5);
+    if let Some(left) = settle.checked_sub(first.elapsed()) {
+        std::thread::sleep(left);
+    }
+
+    let d = dashboard();
+    let failures = evaluate(&prom, &agent, &d, &metrics_addr, true);
+
+    // The variables resolve: label_values(selector, label) lists the target and the SKU.
+    let mut var_failures = Vec::new();
+    for (name, want) in [("instance", metrics_addr.as_str()), ("sku", SKU)] {
+        let def = variables(&d)[name]["definition"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let inner = def
+            .strip_prefix("label_values(")
+            .and_then(|s| s.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("${name}: unexpected definition {def}"));
+        let (selector, label) = inner.rsplit_once(',').unwrap();
+        let q = format!(
+            "count by ({}) ({})",
+            label.trim(),
+            substitute(selector.trim(), &metrics_addr)
+        );
+        let r = prom.query(&agent, &q).unwrap_or_default();
+        if !r.iter().any(|s| s["metric"][label.trim()] == want) {
+            var_failures.push(format!("${name}: {want} not among {r:?} ({q})"));
+        }
+    }
+
+    // A misspelt metric in a copy of the dashboard must be reported, and only that panel.
+    let misspelt_text = serde_json::to_string(&d).unwrap().replace(
+        "shardstock_known_empty_skips_total",
+        "shardstock_known_empty_skip_total",
+    );
+    let misspelt: Value = serde_json::from_str(&misspelt_text).unwrap();
+    let caught = evaluate(&prom, &agent, &misspelt, &metrics_addr, false);
+    let still_running = sim.child.try_wait().unwrap().is_none();
+    let evaluated_at = t0.elapsed();
+
+    assert!(
+        still_running,
+        "the sim finished before the queries were evaluated (this machine is slow): the \
+         results below may be stale-marked; raise SALE_SECONDS"
+    );
+    assert!(
+        failures.is_empty() && var_failures.is_empty(),
+        "dashboard queries without data from a live sale:\n  {}",
+        failures
+            .iter()
+            .chain(&var_failures)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    );
+    assert!(
+        caught.len() == 1 && caught[0].contains("shardstock_known_empty_skip_total"),
+        "the misspelt metric was not reported (or other panels failed too): {caught:?}"
+    );
+
+    // The sale itself ends normally, sold, answered sold out, and never oversold.
+    let status = sim.child.wait().unwrap();
+    let mut stdout = String::new();
+    std::fs::File::open(&out_path)
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(
+        status.success(),
+        "sim: {status}\n{stdout}\n{}",
+        sim.log_tail(80)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).expect("sim --json");
+    for k in ["applied", "sold_out", "replayed", "restocked"] {
+        assert!(r[k].as_u64().unwrap() > 0, "{k} = 0 in a timed sale: {r}");
+    }
+    // --rate 1000 is a cap: no more than rate × duration (+ the requests already due).
+    let sent = r["requests"].as_u64().unwrap();
+    assert!(
+        sent <= 1000 * SALE_SECONDS + 16,
+        "--rate 1000 not honoured: {sent} requests"
+    );
+    assert_eq!(r["oversold"], 0, "{r}");
+    assert_eq!(r["audit_ok"], true, "{r}");
+    let queries = targets(&d).len();
+    eprintln!(
+        "{queries} panel queries returned series; evaluated at {:.1}s, test took {:.1}s \
+         ({} requests)",
+        evaluated_at.as_secs_f64(),
+        t0.elapsed().as_secs_f64(),
+        r["requests"]
+    );
+}
