@@ -126,6 +126,55 @@ pub struct Restocked {
     pub replayed: bool,
 }
 
+/// The outcome of [`Engine::reserve`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Reserved {
+    /// Held now; confirm or cancel it with `id`.
+    Held {
+        /// Reservation id: `<sku>~<generation>~<segment>~<request id>`.
+        id: String,
+        /// Where the units are held.
+        parts: Vec<Part>,
+    },
+    /// This request id reserved before; same reservation.
+    Replayed {
+        /// Reservation id.
+        id: String,
+        /// Where the units are held.
+        parts: Vec<Part>,
+    },
+    /// Nothing held: sold out, insufficient, limit reached, in flight, ...
+    NotHeld(Deduction),
+}
+
+/// The outcome of [`Engine::confirm`] / [`Engine::cancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ReservationEnd {
+    /// The reservation's state now (`None`: no such reservation).
+    pub state: Option<ResvState>,
+    /// This call (or an earlier one with the same intent) brought it there; false when it had
+    /// ended otherwise (e.g. confirming an expired reservation: nothing sold).
+    pub done: bool,
+}
+
+/// The running sweeper; dropping it stops it.
+#[derive(Debug)]
+pub struct Sweeper {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sweeper {
+    /// Stops the sweeper now.
+    pub fn stop(self) {}
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Units left, in total and per segment.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Remaining {
@@ -397,6 +446,8 @@ impl<S> std::fmt::Debug for Engine<S> {
 #[derive(Default)]
 struct Trace {
     attempts: std::sync::atomic::AtomicU32,
+    /// 0: a sale; > 0: a reservation for this many ms.
+    resv: u64,
 }
 
 impl Trace {
@@ -593,6 +644,212 @@ impl<S: Store> Engine<S> {
             .remove_if(sku, |_, l| l.generation == generation);
     }
 
+    /// Reserves `req.qty` units for `ttl` (pre-deduction): they leave the sellable stock at
+    /// once and become sold on [`confirm`](Self::confirm), or go back on
+    /// [`cancel`](Self::cancel) — and by themselves, exactly once, when `ttl` passes
+    /// unconfirmed (on the store's clock). Idempotent by request id like [`deduct`](Self::deduct);
+    /// counts against the per-user limit until cancelled or expired. A reservation is held in
+    /// one segment (so its expiry and its units are decided atomically); a quantity no single
+    /// segment holds is answered `Insufficient`.
+    ///
+    /// # Errors
+    /// As [`deduct`](Self::deduct); [`Error::Config`] when the store's strategy is an unsafe
+    /// baseline (reservations need `lua`, `lock` or `redlock`); [`Error::InvalidInput`] for a
+    /// zero or over-long `ttl`.
+    pub async fn reserve(&self, req: &Deduct, ttl: Duration) -> Result<Reserved> {
+        let strategy = self.inner.store.strategy();
+        if !matches!(
+            strategy,
+            crate::Strategy::Lua | crate::Strategy::Lock | crate::Strategy::Redlock
+        ) {
+            return Err(Error::Config(format!(
+                "reservations need the lua, lock or redlock strategy, not {strategy}"
+            )));
+        }
+        let ms = ttl.as_millis() as u64;
+        if ms == 0 || ttl > self.inner.opts.request_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                "must be at least 1 ms and at most the request TTL",
+            ));
+        }
+        let start = Instant::now();
+        let trace = Trace {
+            resv: ms,
+            ..Trace::default()
+        };
+        let r = self.deduct_traced(req, &trace).await;
+        match &r {
+            Ok(d) => crate::metrics::deduction(
+                d.kind(),
+                strategy.name(),
+                start.elapsed(),
+                trace.attempts.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            Err(e) => crate::metrics::error(e),
+        }
+        let d = r?;
+        let generation = self.layout(&req.sku).await?.generation;
+        let id = |parts: &[Part]| {
+            let seg = parts.first().map_or(0, |p| p.segment);
+            format!("{}~{}~{}~{}", req.sku, generation, seg, req.request_id)
+        };
+        Ok(match d {
+            Deduction::Applied { parts } => {
+                crate::metrics::reservation("created");
+                Reserved::Held {
+                    id: id(&parts),
+                    parts,
+                }
+            }
+            Deduction::Replayed { parts } => Reserved::Replayed {
+                id: id(&parts),
+                parts,
+            },
+            other => Reserved::NotHeld(other),
+        })
+    }
+
+    /// Confirms a reservation: its units become sold. Confirming one that expired or was
+    /// cancelled sells nothing and says so; confirming twice is harmless.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed id; store errors (retry: it is idempotent).
+    pub async fn confirm(&self, reservation: &str) -> Result<ReservationEnd> {
+        self.end_reservation(reservation, true).await
+    }
+
+    /// Cancels a reservation: its units go back to their segment and the user's chance comes
+    /// back. Cancelling twice is harmless; a confirmed one cannot be cancelled.
+    ///
+    /// # Errors
+    /// As [`confirm`](Self::confirm).
+    pub async fn cancel(&self, reservation: &str) -> Result<ReservationEnd> {
+        self.end_reservation(reservation, false).await
+    }
+
+    async fn end_reservation(&self, reservation: &str, confirm: bool) -> Result<ReservationEnd> {
+        let bad = || {
+            Error::invalid(
+                "reservation",
+                "expected <sku>~<generation>~<segment>~<request id>",
+            )
+        };
+        let mut it = reservation.splitn(4, '~');
+        let (Some(sku), Some(generation), Some(seg), Some(rid)) =
+            (it.next(), it.next(), it.next(), it.next())
+        else {
+            return Err(bad());
+        };
+        let sku = Sku::new(sku)?;
+        let rid = RequestId::new(rid)?;
+        let generation: u64 = generation.parse().map_err(|_| bad())?;
+        let index: u32 = seg.parse().map_err(|_| bad())?;
+        if index >= MAX_SEGMENTS {
+            return Err(bad());
+        }
+        let at = SegAddr {
+            sku: &sku,
+            generation,
+            index,
+        };
+        let (state, changed, user, units) = match self
+            .inner
+            .store
+            .reserve_end(at, &rid, Some(confirm))
+            .await?
+        {
+            ReserveEnd::Done { state, user, units } => (state, true, user, units),
+            ReserveEnd::Ended { state, user, units } => (state, false, user, units),
+            ReserveEnd::Unknown | ReserveEnd::Stale => {
+                return Ok(ReservationEnd {
+                    state: None,
+                    done: false,
+                });
+            }
+        };
+        let done = changed
+            && state
+                == if confirm {
+                    ResvState::Confirmed
+                } else {
+                    ResvState::Cancelled
+                };
+        // The user's record follows (idempotent; a crash here is repaired when the user next
+        // reaches the limit, by verify_stale).
+        if let Ok(user) = UserId::new(&user) {
+            let how = match state {
+                ResvState::Confirmed => Some(UserFinish::Sold),
+                ResvState::Cancelled | ResvState::Expired => Some(UserFinish::Void),
+                ResvState::Reserved => None,
+            };
+            if let Some(how) = how {
+                self.inner
+                    .store
+                    .user_finish(&sku, generation, &user, &rid, how)
+                    .await?;
+                if how == UserFinish::Void {
+                    self.inner.guard.forget(&sku, &user);
+                }
+            }
+        }
+        if done {
+            crate::metrics::reservation(if confirm { "confirmed" } else { "cancelled" });
+        }
+        let _ = units;
+        Ok(ReservationEnd {
+            state: Some(state),
+            done,
+        })
+    }
+
+    /// Returns every expired reservation of the SKUs this engine has used to their stock now
+    /// (what the sweeper does periodically); returns the units given back.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn sweep(&self) -> Result<u64> {
+        let layouts: Vec<(Sku, Arc<Layout>)> = self
+            .inner
+            .layouts
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
+        let mut back = 0;
+        for (sku, l) in layouts {
+            for index in 0..l.segments {
+                let seg = SegAddr {
+                    sku: &sku,
+                    generation: l.generation,
+                    index,
+                };
+                back += self.inner.store.reclaim(seg).await?.0;
+            }
+        }
+        if back > 0 {
+            crate::metrics::reservations_expired(back);
+        }
+        Ok(back)
+    }
+
+    /// Starts the sweeper: [`sweep`](Self::sweep) every `every`. It holds no strong reference
+    /// to the engine (it ends when the engine is dropped) and stops when the returned handle is
+    /// dropped. Lazy reclaim inside every script returns stock even with no sweeper running.
+    pub fn start_sweeper(&self, every: Duration) -> Sweeper {
+        let weak = Arc::downgrade(&self.inner);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let engine = Engine { inner };
+                if let Err(e) = engine.sweep().await {
+                    tracing::warn!(error = %e, "sweep failed; retrying next round");
+                }
+            }
+        });
+        Sweeper { task }
+    }
+
     /// Deducts `req.qty` units: see the [module docs](self) for the route a request takes.
     ///
     /// # Errors
@@ -716,15 +973,20 @@ impl<S: Store> Engine<S> {
             }
         }
         let flow = self.deduct_in(l, req, tr).await?;
-        let sold = match &flow {
-            Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(true),
-            Done(Deduction::SoldOut | Deduction::Insufficient { .. }) => Some(false),
+        let held = if tr.resv > 0 {
+            UserFinish::Reserved
+        } else {
+            UserFinish::Sold
+        };
+        let how = match &flow {
+            Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(held),
+            Done(Deduction::SoldOut | Deduction::Insufficient { .. }) => Some(UserFinish::Void),
             // In flight, restarted or stale: the entry stays pending (verified if it lingers).
             _ => None,
         };
-        if let Some(sold) = sold {
+        if let Some(how) = how {
             store
-                .user_finish(&req.sku, l.generation, &req.user, &req.request_id, sold)
+                .user_finish(&req.sku, l.generation, &req.user, &req.request_id, how)
                 .await?;
         }
         Ok((flow, false))
@@ -736,10 +998,10 @@ impl<S: Store> Engine<S> {
         &self,
         l: &Layout,
         req: &Deduct,
-        stale: &[(RequestId, u64)],
+        stale: &[(RequestId, u64, bool)],
     ) -> Result<()> {
         let store = &self.inner.store;
-        for (rid, qty) in stale {
+        for (rid, qty, reservation) in stale {
             let other = Deduct {
                 sku: req.sku.clone(),
                 user: req.user.clone(),
@@ -752,6 +1014,22 @@ impl<S: Store> Engine<S> {
                 generation: l.generation,
                 index: home(rid, l.segments),
             };
+            if *reservation {
+                // A reservation counts until it is confirmed, cancelled or expired.
+                let how = match self.reservation_state(l, &req.sku, rid, at).await? {
+                    None | Some(ResvState::Expired | ResvState::Cancelled) => {
+                        Some(UserFinish::Void)
+                    }
+                    Some(ResvState::Confirmed) => Some(UserFinish::Sold),
+                    Some(ResvState::Reserved) => None,
+                };
+                if let Some(how) = how {
+                    store
+                        .user_finish(&req.sku, l.generation, &req.user, rid, how)
+                        .await?;
+                }
+                continue;
+            }
             let sold = match store.seal(at, args).await? {
                 SealReply::Sealed => Some(false),
                 SealReply::Applied => Some(true),
@@ -774,12 +1052,45 @@ impl<S: Store> Engine<S> {
                 SealReply::Pending { .. } | SealReply::Mismatch(_) => None,
             };
             if let Some(sold) = sold {
+                let how = if sold {
+                    UserFinish::Sold
+                } else {
+                    UserFinish::Void
+                };
                 store
-                    .user_finish(&req.sku, l.generation, &req.user, rid, sold)
+                    .user_finish(&req.sku, l.generation, &req.user, rid, how)
                     .await?;
             }
         }
         Ok(())
+    }
+
+    /// Where a request's reservation lives (its home record's part) and its state there.
+    async fn reservation_state(
+        &self,
+        l: &Layout,
+        sku: &Sku,
+        rid: &RequestId,
+        home_at: SegAddr<'_>,
+    ) -> Result<Option<ResvState>> {
+        let Some(rec) = self.inner.store.record(home_at, rid).await? else {
+            return Ok(None);
+        };
+        let RecordState::Applied(parts) = rec.state else {
+            return Ok(Some(ResvState::Reserved)); // still being placed
+        };
+        let Some(part) = parts.first() else {
+            return Ok(None);
+        };
+        let at = SegAddr {
+            sku,
+            generation: l.generation,
+            index: part.segment,
+        };
+        Ok(match self.inner.store.reserve_end(at, rid, None).await? {
+            ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),
+            ReserveEnd::Unknown | ReserveEnd::Stale => None,
+        })
     }
 
     /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
@@ -804,6 +1115,7 @@ impl<S: Store> Engine<S> {
             qty: req.qty,
             ttl_ms: self.ttl_ms(),
             lease_ms: self.inner.opts.claim_lease.as_millis() as u64,
+            resv_ttl_ms: 0,
         }
     }
 
@@ -816,7 +1128,10 @@ impl<S: Store> Engine<S> {
 
     async fn deduct_in(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
-        let args = self.args(req);
+        let args = ReqArgs {
+            resv_ttl_ms: tr.resv,
+            ..self.args(req)
+        };
         let home = home(&req.request_id, l.segments);
         let at = |index| SegAddr {
             sku: &req.sku,
@@ -1049,7 +1364,10 @@ impl<S: Store> Engine<S> {
         tr: &Trace,
     ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
-        let args = self.args(req);
+        let args = ReqArgs {
+            resv_ttl_ms: tr.resv,
+            ..self.args(req)
+        };
         let qty = req.qty;
         let home = home(&req.request_id, l.segments);
         let at = |index| SegAddr {
@@ -1097,6 +1415,9 @@ impl<S: Store> Engine<S> {
                 .find(|j| stocks[*j as usize].1 >= qty);
             let plan = match single {
                 Some(j) => vec![(j, qty)],
+                // A reservation lives in one segment, so that its expiry and its units are
+                // decided in one atomic step (see reserve_end.lua).
+                None if tr.resv > 0 => break,
                 None => plan_split(&stocks, qty).unwrap_or_default(),
             };
             let mut parts = Vec::with_capacity(plan.len());
@@ -1308,7 +1629,8 @@ impl<S: Store> Engine<S> {
             .await?;
         let mut problems = Vec::new();
         let mut segments = Vec::with_capacity(segs.len());
-        let (mut loaded, mut restocked, mut remaining, mut sold) = (0u64, 0u64, 0u64, 0u64);
+        let (mut loaded, mut restocked, mut remaining, mut sold, mut reserved) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         for (i, s) in segs.iter().enumerate() {
             let state = s.unwrap_or_default();
             let ok = match s {
@@ -1317,11 +1639,14 @@ impl<S: Store> Engine<S> {
                     false
                 }
                 Some(s) => {
-                    let ok = s.loaded.checked_add(s.restocked) == s.stock.checked_add(s.sold);
+                    let ok = s.loaded.checked_add(s.restocked)
+                        == s.stock
+                            .checked_add(s.sold)
+                            .and_then(|x| x.checked_add(s.reserved));
                     if !ok {
                         problems.push(format!(
-                            "segment {i}: loaded {} + restocked {} != remaining {} + sold {}",
-                            s.loaded, s.restocked, s.stock, s.sold
+                            "segment {i}: loaded {} + restocked {} != remaining {} + reserved {} + sold {}",
+                            s.loaded, s.restocked, s.stock, s.reserved, s.sold
                         ));
                     }
                     ok
@@ -1331,6 +1656,7 @@ impl<S: Store> Engine<S> {
             restocked += state.restocked;
             remaining += state.stock;
             sold += state.sold;
+            reserved += state.reserved;
             segments.push(SegmentAudit {
                 index: i as u32,
                 state,
@@ -1343,9 +1669,9 @@ impl<S: Store> Engine<S> {
                 meta.loaded
             ));
         }
-        if loaded + restocked != remaining + sold {
+        if loaded + restocked != remaining + reserved + sold {
             problems.push(format!(
-                "total: loaded {loaded} + restocked {restocked} != remaining {remaining} + sold {sold}"
+                "total: loaded {loaded} + restocked {restocked} != remaining {remaining} + reserved {reserved} + sold {sold}"
             ));
         }
         Ok(Audit {
@@ -1355,7 +1681,7 @@ impl<S: Store> Engine<S> {
             restocked,
             remaining,
             sold,
-            reserved: 0,
+            reserved,
             ok: problems.is_empty(),
             problems,
             segments,

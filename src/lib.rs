@@ -28,7 +28,8 @@ pub mod strategy;
 
 pub use config::Config;
 pub use engine::{
-    Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, Restocked,
+    Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, ReservationEnd,
+    Reserved, Restocked, Sweeper,
 };
 pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};

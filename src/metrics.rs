@@ -44,6 +44,10 @@ pub const GUARD_MISSES: &str = "shardstock_user_guard_misses_total";
 pub const GUARD_EVICTIONS: &str = "shardstock_user_guard_evictions_total";
 /// In-process guard entries held (gauge).
 pub const GUARD_ENTRIES: &str = "shardstock_user_guard_entries";
+/// Reservation events: created, confirmed, cancelled (counter, label `event`).
+pub const RESERVATIONS: &str = "shardstock_reservations_total";
+/// Units returned by expired reservations (counter).
+pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
 /// Errors by kind (`redis`, `lease_lost`, `conflict`, `invalid`, `sealed`, `other`) (counter).
 pub const ERRORS: &str = "shardstock_errors_total";
 
@@ -193,6 +197,14 @@ pub(crate) fn guard(hit: bool, g: &crate::guard::LocalGuard) {
     }
     counter!(GUARD_EVICTIONS).absolute(g.stats().evictions.load(Relaxed));
     gauge!(GUARD_ENTRIES).set(g.len() as f64);
+}
+
+pub(crate) fn reservation(event: &'static str) {
+    counter!(RESERVATIONS, "event" => event).increment(1);
+}
+
+pub(crate) fn reservations_expired(units: u64) {
+    counter!(RESERVATION_EXPIRED_UNITS).increment(units);
 }
 
 pub(crate) fn fallback() {

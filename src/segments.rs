@@ -115,6 +115,11 @@ impl Keyspace {
         format!("{}:{{{}@{}}}:g{}:user", self.prefix, sku, user, generation)
     }
 
+    /// Segment `i`'s reservation index (ZSET of record keys by expiry) in `generation`.
+    pub fn reservations(&self, sku: &Sku, i: u32, generation: u64) -> String {
+        format!("{}:{{{}#{}}}:g{}:resv", self.prefix, sku, i, generation)
+    }
+
     /// The lock of segment `i` (lock strategies; same tag as the segment).
     pub fn lock(&self, sku: &Sku, i: u32) -> String {
         format!("{}:{{{}#{}}}:lock", self.prefix, sku, i)

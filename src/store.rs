@@ -38,6 +38,9 @@ pub struct ReqArgs<'a> {
     pub ttl_ms: u64,
     /// Lease of a fallback claim, in ms.
     pub lease_ms: u64,
+    /// 0: sell. > 0: reserve the units for this many ms instead (they return by themselves
+    /// unless confirmed).
+    pub resv_ttl_ms: u64,
 }
 
 /// Reply of [`Store::deduct_home`] (`deduct.lua`).
@@ -181,9 +184,62 @@ pub enum UserClaim {
         used: u64,
         /// Of those, units sold for good (they never come back).
         final_used: u64,
-        /// Pending entries past their expiry, to verify: (request id, qty).
-        stale: Vec<(RequestId, u64)>,
+        /// Entries to verify: (request id, qty, is a reservation). Pending ones past their
+        /// expiry, and reservations (they may have expired or been cancelled).
+        stale: Vec<(RequestId, u64, bool)>,
     },
+}
+
+/// What [`Store::user_finish`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserFinish {
+    /// The units are the user's for good.
+    Sold,
+    /// The units are reserved (they count until confirmed, cancelled or expired).
+    Reserved,
+    /// Nothing was (or will be) sold: the entry goes.
+    Void,
+}
+
+/// A reservation's state (`rs` on the record holding its units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResvState {
+    /// Held, not yet confirmed.
+    Reserved,
+    /// Confirmed: the units are sold.
+    Confirmed,
+    /// Cancelled: the units went back.
+    Cancelled,
+    /// Expired unconfirmed: the units went back.
+    Expired,
+}
+
+/// Reply of [`Store::reserve_end`] (`reserve_end.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveEnd {
+    /// Now (or already) in the asked state.
+    Done {
+        /// The state reached.
+        state: ResvState,
+        /// Its user.
+        user: String,
+        /// Its units.
+        units: u64,
+    },
+    /// It had ended otherwise (or, for a peek, this is its state).
+    Ended {
+        /// The state it is in.
+        state: ResvState,
+        /// Its user.
+        user: String,
+        /// Its units.
+        units: u64,
+    },
+    /// No such reservation.
+    Unknown,
+    /// Segment missing or of another generation.
+    Stale,
 }
 
 /// Reply of [`Store::seal`] (`seal.lua`).
@@ -253,7 +309,7 @@ pub struct Meta {
     pub user_limit: u64,
 }
 
-/// One segment's counters. Invariant: `loaded + restocked = stock + sold`.
+/// One segment's counters. Invariant: `loaded + restocked = stock + reserved + sold`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct SegmentState {
     /// Units left.
@@ -264,6 +320,8 @@ pub struct SegmentState {
     pub loaded: u64,
     /// Units restocked.
     pub restocked: u64,
+    /// Units held by live reservations.
+    pub reserved: u64,
 }
 
 /// The state of a request's record at its home segment.
@@ -399,15 +457,25 @@ pub trait Store: Send + Sync + 'static {
         limit: u64,
         claim_ttl_ms: u64,
     ) -> impl Future<Output = Result<UserClaim>> + Send;
-    /// `user_finish.lua`: marks a counted request sold for good, or removes it.
+    /// `user_finish.lua`: marks a counted request sold or reserved, or removes it.
     fn user_finish(
         &self,
         sku: &Sku,
         generation: u64,
         user: &UserId,
         request_id: &RequestId,
-        sold: bool,
+        how: UserFinish,
     ) -> impl Future<Output = Result<()>> + Send;
+    /// `reserve_end.lua`: confirms (`Some(true)`), cancels (`Some(false)`) or reads (`None`)
+    /// the reservation held on `request_id`'s record at `seg`.
+    fn reserve_end(
+        &self,
+        seg: SegAddr<'_>,
+        request_id: &RequestId,
+        confirm: Option<bool>,
+    ) -> impl Future<Output = Result<ReserveEnd>> + Send;
+    /// `reclaim.lua`: returns `seg`'s expired reservations; (units returned, entries left).
+    fn reclaim(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<(u64, u64)>> + Send;
     /// `seal.lua`: at a request's home segment, tells whether it applied, else seals it.
     fn seal(
         &self,

@@ -274,6 +274,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
         qty,
         ttl_ms: 60_000,
         lease_ms: 100,
+        resv_ttl_ms: 0,
     };
     let st = e.store();
     // Empty the home with a one-unit request routed there explicitly.
@@ -284,6 +285,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
         qty: 1,
         ttl_ms: 60_000,
         lease_ms: 100,
+        resv_ttl_ms: 0,
     };
     assert!(matches!(
         st.deduct_home(at(home), fa, false).await.unwrap(),
@@ -396,6 +398,7 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
         qty: 2,
         ttl_ms: 60_000,
         lease_ms: 30_000,
+        resv_ttl_ms: 0,
     };
     assert!(matches!(
         e.store().deduct_home(at, args, true).await.unwrap(),

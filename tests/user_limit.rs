@@ -147,6 +147,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
             qty: 1,
             ttl_ms: 60_000,
             lease_ms: 5_000,
+            resv_ttl_ms: 0,
         };
         st.user_claim(sku_ref, 1, args, 1, 200).await.unwrap()
     };
@@ -195,6 +196,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         qty: 1,
         ttl_ms: 60_000,
         lease_ms: 5_000,
+        resv_ttl_ms: 0,
     };
     let home = shardstock::segments::home(&r, 2);
     let at = SegAddr {

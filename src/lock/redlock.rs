@@ -8,10 +8,12 @@
 //! clock-rate differences. A lost attempt is undone at once (compare-and-delete on the nodes
 //! that granted or whose answer is unknown), so split votes between contenders do not block
 //! anyone for a lease. Renewal (the watchdog's compare-and-`PEXPIRE`) counts as renewed only
-//! when a quorum renewed; release is a compare-and-delete everywhere. A node that errors, times
-//! out or is disconnected simply votes "no": a minority of nodes can be down. When so many
-//! nodes *failed* that no quorum is possible (more than N − quorum), the attempt returns
-//! [`Error::Redis`] at once instead of letting the caller wait for a lock it cannot get.
+//! when a quorum renewed (nodes whose answer was lost are asked again within lease/3); release
+//! is a compare-and-delete everywhere (retried in the background where the answer was lost).
+//! A node that errors, times out or is disconnected simply votes "no": a minority of nodes can
+//! be down. When so many nodes *failed* that no quorum is possible (more than N − quorum), the
+//! attempt returns [`Error::Redis`] at once instead of letting the caller wait for a lock it
+//! cannot get.
 //!
 //! # What it guarantees, and what it does not
 //! Under timing assumptions — node clocks advance at about the same rate (no jumps), and no
@@ -33,8 +35,9 @@
 //! forgotten the locks it granted; voting at once would let a second client win a quorum made
 //! of it plus free nodes while the first holder still owns the lock on the rest. Each node
 //! therefore keeps a marker key, [`QUARANTINE_KEY`] (no TTL), holding the end of its
-//! quarantine in milliseconds of the node's own clock (`TIME`). The acquire script sees a missing marker as "new or
-//! restarted empty", sets it to now + quarantine and refuses to vote until then. Renewals
+//! quarantine in milliseconds of the node's own clock (`TIME`). The acquire script sees a
+//! missing marker as "new or restarted empty", sets it to now + quarantine and refuses to vote
+//! until then (the attempt sees "contended", not an error). Renewals
 //! cannot revive a forgotten lock (they compare the token), so the old holder's watchdog sees
 //! the lock lost unless it still has a quorum *without* that node — in which case the
 //! newcomer cannot win a quorum either.
@@ -49,9 +52,9 @@
 //! **First contact.** A brand-new node looks exactly like a restarted one (both are empty), so
 //! a new deployment refuses locks for `3 × lease` after its first acquisition attempt (6 s with
 //! the default 2 s lease; attempts in that window return "contended"). The marker is
-//! deliberately *not* pre-seeded when a locker connects: a node that restarted
-//! between a lock grant and a new process connecting would then skip its quarantine, and a
-//! rolling deployment makes that likely. An operator who *knows* a node is brand new may set
+//! deliberately *not* pre-seeded when a locker connects: a node that restarted between a lock
+//! grant and a new process connecting would then skip its quarantine, and a rolling deployment
+//! makes that likely. An operator who *knows* a node is brand new may set
 //! the marker to `0` by hand (`SET shardstock:redlock:quarantine 0`) to skip the wait.
 //!
 //! The quarantine only detects restarts that lost the marker too. Run the nodes without
@@ -270,7 +273,8 @@ impl RedLock {
                     Some("ok") => Vote::Granted,
                     Some("taken") => Vote::Refused,
                     Some("quarantine") => {
-                        tracing::debug!(node = %node.peer.url, reply = ?v, "redlock node in quarantine");
+                        let url = &node.peer.url;
+                        tracing::debug!(node = %url, reply = ?v, "redlock node in quarantine");
                         Vote::Refused
                     }
                     _ => Vote::Failed {
@@ -415,7 +419,8 @@ async fn retry_release(script: Script, mut peers: Vec<Peer>, keys: Vec<String>, 
         }
     }
     for p in &peers {
-        tracing::debug!(node = %p.url, key = %keys[0], "redlock release not confirmed; the lease expires it");
+        let (node, key) = (&p.url, &keys[0]);
+        tracing::debug!(%node, %key, "redlock release unconfirmed; the lease expires it");
     }
 }
 

@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg            (fields gen, stock, sold, loaded, restocked)
 -- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
+-- KEYS[3]  reservation index <prefix>:{<sku>#<i>}:g<gen>:resv (ZSET of record keys by expiry)
 -- ARGV[1]  gen        load generation the caller believes in
 -- ARGV[2]  user       user id
 -- ARGV[3]  qty        units wanted (> 0)
@@ -14,6 +15,8 @@
 --                     "fenced": lock strategies — the caller read the stock under a lock and
 --                     decided; apply only while the segment's fence still equals ARGV[9]
 -- ARGV[9]  fence      the fence number the caller's lock acquisition got (mode "fenced")
+-- ARGV[10] resv_ttl_ms 0: sell; > 0: reserve the units for this long (server clock), they go
+--                     to `reserved` instead of `sold` and return by themselves when unconfirmed
 --
 -- Reply (first element is the tag):
 --   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>"
@@ -40,9 +43,12 @@ if claim ~= '0' and claim ~= '1' then bad('claim') end
 local mode = ARGV[8]
 if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' then bad('mode') end
 local fence = uint('fence', ARGV[9])
+local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
+local now = now_ms()
+stock = stock + reclaim(KEYS[1], KEYS[3], now)
 
 local rec = record(KEYS[2])
 if rec then
@@ -63,14 +69,18 @@ end
 
 if mode ~= 'claim' and stock >= qty then
   redis.call('HINCRBY', KEYS[1], 'stock', -qty)
-  redis.call('HINCRBY', KEYS[1], 'sold', qty)
   redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', 0, 'parts', index .. ':' .. qty)
+  if resv_ttl > 0 then
+    hold(KEYS[1], KEYS[3], KEYS[2], qty, now, resv_ttl)
+  else
+    redis.call('HINCRBY', KEYS[1], 'sold', qty)
+  end
   redis.call('PEXPIRE', KEYS[2], ttl)
   return { 'applied', stock - qty }
 end
 
 if claim == '1' then
-  redis.call('HSET', KEYS[2], 's', 'P', 'u', user, 'q', qty, 'e', 1, 'l', now_ms() + lease, 'hp', 0)
+  redis.call('HSET', KEYS[2], 's', 'P', 'u', user, 'q', qty, 'e', 1, 'l', now + lease, 'hp', 0)
   redis.call('PEXPIRE', KEYS[2], ttl)
   return { 'short', stock, 1 }
 end

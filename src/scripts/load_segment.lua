@@ -8,5 +8,6 @@
 local gen = uint('gen', ARGV[1])
 local units = uint('units', ARGV[2])
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'gen', gen, 'stock', units, 'loaded', units, 'restocked', 0, 'sold', 0)
+redis.call('HSET', KEYS[1], 'gen', gen, 'stock', units, 'loaded', units, 'restocked', 0, 'sold', 0,
+  'reserved', 0)
 return { 'ok' }

@@ -56,3 +56,33 @@ local function record(key)
   return r
 end
 
+-- Lazy reclaim: return expired reservations of this segment to its stock (at most 64 per call;
+-- the sweeper and later calls take the rest). A reservation's units sit on the record that
+-- holds them (fields rs = R|C|X|K, rq = units, exp = expiry ms); the segment's index ZSET
+-- (score = expiry) names those records. Everything is in the segment's slot, so deciding
+-- "expired" and returning the units is one atomic step: a confirm racing its own expiry ends
+-- in exactly one state.
+local function reclaim(seg, zkey, now)
+  local due = redis.call('ZRANGEBYSCORE', zkey, '-inf', now, 'LIMIT', 0, 64)
+  local back = 0
+  for _, rk in ipairs(due) do
+    local v = redis.call('HMGET', rk, 'rs', 'rq')
+    if v[1] == 'R' then
+      local q = tonumber(v[2])
+      redis.call('HSET', rk, 'rs', 'X')
+      redis.call('HINCRBY', seg, 'reserved', -q)
+      redis.call('HINCRBY', seg, 'stock', q)
+      back = back + q
+    end
+    redis.call('ZREM', zkey, rk)
+  end
+  return back
+end
+
+-- Marks the record `rk` as a reservation of `q` units expiring `ttl` ms from now.
+local function hold(seg, zkey, rk, q, now, ttl)
+  redis.call('HINCRBY', seg, 'reserved', q)
+  redis.call('HSET', rk, 'rs', 'R', 'rq', q, 'exp', now + ttl)
+  redis.call('ZADD', zkey, now + ttl, rk)
+end
+

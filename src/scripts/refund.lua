@@ -31,7 +31,17 @@ elseif rec.s == 'A' and tonumber(rec.e) <= epoch then
   redis.call('HSET', KEYS[2], 's', 'R', 'e', epoch, 'p', 0)
 end
 if units > 0 then
-  redis.call('HINCRBY', KEYS[1], 'stock', units)
-  redis.call('HINCRBY', KEYS[1], 'sold', -units)
+  if rec.rs == 'R' then
+    -- A reserved part: it leaves `reserved` (the index entry is dropped by the next reclaim).
+    redis.call('HINCRBY', KEYS[1], 'reserved', -units)
+    redis.call('HINCRBY', KEYS[1], 'stock', units)
+    redis.call('HSET', KEYS[2], 'rs', 'K')
+  elseif rec.rs == 'X' or rec.rs == 'K' then
+    -- An expired or cancelled reservation: its units are back already.
+    units = 0
+  else
+    redis.call('HINCRBY', KEYS[1], 'stock', units)
+    redis.call('HINCRBY', KEYS[1], 'sold', -units)
+  end
 end
 return { 'refunded', units }

@@ -7,6 +7,7 @@
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
+-- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  qty       the request's whole quantity (checked against the records)
@@ -17,6 +18,7 @@
 -- ARGV[8]  mode      "lua" (check stock here) | "fenced" (lock strategies: the caller decided
 --                    under a lock; apply only while the segment's fence equals ARGV[9])
 -- ARGV[9]  fence
+-- ARGV[10] resv_ttl_ms   0: sell; > 0: reserve the part (see deduct.lua)
 --
 -- Reply:
 --   {"taken", stock_after, part}   units taken now, or already taken by this epoch (idempotent)
@@ -38,9 +40,12 @@ if part > qty then bad('part') end
 local mode = ARGV[8]
 if mode ~= 'lua' and mode ~= 'fenced' then bad('mode') end
 local fence = uint('fence', ARGV[9])
+local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
+local now = now_ms()
+stock = stock + reclaim(KEYS[1], KEYS[3], now)
 
 local rec = record(KEYS[2])
 if rec then
@@ -62,8 +67,12 @@ if is_home == '1' then
   if hp > 0 then return { 'taken', stock, hp } end
   if stock < part then return short() end
   redis.call('HINCRBY', KEYS[1], 'stock', -part)
-  redis.call('HINCRBY', KEYS[1], 'sold', part)
   redis.call('HSET', KEYS[2], 'hp', part)
+  if resv_ttl > 0 then
+    hold(KEYS[1], KEYS[3], KEYS[2], part, now, resv_ttl)
+  else
+    redis.call('HINCRBY', KEYS[1], 'sold', part)
+  end
   return { 'taken', stock - part, part }
 end
 
@@ -79,8 +88,12 @@ end
 
 if stock < part then return short() end
 redis.call('HINCRBY', KEYS[1], 'stock', -part)
-redis.call('HINCRBY', KEYS[1], 'sold', part)
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', epoch, 'p', part)
+if resv_ttl > 0 then
+  hold(KEYS[1], KEYS[3], KEYS[2], part, now, resv_ttl)
+else
+  redis.call('HINCRBY', KEYS[1], 'sold', part)
+end
 redis.call('PEXPIRE', KEYS[2], ttl)
 return { 'taken', stock - part, part }

@@ -21,10 +21,10 @@
 -- ARGV[4]  claim_ttl_ms   after this a Pending entry may be verified (> 0)
 -- ARGV[5]  record_ttl_ms  lifetime of the user record (> 0)
 --
--- Entry value: "<qty>:<P|S>:<expiry ms, server clock>".
+-- Entry value: "<qty>:<P|R|S>:<expiry ms, server clock>" (Pending, Reserved, Sold).
 -- Reply: {"ok"} | {"dup", kind} (this request id is already counted) | {"mismatch", "qty"}
---        | {"limit", used, stale, final} where stale = "rid:qty,rid:qty" Pending entries past
---          expiry and final = units of Sold entries (what can never come back)
+--        | {"limit", used, stale, final} where stale = "rid:qty:kind,..." Pending entries past
+--          expiry and Reserved entries, and final = units of Sold entries (never coming back)
 local rid = ident('request_id', ARGV[1])
 local qty = posint('qty', ARGV[2])
 local limit = posint('limit', ARGV[3])
@@ -46,8 +46,10 @@ for i = 1, #flat, 2 do
   local q, kind, exp = string.match(flat[i + 1], '^(%d+):(%a):(%d+)$')
   used = used + tonumber(q)
   if kind == 'S' then final = final + tonumber(q) end
-  if kind == 'P' and tonumber(exp) < now then
-    stale[#stale + 1] = string.sub(flat[i], 3) .. ':' .. q
+  -- Pending past expiry: its claimer may be dead. Reserved: it may have expired or been
+  -- cancelled since. Both are verified by the engine before the user is refused.
+  if (kind == 'P' and tonumber(exp) < now) or kind == 'R' then
+    stale[#stale + 1] = string.sub(flat[i], 3) .. ':' .. q .. ':' .. kind
   end
 end
 if used + qty > limit then

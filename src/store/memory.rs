@@ -36,6 +36,10 @@ struct Rec {
     lease_until: Instant,
     parts: Vec<Part>,
     expires: Instant,
+    /// Reservation state of the units this record holds (`None`: sold or none).
+    rs: Option<ResvState>,
+    /// Units the reservation holds.
+    rq: u64,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +49,8 @@ struct Seg {
     requests: HashMap<(u64, RequestId), Rec>,
     restocks: HashMap<(u64, RequestId), ((u64, u64), Instant)>,
     inserts: u32,
+    /// Reservation index: (expiry, generation, request id) of records holding reserved units.
+    resv: std::collections::BTreeSet<(Instant, u64, RequestId)>,
 }
 
 impl Seg {
@@ -69,6 +75,42 @@ impl Seg {
         self.st.stock -= n;
         self.st.sold += n;
     }
+
+    /// Takes `n` units for a sale, or holds them as a reservation on `rid`'s record.
+    fn apply(&mut self, generation: u64, rid: &RequestId, n: u64, resv_ttl_ms: u64, now: Instant) {
+        if resv_ttl_ms == 0 {
+            return self.take_units(n);
+        }
+        self.st.stock -= n;
+        self.st.reserved += n;
+        let exp = now + ms(resv_ttl_ms);
+        if let Some(rec) = self.requests.get_mut(&(generation, rid.clone())) {
+            rec.rs = Some(ResvState::Reserved);
+            rec.rq = n;
+        }
+        self.resv.insert((exp, generation, rid.clone()));
+    }
+
+    /// Returns expired reservations to stock (reclaim in the Lua prelude); units returned.
+    fn reclaim(&mut self, now: Instant) -> u64 {
+        let mut back = 0;
+        while let Some(first) = self.resv.first().cloned() {
+            if first.0 > now {
+                break;
+            }
+            self.resv.remove(&first);
+            let (_, generation, rid) = first;
+            if let Some(rec) = self.requests.get_mut(&(generation, rid))
+                && rec.rs == Some(ResvState::Reserved)
+            {
+                rec.rs = Some(ResvState::Expired);
+                self.st.reserved -= rec.rq;
+                self.st.stock += rec.rq;
+                back += rec.rq;
+            }
+        }
+        back
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -76,8 +118,15 @@ struct MetaMem {
     meta: Meta,
 }
 
-/// A user's counted requests: request id -> (qty, sold for good, pending expiry).
-type UserRec = HashMap<RequestId, (u64, bool, Instant)>;
+/// A user's counted requests: request id -> (qty, kind, pending expiry).
+type UserRec = HashMap<RequestId, (u64, UserKind, Instant)>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UserKind {
+    Pending,
+    Reserved,
+    Sold,
+}
 
 #[derive(Default)]
 struct Inner {
@@ -239,6 +288,7 @@ impl Store for MemoryStore {
         claim: bool,
     ) -> Result<HomeReply> {
         Ok(self.with_seg(seg, HomeReply::Stale, |s, now| {
+            s.reclaim(now);
             if let Some(rec) = s.rec(seg.generation, req.request_id, now) {
                 if let Some(f) = mismatch(rec, &req) {
                     return HomeReply::Mismatch(f);
@@ -263,14 +313,22 @@ impl Store for MemoryStore {
                 lease_until: now,
                 parts: Vec::new(),
                 expires: now + ms(req.ttl_ms),
+                rs: None,
+                rq: 0,
             };
             if stock >= req.qty {
-                s.take_units(req.qty);
                 let parts = vec![Part {
                     segment: seg.index,
                     units: req.qty,
                 }];
                 s.put(seg.generation, req.request_id, Rec { parts, ..base }, now);
+                s.apply(
+                    seg.generation,
+                    req.request_id,
+                    req.qty,
+                    req.resv_ttl_ms,
+                    now,
+                );
                 return HomeReply::Applied {
                     stock_after: stock - req.qty,
                 };
@@ -301,6 +359,7 @@ impl Store for MemoryStore {
         is_home: bool,
     ) -> Result<TakeReply> {
         Ok(self.with_seg(seg, TakeReply::Stale, |s, now| {
+            s.reclaim(now);
             let stock = s.st.stock;
             let rec = s.rec(seg.generation, req.request_id, now);
             if let Some(rec) = &rec
@@ -322,7 +381,7 @@ impl Store for MemoryStore {
                     return TakeReply::Short { stock };
                 }
                 rec.home_part = part;
-                s.take_units(part);
+                s.apply(seg.generation, req.request_id, part, req.resv_ttl_ms, now);
                 return TakeReply::Taken {
                     stock_after: stock - part,
                     part,
@@ -346,7 +405,6 @@ impl Store for MemoryStore {
             if stock < part {
                 return TakeReply::Short { stock };
             }
-            s.take_units(part);
             let rec = Rec {
                 s: St::Applied,
                 user: req.user.clone(),
@@ -357,8 +415,11 @@ impl Store for MemoryStore {
                 lease_until: now,
                 parts: Vec::new(),
                 expires: now + ms(req.ttl_ms),
+                rs: None,
+                rq: 0,
             };
             s.put(seg.generation, req.request_id, rec, now);
+            s.apply(seg.generation, req.request_id, part, req.resv_ttl_ms, now);
             TakeReply::Taken {
                 stock_after: stock - part,
                 part,
@@ -431,9 +492,20 @@ impl Store for MemoryStore {
             } else {
                 0
             };
-            s.st.stock += units;
-            s.st.sold -= units;
-            units
+            match rec.rs {
+                Some(ResvState::Reserved) => {
+                    rec.rs = Some(ResvState::Cancelled);
+                    s.st.reserved -= units;
+                    s.st.stock += units;
+                    units
+                }
+                Some(ResvState::Expired | ResvState::Cancelled) => 0,
+                _ => {
+                    s.st.stock += units;
+                    s.st.sold -= units;
+                    units
+                }
+            }
         }))
     }
 
@@ -462,6 +534,8 @@ impl Store for MemoryStore {
                 lease_until: now,
                 parts: Vec::new(),
                 expires: now + ms(req.ttl_ms),
+                rs: None,
+                rq: 0,
             };
             s.put(seg.generation, req.request_id, rec, now);
             FenceReply::Clear
@@ -549,24 +623,28 @@ impl Store for MemoryStore {
             .users
             .entry((sku.clone(), generation, req.user.clone()))
             .or_default();
-        if let Some((q, sold, _)) = rec.get(req.request_id) {
+        if let Some((q, kind, _)) = rec.get(req.request_id) {
             return Ok(if *q == req.qty {
-                UserClaim::Dup { sold: *sold }
+                UserClaim::Dup {
+                    sold: *kind == UserKind::Sold,
+                }
             } else {
                 UserClaim::Mismatch
             });
         }
         let used: u64 = rec.values().map(|(q, _, _)| q).sum();
         if used + req.qty > limit {
-            let mut stale: Vec<(RequestId, u64)> = rec
+            let mut stale: Vec<(RequestId, u64, bool)> = rec
                 .iter()
-                .filter(|(_, (_, sold, exp))| !sold && *exp < now)
-                .map(|(r, (q, _, _))| (r.clone(), *q))
+                .filter(|(_, (_, kind, exp))| {
+                    (*kind == UserKind::Pending && *exp < now) || *kind == UserKind::Reserved
+                })
+                .map(|(r, (q, kind, _))| (r.clone(), *q, *kind == UserKind::Reserved))
                 .collect();
             stale.sort();
             let final_used = rec
                 .values()
-                .filter(|(_, sold, _)| *sold)
+                .filter(|(_, kind, _)| *kind == UserKind::Sold)
                 .map(|(q, _, _)| q)
                 .sum();
             return Ok(UserClaim::Limit {
@@ -577,7 +655,7 @@ impl Store for MemoryStore {
         }
         rec.insert(
             req.request_id.clone(),
-            (req.qty, false, now + ms(claim_ttl_ms)),
+            (req.qty, UserKind::Pending, now + ms(claim_ttl_ms)),
         );
         Ok(UserClaim::Ok)
     }
@@ -589,22 +667,84 @@ impl Store for MemoryStore {
         generation: u64,
         user: &UserId,
         request_id: &RequestId,
-        sold: bool,
+        how: UserFinish,
     ) -> Result<()> {
         if let Some(mut rec) = self
             .inner
             .users
             .get_mut(&(sku.clone(), generation, user.clone()))
         {
-            if sold {
-                if let Some(e) = rec.get_mut(request_id) {
-                    e.1 = true;
+            match how {
+                UserFinish::Void => {
+                    rec.remove(request_id);
                 }
-            } else {
-                rec.remove(request_id);
+                UserFinish::Sold | UserFinish::Reserved => {
+                    if let Some(e) = rec.get_mut(request_id) {
+                        e.1 = if how == UserFinish::Sold {
+                            UserKind::Sold
+                        } else {
+                            UserKind::Reserved
+                        };
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    // reserve_end.lua
+    async fn reserve_end(
+        &self,
+        seg: SegAddr<'_>,
+        request_id: &RequestId,
+        confirm: Option<bool>,
+    ) -> Result<ReserveEnd> {
+        Ok(self.with_seg(seg, ReserveEnd::Stale, |s, now| {
+            s.reclaim(now);
+            let Some(rec) = s.rec(seg.generation, request_id, now) else {
+                return ReserveEnd::Unknown;
+            };
+            let Some(state) = rec.rs else {
+                return ReserveEnd::Unknown;
+            };
+            let (user, units) = (rec.user.to_string(), rec.rq);
+            let Some(confirm) = confirm else {
+                return ReserveEnd::Ended { state, user, units };
+            };
+            let want = if confirm {
+                ResvState::Confirmed
+            } else {
+                ResvState::Cancelled
+            };
+            if state == want {
+                return ReserveEnd::Done { state, user, units };
+            }
+            if state != ResvState::Reserved {
+                return ReserveEnd::Ended { state, user, units };
+            }
+            rec.rs = Some(want);
+            s.st.reserved -= units;
+            if confirm {
+                s.st.sold += units;
+            } else {
+                s.st.stock += units;
+            }
+            s.resv
+                .retain(|(_, g, r)| !(*g == seg.generation && r == request_id));
+            ReserveEnd::Done {
+                state: want,
+                user,
+                units,
+            }
+        }))
+    }
+
+    // reclaim.lua
+    async fn reclaim(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
+        Ok(self.with_seg(seg, (0, 0), |s, now| {
+            let back = s.reclaim(now);
+            (back, s.resv.len() as u64)
+        }))
     }
 
     // seal.lua
@@ -632,6 +772,8 @@ impl Store for MemoryStore {
                 lease_until: now,
                 parts: Vec::new(),
                 expires: now + ms(req.ttl_ms),
+                rs: None,
+                rq: 0,
             };
             s.put(home.generation, req.request_id, rec, now);
             SealReply::Sealed

@@ -47,6 +47,8 @@ struct Scripts {
     user_claim: Script,
     user_finish: Script,
     seal: Script,
+    reserve_end: Script,
+    reclaim: Script,
 }
 
 impl Scripts {
@@ -65,10 +67,12 @@ impl Scripts {
             user_claim: script!("user_claim.lua"),
             user_finish: script!("user_finish.lua"),
             seal: script!("seal.lua"),
+            reserve_end: script!("reserve_end.lua"),
+            reclaim: script!("reclaim.lua"),
         }
     }
 
-    fn all(&self) -> [&Script; 13] {
+    fn all(&self) -> [&Script; 15] {
         [
             &self.deduct,
             &self.take,
@@ -83,6 +87,8 @@ impl Scripts {
             &self.user_claim,
             &self.user_finish,
             &self.seal,
+            &self.reserve_end,
+            &self.reclaim,
         ]
     }
 }
@@ -312,7 +318,11 @@ impl RedisStore {
             .eval(
                 &self.scripts.deduct,
                 "deduct",
-                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    self.seg_key(&seg),
+                    self.rq_key(&seg, req.request_id),
+                    self.keys.reservations(seg.sku, seg.index, seg.generation),
+                ],
                 vec![
                     seg.generation.to_string(),
                     req.user.to_string(),
@@ -323,6 +333,7 @@ impl RedisStore {
                     b(claim),
                     mode.to_string(),
                     fence.to_string(),
+                    req.resv_ttl_ms.to_string(),
                 ],
             )
             .await?;
@@ -363,7 +374,11 @@ impl RedisStore {
             .eval(
                 &self.scripts.take,
                 "take",
-                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    self.seg_key(&seg),
+                    self.rq_key(&seg, req.request_id),
+                    self.keys.reservations(seg.sku, seg.index, seg.generation),
+                ],
                 vec![
                     seg.generation.to_string(),
                     req.user.to_string(),
@@ -374,6 +389,7 @@ impl RedisStore {
                     b(is_home),
                     mode.to_string(),
                     fence.to_string(),
+                    req.resv_ttl_ms.to_string(),
                 ],
             )
             .await?;
@@ -700,10 +716,12 @@ impl Store for RedisStore {
                     .split(',')
                     .filter(|s| !s.is_empty())
                     .map(|e| {
-                        let (rid, q) = e.rsplit_once(':').ok_or_else(|| r.bad())?;
+                        let (rest, kind) = e.rsplit_once(':').ok_or_else(|| r.bad())?;
+                        let (rid, q) = rest.rsplit_once(':').ok_or_else(|| r.bad())?;
                         Ok((
                             RequestId::new(rid).map_err(|_| r.bad())?,
                             q.parse().map_err(|_| r.bad())?,
+                            kind == "R",
                         ))
                     })
                     .collect::<Result<Vec<_>>>()?;
@@ -723,9 +741,13 @@ impl Store for RedisStore {
         generation: u64,
         user: &UserId,
         request_id: &RequestId,
-        sold: bool,
+        how: UserFinish,
     ) -> Result<()> {
-        let action = if sold { "sold" } else { "void" };
+        let action = match how {
+            UserFinish::Sold => "sold",
+            UserFinish::Reserved => "reserved",
+            UserFinish::Void => "void",
+        };
         let r = self
             .eval(
                 &self.scripts.user_finish,
@@ -736,6 +758,74 @@ impl Store for RedisStore {
             .await?;
         match r.tag.as_str() {
             "ok" | "absent" => Ok(()),
+            _ => Err(r.bad()),
+        }
+    }
+
+    async fn reserve_end(
+        &self,
+        seg: SegAddr<'_>,
+        request_id: &RequestId,
+        confirm: Option<bool>,
+    ) -> Result<ReserveEnd> {
+        let action = match confirm {
+            Some(true) => "confirm",
+            Some(false) => "cancel",
+            None => "peek",
+        };
+        let r = self
+            .eval(
+                &self.scripts.reserve_end,
+                "reserve_end",
+                vec![
+                    self.seg_key(&seg),
+                    self.rq_key(&seg, request_id),
+                    self.keys.reservations(seg.sku, seg.index, seg.generation),
+                ],
+                vec![seg.generation.to_string(), action.to_string()],
+            )
+            .await?;
+        let state = |s: &str| -> Result<ResvState> {
+            Ok(match s {
+                "R" => ResvState::Reserved,
+                "C" => ResvState::Confirmed,
+                "K" => ResvState::Cancelled,
+                "X" => ResvState::Expired,
+                _ => return Err(r.bad()),
+            })
+        };
+        Ok(match r.tag.as_str() {
+            "done" => ReserveEnd::Done {
+                state: state(&r.str(0)?)?,
+                user: r.str(1)?,
+                units: r.u64(2)?,
+            },
+            "ended" => ReserveEnd::Ended {
+                state: state(&r.str(0)?)?,
+                user: r.str(1)?,
+                units: r.u64(2)?,
+            },
+            "unknown" => ReserveEnd::Unknown,
+            "stale" => ReserveEnd::Stale,
+            _ => return Err(r.bad()),
+        })
+    }
+
+    async fn reclaim(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
+        let r = self
+            .eval(
+                &self.scripts.reclaim,
+                "reclaim",
+                vec![
+                    self.seg_key(&seg),
+                    self.keys.reservations(seg.sku, seg.index, seg.generation),
+                ],
+                vec![seg.generation.to_string()],
+            )
+            .await?;
+        match r.tag.as_str() {
+            "reclaimed" => Ok((r.u64(0)?, r.u64(1)?)),
+            "stale" => Ok((0, 0)),
             _ => Err(r.bad()),
         }
     }
@@ -778,7 +868,10 @@ impl Store for RedisStore {
                 let v: Vec<Option<i64>> = self
                     .pool
                     .next()
-                    .hmget(key, vec!["gen", "stock", "sold", "loaded", "restocked"])
+                    .hmget(
+                        key,
+                        vec!["gen", "stock", "sold", "loaded", "restocked", "reserved"],
+                    )
                     .await?;
                 let u = |x: &i64| (*x).max(0) as u64;
                 Ok::<_, Error>(match v.as_slice() {
@@ -788,11 +881,13 @@ impl Store for RedisStore {
                         Some(sold),
                         Some(loaded),
                         Some(restocked),
+                        reserved,
                     ] if *g == generation as i64 => Some(SegmentState {
                         stock: u(stock),
                         sold: u(sold),
                         loaded: u(loaded),
                         restocked: u(restocked),
+                        reserved: reserved.as_ref().map_or(0, u),
                     }),
                     _ => None,
                 })

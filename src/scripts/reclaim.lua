@@ -1,0 +1,16 @@
+-- reclaim.lua — the sweeper's step: return a segment's expired reservations to its stock.
+--
+-- The same reclaim runs lazily inside every deduct/take/confirm/cancel on the segment, so
+-- stock comes back even when no sweeper runs; a reservation is returned at most once however
+-- many sweepers and scripts race (its state moves R -> X inside one atomic script).
+--
+-- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
+-- KEYS[2]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
+-- ARGV[1]  gen
+--
+-- Reply: {"reclaimed", units, left} (left = index entries still due or pending) | {"stale", g}
+local gen = tostring(uint('gen', ARGV[1]))
+local stock, other = segment(KEYS[1], gen)
+if not stock then return { 'stale', other } end
+local back = reclaim(KEYS[1], KEYS[2], now_ms())
+return { 'reclaimed', back, redis.call('ZCARD', KEYS[2]) }
