@@ -136,10 +136,11 @@ pub struct Config {
 impl Config {
     /// The lock options these settings stand for.
     pub fn lock_options(&self) -> crate::lock::LockOptions {
-        let mut o = crate::lock::LockOptions::default();
-        o.lease = Duration::from_millis(self.store.lock_lease_ms);
-        o.wait = Duration::from_millis(self.store.lock_wait_ms);
-        o
+        crate::lock::LockOptions {
+            lease: Duration::from_millis(self.store.lock_lease_ms),
+            wait: Duration::from_millis(self.store.lock_wait_ms),
+            ..crate::lock::LockOptions::default()
+        }
     }
 
     /// Reads defaults, then `file` (when given), then `SHARDSTOCK_*` environment variables,

@@ -1349,7 +1349,7 @@ impl<S: Store> Engine<S> {
         });
         let back = futures::future::try_join_all(refunds).await?;
         for (p, _) in parts.iter().zip(back) {
-            l.hints.observe(p.segment, u64::MAX); // stock came back: don't skip it
+            l.hints.forget(p.segment); // stock came back: don't skip it
         }
         Ok(())
     }

@@ -172,6 +172,16 @@ pub(crate) fn deduction(
     }
 }
 
+/// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).
+pub const ERROR_KINDS: [&str; 6] = [
+    "redis",
+    "lease_lost",
+    "conflict",
+    "invalid",
+    "sealed",
+    "other",
+];
+
 pub(crate) fn error(e: &crate::Error) {
     let kind = match e {
         crate::Error::Redis(_) => "redis",

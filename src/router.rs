@@ -42,6 +42,13 @@ impl Hints {
         }
     }
 
+    /// Forgets what was seen of segment `i` (e.g. stock just came back to it).
+    pub fn forget(&self, i: u32) {
+        if let Some(a) = self.at.get(i as usize) {
+            a.store(0, Relaxed);
+        }
+    }
+
     /// True when segment `i` was recently seen with fewer than `qty` units: worth skipping.
     pub fn likely_short(&self, i: u32, qty: u64) -> bool {
         let (Some(s), Some(a)) = (self.stock.get(i as usize), self.at.get(i as usize)) else {

@@ -22,14 +22,7 @@ pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
 pub(crate) const ATTEMPT_BUCKETS: [f64; 9] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0];
 
 /// Error kinds of `shardstock_errors_total` (the `kind` label set by the library).
-const ERROR_KINDS: [&str; 6] = [
-    "redis",
-    "lease_lost",
-    "conflict",
-    "invalid",
-    "sealed",
-    "other",
-];
+use shardstock::metrics::ERROR_KINDS;
 
 /// Installs the global recorder and serves `/metrics` on `addr` (any path answers).
 ///
