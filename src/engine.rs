@@ -823,7 +823,15 @@ impl<S: Store> Engine<S> {
                     generation: l.generation,
                     index,
                 };
-                back += self.inner.store.reclaim(seg).await?.0;
+                // Each call returns at most one batch (64 reservations): repeat while it
+                // finds some.
+                for _ in 0..1000 {
+                    let (units, _) = self.inner.store.reclaim(seg).await?;
+                    back += units;
+                    if units == 0 {
+                        break;
+                    }
+                }
             }
         }
         if back > 0 {

@@ -105,6 +105,16 @@ pub fn describe() {
     );
     describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
     describe_counter!(
+        RESERVATIONS,
+        Unit::Count,
+        "Reservations by event: created, confirmed, cancelled."
+    );
+    describe_counter!(
+        RESERVATION_EXPIRED_UNITS,
+        Unit::Count,
+        "Units returned to stock by expired reservations (sweeper; lazy reclaim inside other steps is not counted)."
+    );
+    describe_counter!(
         GUARD_HITS,
         Unit::Count,
         "Per-user attempts turned away by the in-process guard (double clicks, known limit)."

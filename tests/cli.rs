@@ -885,3 +885,96 @@ fn naive_sim_reports_its_oversell() {
     assert_eq!(r.status.code(), Some(1));
     assert!(r.stderr.contains("--redis"), "{}", r.stderr);
 }
+
+/// Issue 4's command: one unit per user at most, no oversell, audit ok; and across three
+/// processes sharing the users, the limit still holds in total.
+#[test]
+fn per_user_limit_holds_in_one_and_across_three_processes() {
+    let srv = RedisServer::start();
+    let url = srv.url();
+    let r = run(&[
+        "sim",
+        "--redis",
+        &url,
+        "--per-user-limit",
+        "1",
+        "--stock",
+        "5000",
+        "--users",
+        "1000",
+        "--requests",
+        "20000",
+        "--json",
+    ]);
+    r.expect_code(0);
+    let v = r.json();
+    assert_eq!(u(&v, "max_units_per_user"), 1, "{v}");
+    assert_eq!(
+        u(&v, "sold_units"),
+        1000,
+        "every user bought exactly once: {v}"
+    );
+    assert_eq!(u(&v, "oversold"), 0);
+    assert!(b(&v, "audit_ok"));
+    outcomes_add_up(&v);
+
+    run(&[
+        "load",
+        "--redis",
+        &url,
+        "--sku",
+        "lim3",
+        "--stock",
+        "5000",
+        "--segments",
+        "8",
+        "--per-user-limit",
+        "1",
+    ])
+    .expect_code(0);
+    let (reports, a) = three_processes(&srv, "lim3", &[], "600");
+    let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
+    assert_eq!(
+        sold, 600,
+        "600 users, one unit each, whichever process served them: {reports:#?}"
+    );
+    assert!(b(&a, "ok") && u(&a, "sold") == 600, "{a}");
+}
+
+/// Reservations in a sale: some confirmed, some cancelled, some left to expire. The run ends
+/// with nothing reserved and every unconfirmed unit back in `remaining`.
+#[test]
+fn sim_with_reservations_returns_every_unconfirmed_unit() {
+    let srv = RedisServer::start();
+    let url = srv.url();
+    let r = run(&[
+        "sim",
+        "--redis",
+        &url,
+        "--stock",
+        "3000",
+        "--segments",
+        "8",
+        "--users",
+        "4000",
+        "--requests",
+        "4000",
+        "--reserve-ratio",
+        "0.7",
+        "--confirm-ratio",
+        "0.4",
+        "--ttl-ms",
+        "400",
+        "--json",
+    ]);
+    r.expect_code(0);
+    let v = r.json();
+    assert!(
+        u(&v, "reservations_expired_units") > 0 && u(&v, "reservations_cancelled_units") > 0,
+        "{v}"
+    );
+    assert_eq!(u(&v, "reserved"), 0, "{v}");
+    assert_eq!(u(&v, "remaining") + u(&v, "sold"), 3000, "{v}");
+    assert_eq!(u(&v, "sold"), u(&v, "sold_units"), "{v}");
+    assert!(b(&v, "audit_ok") && u(&v, "oversold") == 0, "{v}");
+}

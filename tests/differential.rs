@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
+use proptest::strategy::Strategy;
 use shardstock::*;
 use std::time::Duration;
 

@@ -27,25 +27,59 @@ async fn lifecycle<S: Store>(e: Engine<S>) {
     let sku = Sku::new("resv").unwrap();
     e.load_limited(&sku, 10, 2, false, 1).await.unwrap();
     let ttl = Duration::from_millis(300);
-    let a = held(e.reserve(&Deduct::new("resv", "ann", 1, "a1").unwrap(), ttl).await.unwrap());
-    let b = held(e.reserve(&Deduct::new("resv", "bob", 1, "b1").unwrap(), ttl).await.unwrap());
-    let c = held(e.reserve(&Deduct::new("resv", "cat", 1, "c1").unwrap(), ttl).await.unwrap());
+    let a = held(
+        e.reserve(&Deduct::new("resv", "ann", 1, "a1").unwrap(), ttl)
+            .await
+            .unwrap(),
+    );
+    let b = held(
+        e.reserve(&Deduct::new("resv", "bob", 1, "b1").unwrap(), ttl)
+            .await
+            .unwrap(),
+    );
+    let c = held(
+        e.reserve(&Deduct::new("resv", "cat", 1, "c1").unwrap(), ttl)
+            .await
+            .unwrap(),
+    );
     let x = audit_ok(&e, &sku).await;
     assert_eq!((x.reserved, x.remaining, x.sold), (3, 7, 0));
     // Replays return the same reservation; the limit counts the reservation.
-    let again = e.reserve(&Deduct::new("resv", "ann", 1, "a1").unwrap(), ttl).await.unwrap();
-    assert!(matches!(&again, Reserved::Replayed { id, .. } if *id == a), "{again:?}");
-    let more = e.reserve(&Deduct::new("resv", "ann", 1, "a2").unwrap(), ttl).await.unwrap();
-    assert_eq!(more, Reserved::NotHeld(Deduction::LimitReached { limit: 1 }));
+    let again = e
+        .reserve(&Deduct::new("resv", "ann", 1, "a1").unwrap(), ttl)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again, Reserved::Replayed { id, .. } if *id == a),
+        "{again:?}"
+    );
+    let more = e
+        .reserve(&Deduct::new("resv", "ann", 1, "a2").unwrap(), ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        more,
+        Reserved::NotHeld(Deduction::LimitReached { limit: 1 })
+    );
     // Confirm, cancel, and one left to expire.
     let r = e.confirm(&a).await.unwrap();
     assert_eq!((r.state, r.done), (Some(ResvState::Confirmed), true));
-    assert_eq!(e.confirm(&a).await.unwrap().state, Some(ResvState::Confirmed), "idempotent");
-    assert!(!e.cancel(&a).await.unwrap().done, "a confirmed reservation cannot be cancelled");
+    assert_eq!(
+        e.confirm(&a).await.unwrap().state,
+        Some(ResvState::Confirmed),
+        "idempotent"
+    );
+    assert!(
+        !e.cancel(&a).await.unwrap().done,
+        "a confirmed reservation cannot be cancelled"
+    );
     let r = e.cancel(&b).await.unwrap();
     assert_eq!((r.state, r.done), (Some(ResvState::Cancelled), true));
     // bob's chance came back.
-    let d = e.deduct(&Deduct::new("resv", "bob", 1, "b2").unwrap()).await.unwrap();
+    let d = e
+        .deduct(&Deduct::new("resv", "bob", 1, "b2").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 1, "{d:?}");
     tokio::time::sleep(Duration::from_millis(350)).await;
     // Expired: confirming sells nothing; the units came back (lazily, on this very call).
@@ -54,10 +88,16 @@ async fn lifecycle<S: Store>(e: Engine<S>) {
     let x = audit_ok(&e, &sku).await;
     assert_eq!((x.reserved, x.sold, x.remaining), (0, 2, 8));
     // cat's chance came back too.
-    let d = e.deduct(&Deduct::new("resv", "cat", 1, "c2").unwrap()).await.unwrap();
+    let d = e
+        .deduct(&Deduct::new("resv", "cat", 1, "c2").unwrap())
+        .await
+        .unwrap();
     assert_eq!(d.units_applied(), 1, "{d:?}");
     // Malformed ids are input errors.
-    assert!(matches!(e.confirm("nope").await, Err(Error::InvalidInput { .. })));
+    assert!(matches!(
+        e.confirm("nope").await,
+        Err(Error::InvalidInput { .. })
+    ));
     assert_eq!(e.confirm("resv~1~0~never").await.unwrap().state, None);
 }
 
@@ -89,13 +129,30 @@ async fn confirms_race_expiry<S: Store>(e: Engine<S>) {
             e.confirm(&id).await.unwrap()
         })
     });
-    let ends: Vec<ReservationEnd> = join_all(confirms).await.into_iter().map(Result::unwrap).collect();
-    let confirmed = ends.iter().filter(|r| r.done && r.state == Some(ResvState::Confirmed)).count() as u64;
-    let expired = ends.iter().filter(|r| !r.done && r.state == Some(ResvState::Expired)).count() as u64;
-    assert_eq!(confirmed + expired, 1000, "some reservation ended in no or two states");
+    let ends: Vec<ReservationEnd> = join_all(confirms)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let confirmed = ends
+        .iter()
+        .filter(|r| r.done && r.state == Some(ResvState::Confirmed))
+        .count() as u64;
+    let expired = ends
+        .iter()
+        .filter(|r| !r.done && r.state == Some(ResvState::Expired))
+        .count() as u64;
+    assert_eq!(
+        confirmed + expired,
+        1000,
+        "some reservation ended in no or two states"
+    );
     e.sweep().await.unwrap();
     let a = audit_ok(&e, &sku).await;
-    assert_eq!((a.sold, a.reserved, a.remaining), (confirmed, 0, 1000 - confirmed));
+    assert_eq!(
+        (a.sold, a.reserved, a.remaining),
+        (confirmed, 0, 1000 - confirmed)
+    );
     eprintln!("race: {confirmed} confirmed in time, {expired} expired first");
 }
 
@@ -121,7 +178,11 @@ async fn sweeper_and_lazy_reclaim_return_each_unit_once() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let a = audit_ok(&e, &sku).await;
-    assert_eq!((a.reserved, a.remaining), (0, 40), "the sweeper returned them without traffic");
+    assert_eq!(
+        (a.reserved, a.remaining),
+        (0, 40),
+        "the sweeper returned them without traffic"
+    );
 
     // Kill the sweeper; reserve more; let them expire; only lazy reclaim can return them.
     drop(sweeper);

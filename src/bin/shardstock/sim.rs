@@ -48,6 +48,16 @@ pub(crate) struct SimArgs {
     /// Units one user may buy (0 = no limit; applies when this run loads the SKU).
     #[arg(long, value_name = "N", default_value_t = 0)]
     per_user_limit: u64,
+    /// Share of requests that reserve (pre-deduct with a TTL) instead of buying outright.
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    reserve_ratio: f64,
+    /// Share of reservations confirmed right away; half of the rest are cancelled and the
+    /// other half left to expire (the sim then waits for them and sweeps).
+    #[arg(long, value_name = "F", default_value_t = 0.5)]
+    confirm_ratio: f64,
+    /// Reservation TTL in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    ttl_ms: u64,
     /// Keep the sale going for this many seconds instead of sending --requests (for watching
     /// it live with --metrics-addr). The stock sells out, sold-out traffic goes on, and
     /// --restock-every adds --stock units again; about 1 request in 100 is a client retry of
@@ -115,6 +125,10 @@ struct Tally {
     limit_reached: u64,
     user_busy: u64,
     errors: u64,
+    /// Reserved units confirmed, cancelled, left to expire.
+    confirmed: u64,
+    cancelled: u64,
+    left_to_expire: u64,
     /// Units sold per user index (this process only).
     per_user: std::collections::HashMap<u64, u64>,
 }
@@ -163,6 +177,9 @@ impl Tally {
         self.limit_reached += o.limit_reached;
         self.user_busy += o.user_busy;
         self.errors += o.errors;
+        self.confirmed += o.confirmed;
+        self.cancelled += o.cancelled;
+        self.left_to_expire += o.left_to_expire;
         for (u, n) in &o.per_user {
             *self.per_user.entry(*u).or_default() += n;
         }
@@ -198,6 +215,13 @@ struct Report {
     user_busy: u64,
     /// Most units any one user bought in this run (this process).
     max_units_per_user: u64,
+    /// Reserved units this run confirmed (counted in sold_units too), cancelled, and left to
+    /// expire (returned before the audit).
+    reservations_confirmed_units: u64,
+    reservations_cancelled_units: u64,
+    reservations_expired_units: u64,
+    /// Units held by live reservations after the run (0 once expiries were swept).
+    reserved: u64,
     errors: u64,
     first_error: Option<String>,
     remaining: u64,
@@ -262,6 +286,14 @@ pub(crate) async fn run_sim<S: Store>(
     }
 
     let run_id = format!("r{}", unique_stem());
+    let (reserve_ratio, confirm_ratio, ttl_ms) = (a.reserve_ratio, a.confirm_ratio, a.ttl_ms);
+    if !(0.0..=1.0).contains(&reserve_ratio) || !(0.0..=1.0).contains(&confirm_ratio) {
+        return Err(Failure::new(
+            "--reserve-ratio and --confirm-ratio must be between 0 and 1",
+        ));
+    }
+    // Reservations left to expire come back through the engine's sweeper (and lazily).
+    let _sweeper = (reserve_ratio > 0.0).then(|| engine.start_sweeper(Duration::from_millis(100)));
     let next = Arc::new(AtomicU64::new(0));
     let first_error = Arc::new(OnceLock::<String>::new());
     let workers = match a.duration {
@@ -320,7 +352,52 @@ pub(crate) async fn run_sim<S: Store>(
                 };
                 let user = format!("u{}", i % users);
                 let request_id = format!("{run_id}-{i}");
+                // Deterministic per request index, so a retried request repeats its choice.
+                let pick =
+                    (shardstock::segments::fnv1a(request_id.as_bytes()) % 10_000) as f64 / 10_000.0;
+                let reserve = pick < reserve_ratio;
                 let outcome = match Deduct::new(sku.as_str(), &user, qty, &request_id) {
+                    Ok(req) if reserve => {
+                        let t0 = Instant::now();
+                        let r = engine.reserve(&req, Duration::from_millis(ttl_ms)).await;
+                        let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        hist.saturating_record(us.max(1));
+                        match r {
+                            Ok(shardstock::Reserved::Held { id, parts }) => {
+                                let units: u64 = parts.iter().map(|p| p.units).sum();
+                                // Second draw decides the reservation's fate.
+                                let fate = (shardstock::segments::fnv1a(id.as_bytes()) % 10_000)
+                                    as f64
+                                    / 10_000.0;
+                                if fate < confirm_ratio {
+                                    match engine.confirm(&id).await {
+                                        Ok(e) if e.done => {
+                                            tally.confirmed += units;
+                                            Ok(Deduction::Applied { parts })
+                                        }
+                                        Ok(_) => Ok(Deduction::SoldOut),
+                                        Err(e) => Err(e),
+                                    }
+                                } else if fate < confirm_ratio + (1.0 - confirm_ratio) / 2.0 {
+                                    match engine.cancel(&id).await {
+                                        Ok(_) => {
+                                            tally.cancelled += units;
+                                            Ok(Deduction::Replayed { parts })
+                                        }
+                                        Err(e) => Err(e),
+                                    }
+                                } else {
+                                    tally.left_to_expire += units;
+                                    Ok(Deduction::Replayed { parts })
+                                }
+                            }
+                            Ok(shardstock::Reserved::Replayed { parts, .. }) => {
+                                Ok(Deduction::Replayed { parts })
+                            }
+                            Ok(shardstock::Reserved::NotHeld(d)) => Ok(d),
+                            Err(e) => Err(e),
+                        }
+                    }
                     Ok(req) => {
                         let t0 = Instant::now();
                         let r = engine.deduct(&req).await;
@@ -358,6 +435,11 @@ pub(crate) async fn run_sim<S: Store>(
 
     let after =
         |e: shardstock::Error| Failure::new(format!("after the sale: {}", Failure::from(e).0));
+    if tally.left_to_expire > 0 {
+        // Let the unconfirmed reservations run out, then return them (the sweeper's job).
+        tokio::time::sleep(Duration::from_millis(a.ttl_ms + 50)).await;
+        engine.sweep().await.map_err(after)?;
+    }
     let remaining = engine.remaining(&sku).await.map_err(after)?;
     let audit = engine.audit(&sku).await.map_err(after)?;
     let oversold = audit
@@ -387,6 +469,10 @@ pub(crate) async fn run_sim<S: Store>(
         limit_reached: tally.limit_reached,
         user_busy: tally.user_busy,
         max_units_per_user: tally.per_user.values().copied().max().unwrap_or(0),
+        reservations_confirmed_units: tally.confirmed,
+        reservations_cancelled_units: tally.cancelled,
+        reservations_expired_units: tally.left_to_expire,
+        reserved: audit.reserved,
         errors: tally.errors,
         first_error: first_error.get().cloned(),
         remaining: remaining.total,
