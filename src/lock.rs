@@ -425,18 +425,30 @@ impl Locker {
         let counter = WatchdogCount(Arc::clone(&stats));
         let watchdog = tokio::spawn(async move {
             let _counter = counter; // decrements when the task ends or is aborted
+            // The lease certainly holds until `valid_until`; a renewal that errors (timeout,
+            // reconnect) is retried until then, and only a definite "not yours" or running out
+            // of lease marks the lock lost.
+            let mut valid_until = tokio::time::Instant::now() + lease;
             loop {
                 tokio::time::sleep(lease / 3).await;
-                match backend.renew(&k, &t, lease).await {
-                    Ok(true) => {
-                        stats.renewals.fetch_add(1, Relaxed);
-                        metrics::counter!(metric_names::RENEWALS).increment(1);
-                    }
-                    // Gone (expired or taken) or unreachable: report, stop renewing.
-                    Ok(false) | Err(_) => {
-                        l.store(true, Relaxed);
-                        stats.lost();
-                        return;
+                loop {
+                    let sent = tokio::time::Instant::now();
+                    match backend.renew(&k, &t, lease).await {
+                        Ok(true) => {
+                            valid_until = sent + lease;
+                            stats.renewals.fetch_add(1, Relaxed);
+                            metrics::counter!(metric_names::RENEWALS).increment(1);
+                            break;
+                        }
+                        Err(_) if tokio::time::Instant::now() + lease / 10 < valid_until => {
+                            tokio::time::sleep(lease / 20).await;
+                        }
+                        // Gone (expired or taken), or unreachable past the lease: report, stop.
+                        Ok(false) | Err(_) => {
+                            l.store(true, Relaxed);
+                            stats.lost();
+                            return;
+                        }
                     }
                 }
             }
@@ -515,8 +527,11 @@ impl LockGuard {
         if let Some(w) = self.watchdog.take() {
             w.abort();
         }
+        let r = self.backend.unlock(&self.key, &self.token).await;
+        // Only now: if this future is dropped before the unlock completed, Drop still
+        // releases in the background.
         self.released = true;
-        self.backend.unlock(&self.key, &self.token).await
+        r
     }
 }
 
