@@ -978,3 +978,43 @@ fn sim_with_reservations_returns_every_unconfirmed_unit() {
     assert_eq!(u(&v, "sold"), u(&v, "sold_units"), "{v}");
     assert!(b(&v, "audit_ok") && u(&v, "oversold") == 0, "{v}");
 }
+
+/// `redlock` across three processes over three lock nodes: exactly the stock.
+#[test]
+fn redlock_strategy_across_three_processes_sells_exactly_the_stock() {
+    let srv = RedisServer::start();
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for n in &nodes {
+        n.cli(&["SET", shardstock::lock::redlock::QUARANTINE_KEY, "0"]);
+    }
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let lock_nodes = urls.join(",");
+    let url = srv.url();
+    run(&[
+        "load",
+        "--redis",
+        &url,
+        "--sku",
+        "red3",
+        "--stock",
+        "300",
+        "--segments",
+        "16",
+        "--per-user-limit",
+        "0",
+    ])
+    .expect_code(0);
+    let (reports, a) = three_processes(
+        &srv,
+        "red3",
+        &["--strategy", "redlock", "--lock-nodes", &lock_nodes],
+        "200",
+    );
+    let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
+    for v in &reports {
+        assert_eq!(s(v, "strategy"), "redlock");
+        assert_eq!(u(v, "oversold"), 0, "{v}");
+    }
+    assert_eq!(sold, 300, "{reports:#?}");
+    assert!(b(&a, "ok") && u(&a, "sold") == 300, "{a}");
+}
