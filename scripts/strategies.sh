@@ -23,7 +23,11 @@ start() { # port
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 MAIN=$(free_port); start "$MAIN"
 NODES=()
-for _ in 1 2 3; do p=$(free_port); start "$p"; NODES+=("redis://127.0.0.1:$p"); done
+for _ in 1 2 3; do
+  p=$(free_port); start "$p"; NODES+=("redis://127.0.0.1:$p")
+  # Fresh nodes: mark them new so they vote at once (see the quarantine in src/lock/redlock.rs).
+  redis-cli -p "$p" SET shardstock:redlock:quarantine 0 >/dev/null
+done
 LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
 
 echo "| strategy | segments | sold | oversold | audit | throughput | p50 | p99 | lock acquired / contended / fenced |"
