@@ -817,6 +817,7 @@ impl<S: Store> Engine<S> {
             .collect();
         let mut back = 0;
         for (sku, l) in layouts {
+            let mut reserved = 0;
             for index in 0..l.segments {
                 let seg = SegAddr {
                     sku: &sku,
@@ -826,13 +827,15 @@ impl<S: Store> Engine<S> {
                 // Each call returns at most one batch (64 reservations): repeat while it
                 // finds some.
                 for _ in 0..1000 {
-                    let (units, _) = self.inner.store.reclaim(seg).await?;
+                    let (units, held) = self.inner.store.reclaim(seg).await?;
                     back += units;
                     if units == 0 {
+                        reserved += held;
                         break;
                     }
                 }
             }
+            crate::metrics::reserved(&self.inner.sku_labels, sku.as_str(), reserved);
         }
         if back > 0 {
             crate::metrics::reservations_expired(back);

@@ -48,6 +48,8 @@ pub const GUARD_ENTRIES: &str = "shardstock_user_guard_entries";
 pub const RESERVATIONS: &str = "shardstock_reservations_total";
 /// Units returned by expired reservations (counter).
 pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
+/// Units held by live reservations per opted-in SKU (gauge, label `sku`; set by the sweeper).
+pub const RESERVED_UNITS: &str = "shardstock_reserved_units";
 /// Errors by kind (`redis`, `lease_lost`, `conflict`, `invalid`, `sealed`, `other`) (counter).
 pub const ERRORS: &str = "shardstock_errors_total";
 
@@ -104,6 +106,11 @@ pub fn describe() {
         "Lua scripts reloaded after a NOSCRIPT reply, by script."
     );
     describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
+    describe_gauge!(
+        RESERVED_UNITS,
+        Unit::Count,
+        "Units held by live reservations, per SKU (opted-in SKUs; set by the sweeper)."
+    );
     describe_counter!(
         RESERVATIONS,
         Unit::Count,
@@ -221,6 +228,13 @@ pub(crate) fn guard(hit: bool, g: &crate::guard::LocalGuard) {
 
 pub(crate) fn reservation(event: &'static str) {
     counter!(RESERVATIONS, "event" => event).increment(1);
+}
+
+pub(crate) fn reserved(labels: &SkuLabels, sku: &str, units: u64) {
+    let label = labels.label(sku);
+    if label != "other" {
+        gauge!(RESERVED_UNITS, "sku" => label).set(units as f64);
+    }
 }
 
 pub(crate) fn reservations_expired(units: u64) {

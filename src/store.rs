@@ -474,7 +474,8 @@ pub trait Store: Send + Sync + 'static {
         request_id: &RequestId,
         confirm: Option<bool>,
     ) -> impl Future<Output = Result<ReserveEnd>> + Send;
-    /// `reclaim.lua`: returns `seg`'s expired reservations; (units returned, entries left).
+    /// `reclaim.lua`: returns `seg`'s expired reservations; (units returned, units still
+    /// reserved in the segment).
     fn reclaim(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<(u64, u64)>> + Send;
     /// `seal.lua`: at a request's home segment, tells whether it applied, else seals it.
     fn seal(

@@ -8,9 +8,10 @@
 -- KEYS[2]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
 -- ARGV[1]  gen
 --
--- Reply: {"reclaimed", units, left} (left = index entries still due or pending) | {"stale", g}
+-- Reply: {"reclaimed", units, reserved} (reserved = units still held by live reservations)
+--        | {"stale", g}
 local gen = tostring(uint('gen', ARGV[1]))
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
 local back = reclaim(KEYS[1], KEYS[2], now_ms())
-return { 'reclaimed', back, redis.call('ZCARD', KEYS[2]) }
+return { 'reclaimed', back, tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') }

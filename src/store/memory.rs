@@ -743,7 +743,7 @@ impl Store for MemoryStore {
     async fn reclaim(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
         Ok(self.with_seg(seg, (0, 0), |s, now| {
             let back = s.reclaim(now);
-            (back, s.resv.len() as u64)
+            (back, s.st.reserved)
         }))
     }
 
