@@ -7,7 +7,7 @@
 //! exactly as passed to `histogram!()` (the exporter adds no unit suffix by default).
 
 use crate::Failure;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use shardstock::lock::metric_names as lock_names;
 use shardstock::metrics as names;
 use std::net::SocketAddr;
@@ -33,25 +33,47 @@ pub(crate) fn install(addr: SocketAddr, strategy: shardstock::Strategy) -> Resul
     let fail = |e: metrics_exporter_prometheus::BuildError| {
         Failure::new(format!("cannot serve metrics on {addr}: {e}"))
     };
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets_for_metric(
-            Matcher::Full(names::DEDUCT_SECONDS.to_string()),
-            &LATENCY_BUCKETS,
-        )
-        .map_err(fail)?
-        .set_buckets_for_metric(
-            Matcher::Full(lock_names::WAIT_SECONDS.to_string()),
-            &LATENCY_BUCKETS,
-        )
-        .map_err(fail)?
-        .set_buckets_for_metric(
-            Matcher::Full(names::SEGMENT_ATTEMPTS.to_string()),
-            &ATTEMPT_BUCKETS,
-        )
+    with_buckets(PrometheusBuilder::new().with_http_listener(addr))
         .map_err(fail)?
         .install()
         .map_err(fail)?;
+    register(strategy);
+    Ok(())
+}
+
+/// Installs the global recorder without a listener and returns its handle (`serve` renders
+/// it on its own `/metrics` route). Needs a periodic [`PrometheusHandle::run_upkeep`].
+pub(crate) fn install_handle(strategy: shardstock::Strategy) -> Result<PrometheusHandle, Failure> {
+    let fail = |e: metrics_exporter_prometheus::BuildError| {
+        Failure::new(format!("cannot install the metrics recorder: {e}"))
+    };
+    let handle = with_buckets(PrometheusBuilder::new())
+        .map_err(fail)?
+        .install_recorder()
+        .map_err(fail)?;
+    register(strategy);
+    Ok(handle)
+}
+
+fn with_buckets(
+    b: PrometheusBuilder,
+) -> Result<PrometheusBuilder, metrics_exporter_prometheus::BuildError> {
+    b.set_buckets_for_metric(
+        Matcher::Full(names::DEDUCT_SECONDS.to_string()),
+        &LATENCY_BUCKETS,
+    )?
+    .set_buckets_for_metric(
+        Matcher::Full(lock_names::WAIT_SECONDS.to_string()),
+        &LATENCY_BUCKETS,
+    )?
+    .set_buckets_for_metric(
+        Matcher::Full(names::SEGMENT_ATTEMPTS.to_string()),
+        &ATTEMPT_BUCKETS,
+    )
+}
+
+/// Descriptions, and the rare counters at zero.
+fn register(strategy: shardstock::Strategy) {
     names::describe();
 
     for kind in ERROR_KINDS {
@@ -67,5 +89,4 @@ pub(crate) fn install(addr: SocketAddr, strategy: shardstock::Strategy) -> Resul
             metrics::counter!(name).increment(0);
         }
     }
-    Ok(())
 }

@@ -9,6 +9,7 @@
 //! (also clap's code for a usage error); 3 `sim` saw overselling or a failed audit.
 
 mod exporter;
+mod serve;
 mod sim;
 
 use clap::{Args, Parser, Subcommand};
@@ -79,7 +80,8 @@ struct Cli {
     critical_pause_ms: u64,
 
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9898; any path answers,
-    /// conventionally /metrics) while `sim` runs. Pair with `sim --duration` to watch a sale.
+    /// conventionally /metrics) while `sim` or `serve` runs. Pair with `sim --duration` to
+    /// watch a sale; `serve` also answers GET /metrics on its own address.
     #[arg(
         long,
         global = true,
@@ -119,6 +121,14 @@ enum Command {
     /// uses its own request ids. Exits with code 3 when units were oversold or the audit
     /// failed.
     Sim(sim::SimArgs),
+    /// Serve the engine over HTTP/JSON until SIGTERM or ctrl-c.
+    ///
+    /// Routes: PUT /skus/{sku} (load), POST /skus/{sku}/restock, POST /skus/{sku}/deduct,
+    /// GET /skus/{sku} (status), GET /skus/{sku}/audit, POST /skus/{sku}/reservations,
+    /// POST /reservations/{id}/confirm, POST /reservations/{id}/cancel, GET /healthz and
+    /// GET /metrics (also on --metrics-addr when given). Requests may carry their request id
+    /// in an Idempotency-Key header. In-flight requests finish before the process exits.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -253,9 +263,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         config.store.lock_lease_ms = ms;
     }
     config.validate()?;
-    // Only commands that run for a while serve metrics (`sim`; `serve` when it lands).
+    // Only commands that run for a while serve metrics (`sim` here; `serve` below).
     if let (Some(addr), Command::Sim(_)) = (cli.metrics_addr, &cli.command) {
         exporter::install(addr, config.store.strategy)?;
+    }
+    if let Command::Serve(_) = &cli.command {
+        serve::install_metrics(cli.metrics_addr, config.store.strategy).await?;
     }
     let builder = EngineBuilder::with_options(config.engine.options());
     let url = config.store.redis_url.trim();
@@ -314,6 +327,7 @@ async fn dispatch<S: Store>(
         Command::Restock(a) => run_restock(engine, a, json).await,
         Command::Audit(a) => run_audit(engine, a, json).await,
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
+        Command::Serve(a) => serve::run_serve(engine, a).await,
     }
 }
 
