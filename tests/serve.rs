@@ -1,0 +1,621 @@
+//! `shardstock serve` end to end: the HTTP API over a real redis-server, error codes, a small
+//! version of the three-instance experiment, and graceful shutdown.
+
+mod common;
+
+use common::RedisServer;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A running `shardstock serve`, killed on drop.
+struct Serve {
+    child: Child,
+    base: String,
+    stderr: Option<thread::JoinHandle<String>>,
+}
+
+impl Serve {
+    /// Starts `serve --listen 127.0.0.1:0 --redis URL <extra>` and waits for its address.
+    fn start(redis: &str, extra: &[&str]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("SHARDSTOCK_") {
+                cmd.env_remove(&k);
+            }
+        }
+        let mut child = cmd
+            .env_remove("RUST_LOG")
+            .args(["serve", "--listen", "127.0.0.1:0", "--redis", redis])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start shardstock serve");
+        let stdout = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let stderr = thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve did not start: {}", stderr.join().unwrap());
+            }
+        };
+        let base = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Self {
+            child,
+            base,
+            stderr: Some(stderr),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking()
+            && let Some(h) = self.stderr.take()
+        {
+            eprintln!("--- serve {} stderr ---\n{}", self.base, h.join().unwrap());
+        }
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into()
+}
+
+/// A reply: status, JSON body (Null when not JSON), Retry-After header.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: Value,
+    retry_after: Option<String>,
+}
+
+fn call(a: &ureq::Agent, method: &str, url: &str, body: Option<Value>, key: Option<&str>) -> Reply {
+    let mut r = match method {
+        "GET" => a.get(url).call(),
+        _ => {
+            let mut req = match method {
+                "PUT" => a.put(url),
+                _ => a.post(url),
+            }
+            .header("content-type", "application/json");
+            if let Some(k) = key {
+                req = req.header("idempotency-key", k);
+            }
+            req.send(body.map(|b| b.to_string()).unwrap_or_default())
+        }
+    }
+    .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let retry_after = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = r.body_mut().read_to_string().unwrap();
+    Reply {
+        status: r.status().as_u16(),
+        body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        retry_after,
+    }
+}
+
+fn get(a: &ureq::Agent, url: &str) -> Reply {
+    call(a, "GET", url, None, None)
+}
+
+fn post(a: &ureq::Agent, url: &str, body: Value) -> Reply {
+    call(a, "POST", url, Some(body), None)
+}
+
+fn put(a: &ureq::Agent, url: &str, body: Value) -> Reply {
+    call(a, "PUT", url, Some(body), None)
+}
+
+/// Asserts an error reply with `status` naming `field`.
+fn expect_error(r: &Reply, status: u16, field: &str) {
+    assert_eq!(r.status, status, "{r:?}");
+    assert_eq!(r.body["field"], field, "{r:?}");
+    assert!(
+        r.body["error"].as_str().is_some_and(|s| !s.is_empty()),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn every_route_answers_with_the_documented_codes() {
+    let srv = RedisServer::start();
+    let s = Serve::start(&srv.url(), &[]);
+    let a = agent();
+
+    let h = get(&a, &s.url("/healthz"));
+    assert_eq!(
+        (h.status, &h.body["strategy"]),
+        (200, &json!("lua")),
+        "{h:?}"
+    );
+
+    // Load, and load again.
+    let r = put(
+        &a,
+        &s.url("/skus/phone"),
+        json!({"stock": 10, "segments": 2, "per_user_limit": 0}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["generation"], 1);
+    expect_error(
+        &put(
+            &a,
+            &s.url("/skus/phone"),
+            json!({"stock": 10, "segments": 2}),
+        ),
+        409,
+        "sku",
+    );
+    let r = put(
+        &a,
+        &s.url("/skus/phone"),
+        json!({"stock": 10, "segments": 2, "per_user_limit": 0, "replace": true}),
+    );
+    assert_eq!((r.status, &r.body["generation"]), (201, &json!(2)), "{r:?}");
+    expect_error(
+        &put(&a, &s.url("/skus/phone2"), json!({"stock": 10})),
+        400,
+        "segments",
+    );
+    expect_error(
+        &put(
+            &a,
+            &s.url("/skus/phone2"),
+            json!({"stock": 10, "segments": 0}),
+        ),
+        400,
+        "segments",
+    );
+    expect_error(
+        &put(
+            &a,
+            &s.url("/skus/bad%20sku"),
+            json!({"stock": 1, "segments": 1}),
+        ),
+        400,
+        "sku",
+    );
+
+    // Deduct: applied, replayed (body id and header id), bad input, conflicts.
+    let deduct = s.url("/skus/phone/deduct");
+    let r = post(
+        &a,
+        &deduct,
+        json!({"user": "u1", "qty": 1, "request_id": "r1"}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &json!("applied")),
+        "{r:?}"
+    );
+    let r = call(
+        &a,
+        "POST",
+        &deduct,
+        Some(json!({"user": "u1", "qty": 1})),
+        Some("r1"),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &json!("replayed")),
+        "{r:?}"
+    );
+    let r = call(
+        &a,
+        "POST",
+        &deduct,
+        Some(json!({"user": "u1", "qty": 1})),
+        Some("k2"),
+    );
+    assert_eq!(r.body["outcome"], "applied", "{r:?}");
+    let r = call(
+        &a,
+        "POST",
+        &deduct,
+        Some(json!({"user": "u1", "qty": 1})),
+        Some("k2"),
+    );
+    assert_eq!(r.body["outcome"], "replayed", "{r:?}");
+    expect_error(
+        &post(
+            &a,
+            &deduct,
+            json!({"user": "a{b", "qty": 1, "request_id": "r9"}),
+        ),
+        400,
+        "user",
+    );
+    expect_error(
+        &post(&a, &deduct, json!({"user": "u1", "qty": 1})),
+        400,
+        "request_id",
+    );
+    expect_error(
+        &post(
+            &a,
+            &deduct,
+            json!({"user": "u1", "qty": 0, "request_id": "r9"}),
+        ),
+        400,
+        "qty",
+    );
+    expect_error(
+        &post(
+            &a,
+            &deduct,
+            json!({"user": "u1", "qty": -1, "request_id": "r9"}),
+        ),
+        400,
+        "qty",
+    );
+    expect_error(
+        &post(&a, &deduct, json!({"user": 7, "request_id": "r9"})),
+        400,
+        "user",
+    );
+    expect_error(
+        &post(&a, &deduct, json!({"usr": "u1", "request_id": "r9"})),
+        400,
+        "usr",
+    );
+    expect_error(
+        &call(
+            &a,
+            "POST",
+            &deduct,
+            Some(json!({"user": "u1", "request_id": "r9"})),
+            Some("other"),
+        ),
+        400,
+        "request_id",
+    );
+    expect_error(
+        &post(
+            &a,
+            &deduct,
+            json!({"user": "u2", "qty": 1, "request_id": "r1"}),
+        ),
+        409,
+        "user",
+    );
+    expect_error(
+        &post(
+            &a,
+            &deduct,
+            json!({"user": "u1", "qty": 2, "request_id": "r1"}),
+        ),
+        409,
+        "qty",
+    );
+    let r = a
+        .post(&deduct)
+        .header("content-type", "application/json")
+        .send("{not json")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    expect_error(
+        &post(
+            &a,
+            &s.url("/skus/nothing/deduct"),
+            json!({"user": "u1", "request_id": "r1"}),
+        ),
+        404,
+        "sku",
+    );
+    let r = post(
+        &a,
+        &deduct,
+        json!({"user": "u3", "qty": 9, "request_id": "r3"}),
+    );
+    assert_eq!(r.body["outcome"], "insufficient", "{r:?}");
+
+    // Status and audit.
+    let r = get(&a, &s.url("/skus/phone"));
+    assert_eq!((r.status, &r.body["remaining"]), (200, &json!(8)), "{r:?}");
+    assert_eq!(r.body["per_segment"].as_array().unwrap().len(), 2);
+    expect_error(&get(&a, &s.url("/skus/nothing")), 404, "sku");
+    let r = get(&a, &s.url("/skus/phone/audit"));
+    assert_eq!(
+        (r.status, &r.body["ok"], &r.body["sold"]),
+        (200, &json!(true), &json!(2)),
+        "{r:?}"
+    );
+    expect_error(&get(&a, &s.url("/skus/nothing/audit")), 404, "sku");
+
+    // Restock: once per request id, conflicts on another quantity.
+    let restock = s.url("/skus/phone/restock");
+    let r = post(&a, &restock, json!({"qty": 4, "request_id": "s1"}));
+    assert_eq!((r.status, &r.body["added"]), (200, &json!(4)), "{r:?}");
+    let r = call(&a, "POST", &restock, Some(json!({"qty": 4})), Some("s1"));
+    assert_eq!(
+        (r.status, &r.body["replayed"]),
+        (200, &json!(true)),
+        "{r:?}"
+    );
+    expect_error(
+        &post(&a, &restock, json!({"qty": 5, "request_id": "s1"})),
+        409,
+        "qty",
+    );
+    expect_error(&post(&a, &restock, json!({"qty": "5"})), 400, "qty");
+    assert_eq!(get(&a, &s.url("/skus/phone")).body["remaining"], 12);
+
+    // Reservations: hold, replay, confirm; hold, cancel; unknown and malformed ids.
+    let resv = s.url("/skus/phone/reservations");
+    let r = post(
+        &a,
+        &resv,
+        json!({"user": "v1", "qty": 1, "request_id": "h1", "ttl_ms": 60000}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (201, &json!("held")),
+        "{r:?}"
+    );
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let r = post(
+        &a,
+        &resv,
+        json!({"user": "v1", "qty": 1, "request_id": "h1", "ttl_ms": 60000}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"], &r.body["id"]),
+        (200, &json!("replayed"), &json!(id)),
+        "{r:?}"
+    );
+    expect_error(
+        &post(
+            &a,
+            &resv,
+            json!({"user": "v1", "qty": 1, "request_id": "h9"}),
+        ),
+        400,
+        "ttl_ms",
+    );
+    expect_error(
+        &post(
+            &a,
+            &resv,
+            json!({"user": "v1", "qty": 1, "request_id": "h9", "ttl_ms": 0}),
+        ),
+        400,
+        "ttl_ms",
+    );
+    assert_eq!(get(&a, &s.url("/skus/phone/audit")).body["reserved"], 1);
+    let r = post(
+        &a,
+        &s.url(&format!("/reservations/{id}/confirm")),
+        json!({}),
+    );
+    assert_eq!(
+        (r.status, &r.body["state"], &r.body["done"]),
+        (200, &json!("confirmed"), &json!(true)),
+        "{r:?}"
+    );
+    let r = post(
+        &a,
+        &resv,
+        json!({"user": "v2", "qty": 2, "request_id": "h2", "ttl_ms": 60000}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let id2 = r.body["id"].as_str().unwrap().to_string();
+    let r = post(
+        &a,
+        &s.url(&format!("/reservations/{id2}/cancel")),
+        json!({}),
+    );
+    assert_eq!(
+        (r.status, &r.body["state"]),
+        (200, &json!("cancelled")),
+        "{r:?}"
+    );
+    let r = post(&a, &s.url(&format!("/reservations/{id}/cancel")), json!({}));
+    assert_eq!(
+        (r.status, &r.body["done"]),
+        (200, &json!(false)),
+        "confirmed stays confirmed: {r:?}"
+    );
+    let unknown = id.replace("~h1", "~zz");
+    expect_error(
+        &post(
+            &a,
+            &s.url(&format!("/reservations/{unknown}/confirm")),
+            json!({}),
+        ),
+        404,
+        "reservation",
+    );
+    expect_error(
+        &post(&a, &s.url("/reservations/garbage/confirm"), json!({})),
+        400,
+        "reservation",
+    );
+    let r = get(&a, &s.url("/skus/phone/audit"));
+    assert!(
+        r.body["ok"] == json!(true) && r.body["sold"] == json!(3) && r.body["reserved"] == json!(0),
+        "{r:?}"
+    );
+
+    // Metrics and unknown routes.
+    let mut m = a.get(&s.url("/metrics")).call().unwrap();
+    assert_eq!(m.status().as_u16(), 200);
+    let text = m.body_mut().read_to_string().unwrap();
+    assert!(text.contains("shardstock_deductions_total"), "{text}");
+    assert_eq!(get(&a, &s.url("/nothing")).status, 404);
+}
+
+/// Redis gone: a 503 with a retry hint, not a hang or a panic.
+#[test]
+fn redis_failure_is_a_503_with_retry_after() {
+    let srv = RedisServer::start();
+    let s = Serve::start(&srv.url(), &[]);
+    let a = agent();
+    assert_eq!(
+        put(&a, &s.url("/skus/x"), json!({"stock": 5, "segments": 1})).status,
+        201
+    );
+    drop(srv);
+    let start = Instant::now();
+    let r = post(
+        &a,
+        &s.url("/skus/x/deduct"),
+        json!({"user": "u1", "request_id": "r1"}),
+    );
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.retry_after.is_some(), "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(15));
+    assert_eq!(get(&a, &s.url("/healthz")).status, 200);
+}
+
+/// Fires `threads` threads at each instance, each sending `per_thread` deducts with unique
+/// users and request ids; returns the units the replies say were applied.
+fn drive(instances: &[Serve], sku: &str, threads: usize, per_thread: usize) -> u64 {
+    let mut handles = Vec::new();
+    for (i, s) in instances.iter().enumerate() {
+        for t in 0..threads {
+            let url = s.url(&format!("/skus/{sku}/deduct"));
+            handles.push(thread::spawn(move || {
+                let a = agent();
+                let mut applied = 0;
+                for n in 0..per_thread {
+                    let id = format!("i{i}-t{t}-n{n}");
+                    let r = post(&a, &url, json!({"user": id, "qty": 1, "request_id": id}));
+                    assert_eq!(r.status, 200, "{r:?}");
+                    if r.body["outcome"] == "applied" {
+                        applied += 1;
+                    }
+                }
+                applied
+            }));
+        }
+    }
+    handles.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+fn three(srv: &RedisServer, extra: &[&str]) -> Vec<Serve> {
+    (0..3).map(|_| Serve::start(&srv.url(), extra)).collect()
+}
+
+#[test]
+fn three_lua_instances_sell_exactly_the_stock() {
+    let srv = RedisServer::start();
+    let inst = three(&srv, &["--strategy", "lua"]);
+    let a = agent();
+    let r = put(
+        &a,
+        &inst[0].url("/skus/m3"),
+        json!({"stock": 150, "segments": 4, "per_user_limit": 0}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let sold = drive(&inst, "m3", 8, 12); // 288 requests for 150 units
+    assert_eq!(sold, 150);
+    let r = get(&a, &inst[1].url("/skus/m3/audit"));
+    assert!(
+        r.body["ok"] == json!(true)
+            && r.body["sold"] == json!(150)
+            && r.body["remaining"] == json!(0),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn three_local_mutex_instances_oversell() {
+    let srv = RedisServer::start();
+    let inst = three(
+        &srv,
+        &["--strategy", "local-mutex", "--critical-pause-ms", "2"],
+    );
+    let a = agent();
+    let r = put(
+        &a,
+        &inst[0].url("/skus/lm"),
+        json!({"stock": 100, "segments": 1, "per_user_limit": 0}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let sold = drive(&inst, "lm", 8, 12);
+    let r = get(&a, &inst[2].url("/skus/lm/audit"));
+    let audited = r.body["sold"].as_u64().unwrap();
+    let loaded = r.body["loaded"].as_u64().unwrap();
+    assert!(
+        sold > 100 && audited > loaded,
+        "replies {sold}, audit {r:?}"
+    );
+    assert_eq!(r.body["ok"], false, "{r:?}");
+}
+
+/// SIGTERM with a request in flight: the request completes, then the process exits 0.
+#[test]
+fn sigterm_lets_the_in_flight_request_finish() {
+    let srv = RedisServer::start();
+    let mut s = Serve::start(
+        &srv.url(),
+        &["--strategy", "local-mutex", "--critical-pause-ms", "1500"],
+    );
+    let a = agent();
+    assert_eq!(
+        put(&a, &s.url("/skus/g"), json!({"stock": 5, "segments": 1})).status,
+        201
+    );
+    let url = s.url("/skus/g/deduct");
+    let slow =
+        thread::spawn(move || post(&agent(), &url, json!({"user": "u1", "request_id": "r1"})));
+    thread::sleep(Duration::from_millis(500));
+    let pid = s.child.id().to_string();
+    let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(st.success());
+    let r = slow.join().unwrap();
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &json!("applied")),
+        "{r:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve still running after SIGTERM"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
