@@ -112,9 +112,10 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let keys = vec![
         "t:{strict#0}:seg".to_string(),
         "t:{strict#0}:g1:rq:x".to_string(),
+        "t:{strict#0}:g1:resv".to_string(),
     ];
     let args = |qty: &str, user: &str| -> Vec<String> {
-        ["1", user, qty, "0", "1000", "1000", "1", "lua", "0"]
+        ["1", user, qty, "0", "1000", "1000", "1", "lua", "0", "0"]
             .iter()
             .map(|s| s.to_string())
             .collect()
