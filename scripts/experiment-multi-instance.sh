@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The articles' multi-instance experiment with real processes: one redis-server, three
+# `shardstock serve` instances on different ports sharing it, and HTTP load from `wrk` (one wrk
+# per instance, all at once) POSTing deducts with unique users and request ids. Afterwards the
+# SKU is audited. Per strategy it runs two phases:
+#   1. "stock": STOCK units, 1 segment, no per-user limit  -> sold, oversold, remaining;
+#   2. "one per user": STOCK units, per_user_limit 1, buyers drawn from USERS user ids
+#      -> units sold must equal USERS (each user got exactly one) for the safe strategies.
+# Prints a Markdown table (strategy, requests, sold, oversold, remaining, throughput, p99,
+# one-per-user sold).
+#
+# Usage: scripts/experiment-multi-instance.sh [STRATEGY...]      (default: lua lock redlock local-mutex)
+# Env:   STOCK (300) USERS (100) DURATION (5s) CONNS (32 per instance) THREADS (2 per wrk)
+#        PAUSE_MS (1: --critical-pause-ms, a slow call inside every critical section)
+# Needs: redis-server, redis-cli, wrk, python3 (apt-get install redis-server wrk).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STOCK=${STOCK:-300}
+USERS=${USERS:-100}
+DURATION=${DURATION:-5s}
+CONNS=${CONNS:-32}
+THREADS=${THREADS:-2}
+PAUSE_MS=${PAUSE_MS:-1}
+STRATEGIES=("$@")
+[ ${#STRATEGIES[@]} -eq 0 ] && STRATEGIES=(lua lock redlock local-mutex)
+for tool in redis-server redis-cli wrk python3 curl; do
+  command -v "$tool" >/dev/null || { echo "$tool missing (apt-get install redis-server wrk curl python3)" >&2; exit 1; }
+done
+cargo build --release --quiet --bin shardstock
+BIN=target/release/shardstock
+DIR=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start_redis() { # port
+  redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
+    --logfile "$DIR/redis-$1.log" >/dev/null 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.05; done
+  echo "redis on $1 did not start" >&2; exit 1
+}
+MAIN=$(free_port); start_redis "$MAIN"
+REDIS="redis://127.0.0.1:$MAIN"
+NODES=()
+for _ in 1 2 3; do
+  p=$(free_port); start_redis "$p"; NODES+=("redis://127.0.0.1:$p")
+  # Fresh lock nodes: mark them new so they vote at once (see the quarantine in src/lock/redlock.rs).
+  redis-cli -p "$p" SET shardstock:redlock:quarantine 0 >/dev/null
+done
+LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
+
+# wrk script: unique request ids per wrk process/thread/request; users either unique too
+# (USERS=0) or drawn from u1..uUSERS. Reports requests, non-2xx and p99 (µs) as one line.
+cat > "$DIR/deduct.lua" <<'LUA'
+local prefix, sku, users = "w", "sku", 0
+local counter, tid = 0, 0
+local next_tid = 0
+function setup(thread)
+  -- Runs in the main state; `thread:set` makes `thread_no` a global of that thread's state.
+  next_tid = next_tid + 1
+  thread:set("thread_no", next_tid)
+end
+function init(args)
+  prefix, sku, users = args[1], args[2], tonumber(args[3])
+  tid = thread_no or 0
+  math.randomseed(os.time() * 1000 + (tonumber(string.match(prefix, "%d+")) or 0) * 101 + tid)
+end
+function request()
+  counter = counter + 1
+  local rid = prefix .. "-" .. tostring(tid) .. "-" .. tostring(counter) .. "-" .. tostring(math.random(1000000000))
+  local user = rid
+  if users > 0 then user = "u" .. tostring(math.random(users)) end
+  local body = '{"user":"' .. user .. '","qty":1,"request_id":"' .. rid .. '"}'
+  return wrk.format("POST", "/skus/" .. sku .. "/deduct", {["Content-Type"] = "application/json"}, body)
+end
+function done(summary, latency, requests)
+  local non2xx = summary.errors.status
+  io.write(string.format("RESULT %d %d %d %d\n", summary.requests, non2xx,
+    latency:percentile(99), summary.duration))
+end
+LUA
+
+# Runs one phase; prints "requests non2xx p99_us duration_us sold oversold remaining ok".
+phase() { # strategy sku per_user_limit users
+  local s=$1 sku=$2 limit=$3 users=$4
+  local extra=(--strategy "$s" --critical-pause-ms "$PAUSE_MS")
+  [ "$s" = redlock ] && extra+=(--lock-nodes "$LOCK_NODES")
+  local ports=() spids=()
+  for i in 1 2 3; do
+    local port; port=$(free_port)
+    "$BIN" serve --redis "$REDIS" --listen "127.0.0.1:$port" "${extra[@]}" \
+      >"$DIR/serve-$s-$i.out" 2>"$DIR/serve-$s-$i.err" &
+    spids+=($!); PIDS+=($!); ports+=("$port")
+  done
+  for port in "${ports[@]}"; do
+    for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done
+  done
+  curl -sf -X PUT "http://127.0.0.1:${ports[0]}/skus/$sku" -H 'content-type: application/json' \
+    -d "{\"stock\":$STOCK,\"segments\":1,\"per_user_limit\":$limit}" >/dev/null
+  local wpids=()
+  for i in 0 1 2; do
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout 5s -s "$DIR/deduct.lua" \
+      "http://127.0.0.1:${ports[$i]}" -- "w$i" "$sku" "$users" >"$DIR/wrk-$sku-$i.out" 2>&1 &
+    wpids+=($!)
+  done
+  for p in "${wpids[@]}"; do wait "$p"; done
+  local audit
+  audit=$(curl -sf "http://127.0.0.1:${ports[1]}/skus/$sku/audit")
+  for p in "${spids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${spids[@]}"; do wait "$p" 2>/dev/null || true; done
+  python3 - "$audit" "$DIR"/wrk-"$sku"-*.out <<'PY'
+import json, sys
+a = json.loads(sys.argv[1])
+reqs = non2xx = p99 = dur = 0
+for f in sys.argv[2:]:
+    line = [l for l in open(f) if l.startswith("RESULT ")]
+    if not line:
+        sys.exit("wrk failed: " + open(f).read())
+    r, n, p, d = map(int, line[0].split()[1:])
+    reqs += r; non2xx += n; p99 = max(p99, p); dur = max(dur, d)
+oversold = max(0, a["sold"] - a["loaded"] - a["restocked"])
+print(reqs, non2xx, p99, dur, a["sold"], oversold, a["remaining"], "ok" if a["ok"] else "FAILED")
+PY
+}
+
+echo "| strategy | requests | sold | oversold | remaining | audit | throughput | p99 | one per user: $USERS users sold | non-2xx |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+RUN=$(date +%s)
+for s in "${STRATEGIES[@]}"; do
+  read -r reqs non2xx p99 dur sold oversold remaining ok < <(phase "$s" "exp-$RUN-$s" 0 0)
+  read -r _ non2xx_u _ _ sold_u _ _ ok_u < <(phase "$s" "exp-$RUN-$s-u" 1 "$USERS")
+  python3 - "$s" "$reqs" "$non2xx" "$p99" "$dur" "$sold" "$oversold" "$remaining" "$ok" "$sold_u" "$ok_u" "$non2xx_u" "$USERS" <<'PY'
+import sys
+s, reqs, non2xx, p99, dur, sold, over, rem, ok, sold_u, ok_u, non2xx_u, users = sys.argv[1:]
+thr = int(reqs) / (int(dur) / 1e6)
+mark = "" if s in ("lua", "lock", "redlock") else " (unsafe)"
+per_user = f"{sold_u}" + ("" if int(sold_u) == int(users) else f" (≠ {users})") + ("" if ok_u == "ok" else ", audit FAILED")
+print(f"| {s}{mark} | {int(reqs):,} | {sold} | {over} | {rem} | {ok} | {thr:,.0f}/s | {int(p99)/1000:.1f} ms | {per_user} | {int(non2xx) + int(non2xx_u)} |")
+PY
+done
