@@ -42,6 +42,25 @@ struct Rec {
     rq: u64,
 }
 
+impl Rec {
+    /// A record of state `s` for `req` at `epoch`, living the request TTL.
+    fn new(s: St, req: &ReqArgs<'_>, epoch: u64, now: Instant) -> Self {
+        Self {
+            s,
+            user: req.user.clone(),
+            qty: req.qty,
+            epoch,
+            part: 0,
+            home_part: 0,
+            lease_until: now,
+            parts: Vec::new(),
+            expires: now + ms(req.ttl_ms),
+            rs: None,
+            rq: 0,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Seg {
     generation: u64,
@@ -303,19 +322,7 @@ impl Store for MemoryStore {
                 };
             }
             let stock = s.st.stock;
-            let base = Rec {
-                s: St::Applied,
-                user: req.user.clone(),
-                qty: req.qty,
-                epoch: 0,
-                part: 0,
-                home_part: 0,
-                lease_until: now,
-                parts: Vec::new(),
-                expires: now + ms(req.ttl_ms),
-                rs: None,
-                rq: 0,
-            };
+            let base = Rec::new(St::Applied, &req, 0, now);
             if stock >= req.qty {
                 let parts = vec![Part {
                     segment: seg.index,
@@ -406,17 +413,8 @@ impl Store for MemoryStore {
                 return TakeReply::Short { stock };
             }
             let rec = Rec {
-                s: St::Applied,
-                user: req.user.clone(),
-                qty: req.qty,
-                epoch,
                 part,
-                home_part: 0,
-                lease_until: now,
-                parts: Vec::new(),
-                expires: now + ms(req.ttl_ms),
-                rs: None,
-                rq: 0,
+                ..Rec::new(St::Applied, &req, epoch, now)
             };
             s.put(seg.generation, req.request_id, rec, now);
             s.apply(seg.generation, req.request_id, part, req.resv_ttl_ms, now);
@@ -524,19 +522,7 @@ impl Store for MemoryStore {
                     return FenceReply::Applied { part: rec.part };
                 }
             }
-            let rec = Rec {
-                s: St::Fence,
-                user: req.user.clone(),
-                qty: req.qty,
-                epoch,
-                part: 0,
-                home_part: 0,
-                lease_until: now,
-                parts: Vec::new(),
-                expires: now + ms(req.ttl_ms),
-                rs: None,
-                rq: 0,
-            };
+            let rec = Rec::new(St::Fence, &req, epoch, now);
             s.put(seg.generation, req.request_id, rec, now);
             FenceReply::Clear
         }))
@@ -762,19 +748,7 @@ impl Store for MemoryStore {
                     },
                 };
             }
-            let rec = Rec {
-                s: St::Sealed,
-                user: req.user.clone(),
-                qty: req.qty,
-                epoch: 0,
-                part: 0,
-                home_part: 0,
-                lease_until: now,
-                parts: Vec::new(),
-                expires: now + ms(req.ttl_ms),
-                rs: None,
-                rq: 0,
-            };
+            let rec = Rec::new(St::Sealed, &req, 0, now);
             s.put(home.generation, req.request_id, rec, now);
             SealReply::Sealed
         }))
