@@ -1018,3 +1018,21 @@ fn redlock_strategy_across_three_processes_sells_exactly_the_stock() {
     assert_eq!(sold, 300, "{reports:#?}");
     assert!(b(&a, "ok") && u(&a, "sold") == 300, "{a}");
 }
+
+/// `status` shows remaining per segment, reserved and sold.
+#[test]
+fn status_reports_the_stock() {
+    let srv = RedisServer::start();
+    let url = srv.url();
+    load(&srv, "stat", 10, 4);
+    let v = run(&["status", "--redis", &url, "--sku", "stat", "--json"]).json();
+    assert_eq!(u(&v, "remaining"), 10);
+    assert_eq!(v["remaining_per_segment"], serde_json::json!([3, 3, 2, 2]));
+    assert_eq!(
+        (u(&v, "reserved"), u(&v, "sold"), u(&v, "loaded")),
+        (0, 0, 10)
+    );
+    let r = run(&["status", "--redis", &url, "--sku", "nope"]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(r.stderr.contains("not loaded"), "{}", r.stderr);
+}

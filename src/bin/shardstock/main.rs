@@ -113,6 +113,8 @@ enum Command {
     ///
     /// Prints totals and one row per segment. Exits with code 2 when a check fails.
     Audit(AuditArgs),
+    /// Show a SKU's stock: remaining in total and per segment, reserved and sold.
+    Status(AuditArgs),
     /// Simulate a flash sale: many concurrent buyers against one SKU.
     ///
     /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests (or sells for
@@ -326,6 +328,7 @@ async fn dispatch<S: Store>(
         Command::Load(a) => run_load(engine, a, json).await,
         Command::Restock(a) => run_restock(engine, a, json).await,
         Command::Audit(a) => run_audit(engine, a, json).await,
+        Command::Status(a) => run_status(engine, a, json).await,
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
         Command::Serve(a) => serve::run_serve(engine, a).await,
     }
@@ -416,6 +419,61 @@ async fn run_restock<S: Store>(
             "restocked {sku}: added {} units (request {request_id})",
             r.added
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_status<S: Store>(
+    engine: Engine<S>,
+    a: AuditArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let remaining = engine.remaining(&sku).await?;
+    let audit = engine.audit(&sku).await?;
+    #[derive(serde::Serialize)]
+    struct Status<'a> {
+        sku: &'a str,
+        store: &'static str,
+        strategy: shardstock::Strategy,
+        generation: u64,
+        remaining: u64,
+        remaining_per_segment: &'a [u64],
+        reserved: u64,
+        sold: u64,
+        loaded: u64,
+        restocked: u64,
+    }
+    let st = Status {
+        sku: sku.as_str(),
+        store: engine.store().name(),
+        strategy: engine.store().strategy(),
+        generation: audit.generation,
+        remaining: remaining.total,
+        remaining_per_segment: &remaining.per_segment,
+        reserved: audit.reserved,
+        sold: audit.sold,
+        loaded: audit.loaded,
+        restocked: audit.restocked,
+    };
+    if json {
+        print_json(&st)?;
+    } else {
+        println!(
+            "{} (generation {}, {} store, strategy {}): remaining {}, reserved {}, sold {} of {} loaded + {} restocked",
+            st.sku,
+            st.generation,
+            st.store,
+            st.strategy,
+            st.remaining,
+            st.reserved,
+            st.sold,
+            st.loaded,
+            st.restocked
+        );
+        for (i, units) in remaining.per_segment.iter().enumerate() {
+            println!("  segment {i:>4}: {units}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

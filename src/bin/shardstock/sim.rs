@@ -295,6 +295,27 @@ pub(crate) async fn run_sim<S: Store>(
     // Reservations left to expire come back through the engine's sweeper (and lazily).
     let _sweeper = (reserve_ratio > 0.0).then(|| engine.start_sweeper(Duration::from_millis(100)));
     let next = Arc::new(AtomicU64::new(0));
+    // A live progress bar for people; hidden for --json and when stderr is not a terminal.
+    let progress = (!json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+        let bar = match a.duration {
+            Some(_) => indicatif::ProgressBar::new_spinner(),
+            None => indicatif::ProgressBar::new(a.requests),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let (b, n) = (bar.clone(), Arc::clone(&next));
+        let task = tokio::spawn(async move {
+            loop {
+                b.set_position(n.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        (bar, task)
+    });
     let first_error = Arc::new(OnceLock::<String>::new());
     let workers = match a.duration {
         Some(_) => a.concurrency,
@@ -423,6 +444,10 @@ pub(crate) async fn run_sim<S: Store>(
             .map_err(|e| Failure::new(format!("cannot merge latency histograms: {e:?}")))?;
     }
     let elapsed = started.elapsed().max(Duration::from_nanos(1));
+    if let Some((bar, task)) = progress {
+        task.abort();
+        bar.finish_and_clear();
+    }
     if let Some(r) = restocker {
         r.await
             .map_err(|e| Failure::new(format!("the restock task failed: {e}")))?;
