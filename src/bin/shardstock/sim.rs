@@ -585,10 +585,35 @@ fn print_human(r: &Report) {
             l.fenced_rejected
         );
     }
-    println!(
-        "outcomes: applied {} ({} units), sold_out {}, insufficient {}, in_flight {}, replayed {}, errors {}",
-        r.applied, r.sold_units, r.sold_out, r.insufficient, r.in_flight, r.replayed, r.errors
-    );
+    // The outcome table: sold, sold out, rejected by reason.
+    let rows: [(&str, u64); 9] = [
+        ("sold (requests)", r.applied),
+        ("sold (units)", r.sold_units),
+        ("sold out", r.sold_out),
+        ("rejected: insufficient", r.insufficient),
+        ("rejected: limit reached", r.limit_reached),
+        ("rejected: user busy", r.user_busy),
+        ("in flight elsewhere", r.in_flight),
+        ("replayed", r.replayed),
+        ("errors", r.errors),
+    ];
+    println!("  {:<26} {:>12}", "outcome", "count");
+    for (name, n) in rows {
+        println!("  {name:<26} {n:>12}");
+    }
+    if r.reservations_confirmed_units
+        + r.reservations_cancelled_units
+        + r.reservations_expired_units
+        > 0
+    {
+        println!(
+            "  reservations (units): confirmed {}, cancelled {}, expired {}, still reserved {}",
+            r.reservations_confirmed_units,
+            r.reservations_cancelled_units,
+            r.reservations_expired_units,
+            r.reserved
+        );
+    }
     if let Some(e) = &r.first_error {
         println!("first error: {e}");
     }
