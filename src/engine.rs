@@ -673,22 +673,7 @@ impl<S: Store> Engine<S> {
                 "must be at least 1 ms and at most the request TTL",
             ));
         }
-        let start = Instant::now();
-        let trace = Trace {
-            resv: ms,
-            ..Trace::default()
-        };
-        let r = self.deduct_traced(req, &trace).await;
-        match &r {
-            Ok(d) => crate::metrics::deduction(
-                d.kind(),
-                strategy.name(),
-                start.elapsed(),
-                trace.attempts.load(std::sync::atomic::Ordering::Relaxed),
-            ),
-            Err(e) => crate::metrics::error(e),
-        }
-        let d = r?;
+        let d = self.measured(req, ms).await?;
         let generation = self.layout(&req.sku).await?.generation;
         let id = |parts: &[Part]| {
             let seg = parts.first().map_or(0, |p| p.segment);
@@ -868,8 +853,17 @@ impl<S: Store> Engine<S> {
     /// [`Error::RequestIdConflict`] (same id, other user or quantity), and store errors — after
     /// which the outcome is unknown and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
+        self.measured(req, 0).await
+    }
+
+    /// Runs a deduction (`resv_ms` = 0) or reservation and records its outcome, latency and
+    /// segment attempts.
+    async fn measured(&self, req: &Deduct, resv_ms: u64) -> Result<Deduction> {
         let start = Instant::now();
-        let trace = Trace::default();
+        let trace = Trace {
+            resv: resv_ms,
+            ..Trace::default()
+        };
         let r = self.deduct_traced(req, &trace).await;
         match &r {
             Ok(d) => crate::metrics::deduction(
