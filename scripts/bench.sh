@@ -37,7 +37,7 @@ CLI=(redis-cli -p "$PORT")
 URL="redis://127.0.0.1:$PORT"
 
 # --- the ceiling ------------------------------------------------------------------------------
-cat src/scripts/prelude.lua src/scripts/deduct.lua > "$DIR/deduct.lua"
+cat src/scripts/prelude.lua src/scripts/deduct_core.lua src/scripts/deduct.lua > "$DIR/deduct.lua"
 SHA=$("${CLI[@]}" -x SCRIPT LOAD < "$DIR/deduct.lua")
 SEG='ceil:{ceiling#0}:seg'
 # Exactly the fields load_segment.lua writes, generation 1, stock far beyond the call count.

@@ -34,10 +34,21 @@ pub struct StoreConfig {
     pub lock_wait_ms: u64,
     /// Independent Redis nodes for `redlock` (3 or 5).
     pub lock_nodes: Vec<String>,
+    /// Request coalescing (strategy `lua`): concurrent deductions bound for one segment go to
+    /// Redis as one script call. `false` = one script call per request.
+    pub coalesce: bool,
+    /// Most requests in one coalesced call.
+    pub coalesce_max_batch: usize,
+    /// How long (µs) a segment's queue may wait for more requests before sending; 0 = send at
+    /// once (batches form from what queues while earlier calls are in flight).
+    pub coalesce_window_us: u64,
+    /// Coalesced calls one segment may have in flight at once.
+    pub coalesce_max_in_flight: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
+        let c = crate::Coalescing::default();
         Self {
             redis_url: String::new(),
             pool_size: 4,
@@ -47,7 +58,22 @@ impl Default for StoreConfig {
             lock_lease_ms: 2000,
             lock_wait_ms: 1000,
             lock_nodes: Vec::new(),
+            coalesce: false,
+            coalesce_max_batch: c.max_batch,
+            coalesce_window_us: c.window.as_micros() as u64,
+            coalesce_max_in_flight: c.max_in_flight,
         }
+    }
+}
+
+impl StoreConfig {
+    /// The coalescing options, or None when `coalesce` is off.
+    pub fn coalescing(&self) -> Option<crate::Coalescing> {
+        self.coalesce.then(|| crate::Coalescing {
+            max_batch: self.coalesce_max_batch,
+            window: Duration::from_micros(self.coalesce_window_us),
+            max_in_flight: self.coalesce_max_in_flight,
+        })
     }
 }
 
@@ -186,6 +212,9 @@ impl Config {
         }
         if self.store.pool_size == 0 || self.store.pool_size > 256 {
             return Err(Error::Config("store.pool_size must be in 1..=256".into()));
+        }
+        if let Some(c) = self.store.coalescing() {
+            c.validate()?;
         }
         self.engine.options().validate()
     }

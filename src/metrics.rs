@@ -36,6 +36,8 @@ pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
 /// `SCRIPT LOAD`s after a `NOSCRIPT` reply (Redis restarted, failed over or flushed its script
 /// cache), by script (counter).
 pub const SCRIPT_RELOADS: &str = "shardstock_script_reloads_total";
+/// Requests per coalesced deduction script call (histogram; only with request coalescing on).
+pub const COALESCED_BATCH: &str = "shardstock_coalesced_batch_size";
 /// Per-user attempts turned away by the in-process guard (counter).
 pub const GUARD_HITS: &str = "shardstock_user_guard_hits_total";
 /// Per-user attempts the in-process guard passed on to the store (counter).
@@ -104,6 +106,11 @@ pub fn describe() {
         SCRIPT_RELOADS,
         Unit::Count,
         "Lua scripts reloaded after a NOSCRIPT reply, by script."
+    );
+    describe_histogram!(
+        COALESCED_BATCH,
+        Unit::Count,
+        "Deduction requests carried by one coalesced script call (request coalescing)."
     );
     describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
     describe_gauge!(
@@ -209,6 +216,10 @@ pub(crate) fn error(e: &crate::Error) {
         _ => "other",
     };
     counter!(ERRORS, "kind" => kind).increment(1);
+}
+
+pub(crate) fn coalesced_batch(requests: usize) {
+    histogram!(COALESCED_BATCH).record(requests as f64);
 }
 
 pub(crate) fn script_reload(script: &'static str) {

@@ -365,6 +365,11 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Request coalescing in force (Redis `lua` only; None = one call per request).
+    fn coalescing(&self) -> Option<crate::Coalescing> {
+        None
+    }
+
     /// Starts a (re)load: bumps the generation unless the SKU exists and `replace` is false.
     fn load_begin(
         &self,

@@ -107,6 +107,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let client = e.store().pool().next().clone();
     let lua = concat!(
         include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/deduct_core.lua"),
         include_str!("../src/scripts/deduct.lua")
     );
     let keys = vec![
@@ -156,6 +157,53 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:x2"]), "0");
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 1, "{a:?}");
+
+    // The coalesced script: a bad request is answered "bad" on its own and writes nothing;
+    // the good ones around it apply. A bad header refuses the whole call before any write.
+    let batch = concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/deduct_core.lua"),
+        include_str!("../src/scripts/deduct_batch.lua")
+    );
+    let reqs = [
+        ("b1", "u1", "1"),
+        ("b2", "u2", "0x10"),
+        ("b3", "a{b}", "1"),
+        ("b4", "u4", "2"),
+    ];
+    let mut keys = vec![
+        "t:{strict#0}:seg".to_string(),
+        "t:{strict#0}:g1:resv".to_string(),
+    ];
+    let mut args: Vec<String> = ["1", "0", "1000", "1000", "4"].map(String::from).to_vec();
+    for (rid, user, qty) in reqs {
+        keys.push(format!("t:{{strict#0}}:g1:rq:{rid}"));
+        args.extend([user, qty, "1", "lua", "0"].map(String::from));
+    }
+    let v: Value = client
+        .eval(batch, keys.clone(), args.clone())
+        .await
+        .unwrap();
+    let v = format!("{v:?}");
+    assert_eq!(v.matches("applied").count(), 2, "{v}");
+    assert!(
+        v.contains("bad argument: qty") && v.contains("bad argument: user"),
+        "{v}"
+    );
+    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:b2"]), "0");
+    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:b3"]), "0");
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.sold == 4, "{a:?}");
+    let before = srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
+    for (i, bad) in [(2, "0"), (3, "1e3"), (4, "5"), (0, "x")] {
+        let mut a2 = args.clone();
+        a2[i] = bad.to_string();
+        let keys2: Vec<String> = keys.iter().map(|k| k.replace(":b", ":c")).collect();
+        let r: Result<Value, _> = client.eval(batch, keys2, a2).await;
+        assert!(r.is_err(), "header {i} = {bad:?}");
+    }
+    assert_eq!(srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]), before);
+    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:c1"]), "0");
 }
 
 /// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.

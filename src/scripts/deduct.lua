@@ -1,4 +1,6 @@
 -- deduct.lua — the hot path: one request at its home segment, all or nothing.
+-- (prelude.lua and deduct_core.lua are prepended; deduct_batch.lua runs the same core for many
+-- requests in one call.)
 --
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg            (fields gen, stock, sold, loaded, restocked)
 -- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
@@ -45,43 +47,10 @@ if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' then bad('mode') end
 local fence = uint('fence', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
-local stock, other = segment(KEYS[1], gen)
-if not stock then return { 'stale', other } end
-local now = now_ms()
-stock = stock + reclaim(KEYS[1], KEYS[3], now)
-
-local rec = record(KEYS[2])
-if rec then
-  if rec.u ~= user then return { 'mismatch', 'user' } end
-  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
-  if rec.s == 'A' then return { 'replay', rec.parts } end
-  if rec.s == 'X' then return { 'sealed' } end
-  -- 'P': somebody (maybe a crashed process) holds the fallback claim.
-  local left = tonumber(rec.l) - now_ms()
-  if left < 0 then left = 0 end
-  return { 'pending', tonumber(rec.e), left }
-end
-
-if mode == 'fenced' then
-  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
-  if stock < qty then return { 'invariant', stock } end
-end
-
-if mode ~= 'claim' and stock >= qty then
-  redis.call('HINCRBY', KEYS[1], 'stock', -qty)
-  redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', 0, 'parts', index .. ':' .. qty)
-  if resv_ttl > 0 then
-    hold(KEYS[1], KEYS[3], KEYS[2], qty, now, resv_ttl)
-  else
-    redis.call('HINCRBY', KEYS[1], 'sold', qty)
-  end
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  return { 'applied', stock - qty }
-end
-
-if claim == '1' then
-  redis.call('HSET', KEYS[2], 's', 'P', 'u', user, 'q', qty, 'e', 1, 'l', now + lease, 'hp', 0)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  return { 'short', stock, 1 }
-end
-return { 'short', stock, 0 }
+local st, other = open_segment(KEYS[1], KEYS[3], gen)
+if not st then return { 'stale', other } end
+local reply = decide(st, KEYS[1], { rk = KEYS[2], user = user, qty = qty, qty_s = ARGV[3],
+  index = ARGV[4], ttl = ttl, lease = lease, claim = claim, mode = mode, fence = fence,
+  resv_ttl = resv_ttl })
+commit(st, KEYS[1], KEYS[3])
+return reply

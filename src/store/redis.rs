@@ -20,7 +20,9 @@ use fred::types::Value;
 use fred::types::scripts::Script;
 use std::sync::Arc;
 
+mod batch;
 mod strategies;
+pub use batch::Coalescing;
 use std::time::Duration;
 use strategies::Mode;
 
@@ -31,10 +33,19 @@ macro_rules! script {
             include_str!(concat!("../scripts/", $file))
         ))
     };
+    // With the shared deduction core (deduct.lua and deduct_batch.lua).
+    (core $file:literal) => {
+        Script::from_lua(concat!(
+            include_str!("../scripts/prelude.lua"),
+            include_str!("../scripts/deduct_core.lua"),
+            include_str!(concat!("../scripts/", $file))
+        ))
+    };
 }
 
 struct Scripts {
     deduct: Script,
+    deduct_batch: Script,
     take: Script,
     settle: Script,
     refund: Script,
@@ -54,7 +65,8 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            deduct: script!("deduct.lua"),
+            deduct: script!(core "deduct.lua"),
+            deduct_batch: script!(core "deduct_batch.lua"),
             take: script!("take.lua"),
             settle: script!("settle.lua"),
             refund: script!("refund.lua"),
@@ -72,9 +84,10 @@ impl Scripts {
         }
     }
 
-    fn all(&self) -> [&Script; 15] {
+    fn all(&self) -> [&Script; 16] {
         [
             &self.deduct,
+            &self.deduct_batch,
             &self.take,
             &self.settle,
             &self.refund,
@@ -105,6 +118,8 @@ pub struct RedisStore {
     pause_us: Arc<std::sync::atomic::AtomicU64>,
     /// The lock strategy runs over independent nodes.
     red: bool,
+    /// Request coalescing of `lua` deductions (None = one script call per request).
+    batcher: Option<Arc<batch::Batcher>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -182,23 +197,25 @@ impl Reply {
 
 /// Maps the scripts' argument errors back to typed errors.
 fn script_error(e: fred::error::Error) -> Error {
+    bad_argument(e.details()).unwrap_or(Error::Redis(e))
+}
+
+/// "… shardstock bad argument: <name>" as [`Error::Invalid`] naming the field.
+fn bad_argument(d: &str) -> Option<Error> {
     const PREFIX: &str = "shardstock bad argument: ";
-    let d = e.details();
-    if let Some(pos) = d.find(PREFIX) {
-        let name = d[pos + PREFIX.len()..]
-            .split_whitespace()
-            .next()
-            .unwrap_or("");
-        let field = match name {
-            "qty" => "qty",
-            "user" => "user",
-            "part" => "part",
-            "gen" => "gen",
-            _ => "argument",
-        };
-        return Error::invalid(field, format!("rejected by the store: {d}"));
-    }
-    Error::Redis(e)
+    let pos = d.find(PREFIX)?;
+    let name = d[pos + PREFIX.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap_or("");
+    let field = match name {
+        "qty" => "qty",
+        "user" => "user",
+        "part" => "part",
+        "gen" => "gen",
+        _ => "argument",
+    };
+    Some(Error::invalid(field, format!("rejected by the store: {d}")))
 }
 
 impl RedisStore {
@@ -246,6 +263,7 @@ impl RedisStore {
             mode: Arc::new(Mode::Lua),
             pause_us: Arc::default(),
             red: false,
+            batcher: None,
         };
         store.load_scripts().await?;
         Ok(store)
@@ -279,10 +297,21 @@ impl RedisStore {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Reply> {
+        let v = self.eval_raw(script, name, keys, args).await?;
+        Reply::parse(v, name)
+    }
+
+    async fn eval_raw(
+        &self,
+        script: &Script,
+        name: &'static str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value> {
         // fred's `evalsha_with_reload`, spelled out so each NOSCRIPT reload is counted.
         use fred::prelude::LuaInterface;
         let client = self.pool.next();
-        let v: Value = match client
+        match client
             .evalsha(script.sha1().clone(), keys.clone(), args.clone())
             .await
         {
@@ -293,8 +322,20 @@ impl RedisStore {
             }
             r => r,
         }
-        .map_err(script_error)?;
-        Reply::parse(v, name)
+        .map_err(script_error)
+    }
+
+    /// Turns request coalescing of `lua` deductions on (`Some`) or off (`None`) for this store
+    /// and its clones made afterwards. See [`Coalescing`].
+    ///
+    /// # Errors
+    /// [`Error::Config`] for out-of-range options.
+    pub fn with_coalescing(mut self, opts: Option<Coalescing>) -> Result<Self> {
+        if let Some(o) = &opts {
+            o.validate()?;
+        }
+        self.batcher = opts.map(|o| Arc::new(batch::Batcher::new(o)));
+        Ok(self)
     }
 
     fn seg_key(&self, seg: &SegAddr<'_>) -> String {
@@ -337,6 +378,11 @@ impl RedisStore {
                 ],
             )
             .await?;
+        self.home_reply(r, Some(&seg))
+    }
+
+    /// A `deduct.lua` reply (also one element of a `deduct_batch.lua` reply) as a [`HomeReply`].
+    fn home_reply(&self, r: Reply, seg: Option<&SegAddr<'_>>) -> Result<HomeReply> {
         Ok(match r.tag.as_str() {
             "applied" => HomeReply::Applied {
                 stock_after: r.stock(0)?,
@@ -353,7 +399,11 @@ impl RedisStore {
             "mismatch" => HomeReply::Mismatch(r.field(0)?),
             "stale" => HomeReply::Stale,
             "sealed" => HomeReply::Sealed,
-            "lock_lost" => return Err(self.lock_lost(&seg)),
+            "lock_lost" => match seg {
+                Some(seg) => return Err(self.lock_lost(seg)),
+                None => return Err(r.bad()),
+            },
+            "bad" => return Err(bad_argument(&r.str(0)?).unwrap_or_else(|| r.bad())),
             _ => return Err(r.bad()),
         })
     }
@@ -428,6 +478,13 @@ impl Store for RedisStore {
 
     fn lock_figures(&self) -> Option<crate::lock::LockFigures> {
         self.current_lock_figures()
+    }
+
+    fn coalescing(&self) -> Option<crate::Coalescing> {
+        match &*self.mode {
+            Mode::Lua => self.batcher.as_ref().map(|b| b.options()),
+            _ => None,
+        }
     }
 
     async fn load_begin(

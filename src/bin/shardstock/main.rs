@@ -73,6 +73,24 @@ struct Cli {
     #[arg(long, global = true, value_name = "MS")]
     lease_ms: Option<u64>,
 
+    /// Request coalescing for --strategy lua: concurrent deductions bound for one segment go to
+    /// Redis as one script call (on|off). Overrides store.coalesce.
+    #[arg(long, global = true, value_name = "on|off", value_parser = parse_on_off)]
+    coalesce: Option<bool>,
+
+    /// Most requests in one coalesced script call. Overrides store.coalesce_max_batch.
+    #[arg(long, global = true, value_name = "N")]
+    coalesce_max_batch: Option<usize>,
+
+    /// Microseconds a segment's queue may wait for more requests before sending (0 = send at
+    /// once). Overrides store.coalesce_window_us.
+    #[arg(long, global = true, value_name = "US")]
+    coalesce_window_us: Option<u64>,
+
+    /// Coalesced calls one segment may have in flight. Overrides store.coalesce_max_in_flight.
+    #[arg(long, global = true, value_name = "N")]
+    coalesce_in_flight: Option<usize>,
+
     /// Pause this many milliseconds inside every critical section (lock strategies: between
     /// the read and the fenced write; naive baselines: between read and write-back), like the
     /// slow downstream call in the seed articles. A demonstration knob; default 0.
@@ -250,6 +268,14 @@ async fn main() -> ExitCode {
     }
 }
 
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("expected on or off, got {s:?}")),
+    }
+}
+
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let mut config = Config::load(cli.config.as_deref())?;
     if let Some(url) = cli.redis {
@@ -263,6 +289,18 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     }
     if let Some(ms) = cli.lease_ms {
         config.store.lock_lease_ms = ms;
+    }
+    if let Some(on) = cli.coalesce {
+        config.store.coalesce = on;
+    }
+    if let Some(n) = cli.coalesce_max_batch {
+        config.store.coalesce_max_batch = n;
+    }
+    if let Some(us) = cli.coalesce_window_us {
+        config.store.coalesce_window_us = us;
+    }
+    if let Some(n) = cli.coalesce_in_flight {
+        config.store.coalesce_max_in_flight = n;
     }
     config.validate()?;
     // Only commands that run for a while serve metrics (`sim` here; `serve` below).
@@ -303,7 +341,8 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
             config.lock_options(),
             &config.store.lock_nodes,
         )
-        .await?;
+        .await?
+        .with_coalescing(config.store.coalescing())?;
         store.set_critical_section_pause(std::time::Duration::from_millis(cli.critical_pause_ms));
         if !config.store.strategy.never_oversells() && !cli.json {
             eprintln!(

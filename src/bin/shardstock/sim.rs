@@ -186,6 +186,14 @@ impl Tally {
     }
 }
 
+/// Coalescing settings as reported.
+#[derive(Debug, Serialize)]
+struct CoalescingReport {
+    max_batch: usize,
+    window_us: u64,
+    max_in_flight: usize,
+}
+
 /// The `--json` report.
 #[derive(Debug, Serialize)]
 struct Report {
@@ -196,6 +204,8 @@ struct Report {
     strategy_safe: bool,
     /// Lock figures for lock/redlock (null otherwise).
     lock: Option<shardstock::lock::LockFigures>,
+    /// Request coalescing (lua on Redis): null = one script call per request.
+    coalescing: Option<CoalescingReport>,
     run_id: String,
     generation: u64,
     segments: usize,
@@ -478,6 +488,11 @@ pub(crate) async fn run_sim<S: Store>(
         strategy: engine.store().strategy(),
         strategy_safe: engine.store().strategy().never_oversells(),
         lock: engine.store().lock_figures(),
+        coalescing: engine.store().coalescing().map(|c| CoalescingReport {
+            max_batch: c.max_batch,
+            window_us: c.window.as_micros() as u64,
+            max_in_flight: c.max_in_flight,
+        }),
         run_id,
         generation: audit.generation,
         segments: remaining.per_segment.len(),
@@ -569,6 +584,12 @@ fn print_human(r: &Report) {
         },
         r.strategy.summary()
     );
+    if let Some(c) = &r.coalescing {
+        println!(
+            "request coalescing: up to {} requests per script call, window {} µs, {} in flight per segment",
+            c.max_batch, c.window_us, c.max_in_flight
+        );
+    }
     println!(
         "requests: {} from {} users, qty {}, {} concurrent workers",
         r.requests, r.users, r.qty, r.concurrency

@@ -246,7 +246,10 @@ pub(super) async fn deduct_home(
     claim: bool,
 ) -> Result<HomeReply> {
     match &*s.mode {
-        Mode::Lua => s.lua_home(seg, req, claim, "lua", 0).await,
+        Mode::Lua => match &s.batcher {
+            Some(b) => b.submit(s, seg, req, claim, "lua").await,
+            None => s.lua_home(seg, req, claim, "lua", 0).await,
+        },
         Mode::Naive => s.naive_home(seg, req, claim).await,
         Mode::LocalMutex(map) => {
             let _held = s.local_mutex(map, &seg).await;

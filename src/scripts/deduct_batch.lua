@@ -1,0 +1,64 @@
+-- deduct_batch.lua — request coalescing: many deductions bound for one segment in one call.
+-- (prelude.lua and deduct_core.lua are prepended.)
+--
+-- The client gathers concurrent deductions for the same segment, generation, record TTL and
+-- claim lease, and sends them here together. Each request is decided by the very code
+-- deduct.lua runs (deduct_core.lua), in the order given, with its own record (request id),
+-- validation and reply. What a call pays once instead of once per request: the script
+-- dispatch, reading the segment and checking its generation, TIME, the reservation reclaim,
+-- and the two counter writes (stock, sold).
+--
+-- KEYS[1]     segment hash        <prefix>:{<sku>#<i>}:seg
+-- KEYS[2]     reservation index   <prefix>:{<sku>#<i>}:g<gen>:resv
+-- KEYS[2+j]   request record of request j (1..n), same hash tag as KEYS[1]
+-- ARGV[1]     gen        load generation of every request in the batch
+-- ARGV[2]     index      this segment's index
+-- ARGV[3]     ttl_ms     lifetime of the records (> 0)
+-- ARGV[4]     lease_ms   lease of a fallback claim (> 0)
+-- ARGV[5]     n          number of requests (1..1000)
+-- ARGV[5+5(j-1)+1..5]    request j: user, qty, claim ("0"|"1"), mode ("lua"|"claim"),
+--                        resv_ttl_ms — meanings as in deduct.lua
+--
+-- Reply: an array of n replies, reply j for request j, each one of deduct.lua's replies
+-- ({"applied", stock_after}, {"short", stock, claimed}, {"replay", parts}, {"pending", epoch,
+-- lease_left_ms}, {"mismatch", field}, {"stale", gen_or_missing}, {"sealed"}) or
+--   {"bad", "ERR shardstock bad argument: <name>"}   request j's arguments were refused; nothing
+--                                                    was written for it (the others still ran)
+-- Errors (whole call, before any write): a bad gen, index, ttl_ms, lease_ms, n, or a KEYS/ARGV
+-- count that does not match n.
+local gen = tostring(uint('gen', ARGV[1]))
+local index_s = ARGV[2]
+uint('index', index_s)
+local ttl = posint('ttl_ms', ARGV[3])
+local lease = posint('lease_ms', ARGV[4])
+local n = posint('n', ARGV[5])
+if n > 1000 or #KEYS ~= n + 2 or #ARGV ~= 5 + 5 * n then bad('n') end
+
+local function parse(j)
+  local b = 5 + 5 * (j - 1)
+  local r = { rk = KEYS[2 + j], index = index_s, ttl = ttl, lease = lease, fence = 0 }
+  r.user = ident('user', ARGV[b + 1])
+  r.qty_s = ARGV[b + 2]
+  r.qty = posint('qty', r.qty_s)
+  r.claim = ARGV[b + 3]
+  if r.claim ~= '0' and r.claim ~= '1' then bad('claim') end
+  r.mode = ARGV[b + 4]
+  if r.mode ~= 'lua' and r.mode ~= 'claim' then bad('mode') end
+  r.resv_ttl = uint('resv_ttl_ms', ARGV[b + 5])
+  return r
+end
+
+local out = {}
+local st, other = open_segment(KEYS[1], KEYS[2], gen)
+for j = 1, n do
+  local ok, r = pcall(parse, j)
+  if not ok then
+    out[j] = { 'bad', type(r) == 'table' and r.err or tostring(r) }
+  elseif not st then
+    out[j] = { 'stale', other }
+  else
+    out[j] = decide(st, KEYS[1], r)
+  end
+end
+if st then commit(st, KEYS[1], KEYS[2]) end
+return out

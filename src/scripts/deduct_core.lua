@@ -1,0 +1,80 @@
+-- deduct_core.lua — deductions at their home segment, in three phases. Shared, word for word,
+-- by deduct.lua (one request per call) and deduct_batch.lua (many requests per call, coalesced
+-- by the client), so a coalesced request gets exactly the semantics of a lone one.
+--
+--   1. decide  (reads only) each request in order against the running stock `st.stock`;
+--   2. counters: the segment's stock and sold move once for everything decided;
+--   3. act: each request's record is written (applied or claimed), with its TTL.
+--
+-- Counters before records: should a write fail half-way (it cannot in practice — arguments are
+-- validated first, and Redis 7 refuses OOM only before a script's first write), units are
+-- counted as taken without a record (lost stock the audit shows), never handed out twice.
+--
+-- `st` is the segment as this call sees it: st.stock (including lazy reclaim), st.now (server
+-- ms, one TIME per call), st.fresh (records decided earlier in this call, by key: a request
+-- id repeated within one batch sees its twin exactly as if the twin had been written).
+
+-- The segment state a call starts from, or nil and the reason (other generation / missing).
+local function open_segment(seg, zkey, gen)
+  local stock, other = segment(seg, gen)
+  if not stock then return nil, other end
+  local now = now_ms()
+  return { stock = stock + reclaim(seg, zkey, now), now = now, fresh = {}, taken = 0, sold = 0,
+    acts = {} }
+end
+
+-- Phase 1 for one request. Returns its reply; queues its write in st.acts.
+-- `r` = { rk, user, qty (number), qty_s (canonical string), index (string), ttl, lease, claim
+-- ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl }.
+local function decide(st, seg, r)
+  local rec = st.fresh[r.rk] or record(r.rk)
+  if rec then
+    if rec.u ~= r.user then return { 'mismatch', 'user' } end
+    if tonumber(rec.q) ~= r.qty then return { 'mismatch', 'qty' } end
+    if rec.s == 'A' then return { 'replay', rec.parts } end
+    if rec.s == 'X' then return { 'sealed' } end
+    -- 'P': somebody (maybe a crashed process) holds the fallback claim.
+    local left = tonumber(rec.l) - st.now
+    if left < 0 then left = 0 end
+    return { 'pending', tonumber(rec.e), left }
+  end
+
+  if r.mode == 'fenced' then
+    if tonumber(redis.call('HGET', seg, 'fence') or '0') ~= r.fence then return { 'lock_lost' } end
+    if st.stock < r.qty then return { 'invariant', st.stock } end
+  end
+
+  if r.mode ~= 'claim' and st.stock >= r.qty then
+    st.stock = st.stock - r.qty
+    st.taken = st.taken + r.qty
+    if r.resv_ttl == 0 then st.sold = st.sold + r.qty end
+    local parts = r.index .. ':' .. r.qty_s
+    st.fresh[r.rk] = { s = 'A', u = r.user, q = r.qty_s, parts = parts }
+    st.acts[#st.acts + 1] = { r, 'A', parts }
+    return { 'applied', st.stock }
+  end
+
+  if r.claim == '1' then
+    st.fresh[r.rk] = { s = 'P', u = r.user, q = r.qty_s, e = '1', l = st.now + r.lease }
+    st.acts[#st.acts + 1] = { r, 'P' }
+    return { 'short', st.stock, 1 }
+  end
+  return { 'short', st.stock, 0 }
+end
+
+-- Phases 2 and 3: move the counters once, then write every decided record.
+local function commit(st, seg, zkey)
+  if st.taken > 0 then redis.call('HINCRBY', seg, 'stock', -st.taken) end
+  if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold) end
+  for _, a in ipairs(st.acts) do
+    local r = a[1]
+    if a[2] == 'A' then
+      redis.call('HSET', r.rk, 's', 'A', 'u', r.user, 'q', r.qty_s, 'e', '0', 'parts', a[3])
+      if r.resv_ttl > 0 then hold(seg, zkey, r.rk, r.qty, st.now, r.resv_ttl) end
+    else
+      redis.call('HSET', r.rk, 's', 'P', 'u', r.user, 'q', r.qty_s, 'e', '1', 'l', st.now + r.lease,
+        'hp', '0')
+    end
+    redis.call('PEXPIRE', r.rk, r.ttl)
+  end
+end

@@ -1,0 +1,318 @@
+//! Request coalescing: concurrent deductions bound for one segment share one script call.
+//!
+//! A Lua call costs far more inside Redis than the work it does (script dispatch, argument
+//! conversion, reading the segment and reclaiming expired reservations), and every call is one
+//! more command for the client to encode, send and match. When many buyers hit the same
+//! segment at once, their deductions are queued in that segment's *lane* and sent as one
+//! `deduct_batch.lua` call; the script runs each through the same `deduct_one` a lone call
+//! runs, in queue order, and answers each one separately.
+//!
+//! Batching is natural (group commit): a lane sends at once when it has nothing in flight, and
+//! whatever arrives while `max_in_flight` calls are out goes in the next call, up to
+//! `max_batch` requests. An idle lane therefore adds no latency; a busy lane batches by itself.
+//! An optional `window` makes the sender wait (up to that long, or until `max_batch` requests
+//! are queued) before sending, to build bigger batches at light load.
+//!
+//! Semantics do not change: each request keeps its own record (request id), validation and
+//! reply; a re-sent call (fred re-sends in-flight commands after a reconnect) replays every
+//! request that applied. A caller that stops waiting cannot withdraw a queued request — like a
+//! written command, its outcome is then unknown and its request id settles it.
+
+use super::{HomeReply, RedisStore, ReqArgs, SegAddr};
+use crate::error::{Error, Result};
+use dashmap::DashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Tuning of request coalescing (see the module docs of `store::redis::batch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coalescing {
+    /// Most requests in one script call (1..=1000).
+    pub max_batch: usize,
+    /// How long a lane may wait for more requests before sending (zero = send at once; the
+    /// batch is whatever queued while earlier calls were in flight). Below 1 ms the wait yields
+    /// to the scheduler instead of sleeping (Tokio timers tick in milliseconds).
+    pub window: Duration,
+    /// Script calls a lane may have in flight at once (≥ 1).
+    pub max_in_flight: usize,
+}
+
+impl Default for Coalescing {
+    fn default() -> Self {
+        Self {
+            max_batch: 64,
+            window: Duration::ZERO,
+            max_in_flight: 2,
+        }
+    }
+}
+
+impl Coalescing {
+    /// Checks the bounds.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the bad field.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=1000).contains(&self.max_batch) {
+            return Err(Error::Config("coalesce max_batch must be 1..=1000".into()));
+        }
+        if self.max_in_flight == 0 || self.max_in_flight > 64 {
+            return Err(Error::Config(
+                "coalesce max_in_flight must be 1..=64".into(),
+            ));
+        }
+        if self.window > Duration::from_millis(100) {
+            return Err(Error::Config(
+                "coalesce window must be at most 100 ms".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One queued deduction.
+struct Item {
+    record: String,
+    user: String,
+    qty: u64,
+    claim: bool,
+    mode: &'static str,
+    resv_ttl_ms: u64,
+    tx: oneshot::Sender<Result<HomeReply>>,
+}
+
+#[derive(Default)]
+struct LaneState {
+    queue: Vec<Item>,
+    in_flight: usize,
+}
+
+/// The queue of one (segment, generation, record TTL, claim lease) — in practice one per
+/// segment: an engine uses one TTL and one lease.
+struct Lane {
+    segment: String,
+    reservations: String,
+    generation: u64,
+    index: u32,
+    ttl_ms: u64,
+    lease_ms: u64,
+    state: Mutex<LaneState>,
+}
+
+impl Lane {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LaneState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Segment key, generation, record TTL, claim lease.
+type LaneKey = (String, u64, u64, u64);
+
+/// The lanes of one store.
+pub(super) struct Batcher {
+    opts: Coalescing,
+    lanes: DashMap<LaneKey, Arc<Lane>>,
+}
+
+/// A sender slot of a lane. A normal exit gives the slot back in the same critical section
+/// that finds the queue empty ([`Sender::finish`]); if the sending task ends any other way (a
+/// panic, a runtime shutdown) the drop gives it back, and when no sender is left the queued
+/// callers are answered with an error instead of waiting forever.
+struct Sender {
+    lane: Arc<Lane>,
+    done: bool,
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = self.lane.lock();
+        st.in_flight -= 1;
+        if st.in_flight == 0 {
+            for item in st.queue.drain(..) {
+                let _ = item.tx.send(Err(Error::Protocol(
+                    "coalesced deduction: sender stopped".into(),
+                )));
+            }
+        }
+    }
+}
+
+impl Batcher {
+    pub(super) fn new(opts: Coalescing) -> Self {
+        Self {
+            opts,
+            lanes: DashMap::new(),
+        }
+    }
+
+    pub(super) fn options(&self) -> Coalescing {
+        self.opts
+    }
+
+    /// Queues one `deduct.lua`-equivalent request (`mode` "lua" or "claim") and waits for its
+    /// reply.
+    pub(super) async fn submit(
+        self: &Arc<Self>,
+        store: &RedisStore,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        claim: bool,
+        mode: &'static str,
+    ) -> Result<HomeReply> {
+        let segment = store.seg_key(&seg);
+        let lane = self
+            .lanes
+            .entry((segment.clone(), seg.generation, req.ttl_ms, req.lease_ms))
+            .or_insert_with(|| {
+                Arc::new(Lane {
+                    reservations: store.keys.reservations(seg.sku, seg.index, seg.generation),
+                    segment,
+                    generation: seg.generation,
+                    index: seg.index,
+                    ttl_ms: req.ttl_ms,
+                    lease_ms: req.lease_ms,
+                    state: Mutex::default(),
+                })
+            })
+            .clone();
+        let (tx, rx) = oneshot::channel();
+        let item = Item {
+            record: store.rq_key(&seg, req.request_id),
+            user: req.user.to_string(),
+            qty: req.qty,
+            claim,
+            mode,
+            resv_ttl_ms: req.resv_ttl_ms,
+            tx,
+        };
+        let start = {
+            let mut st = lane.lock();
+            st.queue.push(item);
+            if st.in_flight < self.opts.max_in_flight {
+                st.in_flight += 1;
+                true
+            } else {
+                false
+            }
+        };
+        if start {
+            let sender = Sender { lane, done: false };
+            tokio::spawn(Self::send_loop(self.clone(), store.clone(), sender));
+        }
+        rx.await
+            .map_err(|_| Error::Protocol("coalesced deduction: sender dropped".into()))?
+    }
+
+    /// Sends what the lane has queued, call after call, until the queue is empty.
+    async fn send_loop(self: Arc<Self>, store: RedisStore, mut sender: Sender) {
+        let lane = sender.lane.clone();
+        loop {
+            self.wait_window(&lane).await;
+            let batch: Vec<Item> = {
+                let mut st = lane.lock();
+                if st.queue.is_empty() {
+                    st.in_flight -= 1;
+                    sender.done = true;
+                    if st.in_flight == 0 {
+                        // An idle lane: forget it (a caller that already holds the Arc still
+                        // works through it — it starts its own sender; a new caller makes a
+                        // fresh lane).
+                        self.lanes.remove_if(
+                            &(
+                                lane.segment.clone(),
+                                lane.generation,
+                                lane.ttl_ms,
+                                lane.lease_ms,
+                            ),
+                            |_, l| Arc::ptr_eq(l, &lane),
+                        );
+                    }
+                    return;
+                }
+                let n = st.queue.len().min(self.opts.max_batch);
+                st.queue.drain(..n).collect()
+            };
+            crate::metrics::coalesced_batch(batch.len());
+            let replies = store.eval_batch(&lane, &batch).await;
+            match replies {
+                Ok(replies) => {
+                    for (item, reply) in batch.into_iter().zip(replies) {
+                        let _ = item.tx.send(reply);
+                    }
+                }
+                Err(e) => {
+                    // The whole call failed (connection, timeout): every request in it has an
+                    // unknown outcome, exactly like a lone call that failed.
+                    let msg = e.to_string();
+                    let mut first = Some(e);
+                    for item in batch {
+                        let err = first.take().unwrap_or_else(|| Error::Protocol(msg.clone()));
+                        let _ = item.tx.send(Err(err));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn wait_window(&self, lane: &Lane) {
+        let window = self.opts.window;
+        if window.is_zero() {
+            return;
+        }
+        let deadline = Instant::now() + window;
+        let full = || lane.lock().queue.len() >= self.opts.max_batch;
+        if window < Duration::from_millis(1) {
+            while !full() && Instant::now() < deadline {
+                tokio::task::yield_now().await;
+            }
+        } else {
+            while !full() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_micros(250).min(deadline - Instant::now())).await;
+            }
+        }
+    }
+}
+
+impl RedisStore {
+    /// One `deduct_batch.lua` call for `batch` (all in `lane`); one reply per item, in order.
+    async fn eval_batch(&self, lane: &Lane, batch: &[Item]) -> Result<Vec<Result<HomeReply>>> {
+        let mut keys = Vec::with_capacity(batch.len() + 2);
+        keys.push(lane.segment.clone());
+        keys.push(lane.reservations.clone());
+        let mut args = Vec::with_capacity(5 + 5 * batch.len());
+        args.push(lane.generation.to_string());
+        args.push(lane.index.to_string());
+        args.push(lane.ttl_ms.to_string());
+        args.push(lane.lease_ms.to_string());
+        args.push(batch.len().to_string());
+        for it in batch {
+            keys.push(it.record.clone());
+            args.push(it.user.clone());
+            args.push(it.qty.to_string());
+            args.push(if it.claim { "1" } else { "0" }.to_string());
+            args.push(it.mode.to_string());
+            args.push(it.resv_ttl_ms.to_string());
+        }
+        let v = self
+            .eval_raw(&self.scripts.deduct_batch, "deduct_batch", keys, args)
+            .await?;
+        let fred::types::Value::Array(replies) = v else {
+            return Err(Error::Protocol(format!("deduct_batch: reply {v:?}")));
+        };
+        if replies.len() != batch.len() {
+            return Err(Error::Protocol(format!(
+                "deduct_batch: {} replies for {} requests",
+                replies.len(),
+                batch.len()
+            )));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| super::Reply::parse(r, "deduct_batch").and_then(|r| self.home_reply(r, None)))
+            .collect())
+    }
+}
