@@ -123,6 +123,13 @@ fn memory_and_redis_agree() {
             .max_qty(5)
     };
     let redis = rt.block_on(redis_engine(&srv, builder()));
+    // The same again with request coalescing on (own key prefix on the same server).
+    let coalesced = rt.block_on(coalesced_engine(
+        &srv,
+        builder(),
+        Coalescing::default(),
+        "c",
+    ));
     let cases = std::env::var("DIFF_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -137,6 +144,8 @@ fn memory_and_redis_agree() {
         let memory = memory_engine(builder());
         let a = rt.block_on(run(&memory, &name, &all));
         let b = rt.block_on(run(&redis, &name, &all));
-        prop_assert_eq!(a, b);
+        let c = rt.block_on(run(&coalesced, &name, &all));
+        prop_assert_eq!(&a, &b);
+        prop_assert_eq!(a, c);
     });
 }

@@ -15,6 +15,24 @@ use std::time::Duration;
 async fn killed_connections_never_double_sell() {
     let srv = RedisServer::start();
     let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
+    sale_under_kills(&srv, e).await;
+}
+
+/// The same with request coalescing: a re-sent call carries many requests at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_connections_never_double_sell_coalesced() {
+    let srv = RedisServer::start();
+    let e = coalesced_engine(
+        &srv,
+        Engine::builder().per_user_limit(0),
+        Coalescing::default(),
+        "t",
+    )
+    .await;
+    sale_under_kills(&srv, e).await;
+}
+
+async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
     let sku = Sku::new("kill").unwrap();
     e.load(&sku, 12_000, 8, false).await.unwrap();
 

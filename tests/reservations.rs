@@ -106,6 +106,8 @@ async fn reservation_lifecycle_both_stores() {
     lifecycle(memory_engine(Engine::builder())).await;
     let srv = RedisServer::start();
     lifecycle(redis_engine(&srv, Engine::builder()).await).await;
+    let e = coalesced_engine(&srv, Engine::builder(), Coalescing::default(), "c").await;
+    lifecycle(e).await;
 }
 
 /// 1000 confirms racing their own expiry (TTL 2 s, confirms at 2 s ± 50 ms): each reservation

@@ -29,11 +29,15 @@ static A: Counting = Counting;
 
 /// 1000 concurrent attempts by one user spread over 3 engine instances with their own
 /// connections: exactly `limit` units sold to that user; 60 other users unaffected.
-async fn one_user_many_instances(limit: u64) {
+async fn one_user_many_instances(limit: u64, coalesce: bool) {
     let srv = RedisServer::start();
     let mut engines = Vec::new();
     for _ in 0..3 {
-        engines.push(redis_engine(&srv, Engine::builder()).await);
+        engines.push(if coalesce {
+            coalesced_engine(&srv, Engine::builder(), Coalescing::default(), "t").await
+        } else {
+            redis_engine(&srv, Engine::builder()).await
+        });
     }
     let name = format!("one-user-{limit}");
     let sku = Sku::new(&name).unwrap();
@@ -81,8 +85,11 @@ async fn one_user_many_instances(limit: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_user_gets_exactly_the_limit_across_instances() {
-    one_user_many_instances(1).await;
-    one_user_many_instances(3).await;
+    one_user_many_instances(1, false).await;
+    one_user_many_instances(3, false).await;
+    // With request coalescing (each instance batches its own deductions).
+    one_user_many_instances(1, true).await;
+    one_user_many_instances(3, true).await;
 }
 
 /// A sold-out or insufficient attempt leaves the user free to buy later.

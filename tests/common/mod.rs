@@ -131,6 +131,22 @@ pub async fn redis_engine(server: &RedisServer, builder: EngineBuilder) -> Engin
     builder.build(store).unwrap()
 }
 
+/// An engine over a fresh Redis store with request coalescing (`opts`) under key prefix
+/// `prefix`.
+pub async fn coalesced_engine(
+    server: &RedisServer,
+    builder: EngineBuilder,
+    opts: shardstock::Coalescing,
+    prefix: &str,
+) -> Engine<RedisStore> {
+    let store = RedisStore::connect(&server.url(), 2, prefix)
+        .await
+        .unwrap()
+        .with_coalescing(Some(opts))
+        .unwrap();
+    builder.build(store).unwrap()
+}
+
 /// An engine over a Redis store running `strategy` with `lock` options.
 pub async fn strategy_engine(
     server: &RedisServer,

@@ -248,9 +248,16 @@ impl Batcher {
                     // The whole call failed (connection, timeout): every request in it has an
                     // unknown outcome, exactly like a lone call that failed.
                     let msg = e.to_string();
+                    let redis = match &e {
+                        Error::Redis(r) => Some(r.clone()),
+                        _ => None,
+                    };
                     let mut first = Some(e);
                     for item in batch {
-                        let err = first.take().unwrap_or_else(|| Error::Protocol(msg.clone()));
+                        let err = first.take().unwrap_or_else(|| match &redis {
+                            Some(r) => Error::Redis(r.clone()),
+                            None => Error::Protocol(msg.clone()),
+                        });
                         let _ = item.tx.send(Err(err));
                     }
                 }
