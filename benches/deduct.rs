@@ -1,6 +1,7 @@
 //! Deduction throughput matrix against a real redis-server started here (issue 7):
-//! strategies {lua, lock} × segments {1, 4, 16, 64} × concurrency {1, 16, 64, 256}, plus the
-//! embedded store (same segments × concurrency). Single key = 1 segment.
+//! strategies {lua, lua with request coalescing, lock} × segments {1, 4, 16, 64} × concurrency
+//! {1, 16, 64, 256}, plus the embedded store (same segments × concurrency). Single key = 1
+//! segment.
 //!
 //! `cargo bench --bench deduct` runs everything (a few minutes); filter with criterion's
 //! argument, e.g. `cargo bench --bench deduct -- 'lua/16_segments'` or `-- memory`.
@@ -112,8 +113,12 @@ fn bench(c: &mut Criterion) {
         report_missed("memory");
     }
 
-    // Redis, one group per strategy.
-    for (name, strategy) in [("lua", Strategy::Lua), ("lock", Strategy::Lock)] {
+    // Redis, one group per strategy; `lua_coalesced` is lua with request coalescing on.
+    for (name, strategy, coalesce) in [
+        ("lua", Strategy::Lua, None),
+        ("lua_coalesced", Strategy::Lua, Some(Coalescing::default())),
+        ("lock", Strategy::Lock, None),
+    ] {
         let mut group = c.benchmark_group(name);
         group
             .throughput(Throughput::Elements(1))
@@ -126,6 +131,8 @@ fn bench(c: &mut Criterion) {
                 .unwrap()
                 .with_strategy(strategy, lock_options(), &[])
                 .await
+                .unwrap()
+                .with_coalescing(coalesce)
                 .unwrap();
             builder().build(store).unwrap()
         });

@@ -6,8 +6,8 @@
 #    (src/scripts/prelude.lua + src/scripts/deduct.lua, loaded with SCRIPT LOAD), 50 clients,
 #    pipeline 64, against a segment hash prepared like load_segment.lua does, with a random
 #    request id per call (__rand_int__), so every call is a new one-unit sale, not a replay.
-# 3. Runs `shardstock sim --json` for lua and lock at 1 and 16 segments and for the embedded
-#    store, each with enough requests for a few seconds and never selling out.
+# 3. Runs `shardstock sim --json` for lua (coalescing off and on) and lock at 1 and 16 segments
+#    and for the embedded store, each with enough requests for a few seconds, never selling out.
 # 4. Prints a Markdown table: throughput, ratio to the ceiling, p50/p99.
 #
 # Usage: scripts/bench.sh [SCALE]   (SCALE multiplies every request count; default 1)
@@ -69,6 +69,10 @@ CONFIGS=(
   "lua lua 16 64 300000"
   "lua lua 1 256 300000"
   "lua lua 16 256 300000"
+  "lua-coalesced lua 1 64 300000"
+  "lua-coalesced lua 16 64 300000"
+  "lua-coalesced lua 1 256 300000"
+  "lua-coalesced lua 16 256 300000"
   "lock lock 1 64 15000"
   "lock lock 16 64 60000"
   "embedded - 1 64 2000000"
@@ -83,7 +87,9 @@ for c in "${CONFIGS[@]}"; do
   if [ "$name" = embedded ]; then
     out=$(env -u SHARDSTOCK_STORE__REDIS_URL "$BIN" "${args[@]}")
   else
-    out=$("$BIN" --redis "$URL" "${args[@]}" --strategy "$strategy")
+    coalesce=off
+    [ "$name" = lua-coalesced ] && coalesce=on
+    out=$("$BIN" --redis "$URL" --coalesce "$coalesce" "${args[@]}" --strategy "$strategy")
     "${CLI[@]}" FLUSHALL >/dev/null # records of the last run would only cost memory
   fi
   python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["_name"]=sys.argv[2]; d["_conc"]=int(sys.argv[3]); print(json.dumps(d))' \
@@ -101,23 +107,28 @@ print(f"Run {when} on {machine}, loopback; sim, redis-benchmark and redis-server
 print(f"Ceiling: redis-benchmark EVALSHA deduct (prelude + deduct.lua), 50 clients, -P 64, "
       f"{int(n):,} calls, random request id per call: **{ceil:,.0f}/s** ({int(sold):,} units sold by it; "
       f"{usec} µs per call inside Redis by INFO commandstats).\n")
-print("| configuration | segments | concurrency | requests | sold | oversold | audit | throughput | × ceiling | p50 | p99 |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| configuration | segments | concurrency | requests | sold | oversold | audit | throughput | × ceiling | p50 | p99 | requests per script call |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for d in rows:
     name = d["_name"] if d["_name"] != "embedded" else "embedded (memory)"
     audit = "ok" if d["audit_ok"] else "FAILED"
+    co = d.get("coalescing")
+    batch = f"{co['mean_batch']:.1f}" if co else "—"
     print(f"| {name} | {d['segments']} | {d['_conc']} | {d['requests']:,} | {d['sold_units']:,} | "
           f"{d['oversold']} | {audit} | {d['throughput_per_s']:,.0f}/s | "
-          f"{d['throughput_per_s'] / ceil:.3f}× | {d['p50_ms']:.3f} ms | {d['p99_ms']:.3f} ms |")
+          f"{d['throughput_per_s'] / ceil:.3f}× | {d['p50_ms']:.3f} ms | {d['p99_ms']:.3f} ms | "
+          f"{batch} |")
 by = {(d["_name"], d["segments"], d["_conc"]): d["throughput_per_s"] for d in rows}
 def r(a, b):
     return f"{by[a] / by[b]:.2f}×" if a in by and b in by and by[b] else "n/a"
 best_lua = max((v for (k, _, _), v in by.items() if k == "lua"), default=0)
+best_co = max((v for (k, _, _), v in by.items() if k == "lua-coalesced"), default=0)
 emb = max((v for (k, _, _), v in by.items() if k == "embedded"), default=0)
 print()
 print(f"- lua (best) / ceiling: {best_lua / ceil:.2f}× (target ≥ 0.5×)")
 print(f"- lock 16 seg / lock 1 seg: {r(('lock', 16, 64), ('lock', 1, 64))} (target ≥ 10×)")
 print(f"- lua 16 seg / lock 16 seg: {r(('lua', 16, 64), ('lock', 16, 64))} (target ≥ 5×)")
 print(f"- embedded (best): {emb:,.0f}/s (target ≥ 5,000,000/s)")
-print("- request coalescing: not implemented (no coalesced row)")
+print(f"- lua with coalescing (best) / ceiling: {best_co / ceil:.2f}× (target ≥ 1.5×); "
+      f"vs lua without, same run: {best_co / best_lua:.2f}×" if best_lua else "- no lua rows")
 PY

@@ -36,5 +36,5 @@ pub use ids::{RequestId, Sku, UserId};
 pub use segments::Part;
 pub use store::Store;
 pub use store::memory::MemoryStore;
-pub use store::redis::{Coalescing, RedisStore};
+pub use store::redis::{CoalesceStats, Coalescing, RedisStore};
 pub use strategy::Strategy;

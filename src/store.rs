@@ -365,8 +365,9 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Request coalescing in force (Redis `lua` only; None = one call per request).
-    fn coalescing(&self) -> Option<crate::Coalescing> {
+    /// Request coalescing in force and its counts (Redis `lua` only; None = one call per
+    /// request).
+    fn coalescing(&self) -> Option<crate::CoalesceStats> {
         None
     }
 

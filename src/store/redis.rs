@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 mod batch;
 mod strategies;
-pub use batch::Coalescing;
+pub use batch::{CoalesceStats, Coalescing};
 use std::time::Duration;
 use strategies::Mode;
 
@@ -480,9 +480,9 @@ impl Store for RedisStore {
         self.current_lock_figures()
     }
 
-    fn coalescing(&self) -> Option<crate::Coalescing> {
+    fn coalescing(&self) -> Option<CoalesceStats> {
         match &*self.mode {
-            Mode::Lua => self.batcher.as_ref().map(|b| b.options()),
+            Mode::Lua => self.batcher.as_ref().map(|b| b.stats()),
             _ => None,
         }
     }

@@ -192,6 +192,10 @@ struct CoalescingReport {
     max_batch: usize,
     window_us: u64,
     max_in_flight: usize,
+    /// Coalesced script calls sent during the run (and deductions they carried).
+    calls: u64,
+    requests: u64,
+    mean_batch: f64,
 }
 
 /// The `--json` report.
@@ -489,9 +493,16 @@ pub(crate) async fn run_sim<S: Store>(
         strategy_safe: engine.store().strategy().never_oversells(),
         lock: engine.store().lock_figures(),
         coalescing: engine.store().coalescing().map(|c| CoalescingReport {
-            max_batch: c.max_batch,
-            window_us: c.window.as_micros() as u64,
-            max_in_flight: c.max_in_flight,
+            max_batch: c.options.max_batch,
+            window_us: c.options.window.as_micros() as u64,
+            max_in_flight: c.options.max_in_flight,
+            calls: c.calls,
+            requests: c.requests,
+            mean_batch: if c.calls == 0 {
+                0.0
+            } else {
+                c.requests as f64 / c.calls as f64
+            },
         }),
         run_id,
         generation: audit.generation,
@@ -586,8 +597,8 @@ fn print_human(r: &Report) {
     );
     if let Some(c) = &r.coalescing {
         println!(
-            "request coalescing: up to {} requests per script call, window {} µs, {} in flight per segment",
-            c.max_batch, c.window_us, c.max_in_flight
+            "request coalescing: {} deductions in {} script calls (mean {:.1}); up to {} per call, window {} µs, {} in flight per segment",
+            c.requests, c.calls, c.mean_batch, c.max_batch, c.window_us, c.max_in_flight
         );
     }
     println!(

@@ -21,6 +21,7 @@
 use super::{HomeReply, RedisStore, ReqArgs, SegAddr};
 use crate::error::{Error, Result};
 use dashmap::DashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -71,6 +72,17 @@ impl Coalescing {
     }
 }
 
+/// Request coalescing as configured, with what it did so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoalesceStats {
+    /// The options in force.
+    pub options: Coalescing,
+    /// Coalesced script calls sent.
+    pub calls: u64,
+    /// Deductions they carried.
+    pub requests: u64,
+}
+
 /// One queued deduction.
 struct Item {
     record: String,
@@ -113,6 +125,8 @@ type LaneKey = (String, u64, u64, u64);
 pub(super) struct Batcher {
     opts: Coalescing,
     lanes: DashMap<LaneKey, Arc<Lane>>,
+    calls: AtomicU64,
+    requests: AtomicU64,
 }
 
 /// A sender slot of a lane. A normal exit gives the slot back in the same critical section
@@ -146,11 +160,17 @@ impl Batcher {
         Self {
             opts,
             lanes: DashMap::new(),
+            calls: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
         }
     }
 
-    pub(super) fn options(&self) -> Coalescing {
-        self.opts
+    pub(super) fn stats(&self) -> CoalesceStats {
+        CoalesceStats {
+            options: self.opts,
+            calls: self.calls.load(Relaxed),
+            requests: self.requests.load(Relaxed),
+        }
     }
 
     /// Queues one `deduct.lua`-equivalent request (`mode` "lua" or "claim") and waits for its
@@ -237,6 +257,8 @@ impl Batcher {
                 st.queue.drain(..n).collect()
             };
             crate::metrics::coalesced_batch(batch.len());
+            self.calls.fetch_add(1, Relaxed);
+            self.requests.fetch_add(batch.len() as u64, Relaxed);
             let replies = store.eval_batch(&lane, &batch).await;
             match replies {
                 Ok(replies) => {
