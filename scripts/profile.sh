@@ -1,0 +1,735 @@
+#!/usr/bin/env bash
+# Where does the time of a deduction go? Measurements, printed as a Markdown report on stdout
+# (progress goes to stderr). Not part of CI: run it by hand.
+#
+# 1. Lua cost ladder: cumulative variants of the deduct script, each driven by redis-benchmark
+#    (EVALSHA, 50 clients, -P 64, a random request id per call) against a private redis-server;
+#    the time per call inside Redis comes from INFO commandstats (CONFIG RESETSTAT before each
+#    variant), the inner commands' figures and the residual (Lua interpreter + script call) too.
+#    One variant passes pre-formatted strings instead of Lua numbers to redis.call.
+# 2. perf profile of redis-server while the real deduct script runs, in buckets (keyspace dict,
+#    number formatting, malloc, Lua VM, kernel, other) plus the top symbols.
+# 3. perf profile of the client: `shardstock sim` against that redis (strategy lua), and the
+#    embedded store (1 and 16 segments, concurrency 64; 1 segment with one task), by
+#    crate/module, top symbols, a per-deduction cost breakdown from the call chains (DWARF
+#    unwinding, inlined frames included) and a timeline check for stalls (records-map rehash).
+#
+# Steps 1-5 of the ladder are written here, as one inline single-request path (the shape of
+# deduct.lua before deduct_core.lua), on top of the measured ref's own prelude.lua and the
+# ARGV validation block copied verbatim from its deduct.lua; step 6 is the real script as the
+# build composes it. If 6 drifts far from 5, the script changed shape: update the steps.
+#
+# Which code: SRC_REF=HEAD (default) exports that commit with `git archive` into
+# target/profile/src-<sha> and builds/reads the Lua scripts from there, so edits in progress in
+# the working tree neither break nor skew the run. SRC_REF=worktree uses the working tree as it
+# is. The binary is built with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only into
+# CARGO_TARGET_DIR=target/profile (never the main target dir).
+#
+# Usage: scripts/profile.sh > report.md
+#   QUICK=1         smaller counts, shorter perf windows (about a minute after the build)
+#   SRC_REF=<ref>   git ref to measure (default HEAD), or "worktree"
+#   LADDER_CALLS=N  redis-benchmark calls per ladder variant (default 300000; QUICK 100000)
+#   ROUNDS=N        times the whole ladder is measured, interleaved; the median is shown (default 1)
+#   SKIP_BUILD=1    use target/profile/release/shardstock as it is
+#   LADDER_BASE_REF=<ref>  also measure the real deduct script of that commit (a "6b" row)
+#   KEEP=1          keep the temporary directory (perf data, sim JSON) and print its path
+# Needs: redis-server, redis-cli, redis-benchmark, perf, python3, git, cargo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+QUICK=${QUICK:-0}
+SRC_REF=${SRC_REF:-HEAD}
+ROUNDS=${ROUNDS:-1}
+if [ "$QUICK" = 1 ]; then
+  LADDER_CALLS=${LADDER_CALLS:-100000}
+  PERF_SECS=2
+  SIM_LUA_REQUESTS=60000
+  EMB_REQUESTS=500000
+else
+  LADDER_CALLS=${LADDER_CALLS:-300000}
+  PERF_SECS=5
+  SIM_LUA_REQUESTS=160000
+  EMB_REQUESTS=2000000
+fi
+CLIENT_FREQ=199 # perf sampling frequency for the client (DWARF stacks are 8 KiB each)
+
+for b in redis-server redis-cli redis-benchmark perf python3 git cargo; do
+  command -v "$b" >/dev/null || { echo "$b missing" >&2; exit 1; }
+done
+log() { echo "[profile] $*" >&2; }
+
+DIR=$(mktemp -d)
+PID=
+BPID=
+cleanup() {
+  [ -n "$BPID" ] && kill "$BPID" 2>/dev/null
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null
+  [ -n "$PID" ] && wait "$PID" 2>/dev/null
+  if [ "${KEEP:-0}" = 1 ]; then echo "[profile] intermediate files kept in $DIR" >&2; else rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+T_START=$(date +%s)
+
+# --- the code to measure and the binary -------------------------------------------------------
+export CARGO_TARGET_DIR="$ROOT/target/profile"
+export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
+if [ "$SRC_REF" = worktree ]; then
+  SRC=$ROOT
+  WANT="worktree" # never matches a stamp: always rebuilt
+  SRC_DESC="working tree at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock || echo ' + uncommitted changes')"
+else
+  SHA=$(git rev-parse --verify "$SRC_REF^{commit}")
+  SRC="$CARGO_TARGET_DIR/src-$SHA"
+  WANT=$SHA
+  if [ ! -f "$SRC/Cargo.toml" ]; then
+    mkdir -p "$CARGO_TARGET_DIR"
+    find "$CARGO_TARGET_DIR" -maxdepth 1 -name 'src-*' -exec rm -rf {} + # older exports
+    mkdir -p "$SRC.tmp"
+    git archive "$SHA" | tar -x -C "$SRC.tmp"
+    mv "$SRC.tmp" "$SRC"
+  fi
+  SRC_DESC="commit $(git rev-parse --short "$SHA") ($SRC_REF), exported with git archive"
+fi
+BIN="$CARGO_TARGET_DIR/release/shardstock"
+# Cargo's freshness check can take another export (or the working tree) for the same package, so
+# the stamp says which code the binary was built from; anything else is rebuilt from clean.
+STAMP="$CARGO_TARGET_DIR/.profile-built-from"
+T_BUILD=0
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  log "building $SRC_DESC (release + line tables) ..."
+  t0=$(date +%s)
+  if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ "$WANT" = worktree ]; then
+    rm -f "$STAMP"
+    (cd "$SRC" && cargo clean --release -p shardstock --quiet)
+  fi
+  (cd "$SRC" && cargo build --release --quiet --bin shardstock)
+  echo "$WANT" > "$STAMP"
+  T_BUILD=$(($(date +%s) - t0))
+else
+  SRC_DESC="$SRC_DESC; SKIP_BUILD=1, binary built from: $(cat "$STAMP" 2>/dev/null || echo unknown)"
+fi
+[ -x "$BIN" ] || { echo "$BIN missing" >&2; exit 1; }
+T_MEASURE0=$(date +%s)
+
+# --- a private redis-server -------------------------------------------------------------------
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --maxmemory-policy noeviction \
+  --dir "$DIR" --logfile "$DIR/redis.log" >/dev/null 2>&1 &
+PID=$!
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+redis-cli -p "$PORT" ping >/dev/null || { echo "redis-server did not start" >&2; exit 1; }
+CLI=(redis-cli -p "$PORT")
+URL="redis://127.0.0.1:$PORT"
+
+# --- the Lua variants ---------------------------------------------------------------------------
+PRELUDE="$SRC/src/scripts/prelude.lua"
+DEDUCT="$SRC/src/scripts/deduct.lua"
+# The real script, composed like the build does (deduct_core.lua when the tree has one).
+if [ -f "$SRC/src/scripts/deduct_core.lua" ]; then
+  cat "$PRELUDE" "$SRC/src/scripts/deduct_core.lua" "$DEDUCT" > "$DIR/real.lua"
+  REAL_DESC="prelude.lua + deduct_core.lua + deduct.lua"
+else
+  cat "$PRELUDE" "$DEDUCT" > "$DIR/real.lua"
+  REAL_DESC="prelude.lua + deduct.lua"
+fi
+# Optionally the real script of another commit too, for a before/after row.
+LADDER_BASE_REF=${LADDER_BASE_REF:-}
+if [ -n "$LADDER_BASE_REF" ]; then
+  BASE_SHA=$(git rev-parse --short "$LADDER_BASE_REF^{commit}")
+  {
+    git show "$BASE_SHA:src/scripts/prelude.lua"
+    git show "$BASE_SHA:src/scripts/deduct_core.lua" 2>/dev/null || true
+    git show "$BASE_SHA:src/scripts/deduct.lua"
+  } > "$DIR/base-src.lua"
+fi
+# deduct.lua's own strict ARGV validation block, verbatim.
+VALIDATION=$(awk '/^local gen = /,/^local resv_ttl = /' "$DEDUCT")
+[ -n "$VALIDATION" ] || { echo "cannot find the ARGV validation block in $DEDUCT" >&2; exit 1; }
+
+lua_decrement_tail() { # $1 = writes (0/1), $2 = strings (0/1)
+  local q='-qty' qs='qty' zero='0' parts="index .. ':' .. qty" ttl='ttl'
+  [ "$2" = 1 ] && { q="'-' .. ARGV[3]"; qs='ARGV[3]'; zero="'0'"; parts="ARGV[4] .. ':' .. ARGV[3]"; ttl='ARGV[5]'; }
+  echo "if mode ~= 'claim' and stock >= qty then"
+  echo "  redis.call('HINCRBY', KEYS[1], 'stock', $q)"
+  if [ "$1" = 1 ]; then
+    echo "  redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', $qs, 'e', $zero, 'parts', $parts)"
+    echo "  if resv_ttl > 0 then hold(KEYS[1], KEYS[3], KEYS[2], qty, now, resv_ttl)"
+    echo "  else redis.call('HINCRBY', KEYS[1], 'sold', $qs) end"
+    echo "  redis.call('PEXPIRE', KEYS[2], $ttl)"
+  fi
+  echo "  return { 'applied', stock - qty }"
+  echo "end"
+  echo "return { 'short', stock, 0 }"
+}
+LUA_RECORD_CHECK=$(cat <<'LUA'
+local rec = record(KEYS[2])
+if rec then
+  if rec.u ~= user then return { 'mismatch', 'user' } end
+  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
+  if rec.s == 'A' then return { 'replay', rec.parts } end
+  if rec.s == 'X' then return { 'sealed' } end
+  local left = tonumber(rec.l) - now_ms()
+  if left < 0 then left = 0 end
+  return { 'pending', tonumber(rec.e), left }
+end
+if mode == 'fenced' then
+  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
+  if stock < qty then return { 'invariant', stock } end
+end
+LUA
+)
+make_variant() { # $1 = id
+  case $1 in
+    v0) echo "return 1" ;;
+    v0p) cat "$PRELUDE"; echo "return 1" ;;
+    v1)
+      cat <<'LUA'
+local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
+local qty = tonumber(ARGV[3])
+if stock >= qty then
+  redis.call('HINCRBY', KEYS[1], 'stock', -qty)
+  return { 'applied', stock - qty }
+end
+return { 'short', stock, 0 }
+LUA
+      ;;
+    v2 | v3 | v4 | v5 | v5s)
+      cat "$PRELUDE"
+      echo "$VALIDATION"
+      echo "local stock, other = segment(KEYS[1], gen)"
+      echo "if not stock then return { 'stale', other } end"
+      case $1 in
+        v3 | v4 | v5)
+          echo "local now = now_ms()"
+          echo "stock = stock + reclaim(KEYS[1], KEYS[3], now)"
+          ;;
+        v5s)
+          # The server clock in ms as a string, with string operations only; LIMIT as strings.
+          cat <<'LUA'
+local t = redis.call('TIME')
+local now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
+local now = now_s
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_s, 'LIMIT', '0', '64')
+if #due > 0 then now = tonumber(now_s); stock = stock + reclaim(KEYS[1], KEYS[3], now) end
+LUA
+          ;;
+      esac
+      case $1 in v4 | v5 | v5s) echo "$LUA_RECORD_CHECK" ;; esac
+      case $1 in
+        v2 | v3 | v4) lua_decrement_tail 0 0 ;;
+        v5) lua_decrement_tail 1 0 ;;
+        v5s) lua_decrement_tail 1 1 ;;
+      esac
+      ;;
+    v6) cat "$DIR/real.lua" ;;
+    base) cat "$DIR/base-src.lua" ;;
+  esac
+}
+VARIANTS=(v0 v0p v1 v2 v3 v4 v5 v5s v6)
+[ -n "$LADDER_BASE_REF" ] && VARIANTS+=(base)
+declare -A VDESC=(
+  [v0]="\`return 1\` (EVALSHA with the same 3 keys and 10 args)"
+  [v0p]="prelude.lua prepended (its 9 local functions are created on every call), then \`return 1\`"
+  [v1]="bare check-and-decrement: HGET stock, HINCRBY stock -qty (no prelude)"
+  [v2]="+ prelude + deduct.lua's strict ARGV validation + segment() (HMGET gen stock, generation check)"
+  [v3]="+ now_ms() (TIME) + reclaim() (ZRANGEBYSCORE on the reservation index, empty)"
+  [v4]="+ record() (HGETALL of the request record, absent) + replay/mismatch/fence checks"
+  [v5]="+ the writes: HSET record (5 fields), HINCRBY sold, PEXPIRE record (the real script's commands, inline)"
+  [v5s]="as (5), but every number passed to redis.call (and the parts string) pre-formatted as a string"
+  [v6]="the real script: $REAL_DESC"
+  [base]="the real script at ${BASE_SHA:-?} (LADDER_BASE_REF=$LADDER_BASE_REF)"
+)
+declare -A VSTEP=([v0]=0 [v0p]=0p [v1]=1 [v2]=2 [v3]=3 [v4]=4 [v5]=5 [v5s]=5s [v6]=6 [base]=6b)
+for v in "${VARIANTS[@]}"; do make_variant "$v" > "$DIR/$v.lua"; done
+
+SEG='prof:{prof#0}:seg'
+RQ='prof:{prof#0}:g1:rq:__rand_int__'
+RESV='prof:{prof#0}:g1:resv'
+DEDUCT_ARGV=(1 u1 1 0 600000 5000 1 lua 0 0) # gen user qty index ttl_ms lease_ms claim mode fence resv_ttl_ms
+reset_keyspace() {
+  "${CLI[@]}" FLUSHALL >/dev/null
+  # The fields load_segment.lua writes, generation 1, stock far beyond any call count here.
+  "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 >/dev/null
+}
+bench_evalsha() { # $1 = sha, $2 = calls; prints the redis-benchmark CSV
+  redis-benchmark -p "$PORT" -c 50 -P 64 -n "$2" -r 100000000000 --csv \
+    EVALSHA "$1" 3 "$SEG" "$RQ" "$RESV" "${DEDUCT_ARGV[@]}"
+}
+commandstats() { "${CLI[@]}" INFO commandstats | tr -d '\r' | grep '^cmdstat_' || true; }
+
+LADDER="$DIR/ladder.jsonl"
+declare -A SHAS
+for v in "${VARIANTS[@]}"; do
+  SHAS[$v]=$("${CLI[@]}" -x SCRIPT LOAD < "$DIR/$v.lua")
+done
+for round in $(seq "$ROUNDS"); do
+  for v in "${VARIANTS[@]}"; do
+    log "ladder round $round: $v ($LADDER_CALLS calls)"
+    reset_keyspace
+    sha=${SHAS[$v]}
+    probe=$("${CLI[@]}" EVALSHA "$sha" 3 "$SEG" 'prof:{prof#0}:g1:rq:probe' "$RESV" "${DEDUCT_ARGV[@]}" 2>&1 | head -1)
+    if [ "$probe" != applied ] && [ "$probe" != 1 ]; then
+      python3 -c 'import json,sys; print(json.dumps({"v":sys.argv[1],"round":int(sys.argv[2]),"error":sys.argv[3]}))' \
+        "$v" "$round" "$probe" >> "$LADDER"
+      continue
+    fi
+    "${CLI[@]}" CONFIG RESETSTAT >/dev/null
+    csv=$(bench_evalsha "$sha" "$LADDER_CALLS")
+    stats=$(commandstats)
+    python3 - "$v" "$round" "$csv" "$stats" >> "$LADDER" <<'PY'
+import csv, io, json, re, sys
+v, rnd, csvtext, stats = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rows = list(csv.reader(io.StringIO(csvtext)))
+cmds = {}
+for line in stats.splitlines():
+    m = re.match(r"cmdstat_([^:]+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)", line)
+    if m:
+        cmds[m.group(1)] = {"calls": int(m.group(2)), "usec": int(m.group(3)), "upc": float(m.group(4))}
+print(json.dumps({"v": v, "round": rnd, "rps": float(rows[-1][1]), "cmds": cmds}))
+PY
+  done
+done
+
+# --- redis-server under perf, real script ------------------------------------------------------
+log "perf record redis-server for ${PERF_SECS}s while redis-benchmark runs the real script"
+reset_keyspace
+"${CLI[@]}" CONFIG RESETSTAT >/dev/null
+redis-benchmark -p "$PORT" -c 50 -P 64 -n 100000000 -r 100000000000 --csv \
+  EVALSHA "${SHAS[v6]}" 3 "$SEG" "$RQ" "$RESV" "${DEDUCT_ARGV[@]}" > /dev/null 2>&1 &
+BPID=$! # redis-benchmark itself (not a subshell), so that kill stops it
+sleep 1
+perf record -F 999 -g -p "$PID" -o "$DIR/redis.perf" -- sleep "$PERF_SECS" >/dev/null 2>"$DIR/redis.perf.err" || true
+kill "$BPID" 2>/dev/null || true
+wait "$BPID" 2>/dev/null || true
+BPID=
+REDIS_PERF_STATS=$(commandstats)
+perf report -i "$DIR/redis.perf" --no-children --sort dso,sym --stdio -g none --percent-limit 0 \
+  2>/dev/null > "$DIR/redis.report" || true
+
+# --- the client under perf ----------------------------------------------------------------------
+ANALYZE="$DIR/analyze.py"
+cat > "$ANALYZE" <<'PY'
+import collections, json, re, sys
+
+HDR = re.compile(r"^(\S.*?)\s+(\d+)\s+(\d+\.\d+):\s+(\d+)\s*$")
+
+def parse(path):
+    """perf script -F comm,tid,time,period,ip,sym,dso with call chains -> samples."""
+    samples, cur = [], None
+    with open(path, errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            if not line[0].isspace():
+                m = HDR.match(line.rstrip("\n"))
+                if m:
+                    cur = {"comm": m.group(1), "tid": int(m.group(2)), "t": float(m.group(3)),
+                           "period": int(m.group(4)), "frames": []}
+                    samples.append(cur)
+                continue
+            if cur is None:
+                continue
+            s = line.strip()
+            ip, _, rest = s.partition(" ")
+            inlined = rest.endswith("(inlined)")
+            dso = None
+            if inlined:
+                sym = rest[: -len("(inlined)")].rstrip()
+            elif rest.endswith(")") and " (" in rest:
+                i = rest.rindex(" (")
+                sym, dso = rest[:i], rest[i + 2 : -1]
+            else:
+                sym = rest
+            cur["frames"].append((ip, sym, dso, inlined))
+    for s in samples:
+        leaf = next(((ip, sym, dso) for ip, sym, dso, inl in s["frames"] if not inl),
+                    s["frames"][0][:3] if s["frames"] else ("?", "[unknown]", "?"))
+        s["leaf"], s["leaf_dso"] = leaf[1], leaf[2] or "?"
+        s["kernel"] = leaf[0].startswith("ffffffff") or "kernel" in (leaf[2] or "")
+        s["chain"] = [f[1] for f in s["frames"]]
+        s["fns"] = [strip_generics(f[1]) for f in s["frames"]]
+    return samples
+
+LEAF_BUCKETS = [
+    ("kernel (syscalls, networking, page faults, scheduler)", lambda s: s["kernel"]),
+    ("alloc/malloc (libc malloc/free, Rust alloc, Vec/String growth)", lambda s: re.search(
+        r"^(malloc|free|cfree|_int_|realloc|calloc|__libc_|tcache|sysmalloc|alloc_perturb|"
+        r"__rust_(alloc|dealloc|realloc)|alloc::alloc|<alloc::alloc|<alloc::raw_vec|alloc::raw_vec|"
+        r"__GI___libc_|unlink_chunk|malloc_consolidate|arena_)", s["leaf"])),
+    ("libc mem*/str* (memcpy, memcmp)", lambda s: re.search(r"^__(mem|str)|^mem(cpy|move|cmp|set)", s["leaf"])),
+    ("hashing + hash tables (SipHash, hashbrown, DashMap)", lambda s: re.search(
+        r"sip::Hasher|hash_one|BuildHasher|rapidhash|fnv|hashbrown|dashmap|Hash>::hash|::hash::", s["leaf"])),
+    ("fred (Redis client)", lambda s: "fred::" in s["leaf"]),
+    ("redis_protocol / bytes (RESP codec)", lambda s: re.search(r"redis_protocol|bytes::|bytes_utils", s["leaf"])),
+    ("tokio (runtime, I/O driver, mio)", lambda s: re.search(r"tokio::|mio::|<tokio", s["leaf"])),
+    ("metrics (metrics crate, exporter, shardstock::metrics)", lambda s: re.search(r"metrics", s["leaf"])),
+    ("shardstock::store::memory", lambda s: "shardstock::store::memory" in s["leaf"]),
+    ("shardstock::store::redis", lambda s: "shardstock::store::redis" in s["leaf"]),
+    ("shardstock::engine (+ segments, router, guard, ids)", lambda s: re.search(
+        r"shardstock::(engine|segments|router|guard|ids|coalesce|strategy|store::)", s["leaf"])),
+    ("sim harness (shardstock::sim, hdrhistogram)", lambda s: re.search(r"shardstock::sim|hdrhistogram|shardstock::dispatch|shardstock::run", s["leaf"])),
+    ("formatting (core::fmt)", lambda s: re.search(r"core::fmt|alloc::fmt|fmt::", s["leaf"])),
+    ("clock (clock_gettime, Instant)", lambda s: re.search(r"clock_gettime|Instant|vdso", s["leaf"])),
+    ("locks/futex (std Mutex, parking)", lambda s: re.search(r"futex|Mutex|Condvar|parking|park", s["leaf"])),
+    ("other shardstock", lambda s: "shardstock" in s["leaf"]),
+]
+
+def leaf_bucket(s):
+    for name, f in LEAF_BUCKETS:
+        if f(s):
+            return name
+    return "other"
+
+def strip_generics(name):
+    """foo<T, U>::bar -> foo::bar (a leading qualified-path '<' is kept)."""
+    out, depth, prev = [], 0, ""
+    for ch in name:
+        if depth:
+            depth += (ch == "<") - (ch == ">")
+            continue
+        if ch == "<" and (prev.isalnum() or prev in "_}"):
+            depth = 1
+            continue
+        out.append(ch)
+        prev = ch
+    return "".join(out)
+
+def has(chain, *subs):
+    """Raw frame names (generic arguments included)."""
+    return any(all(x in fr for x in subs) for fr in chain)
+
+def fn(s, *subs):
+    """Function identity: frame names without generic arguments (so a type parameter such as
+    MemoryStore in an async block's name does not count as being inside the store)."""
+    return any(all(x in fr for x in subs) for fr in s["fns"])
+
+def rehash_target(s):
+    frames = s["frames"]
+    idx = [i for i, f in enumerate(frames) if "reserve_rehash" in f[1]]
+    if not idx:
+        return None
+    if any("memory::Rec" in frames[i][1] for i in idx):
+        return "records"
+    # Without inline info: the first real caller after the last reserve_rehash frame.
+    for ip, sym, dso, inl in frames[idx[-1] + 1 :]:
+        if not inl and "reserve_rehash" not in sym:
+            return "records" if "store::memory" in strip_generics(sym) else "other"
+    return "other"
+
+# Per-deduction paths, first match wins (so they add up to 100 %).
+MALLOC_LEAF = re.compile(r"malloc|free|_int_|realloc|calloc|tcache|arena_|__mem|memcpy|memmove|memcmp")
+
+def path(s):
+    c = s["chain"]
+    main = not s["comm"].startswith("tokio-rt")
+    if main:
+        if fn(s, "sim::Tally::merge"):
+            return "main thread: merging the workers' Tally maps (counted in the sim's elapsed time)"
+        if has(c, "drop_in_place<") or fn(s, "Drop>::drop"):
+            return "main thread: dropping the store after the run"
+        return "main thread: other (start-up, load, audit, exit; libc frames not unwound)"
+    r = rehash_target(s)
+    if r == "records":
+        return "store: records HashMap grow (reserve_rehash: SipHash of every key + page faults)"
+    if has(c, "retain<", "store::memory"):
+        return "store: records sweep (Seg::put: HashMap::retain over ALL records every 4096 inserts)"
+    if fn(s, "sim::Tally::"):
+        return "sim harness: Tally (per-user HashMap<u64,u64> per worker, merged at the end)"
+    if r == "other":
+        return "other HashMap/DashMap growth"
+    if has(c, "insert<", "store::memory::Rec"):
+        return "store: record insert (hash + probe, no growth)"
+    if fn(s, "store::memory::Seg::rec"):
+        return "store: record lookup + expiry check (Seg::rec)"
+    if fn(s, "shardstock::store::memory"):
+        return "store: rest (segment DashMap lookup, mutex lock/unlock incl. futex wake, Rec::new, parts Vec, reclaim)"
+    if fn(s, "shardstock::store::redis") or fn(s, "fred::") or fn(s, "redis_protocol"):
+        return "redis client: store::redis + fred + RESP (incl. the I/O and syscalls they make)"
+    if fn(s, "metrics"):
+        return "metrics (counters/histograms recorded per deduction)"
+    if fn(s, "shardstock::engine") or fn(s, "shardstock::segments") or fn(s, "shardstock::router") or fn(s, "shardstock::guard") or fn(s, "shardstock::ids"):
+        return "engine: routing, layout cache, request building, guard"
+    if fn(s, "hdrhistogram") or fn(s, "format_inner") or fn(s, "sim::run_sim") or fn(s, "Instant"):
+        return "sim harness: format! ids, Deduct::new, latency histogram, Instant"
+    if s["kernel"]:
+        return "kernel, outside the above (scheduler, futex wake-ups, idle work)"
+    if fn(s, "tokio::"):
+        return "tokio runtime (scheduler, task polling, wake-ups)"
+    if len(s["frames"]) <= 3 and MALLOC_LEAF.search(s["leaf"]):
+        return "worker: libc malloc/free/mem* whose caller perf could not unwind"
+    if not s["frames"] or s["leaf"] == "[unknown]":
+        return "unresolved (no usable stack)"
+    return "other"
+
+def ms(ns):
+    return ns / 1e6
+
+def client(path_txt, json_path, label, requests, top_n=20, stall=False):
+    samples = parse(path_txt)
+    try:
+        rep = json.load(open(json_path))
+    except Exception:
+        rep = {}
+    total = sum(s["period"] for s in samples) or 1
+    print(f"#### {label}\n")
+    if rep:
+        print(f"sim: {rep.get('requests', 0):,} requests, {rep.get('applied', 0):,} applied, "
+              f"{rep.get('errors', 0)} errors, audit {'ok' if rep.get('audit_ok') else 'FAILED'}, "
+              f"{rep.get('elapsed_s', 0):.2f} s, **{rep.get('throughput_per_s', 0):,.0f}/s**, "
+              f"p50 {rep.get('p50_ms', 0):.3f} ms, p99 {rep.get('p99_ms', 0):.3f} ms, "
+              f"p99.9 {rep.get('p999_ms', 0):.3f} ms, max **{rep.get('max_ms', 0):.1f} ms**.  ")
+        if rep.get("first_error"):
+            print(f"first error: `{rep['first_error'][:200]}`  ")
+    work = sum(s["period"] for s in samples if s["comm"].startswith("tokio-rt"))
+    print(f"perf: {len(samples):,} samples ({CLIENT_FREQ} Hz, DWARF stacks), {ms(total):,.0f} ms of CPU "
+          f"in the process = {total / max(requests, 1) / 1e3:.2f} µs CPU per request (whole process, "
+          f"start-up and teardown included); on the tokio worker threads alone (the sale itself): "
+          f"**{work / max(requests, 1) / 1e3:.2f} µs CPU per request**.\n")
+    b = collections.Counter()
+    for s in samples:
+        b[leaf_bucket(s)] += s["period"]
+    print("Self time by crate/module (leaf symbol; inlined code counts for the function it is inlined into):\n")
+    print("| bucket | share | µs per request |")
+    print("|---|---:|---:|")
+    for k, v in b.most_common():
+        print(f"| {k} | {100 * v / total:.1f} % | {v / requests / 1e3:.3f} |")
+    p = collections.Counter()
+    for s in samples:
+        p[path(s)] += s["period"]
+    print("\nPer-request cost by code path (from the call chains, first match wins, so the rows add up):\n")
+    print("| path | share | ns per request |")
+    print("|---|---:|---:|")
+    for k, v in p.most_common():
+        print(f"| {k} | {100 * v / total:.1f} % | {v / requests:,.0f} |")
+    sym = collections.Counter()
+    for s in samples:
+        sym[(s["leaf"][:110], (s["leaf_dso"] or "?").rsplit("/", 1)[-1])] += s["period"]
+    print(f"\nTop {top_n} symbols (self):\n")
+    print("| self | symbol | dso |")
+    print("|---:|---|---|")
+    for (k, d), v in sym.most_common(top_n):
+        print(f"| {100 * v / total:.1f} % | `{k}` | {d} |")
+    if stall:
+        stall_timeline(samples)
+    print()
+
+def stall_timeline(samples, width=0.1):
+    if not samples:
+        return
+    t0 = min(s["t"] for s in samples)
+    tot = collections.Counter()
+    rh = collections.Counter()
+    sw = collections.Counter()
+    for s in samples:
+        k = int((s["t"] - t0) / width)
+        tot[k] += s["period"]
+        r = rehash_target(s)
+        if r == "records":
+            rh[k] += s["period"]
+        elif has(s["chain"], "retain<", "store::memory"):
+            sw[k] += s["period"]
+    windows, cur = [], None
+    for k in range(max(tot) + 1):
+        hot = tot[k] and rh[k] / tot[k] >= 0.5
+        if hot:
+            if cur and cur[1] == k - 1:
+                cur[1] = k
+            else:
+                cur = [k, k]
+                windows.append(cur)
+    print("\nRecords-map rehash windows (100 ms buckets where ≥ 50 % of the CPU samples are in the "
+          "records HashMap's reserve_rehash, adjacent buckets merged):\n")
+    if not windows:
+        print("none found.")
+        return
+    print("| from (s after start) | length | rehash CPU in the window | all CPU in the window |")
+    print("|---:|---:|---:|---:|")
+    for a, z in windows:
+        r = sum(rh[k] for k in range(a, z + 1))
+        t = sum(tot[k] for k in range(a, z + 1))
+        print(f"| {a * width:.1f} | {(z - a + 1) * width * 1000:.0f} ms | {ms(r):.0f} ms | {ms(t):.0f} ms |")
+    print(f"\n(Sweep CPU outside those windows: {ms(sum(sw.values())):.0f} ms in total over "
+          f"{len(tot)} buckets.)")
+
+def redis_report(path, secs):
+    rows = []
+    for line in open(path, errors="replace"):
+        m = re.match(r"^\s*([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$", line)
+        if m:
+            rows.append((float(m.group(1)), m.group(2), m.group(3), m.group(4)))
+    def bucket(pct, dso, priv, sym):
+        if priv == "k" or "kernel" in dso:
+            return "kernel (syscalls: networking read/write, epoll, scheduler)"
+        if re.search(r"printf|__printf_fp|hack_digit|mpn_|strtod|strtol|str_to_mpn|round_and_return|"
+                     r"fpconv|d2string|ld2string|string2ll|string2l|ll2string|snprintf|_IO_|__strto|"
+                     r"____strto|__mpn|_itoa", sym):
+            return "number formatting/parsing (printf %.17g, strtod, mpn)"
+        if "jemalloc" in dso or re.search(r"^(je_|malloc|free|calloc|realloc|zmalloc|zfree|ztry|zcalloc|"
+                                           r"zrealloc|_int_malloc|_int_free|cfree|sallocx|malloc_usable)", sym):
+            return "malloc/free (jemalloc, zmalloc)"
+        if re.search(r"^(dict|_dict|siphash|lookupKey|dbAdd|dbFind|setKey|keyIsExpired|expireIfNeeded|"
+                     r"getExpire|setExpire|dbGenericDelete|dbSyncDelete|dbAsyncDelete|rehash|dictSds)", sym):
+            return "keyspace dict (dictFind, rehash, siphash, lookupKey, expires)"
+        if (dso.startswith("redis-") and sym.startswith("0x")) or re.search(r"^lua|^luaRedis|^scriptCall|^eval", sym):
+            return "Lua VM + script glue (unresolved addresses in redis-server, lua* symbols)"
+        return "other (hash/listpack/zset code, client protocol, memcpy, ...)"
+    b = collections.Counter()
+    for pct, dso, priv, sym in rows:
+        b[bucket(pct, dso, priv, sym)] += pct
+    tot = sum(b.values()) or 1
+    print("| bucket | share of redis-server CPU samples |")
+    print("|---|---:|")
+    for k, v in b.most_common():
+        print(f"| {k} | {100 * v / tot:.1f} % |")
+    print("\nTop 15 symbols (self):\n")
+    print("| self | dso | symbol |")
+    print("|---:|---|---|")
+    for pct, dso, priv, sym in sorted(rows, key=lambda r: -r[0])[:15]:
+        print(f"| {pct:.2f} % | {dso} | `{sym[:90]}` |")
+
+CLIENT_FREQ = 0
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "client":
+        _, _, freq, txt, js, label, req, stall = sys.argv
+        CLIENT_FREQ = int(freq)
+        client(txt, js, label, int(req), stall=stall == "1")
+    elif mode == "redis":
+        redis_report(sys.argv[2], sys.argv[3])
+PY
+
+SIMS="$DIR/sims.txt"
+: > "$SIMS"
+# $1 = id, $2 = label, $3 = requests, $4 = stall analysis (0/1), rest = sim args
+profile_sim() {
+  local id=$1 label=$2 requests=$3 stall=$4
+  shift 4
+  log "perf record: $label"
+  perf record -F "$CLIENT_FREQ" --call-graph dwarf,8192 -o "$DIR/$id.perf" -- "$@" \
+    > "$DIR/$id.json" 2> "$DIR/$id.err" || log "  (sim exited with $?; see the report)"
+  perf script -i "$DIR/$id.perf" -F comm,tid,time,period,ip,sym,dso 2>/dev/null > "$DIR/$id.txt" || true
+  python3 "$ANALYZE" client "$CLIENT_FREQ" "$DIR/$id.txt" "$DIR/$id.json" "$label" "$requests" "$stall" >> "$SIMS"
+  [ "${KEEP:-0}" = 1 ] || rm -f "$DIR/$id.perf" "$DIR/$id.txt"
+}
+
+# (a) against redis, strategy lua, 16 segments, concurrency 64
+reset_keyspace
+"${CLI[@]}" CONFIG RESETSTAT >/dev/null
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+T0=$(cpu_ticks)
+W0=$(date +%s.%N)
+profile_sim lua "Client: shardstock sim --strategy lua --segments 16 --concurrency 64 (against the private redis)" \
+  "$SIM_LUA_REQUESTS" 0 "$BIN" --redis "$URL" sim --sku prof-lua --stock $((SIM_LUA_REQUESTS * 2)) --segments 16 \
+  --users "$SIM_LUA_REQUESTS" --requests "$SIM_LUA_REQUESTS" --concurrency 64 --per-user-limit 0 --strategy lua --json
+T1=$(cpu_ticks)
+W1=$(date +%s.%N)
+SIM_LUA_STATS=$(commandstats)
+SIM_LUA_SERVER_CPU=$(python3 -c "print(($T1 - $T0) / $(getconf CLK_TCK))")
+SIM_LUA_WALL=$(python3 -c "print($W1 - $W0)")
+reset_keyspace
+
+# (b) the embedded store
+for segs in 1 16; do
+  profile_sim "emb$segs" "Embedded store (no --redis): $segs segment(s), concurrency 64" "$EMB_REQUESTS" 1 \
+    env -u SHARDSTOCK_STORE__REDIS_URL "$BIN" sim --sku "prof-emb-$segs" --stock $((EMB_REQUESTS * 2)) \
+    --segments "$segs" --users "$EMB_REQUESTS" --requests "$EMB_REQUESTS" --concurrency 64 --per-user-limit 0 --json
+done
+profile_sim emb1c1 "Embedded store (no --redis): 1 segment, concurrency 1 (one task)" "$EMB_REQUESTS" 1 \
+  env -u SHARDSTOCK_STORE__REDIS_URL "$BIN" sim --sku prof-emb-c1 --stock $((EMB_REQUESTS * 2)) \
+  --segments 1 --users "$EMB_REQUESTS" --requests "$EMB_REQUESTS" --concurrency 1 --per-user-limit 0 --json
+T_END=$(date +%s)
+
+# --- the report ----------------------------------------------------------------------------------
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
+echo "# shardstock profile: where the time of a deduction goes"
+echo
+echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores${CPU:+ ($CPU)}, $(. /etc/os-release && echo "$PRETTY_NAME"), redis-server $(redis-server --version | grep -o 'v=[^ ]*' | cut -c3-), $(perf --version)."
+echo "Code: $SRC_DESC. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the same cores makes absolute figures noisy; ratios and INFO commandstats µs per call are steadier)."
+echo "QUICK=$QUICK, ladder: $LADDER_CALLS calls per variant × $ROUNDS round(s). Build ${T_BUILD}s, measurements $((T_END - T_MEASURE0))s, total $((T_END - T_START))s."
+echo
+echo "## 1. Lua cost ladder (inside Redis, INFO commandstats)"
+echo
+for v in "${VARIANTS[@]}"; do printf '%s\t%s\t%s\n' "$v" "${VSTEP[$v]}" "${VDESC[$v]}"; done > "$DIR/variants.tsv"
+python3 - "$LADDER" "$DIR/variants.tsv" <<'PY'
+import json, statistics, sys
+VDESC, STEP, ORDER = {}, {}, []
+for line in open(sys.argv[2]):
+    v, step, desc = line.rstrip("\n").split("\t", 2)
+    VDESC[v], STEP[v] = desc, step
+    ORDER.append(v)
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {}
+for r in rows:
+    by.setdefault(r["v"], []).append(r)
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+print("| step | variant | EVALSHA µs/call | Δ vs previous step | inner commands µs/call | residual: Lua + call overhead | redis-benchmark calls/s |")
+print("|---|---|---:|---:|---:|---:|---:|")
+prev = None
+summary = {}
+for v in ORDER:
+    rs = by.get(v, [])
+    errs = [r for r in rs if "error" in r]
+    ok = [r for r in rs if "error" not in r]
+    if not ok:
+        msg = errs[0]["error"][:120] if errs else "not measured"
+        print(f"| {STEP[v]} | {VDESC[v]} | n/a: `{msg}` | | | | |")
+        continue
+    upc = med([r["cmds"]["evalsha"]["upc"] for r in ok])
+    inn = med([sum(c["usec"] for k, c in r["cmds"].items() if k != "evalsha" and not k.startswith(("config", "info", "ping", "script")))
+               / r["cmds"]["evalsha"]["calls"] for r in ok])
+    rps = med([r["rps"] for r in ok])
+    summary[v] = (upc, inn)
+    d = "" if prev is None or v in ("v5s",) else f"{upc - prev:+.2f}"
+    if v == "v5s":
+        d = f"{upc - summary['v5'][0]:+.2f} vs (5)" if "v5" in summary else ""
+    if v in ("v6", "base"):
+        d = f"{upc - summary['v5'][0]:+.2f} vs (5)" if "v5" in summary else d
+    print(f"| {STEP[v]} | {VDESC[v]} | **{upc:.2f}** | {d} | {inn:.2f} | {upc - inn:.2f} | {rps:,.0f} |")
+    if v not in ("v0p", "v5s", "v6", "base"):  # (0p) and (1) are both measured against (0)
+        prev = upc
+print()
+if len(ORDER) and all(len(by.get(v, [])) > 1 for v in ORDER):
+    print("Spread over rounds (min–max EVALSHA µs/call): " + ", ".join(
+        f"{STEP[v]}: {min(r['cmds']['evalsha']['upc'] for r in by[v] if 'error' not in r):.2f}–"
+        f"{max(r['cmds']['evalsha']['upc'] for r in by[v] if 'error' not in r):.2f}" for v in ORDER if any('error' not in r for r in by[v])))
+    print()
+real = [r for r in by.get("v6", []) if "error" not in r]
+if real:
+    r = real[len(real) // 2]
+    n = r["cmds"]["evalsha"]["calls"]
+    print(f"Inner commands of the real script (step 6, one round, {n:,} EVALSHA calls):\n")
+    print("| command | calls per EVALSHA | µs per call | µs per EVALSHA |")
+    print("|---|---:|---:|---:|")
+    tot = 0.0
+    for k, c in sorted(r["cmds"].items(), key=lambda kv: -kv[1]["usec"]):
+        if k == "evalsha" or k.startswith(("config", "info", "ping", "script")):
+            continue
+        per = c["usec"] / n
+        tot += per
+        print(f"| {k.upper()} | {c['calls'] / n:.2f} | {c['upc']:.2f} | {per:.2f} |")
+    e = r["cmds"]["evalsha"]["upc"]
+    print(f"| **Σ inner commands** | | | **{tot:.2f}** |")
+    print(f"| **EVALSHA** | 1 | {e:.2f} | {e:.2f} |")
+    print(f"| **residual = Lua interpreter + script call overhead** | | | **{e - tot:.2f}** ({100 * (e - tot) / e:.0f} % of the call) |")
+    print()
+PY
+
+echo "## 2. redis-server under perf (real script, redis-benchmark -c 50 -P 64, ${PERF_SECS} s at 999 Hz)"
+echo
+grep -o '([0-9]* samples)' "$DIR/redis.perf.err" | head -1 | sed 's/^/perf: /' || true
+RS_REAL=$(basename "$(readlink -f "$(command -v redis-server)")")
+if [ "$RS_REAL" != redis-server ]; then
+  echo "(redis-server is $RS_REAL on this system, so perf names the server's own code after $RS_REAL.)"
+fi
+echo
+python3 "$ANALYZE" redis "$DIR/redis.report" "$PERF_SECS"
+echo
+echo "EVALSHA during the perf window: $(echo "$REDIS_PERF_STATS" | grep '^cmdstat_evalsha:' | sed -E 's/.*calls=([0-9]+),.*usec_per_call=([0-9.]+).*/\1 calls, \2 µs per call (perf sampling adds overhead)/')."
+echo
+echo "## 3. The client under perf"
+echo
+echo "Against redis: redis-server used $(printf '%.2f' "$SIM_LUA_SERVER_CPU") s CPU in $(printf '%.2f' "$SIM_LUA_WALL") s wall during the lua sim = $(python3 -c "print(f'{$SIM_LUA_SERVER_CPU / $SIM_LUA_REQUESTS * 1e6:.1f}')") µs server CPU per request; EVALSHA inside Redis: $(echo "$SIM_LUA_STATS" | grep '^cmdstat_evalsha:' | sed -E 's/.*calls=([0-9]+),.*usec_per_call=([0-9.]+).*/\1 calls, \2 µs per call/')."
+echo
+cat "$SIMS"
