@@ -8,13 +8,20 @@
 
 use super::*;
 use crate::segments::Part;
-use dashmap::DashMap;
-use std::collections::HashMap;
+use std::collections::HashMap as StdHashMap;
+
+/// Maps keyed by request, user and SKU ids hash with foldhash (seeded per process): SipHash
+/// was the single largest cost of an embedded deduction.
+type Hasher = foldhash::fast::RandomState;
+type HashMap<K, V> = StdHashMap<K, V, Hasher>;
+type DashMap<K, V> = dashmap::DashMap<K, V, Hasher>;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How many record inserts between sweeps of expired records in one segment.
-const SWEEP_EVERY: u32 = 4096;
+/// Fewest record inserts between sweeps of expired records in one segment. A sweep scans
+/// every record, so sweeps are also spaced by half the records held: the scan stays O(1)
+/// amortised per insert however many records live (24 h of them by default).
+const SWEEP_EVERY: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum St {
@@ -67,7 +74,7 @@ struct Seg {
     st: SegmentState,
     requests: HashMap<(u64, RequestId), Rec>,
     restocks: HashMap<(u64, RequestId), ((u64, u64), Instant)>,
-    inserts: u32,
+    inserts: usize,
     /// Reservation index: (expiry, generation, request id) of records holding reserved units.
     resv: std::collections::BTreeSet<(Instant, u64, RequestId)>,
 }
@@ -83,7 +90,8 @@ impl Seg {
 
     fn put(&mut self, generation: u64, rid: &RequestId, rec: Rec, now: Instant) {
         self.inserts += 1;
-        if self.inserts.is_multiple_of(SWEEP_EVERY) {
+        if self.inserts >= SWEEP_EVERY.max(self.requests.len() / 2) {
+            self.inserts = 0;
             self.requests.retain(|_, r| r.expires > now);
             self.restocks.retain(|_, (_, e)| *e > now);
         }

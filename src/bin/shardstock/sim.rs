@@ -130,7 +130,7 @@ struct Tally {
     cancelled: u64,
     left_to_expire: u64,
     /// Units sold per user index (this process only).
-    per_user: std::collections::HashMap<u64, u64>,
+    per_user: std::collections::HashMap<u64, u64, foldhash::fast::RandomState>,
 }
 
 impl Tally {
