@@ -310,6 +310,10 @@ impl RedisStore {
     ) -> Result<Value> {
         // fred's `evalsha_with_reload`, spelled out so each NOSCRIPT reload is counted.
         use fred::prelude::LuaInterface;
+        // As fred keys/values (byte buffers taken over without copying), cloning for the
+        // NOSCRIPT retry costs a reference count per argument, not a copy.
+        let keys: Vec<fred::types::Key> = keys.into_iter().map(Into::into).collect();
+        let args: Vec<Value> = args.into_iter().map(Into::into).collect();
         let client = self.pool.next();
         match client
             .evalsha(script.sha1().clone(), keys.clone(), args.clone())

@@ -232,7 +232,7 @@ impl Batcher {
         let lane = sender.lane.clone();
         loop {
             self.wait_window(&lane).await;
-            let batch: Vec<Item> = {
+            let mut batch: Vec<Item> = {
                 let mut st = lane.lock();
                 if st.queue.is_empty() {
                     st.in_flight -= 1;
@@ -259,7 +259,7 @@ impl Batcher {
             crate::metrics::coalesced_batch(batch.len());
             self.calls.fetch_add(1, Relaxed);
             self.requests.fetch_add(batch.len() as u64, Relaxed);
-            let replies = store.eval_batch(&lane, &batch).await;
+            let replies = store.eval_batch(&lane, &mut batch).await;
             match replies {
                 Ok(replies) => {
                     for (item, reply) in batch.into_iter().zip(replies) {
@@ -308,7 +308,8 @@ impl Batcher {
 
 impl RedisStore {
     /// One `deduct_batch.lua` call for `batch` (all in `lane`); one reply per item, in order.
-    async fn eval_batch(&self, lane: &Lane, batch: &[Item]) -> Result<Vec<Result<HomeReply>>> {
+    /// (Takes the items' key and user strings.)
+    async fn eval_batch(&self, lane: &Lane, batch: &mut [Item]) -> Result<Vec<Result<HomeReply>>> {
         let mut keys = Vec::with_capacity(batch.len() + 2);
         keys.push(lane.segment.clone());
         keys.push(lane.reservations.clone());
@@ -318,9 +319,9 @@ impl RedisStore {
         args.push(lane.ttl_ms.to_string());
         args.push(lane.lease_ms.to_string());
         args.push(batch.len().to_string());
-        for it in batch {
-            keys.push(it.record.clone());
-            args.push(it.user.clone());
+        for it in batch.iter_mut() {
+            keys.push(std::mem::take(&mut it.record));
+            args.push(std::mem::take(&mut it.user));
             args.push(it.qty.to_string());
             args.push(if it.claim { "1" } else { "0" }.to_string());
             args.push(it.mode.to_string());
