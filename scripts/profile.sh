@@ -358,8 +358,8 @@ LEAF_BUCKETS = [
         r"__rust_(alloc|dealloc|realloc)|alloc::alloc|<alloc::alloc|<alloc::raw_vec|alloc::raw_vec|"
         r"__GI___libc_|unlink_chunk|malloc_consolidate|arena_)", s["leaf"])),
     ("libc mem*/str* (memcpy, memcmp)", lambda s: re.search(r"^__(mem|str)|^mem(cpy|move|cmp|set)", s["leaf"])),
-    ("hashing + hash tables (SipHash, hashbrown, DashMap)", lambda s: re.search(
-        r"sip::Hasher|hash_one|BuildHasher|rapidhash|fnv|hashbrown|dashmap|Hash>::hash|::hash::", s["leaf"])),
+    ("hashing + hash tables (SipHash/foldhash, hashbrown, DashMap)", lambda s: re.search(
+        r"sip::Hasher|foldhash|hash_one|BuildHasher|rapidhash|fnv|hashbrown|dashmap|Hash>::hash|::hash::", s["leaf"])),
     ("fred (Redis client)", lambda s: "fred::" in s["leaf"]),
     ("redis_protocol / bytes (RESP codec)", lambda s: re.search(r"redis_protocol|bytes::|bytes_utils", s["leaf"])),
     ("tokio (runtime, I/O driver, mio)", lambda s: re.search(r"tokio::|mio::|<tokio", s["leaf"])),
@@ -431,9 +431,9 @@ def path(s):
         return "main thread: other (start-up, load, audit, exit; libc frames not unwound)"
     r = rehash_target(s)
     if r == "records":
-        return "store: records HashMap grow (reserve_rehash: SipHash of every key + page faults)"
+        return "store: records HashMap grow (reserve_rehash: rehash + move every entry, page faults)"
     if has(c, "retain<", "store::memory"):
-        return "store: records sweep (Seg::put: HashMap::retain over ALL records every 4096 inserts)"
+        return "store: records sweep (HashMap::retain over the records, from Seg::put)"
     if fn(s, "sim::Tally::"):
         return "sim harness: Tally (per-user HashMap<u64,u64> per worker, merged at the end)"
     if r == "other":
