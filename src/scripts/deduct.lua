@@ -34,11 +34,12 @@
 --   {"invariant", stock}                mode "fenced": the decision was stale (stock < qty);
 --                                       refused rather than oversold — a locking bug signal
 -- Errors: "ERR shardstock bad argument: <name>" before any write.
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1] -- canonical once validated
 local user = ident('user', ARGV[2])
 local qty = posint('qty', ARGV[3])
 local index = uint('index', ARGV[4])
-local ttl = posint('ttl_ms', ARGV[5])
+posint('ttl_ms', ARGV[5])
 local lease = posint('lease_ms', ARGV[6])
 local claim = ARGV[7]
 if claim ~= '0' and claim ~= '1' then bad('claim') end
@@ -50,7 +51,7 @@ local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 local st, other = open_segment(KEYS[1], KEYS[3], gen)
 if not st then return { 'stale', other } end
 local reply = decide(st, KEYS[1], { rk = KEYS[2], user = user, qty = qty, qty_s = ARGV[3],
-  index = ARGV[4], ttl = ttl, lease = lease, claim = claim, mode = mode, fence = fence,
+  index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode, fence = fence,
   resv_ttl = resv_ttl })
 commit(st, KEYS[1], KEYS[3])
 return reply

@@ -26,17 +26,19 @@
 --                                                    was written for it (the others still ran)
 -- Errors (whole call, before any write): a bad gen, index, ttl_ms, lease_ms, n, or a KEYS/ARGV
 -- count that does not match n.
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1] -- canonical once validated
 local index_s = ARGV[2]
 uint('index', index_s)
-local ttl = posint('ttl_ms', ARGV[3])
+posint('ttl_ms', ARGV[3])
+local ttl_s = ARGV[3]
 local lease = posint('lease_ms', ARGV[4])
 local n = posint('n', ARGV[5])
 if n > 1000 or #KEYS ~= n + 2 or #ARGV ~= 5 + 5 * n then bad('n') end
 
 local function parse(j)
   local b = 5 + 5 * (j - 1)
-  local r = { rk = KEYS[2 + j], index = index_s, ttl = ttl, lease = lease, fence = 0 }
+  local r = { rk = KEYS[2 + j], index = index_s, ttl_s = ttl_s, lease = lease, fence = 0 }
   r.user = ident('user', ARGV[b + 1])
   r.qty_s = ARGV[b + 2]
   r.qty = posint('qty', r.qty_s)

@@ -10,22 +10,39 @@
 -- validated first, and Redis 7 refuses OOM only before a script's first write), units are
 -- counted as taken without a record (lost stock the audit shows), never handed out twice.
 --
--- `st` is the segment as this call sees it: st.stock (including lazy reclaim), st.now (server
--- ms, one TIME per call), st.fresh (records decided earlier in this call, by key: a request
--- id repeated within one batch sees its twin exactly as if the twin had been written).
+-- `st` is the segment as this call sees it: st.stock (including lazy reclaim), st.fresh
+-- (records decided earlier in this call, by key: a request id repeated within one batch sees
+-- its twin exactly as if the twin had been written), and the server clock, read at most once
+-- per call and only when needed (clock(st)).
+--
+-- Cost notes (scripts/profile.sh measures them): Redis formats every Lua number handed to
+-- redis.call with printf, so the hot path passes the canonical ARGV strings instead; TIME and
+-- the reclaim range query run only when the segment holds reservations.
 
 -- The segment state a call starts from, or nil and the reason (other generation / missing).
+-- `gen` is the canonical generation string.
 local function open_segment(seg, zkey, gen)
-  local stock, other = segment(seg, gen)
-  if not stock then return nil, other end
-  local now = now_ms()
-  return { stock = stock + reclaim(seg, zkey, now), now = now, fresh = {}, taken = 0, sold = 0,
-    acts = {} }
+  local v = redis.call('HMGET', seg, 'gen', 'stock', 'reserved')
+  if not v[1] then return nil, 'missing' end
+  if v[1] ~= gen then return nil, v[1] end
+  local st = { stock = tonumber(v[2]), fresh = {}, taken = 0, sold = 0, napplied = 0, acts = {} }
+  if v[3] and v[3] ~= '0' then
+    -- Only a segment holding reservations can have expired ones to take back.
+    st.now = now_ms()
+    st.stock = st.stock + reclaim(seg, zkey, st.now)
+  end
+  return st
+end
+
+-- Server time in ms, read once per call.
+local function clock(st)
+  if not st.now then st.now = now_ms() end
+  return st.now
 end
 
 -- Phase 1 for one request. Returns its reply; queues its write in st.acts.
--- `r` = { rk, user, qty (number), qty_s (canonical string), index (string), ttl, lease, claim
--- ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl }.
+-- `r` = { rk, user, qty (number), qty_s (canonical string), index (string), ttl_s (canonical
+-- string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl }.
 local function decide(st, seg, r)
   local rec = st.fresh[r.rk] or record(r.rk)
   if rec then
@@ -34,7 +51,7 @@ local function decide(st, seg, r)
     if rec.s == 'A' then return { 'replay', rec.parts } end
     if rec.s == 'X' then return { 'sealed' } end
     -- 'P': somebody (maybe a crashed process) holds the fallback claim.
-    local left = tonumber(rec.l) - st.now
+    local left = tonumber(rec.l) - clock(st)
     if left < 0 then left = 0 end
     return { 'pending', tonumber(rec.e), left }
   end
@@ -47,6 +64,8 @@ local function decide(st, seg, r)
   if r.mode ~= 'claim' and st.stock >= r.qty then
     st.stock = st.stock - r.qty
     st.taken = st.taken + r.qty
+    st.napplied = st.napplied + 1
+    st.last_qty_s = r.qty_s
     if r.resv_ttl == 0 then st.sold = st.sold + r.qty end
     local parts = r.index .. ':' .. r.qty_s
     st.fresh[r.rk] = { s = 'A', u = r.user, q = r.qty_s, parts = parts }
@@ -55,7 +74,7 @@ local function decide(st, seg, r)
   end
 
   if r.claim == '1' then
-    st.fresh[r.rk] = { s = 'P', u = r.user, q = r.qty_s, e = '1', l = st.now + r.lease }
+    st.fresh[r.rk] = { s = 'P', u = r.user, q = r.qty_s, e = '1', l = clock(st) + r.lease }
     st.acts[#st.acts + 1] = { r, 'P' }
     return { 'short', st.stock, 1 }
   end
@@ -64,17 +83,21 @@ end
 
 -- Phases 2 and 3: move the counters once, then write every decided record.
 local function commit(st, seg, zkey)
-  if st.taken > 0 then redis.call('HINCRBY', seg, 'stock', -st.taken) end
-  if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold) end
+  if st.taken > 0 then
+    -- One applied request: its canonical qty string (no number formatting).
+    local one = st.napplied == 1 and st.last_qty_s
+    redis.call('HINCRBY', seg, 'stock', '-' .. (one or tostring(st.taken)))
+    if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold == st.taken and one or tostring(st.sold)) end
+  end
   for _, a in ipairs(st.acts) do
     local r = a[1]
     if a[2] == 'A' then
       redis.call('HSET', r.rk, 's', 'A', 'u', r.user, 'q', r.qty_s, 'e', '0', 'parts', a[3])
-      if r.resv_ttl > 0 then hold(seg, zkey, r.rk, r.qty, st.now, r.resv_ttl) end
+      if r.resv_ttl > 0 then hold(seg, zkey, r.rk, r.qty, clock(st), r.resv_ttl) end
     else
-      redis.call('HSET', r.rk, 's', 'P', 'u', r.user, 'q', r.qty_s, 'e', '1', 'l', st.now + r.lease,
+      redis.call('HSET', r.rk, 's', 'P', 'u', r.user, 'q', r.qty_s, 'e', '1', 'l', st.fresh[r.rk].l,
         'hp', '0')
     end
-    redis.call('PEXPIRE', r.rk, r.ttl)
+    redis.call('PEXPIRE', r.rk, r.ttl_s)
   end
 end
