@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Fewest record inserts between sweeps of expired records in one segment. A sweep scans
-/// every record, so sweeps are also spaced by half the records held: the scan stays O(1)
-/// amortised per insert however many records live (24 h of them by default).
+/// every record (of one sub-map), so sweeps are also spaced by half the records held: the scan
+/// stays O(1) amortised per insert however many records live (24 h of them by default).
 const SWEEP_EVERY: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,11 +68,67 @@ impl Rec {
     }
 }
 
+/// Sub-maps of one segment's request records. A hash map grows by doubling, moving every
+/// entry while the segment's mutex is held: one map of 2M records stalled a segment for
+/// ~1 s. Split 64 ways, each doubling moves 1/64 of the records; each sub-map is also swept
+/// on its own.
+const RECORD_SHARDS: usize = 64;
+
+type RecKey = (u64, RequestId);
+
+/// A segment's request records (generation, request id) → record, with lazy expiry.
+#[derive(Debug)]
+struct Records {
+    hasher: Hasher,
+    shards: Vec<HashMap<RecKey, Rec>>,
+    inserts: Vec<usize>,
+}
+
+impl Default for Records {
+    fn default() -> Self {
+        Self {
+            hasher: Hasher::default(),
+            shards: (0..RECORD_SHARDS).map(|_| HashMap::default()).collect(),
+            inserts: vec![0; RECORD_SHARDS],
+        }
+    }
+}
+
+impl Records {
+    fn shard(&self, key: &RecKey) -> usize {
+        use std::hash::BuildHasher;
+        (self.hasher.hash_one(key) >> 58) as usize % RECORD_SHARDS
+    }
+
+    fn get_mut(&mut self, key: &RecKey) -> Option<&mut Rec> {
+        let i = self.shard(key);
+        self.shards[i].get_mut(key)
+    }
+
+    fn remove(&mut self, key: &RecKey) -> Option<Rec> {
+        let i = self.shard(key);
+        self.shards[i].remove(key)
+    }
+
+    /// Inserts, first sweeping expired records out of the sub-map now and then: sweeps are
+    /// spaced by at least SWEEP_EVERY / RECORD_SHARDS inserts and by half the sub-map, so the
+    /// scan stays O(1) amortised per insert.
+    fn insert(&mut self, key: RecKey, rec: Rec, now: Instant) {
+        let i = self.shard(&key);
+        self.inserts[i] += 1;
+        if self.inserts[i] >= (SWEEP_EVERY / RECORD_SHARDS).max(self.shards[i].len() / 2) {
+            self.inserts[i] = 0;
+            self.shards[i].retain(|_, r| r.expires > now);
+        }
+        self.shards[i].insert(key, rec);
+    }
+}
+
 #[derive(Debug, Default)]
 struct Seg {
     generation: u64,
     st: SegmentState,
-    requests: HashMap<(u64, RequestId), Rec>,
+    requests: Records,
     restocks: HashMap<(u64, RequestId), ((u64, u64), Instant)>,
     inserts: usize,
     /// Reservation index: (expiry, generation, request id) of records holding reserved units.
@@ -82,7 +138,11 @@ struct Seg {
 impl Seg {
     fn rec(&mut self, generation: u64, rid: &RequestId, now: Instant) -> Option<&mut Rec> {
         let key = (generation, rid.clone());
-        if self.requests.get(&key).is_some_and(|r| r.expires <= now) {
+        if self
+            .requests
+            .get_mut(&key)
+            .is_some_and(|r| r.expires <= now)
+        {
             self.requests.remove(&key);
         }
         self.requests.get_mut(&key)
@@ -90,12 +150,11 @@ impl Seg {
 
     fn put(&mut self, generation: u64, rid: &RequestId, rec: Rec, now: Instant) {
         self.inserts += 1;
-        if self.inserts >= SWEEP_EVERY.max(self.requests.len() / 2) {
+        if self.inserts >= SWEEP_EVERY.max(self.restocks.len() / 2) {
             self.inserts = 0;
-            self.requests.retain(|_, r| r.expires > now);
             self.restocks.retain(|_, (_, e)| *e > now);
         }
-        self.requests.insert((generation, rid.clone()), rec);
+        self.requests.insert((generation, rid.clone()), rec, now);
     }
 
     fn take_units(&mut self, n: u64) {
