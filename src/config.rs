@@ -58,7 +58,7 @@ impl Default for StoreConfig {
             lock_lease_ms: 2000,
             lock_wait_ms: 1000,
             lock_nodes: Vec::new(),
-            coalesce: false,
+            coalesce: true,
             coalesce_max_batch: c.max_batch,
             coalesce_window_us: c.window.as_micros() as u64,
             coalesce_max_in_flight: c.max_in_flight,

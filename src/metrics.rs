@@ -36,8 +36,10 @@ pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
 /// `SCRIPT LOAD`s after a `NOSCRIPT` reply (Redis restarted, failed over or flushed its script
 /// cache), by script (counter).
 pub const SCRIPT_RELOADS: &str = "shardstock_script_reloads_total";
-/// Requests per coalesced deduction script call (histogram; only with request coalescing on).
-pub const COALESCED_BATCH: &str = "shardstock_coalesced_batch_size";
+/// Coalesced deduction script calls sent (counter; request coalescing).
+pub const COALESCED_CALLS: &str = "shardstock_coalesced_calls_total";
+/// Deductions carried by coalesced script calls (counter; divided by the calls: mean batch).
+pub const COALESCED_REQUESTS: &str = "shardstock_coalesced_requests_total";
 /// Per-user attempts turned away by the in-process guard (counter).
 pub const GUARD_HITS: &str = "shardstock_user_guard_hits_total";
 /// Per-user attempts the in-process guard passed on to the store (counter).
@@ -107,10 +109,15 @@ pub fn describe() {
         Unit::Count,
         "Lua scripts reloaded after a NOSCRIPT reply, by script."
     );
-    describe_histogram!(
-        COALESCED_BATCH,
+    describe_counter!(
+        COALESCED_CALLS,
         Unit::Count,
-        "Deduction requests carried by one coalesced script call (request coalescing)."
+        "Coalesced deduction script calls sent (request coalescing)."
+    );
+    describe_counter!(
+        COALESCED_REQUESTS,
+        Unit::Count,
+        "Deductions carried by coalesced script calls (divide by the calls for the mean batch)."
     );
     describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
     describe_gauge!(
@@ -219,7 +226,8 @@ pub(crate) fn error(e: &crate::Error) {
 }
 
 pub(crate) fn coalesced_batch(requests: usize) {
-    histogram!(COALESCED_BATCH).record(requests as f64);
+    counter!(COALESCED_CALLS).increment(1);
+    counter!(COALESCED_REQUESTS).increment(requests as u64);
 }
 
 pub(crate) fn script_reload(script: &'static str) {

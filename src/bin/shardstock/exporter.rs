@@ -79,6 +79,9 @@ fn register(strategy: shardstock::Strategy) {
     for kind in ERROR_KINDS {
         metrics::counter!(names::ERRORS, "kind" => kind).increment(0);
     }
+    // Zero (not "No data") when coalescing is off or the strategy is not lua.
+    metrics::counter!(names::COALESCED_CALLS).increment(0);
+    metrics::counter!(names::COALESCED_REQUESTS).increment(0);
     if strategy.uses_locks() {
         for name in [
             lock_names::TIMEOUTS,

@@ -8,8 +8,9 @@
 //! runs, in queue order, and answers each one separately.
 //!
 //! Batching is natural (group commit): a lane sends at once when it has nothing in flight, and
-//! whatever arrives while `max_in_flight` calls are out goes in the next call, up to
-//! `max_batch` requests. An idle lane therefore adds no latency; a busy lane batches by itself.
+//! whatever arrives while a call is out goes in the next call, up to `max_batch` requests. A
+//! lane adds a parallel call (up to `max_in_flight`) only once max_batch/8 (at least 2)
+//! requests wait. An idle lane therefore adds no latency; a busy lane batches by itself.
 //! An optional `window` makes the sender wait (up to that long, or until `max_batch` requests
 //! are queued) before sending, to build bigger batches at light load.
 //!
@@ -212,7 +213,15 @@ impl Batcher {
         let start = {
             let mut st = lane.lock();
             st.queue.push(item);
-            if st.in_flight < self.opts.max_in_flight {
+            // A lane with nothing in flight sends at once. Another call in parallel only pays
+            // when enough has queued behind the one in flight: on many quiet lanes, parallel
+            // calls would split the queue into tiny batches (measured: 16 segments at 64
+            // buyers, 1.6 requests per call and no gain); on one hot lane they keep Redis busy
+            // while the client handles a reply.
+            let extra_at = (self.opts.max_batch / 8).max(2);
+            if st.in_flight == 0
+                || (st.in_flight < self.opts.max_in_flight && st.queue.len() >= extra_at)
+            {
                 st.in_flight += 1;
                 true
             } else {
