@@ -46,6 +46,7 @@ macro_rules! script {
 struct Scripts {
     deduct: Script,
     deduct_batch: Script,
+    fence_read: Script,
     take: Script,
     settle: Script,
     refund: Script,
@@ -67,6 +68,7 @@ impl Scripts {
         Self {
             deduct: script!(core "deduct.lua"),
             deduct_batch: script!(core "deduct_batch.lua"),
+            fence_read: script!("fence_read.lua"),
             take: script!("take.lua"),
             settle: script!("settle.lua"),
             refund: script!("refund.lua"),
@@ -84,10 +86,11 @@ impl Scripts {
         }
     }
 
-    fn all(&self) -> [&Script; 16] {
+    fn all(&self) -> [&Script; 17] {
         [
             &self.deduct,
             &self.deduct_batch,
+            &self.fence_read,
             &self.take,
             &self.settle,
             &self.refund,

@@ -106,14 +106,25 @@ impl RedisStore {
         Error::LeaseLost(self.keys.lock(seg.sku, seg.index))
     }
 
-    /// Bumps the segment's fence (every acquisition does) and reads generation and stock.
+    /// Bumps the segment's fence (every acquisition does) and reads generation and stock: one
+    /// script, one round trip.
     async fn fence_and_read(&self, seg: &SegAddr<'_>) -> Result<Option<(u64, i64)>> {
-        let key = self.seg_key(seg);
-        let client = self.pool.next();
-        let fence: u64 = client.hincrby(&key, "fence", 1).await?;
-        let v: Vec<Option<i64>> = client.hmget(&key, vec!["gen", "stock"]).await?;
-        Ok(match v.as_slice() {
-            [Some(g), Some(stock)] if *g == seg.generation as i64 => Some((fence, *stock)),
+        let v = self
+            .eval_raw(
+                &self.scripts.fence_read,
+                "fence_read",
+                vec![self.seg_key(seg)],
+                vec![],
+            )
+            .await?;
+        let bad = || Error::Protocol(format!("fence_read: reply {v:?}"));
+        let Value::Array(a) = &v else {
+            return Err(bad());
+        };
+        let fence = a.first().and_then(Value::as_u64).ok_or_else(bad)?;
+        let num = |i: usize| a.get(i).and_then(Value::as_i64);
+        Ok(match (num(1), num(2)) {
+            (Some(g), Some(stock)) if g == seg.generation as i64 => Some((fence, stock)),
             _ => None,
         })
     }
