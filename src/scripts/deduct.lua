@@ -50,7 +50,7 @@ local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
 local st, other = open_segment(KEYS[1], KEYS[3], gen)
 if not st then return { 'stale', other } end
-local reply = decide(st, KEYS[1], { rk = KEYS[2], user = user, qty = qty, qty_s = ARGV[3],
+local reply = decide(st, KEYS[1], { rk = KEYS[2], u = user, qty = qty, q = ARGV[3],
   index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode, fence = fence,
   resv_ttl = resv_ttl })
 commit(st, KEYS[1], KEYS[3])

@@ -39,9 +39,9 @@ if n > 1000 or #KEYS ~= n + 2 or #ARGV ~= 5 + 5 * n then bad('n') end
 local function parse(j)
   local b = 5 + 5 * (j - 1)
   local r = { rk = KEYS[2 + j], index = index_s, ttl_s = ttl_s, lease = lease, fence = 0 }
-  r.user = ident('user', ARGV[b + 1])
-  r.qty_s = ARGV[b + 2]
-  r.qty = posint('qty', r.qty_s)
+  r.u = ident('user', ARGV[b + 1])
+  r.q = ARGV[b + 2]
+  r.qty = posint('qty', r.q)
   r.claim = ARGV[b + 3]
   if r.claim ~= '0' and r.claim ~= '1' then bad('claim') end
   r.mode = ARGV[b + 4]

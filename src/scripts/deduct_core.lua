@@ -41,12 +41,14 @@ local function clock(st)
 end
 
 -- Phase 1 for one request. Returns its reply; queues its write in st.acts.
--- `r` = { rk, user, qty (number), qty_s (canonical string), index (string), ttl_s (canonical
--- string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl }.
+-- `r` = { rk, u (user), qty (number), q (canonical qty string), index (string), ttl_s
+-- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl }.
+-- Once decided, `r` itself becomes the fresh record (fields s, u, q, parts / e, l as in a
+-- stored record) and the queued write: no further tables per request.
 local function decide(st, seg, r)
   local rec = st.fresh[r.rk] or record(r.rk)
   if rec then
-    if rec.u ~= r.user then return { 'mismatch', 'user' } end
+    if rec.u ~= r.u then return { 'mismatch', 'user' } end
     if tonumber(rec.q) ~= r.qty then return { 'mismatch', 'qty' } end
     if rec.s == 'A' then return { 'replay', rec.parts } end
     if rec.s == 'X' then return { 'sealed' } end
@@ -65,17 +67,19 @@ local function decide(st, seg, r)
     st.stock = st.stock - r.qty
     st.taken = st.taken + r.qty
     st.napplied = st.napplied + 1
-    st.last_qty_s = r.qty_s
+    st.last_qty_s = r.q
     if r.resv_ttl == 0 then st.sold = st.sold + r.qty end
-    local parts = r.index .. ':' .. r.qty_s
-    st.fresh[r.rk] = { s = 'A', u = r.user, q = r.qty_s, parts = parts }
-    st.acts[#st.acts + 1] = { r, 'A', parts }
+    r.s = 'A'
+    r.parts = r.index .. ':' .. r.q
+    st.fresh[r.rk] = r
+    st.acts[#st.acts + 1] = r
     return { 'applied', st.stock }
   end
 
   if r.claim == '1' then
-    st.fresh[r.rk] = { s = 'P', u = r.user, q = r.qty_s, e = '1', l = clock(st) + r.lease }
-    st.acts[#st.acts + 1] = { r, 'P' }
+    r.s, r.e, r.l = 'P', '1', clock(st) + r.lease
+    st.fresh[r.rk] = r
+    st.acts[#st.acts + 1] = r
     return { 'short', st.stock, 1 }
   end
   return { 'short', st.stock, 0 }
@@ -89,14 +93,12 @@ local function commit(st, seg, zkey)
     redis.call('HINCRBY', seg, 'stock', '-' .. (one or tostring(st.taken)))
     if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold == st.taken and one or tostring(st.sold)) end
   end
-  for _, a in ipairs(st.acts) do
-    local r = a[1]
-    if a[2] == 'A' then
-      redis.call('HSET', r.rk, 's', 'A', 'u', r.user, 'q', r.qty_s, 'e', '0', 'parts', a[3])
+  for _, r in ipairs(st.acts) do
+    if r.s == 'A' then
+      redis.call('HSET', r.rk, 's', 'A', 'u', r.u, 'q', r.q, 'e', '0', 'parts', r.parts)
       if r.resv_ttl > 0 then hold(seg, zkey, r.rk, r.qty, clock(st), r.resv_ttl) end
     else
-      redis.call('HSET', r.rk, 's', 'P', 'u', r.user, 'q', r.qty_s, 'e', '1', 'l', st.fresh[r.rk].l,
-        'hp', '0')
+      redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', '1', 'l', r.l, 'hp', '0')
     end
     redis.call('PEXPIRE', r.rk, r.ttl_s)
   end
