@@ -119,6 +119,9 @@ impl Lane {
     }
 }
 
+/// Idle lanes kept for reuse before idle ones are dropped.
+const MAX_IDLE_LANES: usize = 4096;
+
 /// Segment key, generation, record TTL, claim lease.
 type LaneKey = (String, u64, u64, u64);
 
@@ -246,10 +249,11 @@ impl Batcher {
                 if st.queue.is_empty() {
                     st.in_flight -= 1;
                     sender.done = true;
-                    if st.in_flight == 0 {
-                        // An idle lane: forget it (a caller that already holds the Arc still
-                        // works through it — it starts its own sender; a new caller makes a
-                        // fresh lane).
+                    if st.in_flight == 0 && self.lanes.len() > MAX_IDLE_LANES {
+                        // Many lanes (old generations, many SKUs): forget this idle one. A
+                        // caller that already holds the Arc still works through it (it starts
+                        // its own sender); a new caller makes a fresh lane. Below the bound,
+                        // idle lanes stay: re-creating one per call cost ~8 % on 64 quiet lanes.
                         self.lanes.remove_if(
                             &(
                                 lane.segment.clone(),
