@@ -144,11 +144,11 @@ if [ -n "$LADDER_BASE_REF" ]; then
   } > "$DIR/base-src.lua"
 fi
 # deduct.lua's own strict ARGV validation block, verbatim.
-VALIDATION=$(awk '/^local gen = /,/^local resv_ttl = /' "$DEDUCT")
+VALIDATION=$(awk '/^(uint\('"'"'gen'"'"'|local gen = )/,/^local resv_ttl = /' "$DEDUCT")
 [ -n "$VALIDATION" ] || { echo "cannot find the ARGV validation block in $DEDUCT" >&2; exit 1; }
 
 lua_decrement_tail() { # $1 = writes (0/1), $2 = strings (0/1)
-  local q='-qty' qs='qty' zero='0' parts="index .. ':' .. qty" ttl='ttl'
+  local q='-qty' qs='qty' zero='0' parts="index .. ':' .. qty" ttl='tonumber(ARGV[5])'
   [ "$2" = 1 ] && { q="'-' .. ARGV[3]"; qs='ARGV[3]'; zero="'0'"; parts="ARGV[4] .. ':' .. ARGV[3]"; ttl='ARGV[5]'; }
   echo "if mode ~= 'claim' and stock >= qty then"
   echo "  redis.call('HINCRBY', KEYS[1], 'stock', $q)"
