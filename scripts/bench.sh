@@ -3,7 +3,7 @@
 #
 # 1. Starts its own redis-server on a free loopback port.
 # 2. Measures the ceiling: redis-benchmark running EVALSHA of the single-request deduct script
-#    (src/scripts/prelude.lua + src/scripts/deduct.lua, loaded with SCRIPT LOAD), 50 clients,
+#    (src/scripts/prelude.lua + deduct_core.lua + deduct.lua, loaded with SCRIPT LOAD), 50 clients,
 #    pipeline 64, against a segment hash prepared like load_segment.lua does, with a random
 #    request id per call (__rand_int__), so every call is a new one-unit sale, not a replay.
 # 3. Runs `shardstock sim --json` for lua (coalescing off and on) and lock at 1 and 16 segments
@@ -104,7 +104,7 @@ path, ceil, sold, n, usec, when, machine = sys.argv[1:]
 ceil = float(ceil)
 rows = [json.loads(l) for l in open(path)]
 print(f"Run {when} on {machine}, loopback; sim, redis-benchmark and redis-server share the cores.\n")
-print(f"Ceiling: redis-benchmark EVALSHA deduct (prelude + deduct.lua), 50 clients, -P 64, "
+print(f"Ceiling: redis-benchmark EVALSHA deduct (prelude + deduct_core + deduct.lua), 50 clients, -P 64, "
       f"{int(n):,} calls, random request id per call: **{ceil:,.0f}/s** ({int(sold):,} units sold by it; "
       f"{usec} µs per call inside Redis by INFO commandstats).\n")
 print("| configuration | segments | concurrency | requests | sold | oversold | audit | throughput | × ceiling | p50 | p99 | requests per script call |")

@@ -178,7 +178,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let mut args: Vec<String> = ["1", "0", "1000", "1000", "4"].map(String::from).to_vec();
     for (rid, user, qty) in reqs {
         keys.push(format!("t:{{strict#0}}:g1:rq:{rid}"));
-        args.extend([user, qty, "1", "lua", "0"].map(String::from));
+        args.extend([user, qty, "1", "0"].map(String::from));
     }
     let v: Value = client
         .eval(batch, keys.clone(), args.clone())

@@ -16,8 +16,8 @@
 -- ARGV[3]     ttl_ms     lifetime of the records (> 0)
 -- ARGV[4]     lease_ms   lease of a fallback claim (> 0)
 -- ARGV[5]     n          number of requests (1..1000)
--- ARGV[5+5(j-1)+1..5]    request j: user, qty, claim ("0"|"1"), mode ("lua"|"claim"),
---                        resv_ttl_ms — meanings as in deduct.lua
+-- ARGV[5+4(j-1)+1..4]    request j: user, qty, claim ("0"|"1"), resv_ttl_ms — meanings as
+--                        in deduct.lua, mode "lua" (check the stock here)
 --
 -- Reply: an array of n replies, reply j for request j, each one of deduct.lua's replies
 -- ({"applied", stock_after}, {"short", stock, claimed}, {"replay", parts}, {"pending", epoch,
@@ -34,19 +34,18 @@ posint('ttl_ms', ARGV[3])
 local ttl_s = ARGV[3]
 local lease = posint('lease_ms', ARGV[4])
 local n = posint('n', ARGV[5])
-if n > 1000 or #KEYS ~= n + 2 or #ARGV ~= 5 + 5 * n then bad('n') end
+if n > 1000 or #KEYS ~= n + 2 or #ARGV ~= 5 + 4 * n then bad('n') end
 
 local function parse(j)
-  local b = 5 + 5 * (j - 1)
-  local r = { rk = KEYS[2 + j], index = index_s, ttl_s = ttl_s, lease = lease, fence = 0 }
+  local b = 5 + 4 * (j - 1)
+  local r = { rk = KEYS[2 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
+    fence = 0 }
   r.u = ident('user', ARGV[b + 1])
   r.q = ARGV[b + 2]
   r.qty = posint('qty', r.q)
   r.claim = ARGV[b + 3]
   if r.claim ~= '0' and r.claim ~= '1' then bad('claim') end
-  r.mode = ARGV[b + 4]
-  if r.mode ~= 'lua' and r.mode ~= 'claim' then bad('mode') end
-  r.resv_ttl = uint('resv_ttl_ms', ARGV[b + 5])
+  r.resv_ttl = uint('resv_ttl_ms', ARGV[b + 4])
   return r
 end
 

@@ -4,8 +4,8 @@
 //! conversion, reading the segment and reclaiming expired reservations), and every call is one
 //! more command for the client to encode, send and match. When many buyers hit the same
 //! segment at once, their deductions are queued in that segment's *lane* and sent as one
-//! `deduct_batch.lua` call; the script runs each through the same `deduct_one` a lone call
-//! runs, in queue order, and answers each one separately.
+//! `deduct_batch.lua` call; the script decides each with the same `deduct_core.lua` a lone
+//! call runs, in queue order, and answers each one separately.
 //!
 //! Batching is natural (group commit): a lane sends at once when it has nothing in flight, and
 //! whatever arrives while a call is out goes in the next call, up to `max_batch` requests. A
@@ -84,13 +84,12 @@ pub struct CoalesceStats {
     pub requests: u64,
 }
 
-/// One queued deduction.
+/// One queued deduction (strategy `lua`: check the stock here; claim when short if `claim`).
 struct Item {
     record: String,
     user: String,
     qty: u64,
     claim: bool,
-    mode: &'static str,
     resv_ttl_ms: u64,
     tx: oneshot::Sender<Result<HomeReply>>,
 }
@@ -104,12 +103,9 @@ struct LaneState {
 /// The queue of one (segment, generation, record TTL, claim lease) — in practice one per
 /// segment: an engine uses one TTL and one lease.
 struct Lane {
-    segment: String,
+    key: LaneKey,
     reservations: String,
-    generation: u64,
     index: u32,
-    ttl_ms: u64,
-    lease_ms: u64,
     state: Mutex<LaneState>,
 }
 
@@ -122,7 +118,7 @@ impl Lane {
 /// Idle lanes kept for reuse before idle ones are dropped.
 const MAX_IDLE_LANES: usize = 4096;
 
-/// Segment key, generation, record TTL, claim lease.
+/// Segment key, generation, record TTL (ms), claim lease (ms).
 type LaneKey = (String, u64, u64, u64);
 
 /// The lanes of one store.
@@ -134,7 +130,7 @@ pub(super) struct Batcher {
 }
 
 /// A sender slot of a lane. A normal exit gives the slot back in the same critical section
-/// that finds the queue empty ([`Sender::finish`]); if the sending task ends any other way (a
+/// that finds the queue empty (and sets `done`); if the sending task ends any other way (a
 /// panic, a runtime shutdown) the drop gives it back, and when no sender is left the queued
 /// callers are answered with an error instead of waiting forever.
 struct Sender {
@@ -177,28 +173,28 @@ impl Batcher {
         }
     }
 
-    /// Queues one `deduct.lua`-equivalent request (`mode` "lua" or "claim") and waits for its
-    /// reply.
+    /// Queues one request as `deduct.lua` in mode "lua" would run it and waits for its reply.
     pub(super) async fn submit(
         self: &Arc<Self>,
         store: &RedisStore,
         seg: SegAddr<'_>,
         req: ReqArgs<'_>,
         claim: bool,
-        mode: &'static str,
     ) -> Result<HomeReply> {
-        let segment = store.seg_key(&seg);
+        let key = (
+            store.seg_key(&seg),
+            seg.generation,
+            req.ttl_ms,
+            req.lease_ms,
+        );
         let lane = self
             .lanes
-            .entry((segment.clone(), seg.generation, req.ttl_ms, req.lease_ms))
+            .entry(key.clone())
             .or_insert_with(|| {
                 Arc::new(Lane {
+                    key,
                     reservations: store.keys.reservations(seg.sku, seg.index, seg.generation),
-                    segment,
-                    generation: seg.generation,
                     index: seg.index,
-                    ttl_ms: req.ttl_ms,
-                    lease_ms: req.lease_ms,
                     state: Mutex::default(),
                 })
             })
@@ -209,7 +205,6 @@ impl Batcher {
             user: req.user.to_string(),
             qty: req.qty,
             claim,
-            mode,
             resv_ttl_ms: req.resv_ttl_ms,
             tx,
         };
@@ -254,15 +249,8 @@ impl Batcher {
                         // caller that already holds the Arc still works through it (it starts
                         // its own sender); a new caller makes a fresh lane. Below the bound,
                         // idle lanes stay: re-creating one per call cost ~8 % on 64 quiet lanes.
-                        self.lanes.remove_if(
-                            &(
-                                lane.segment.clone(),
-                                lane.generation,
-                                lane.ttl_ms,
-                                lane.lease_ms,
-                            ),
-                            |_, l| Arc::ptr_eq(l, &lane),
-                        );
+                        self.lanes
+                            .remove_if(&lane.key, |_, l| Arc::ptr_eq(l, &lane));
                     }
                     return;
                 }
@@ -281,18 +269,12 @@ impl Batcher {
                 }
                 Err(e) => {
                     // The whole call failed (connection, timeout): every request in it has an
-                    // unknown outcome, exactly like a lone call that failed.
-                    let msg = e.to_string();
-                    let redis = match &e {
-                        Error::Redis(r) => Some(r.clone()),
-                        _ => None,
-                    };
-                    let mut first = Some(e);
+                    // unknown outcome, exactly like a lone call that failed, and gets the error.
                     for item in batch {
-                        let err = first.take().unwrap_or_else(|| match &redis {
-                            Some(r) => Error::Redis(r.clone()),
-                            None => Error::Protocol(msg.clone()),
-                        });
+                        let err = match &e {
+                            Error::Redis(r) => Error::Redis(r.clone()),
+                            other => Error::Protocol(other.to_string()),
+                        };
                         let _ = item.tx.send(Err(err));
                     }
                 }
@@ -324,20 +306,20 @@ impl RedisStore {
     /// (Takes the items' key and user strings.)
     async fn eval_batch(&self, lane: &Lane, batch: &mut [Item]) -> Result<Vec<Result<HomeReply>>> {
         let mut keys = Vec::with_capacity(batch.len() + 2);
-        keys.push(lane.segment.clone());
+        let (segment, generation, ttl_ms, lease_ms) = &lane.key;
+        keys.push(segment.clone());
         keys.push(lane.reservations.clone());
-        let mut args = Vec::with_capacity(5 + 5 * batch.len());
-        args.push(lane.generation.to_string());
+        let mut args = Vec::with_capacity(5 + 4 * batch.len());
+        args.push(generation.to_string());
         args.push(lane.index.to_string());
-        args.push(lane.ttl_ms.to_string());
-        args.push(lane.lease_ms.to_string());
+        args.push(ttl_ms.to_string());
+        args.push(lease_ms.to_string());
         args.push(batch.len().to_string());
         for it in batch.iter_mut() {
             keys.push(std::mem::take(&mut it.record));
             args.push(std::mem::take(&mut it.user));
             args.push(it.qty.to_string());
             args.push(if it.claim { "1" } else { "0" }.to_string());
-            args.push(it.mode.to_string());
             args.push(it.resv_ttl_ms.to_string());
         }
         let v = self

@@ -258,7 +258,7 @@ pub(super) async fn deduct_home(
 ) -> Result<HomeReply> {
     match &*s.mode {
         Mode::Lua => match &s.batcher {
-            Some(b) => b.submit(s, seg, req, claim, "lua").await,
+            Some(b) => b.submit(s, seg, req, claim).await,
             None => s.lua_home(seg, req, claim, "lua", 0).await,
         },
         Mode::Naive => s.naive_home(seg, req, claim).await,
