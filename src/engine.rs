@@ -192,12 +192,19 @@ pub struct SegmentAudit {
     /// Counters (zeros when the segment is missing).
     #[serde(flatten)]
     pub state: SegmentState,
-    /// `loaded + restocked = remaining + sold` holds and the segment exists.
+    /// Units held by this segment's live reservations (must equal `reserved`).
+    pub held: u64,
+    /// Live reservations in this segment.
+    pub reservations: u64,
+    /// `loaded + restocked = remaining + reserved + sold` holds, every reserved unit belongs
+    /// to a live reservation, and the segment exists.
     pub ok: bool,
 }
 
 /// A conservation check of one SKU: `loaded + restocked = remaining + reserved + sold`, per
-/// segment and in total, and the segments' loads add up to what the SKU was loaded with.
+/// segment and in total; every reserved unit is held by a live reservation (per segment, read
+/// atomically with the counters); and the segments' loads add up to what the SKU was loaded
+/// with.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Audit {
     /// The SKU.
@@ -212,7 +219,7 @@ pub struct Audit {
     pub remaining: u64,
     /// Units sold.
     pub sold: u64,
-    /// Units reserved but not yet sold (reservations come later; 0 for now).
+    /// Units held by live reservations (not sold, not sellable until they end).
     pub reserved: u64,
     /// Every check passed.
     pub ok: bool,
@@ -281,6 +288,24 @@ impl EngineOptions {
     /// # Errors
     /// [`Error::Config`] naming the option.
     pub fn validate(&self) -> Result<()> {
+        // Every duration ends up as milliseconds added to the server clock inside a script;
+        // a year bounds them far below what a Lua double holds exactly.
+        let durations = [
+            ("request_ttl", self.request_ttl),
+            ("claim_lease", self.claim_lease),
+            ("pending_wait", self.pending_wait),
+            ("hint_ttl", self.hint_ttl),
+            ("user_claim_ttl", self.user_claim_ttl),
+            ("guard_ttl", self.guard_ttl),
+        ];
+        for (name, d) in durations {
+            if d > MAX_DURATION {
+                return Err(Error::Config(format!(
+                    "{name} must be at most {} days",
+                    MAX_DURATION.as_secs() / 86_400
+                )));
+            }
+        }
         let ms = |d: Duration| d.as_millis();
         if ms(self.request_ttl) == 0 || ms(self.claim_lease) == 0 {
             return Err(Error::Config(
@@ -292,28 +317,46 @@ impl EngineOptions {
                 "request_ttl must not be shorter than claim_lease (a claim would outlive its record)".into(),
             ));
         }
-        if ms(self.request_ttl) >= 1_000_000_000_000_000 {
-            return Err(Error::Config("request_ttl is absurdly long".into()));
-        }
         if self.max_qty == 0 || self.max_qty > MAX_UNITS {
             return Err(Error::Config(format!("max_qty must be in 1..={MAX_UNITS}")));
         }
-        if self.user_claim_ttl.is_zero() || self.guard_ttl.is_zero() || self.guard_cap == 0 {
+        if self.per_user_limit > MAX_UNITS {
+            return Err(Error::Config(format!(
+                "per_user_limit must be at most {MAX_UNITS}"
+            )));
+        }
+        if ms(self.user_claim_ttl) == 0 || ms(self.guard_ttl) == 0 || self.guard_cap == 0 {
             return Err(Error::Config(
                 "user_claim_ttl, guard_ttl and guard_cap must be positive".into(),
             ));
+        }
+        if self.guard_cap > MAX_GUARD_CAP {
+            return Err(Error::Config(format!(
+                "guard_cap must be at most {MAX_GUARD_CAP}"
+            )));
         }
         if self.user_claim_ttl < self.claim_lease {
             return Err(Error::Config(
                 "user_claim_ttl must not be shorter than claim_lease".into(),
             ));
         }
-        if self.fallback_rounds == 0 {
-            return Err(Error::Config("fallback_rounds must be at least 1".into()));
+        if self.fallback_rounds == 0 || self.fallback_rounds > 100 {
+            return Err(Error::Config("fallback_rounds must be in 1..=100".into()));
+        }
+        if self.metric_sku_cap > 10_000 || self.metric_skus.len() > 10_000 {
+            return Err(Error::Config(
+                "metric_sku_cap and metric_skus allow at most 10000 labelled SKUs".into(),
+            ));
         }
         Ok(())
     }
 }
+
+/// Longest duration any option may have (one year).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Most entries the in-process guard may be configured to hold.
+pub const MAX_GUARD_CAP: usize = 100_000_000;
 
 /// Builds an [`Engine`].
 #[derive(Debug, Clone, Default)]
@@ -442,15 +485,39 @@ impl<S> std::fmt::Debug for Engine<S> {
     }
 }
 
-/// Per-call bookkeeping for metrics (atomics so the futures stay `Send`).
-#[derive(Default)]
+/// Per-call context: what the call is (sale or reservation) and metrics bookkeeping (atomics
+/// so the futures stay `Send`).
 struct Trace {
     attempts: std::sync::atomic::AtomicU32,
     /// 0: a sale; > 0: a reservation for this many ms.
     resv: u64,
+    /// Sale or reservation (a reservation verified by the sweeper has `resv` 0: it takes no
+    /// units, it only settles or gives back what an earlier call took).
+    kind: RequestKind,
 }
 
 impl Trace {
+    /// A sale (`resv_ms` = 0) or a reservation for `resv_ms`.
+    fn new(resv_ms: u64) -> Self {
+        Self {
+            attempts: Default::default(),
+            resv: resv_ms,
+            kind: if resv_ms > 0 {
+                RequestKind::Reservation
+            } else {
+                RequestKind::Sale
+            },
+        }
+    }
+
+    /// Recovery of an earlier call of `kind` (takes no new units).
+    fn recovering(kind: RequestKind) -> Self {
+        Self {
+            kind,
+            ..Self::new(0)
+        }
+    }
+
     fn attempt(&self) {
         self.attempts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -460,6 +527,9 @@ impl Trace {
 /// How many times a call re-reads a SKU's layout after `Stale` before giving up.
 const STALE_RETRIES: usize = 4;
 
+/// Most abandoned claims one sweep recovers per segment.
+const CLAIMS_PER_SWEEP: usize = 64;
+
 /// What a fresh read says before anything is claimed.
 enum Short {
     /// Replayed, sold out or insufficient: answer this, nothing to do.
@@ -468,6 +538,8 @@ enum Short {
     Pending,
     /// The layout changed.
     Stale,
+    /// The request id is taken by another request (or sealed): this request can never apply.
+    Refused(Error),
     /// Enough stock exists: go on.
     Go,
 }
@@ -478,9 +550,49 @@ enum Flow<T> {
     Stale,
     /// The claim was released by its holder meanwhile: start the request again.
     Restart,
+    /// Refused at the home segment before anything was taken: the request id belongs to
+    /// another request (user, qty or kind differ) or was sealed. This request can never apply
+    /// under this id, so its per-user entry goes; the error is the answer.
+    Refused(Error),
 }
 
-use Flow::{Done, Restart, Stale};
+use Flow::{Done, Refused, Restart, Stale};
+
+/// Armed while a per-user entry is pending for a running call: if the call's future is dropped
+/// (a client disconnected and the server dropped its handler), a task resolves the entry at
+/// once — seal the request at its home or count what it applied — instead of leaving the user
+/// busy until the entry expires.
+struct PendingEntry<'a, S: Store> {
+    engine: &'a Engine<S>,
+    layout: &'a Arc<Layout>,
+    req: &'a Deduct,
+    kind: RequestKind,
+    armed: bool,
+}
+
+impl<S: Store> Drop for PendingEntry<'_, S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime (shutting down): the entry is verified when it lingers
+        };
+        let (engine, l, req) = (self.engine.clone(), Arc::clone(self.layout), self.req.clone());
+        let entry = StaleEntry {
+            request_id: req.request_id.clone(),
+            qty: req.qty,
+            reserved: false,
+            kind: self.kind,
+        };
+        rt.spawn(async move {
+            if let Err(e) = engine.verify_stale(&l, &req, &[entry]).await {
+                tracing::warn!(error = %e, request_id = %req.request_id,
+                    "resolving the per-user entry of a dropped call failed; it is verified when it lingers");
+            }
+        });
+    }
+}
 
 impl Engine<()> {
     /// A builder with default options.
@@ -576,16 +688,22 @@ impl<S: Store> Engine<S> {
         };
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
-        let writes = amounts.iter().enumerate().map(|(i, units)| {
-            let seg = SegAddr {
-                sku,
-                generation,
-                index: i as u32,
-            };
-            store.load_segment(seg, *units)
-        });
-        futures::future::try_join_all(writes).await?;
-        let drops = (segments..old).map(|i| store.drop_segment(sku, i));
+        let at = |index| SegAddr {
+            sku,
+            generation,
+            index,
+        };
+        let writes = amounts
+            .iter()
+            .enumerate()
+            .map(|(i, units)| store.load_segment(at(i as u32), *units));
+        let written = futures::future::try_join_all(writes).await?;
+        // A concurrent load of a newer generation wrote some segment first: it wins (its
+        // segments are never overwritten by ours), and this load is overtaken.
+        if written.contains(&false) {
+            return Err(Error::NotReady(sku.to_string()));
+        }
+        let drops = (segments..old).map(|i| store.drop_segment(at(i)));
         futures::future::try_join_all(drops).await?;
         if !store.load_commit(sku, generation).await? {
             return Err(Error::NotReady(sku.to_string()));
@@ -673,8 +791,9 @@ impl<S: Store> Engine<S> {
                 "must be at least 1 ms and at most the request TTL",
             ));
         }
-        let d = self.measured(req, ms).await?;
-        let generation = self.layout(&req.sku).await?.generation;
+        // The generation the units are held in (not a re-read layout: a reload may have
+        // happened since).
+        let (d, generation) = self.measured(req, ms).await?;
         let id = |parts: &[Part]| {
             let seg = parts.first().map_or(0, |p| p.segment);
             format!("{}~{}~{}~{}", req.sku, generation, seg, req.request_id)
@@ -788,8 +907,20 @@ impl<S: Store> Engine<S> {
         })
     }
 
-    /// Returns every expired reservation of the SKUs this engine has used to their stock now
-    /// (what the sweeper does periodically); returns the units given back.
+    /// One round of the sweeper over the SKUs this engine has used (what [`start_sweeper`]
+    /// runs periodically):
+    /// - a cached layout whose SKU metadata is gone or of another generation (a reload
+    ///   elsewhere, or Redis lost its data) is dropped, with a warning, so no call goes on
+    ///   using a stale layout, limit or segment count;
+    /// - expired reservations go back to their stock;
+    /// - fallback claims whose holder let the lease run out (crashed, or the call's future was
+    ///   dropped) are taken over: a complete one is settled as applied, an incomplete one is
+    ///   refunded and sealed (a retry of its request id gets [`Error::Sealed`]); the user's
+    ///   per-user entry follows.
+    ///
+    /// Returns the reservation units given back.
+    ///
+    /// [`start_sweeper`]: Self::start_sweeper
     ///
     /// # Errors
     /// Store errors.
@@ -802,13 +933,19 @@ impl<S: Store> Engine<S> {
             .collect();
         let mut back = 0;
         for (sku, l) in layouts {
+            match self.inner.store.meta(&sku).await? {
+                Some(m) if m.generation == l.generation => {}
+                other => {
+                    tracing::warn!(sku = %sku, cached = l.generation,
+                        now = ?other.map(|m| m.generation),
+                        "SKU metadata is gone or changed generation; dropping the cached layout");
+                    self.forget(&sku, l.generation);
+                    continue;
+                }
+            }
             let mut reserved = 0;
             for index in 0..l.segments {
-                let seg = SegAddr {
-                    sku: &sku,
-                    generation: l.generation,
-                    index,
-                };
+                let seg = self.seg(&l, &sku, index);
                 // Each call returns at most one batch (64 reservations): repeat while it
                 // finds some.
                 for _ in 0..1000 {
@@ -819,6 +956,7 @@ impl<S: Store> Engine<S> {
                         break;
                     }
                 }
+                self.recover_claims(&l, seg).await?;
             }
             crate::metrics::reserved(&self.inner.sku_labels, sku.as_str(), reserved);
         }
@@ -826,6 +964,55 @@ impl<S: Store> Engine<S> {
             crate::metrics::reservations_expired(back);
         }
         Ok(back)
+    }
+
+    /// Takes over the fallback claims at `seg` (their home) whose lease ran out, and settles
+    /// or refunds and seals them (see [`sweep`](Self::sweep)). Returns how many it recovered.
+    async fn recover_claims(&self, l: &Layout, seg: SegAddr<'_>) -> Result<usize> {
+        let store = &self.inner.store;
+        let mut recovered = 0;
+        for c in store.claims_due(seg, CLAIMS_PER_SWEEP).await? {
+            let req = Deduct {
+                sku: seg.sku.clone(),
+                user: c.user,
+                qty: c.qty,
+                request_id: c.request_id,
+            };
+            let tr = Trace::recovering(c.kind);
+            let home_at = self.home_of(l, &req);
+            if home_at.index != seg.index {
+                continue; // indexed under another segment count: not ours to judge
+            }
+            let TakeoverReply::Won { epoch, home_part } =
+                store.takeover(home_at, self.args(&req, &tr)).await?
+            else {
+                continue; // settled, renewed or taken over meanwhile
+            };
+            let outcome = self
+                .reconcile_as(l, &req, epoch, home_part, &tr, true)
+                .await?;
+            recovered += 1;
+            tracing::info!(sku = %req.sku, request_id = %req.request_id,
+                outcome = ?outcome_name(&outcome), "recovered an abandoned fallback claim");
+            if l.user_limit > 0 {
+                let how = match outcome {
+                    Done(Deduction::Replayed { .. }) => match c.kind {
+                        RequestKind::Sale => Some(UserFinish::Sold),
+                        RequestKind::Reservation => {
+                            self.reservation_finish(l, &req, home_at).await?
+                        }
+                    },
+                    Done(Deduction::SoldOut) => Some(UserFinish::Void),
+                    _ => None,
+                };
+                if let Some(how) = how {
+                    store
+                        .user_finish(&req.sku, l.generation, &req.user, &req.request_id, how)
+                        .await?;
+                }
+            }
+        }
+        Ok(recovered)
     }
 
     /// Starts the sweeper: [`sweep`](Self::sweep) every `every`. It holds no strong reference
@@ -850,23 +1037,21 @@ impl<S: Store> Engine<S> {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],
-    /// [`Error::RequestIdConflict`] (same id, other user or quantity), and store errors — after
-    /// which the outcome is unknown and the request may be retried with the same id.
+    /// [`Error::RequestIdConflict`] (same id, other user, quantity or kind — e.g. the id of a
+    /// reservation), [`Error::Sealed`], and store errors — after which the outcome is unknown
+    /// and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
-        self.measured(req, 0).await
+        self.measured(req, 0).await.map(|(d, _)| d)
     }
 
     /// Runs a deduction (`resv_ms` = 0) or reservation and records its outcome, latency and
-    /// segment attempts.
-    async fn measured(&self, req: &Deduct, resv_ms: u64) -> Result<Deduction> {
+    /// segment attempts. Also returns the load generation the outcome belongs to.
+    async fn measured(&self, req: &Deduct, resv_ms: u64) -> Result<(Deduction, u64)> {
         let start = Instant::now();
-        let trace = Trace {
-            resv: resv_ms,
-            ..Trace::default()
-        };
+        let trace = Trace::new(resv_ms);
         let r = self.deduct_traced(req, &trace).await;
         match &r {
-            Ok(d) => crate::metrics::deduction(
+            Ok((d, _)) => crate::metrics::deduction(
                 d.kind(),
                 self.inner.store.strategy().name(),
                 start.elapsed(),
@@ -877,7 +1062,7 @@ impl<S: Store> Engine<S> {
         r
     }
 
-    async fn deduct_traced(&self, req: &Deduct, tr: &Trace) -> Result<Deduction> {
+    async fn deduct_traced(&self, req: &Deduct, tr: &Trace) -> Result<(Deduction, u64)> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
         for _ in 0..STALE_RETRIES {
             let layout = self.layout(&req.sku).await?;
@@ -889,8 +1074,9 @@ impl<S: Store> Engine<S> {
             match flow {
                 Done(d) => {
                     self.maybe_gauges(&layout, &req.sku);
-                    return Ok(d);
+                    return Ok((d, layout.generation));
                 }
+                Refused(e) => return Err(e),
                 Stale => self.forget(&req.sku, layout.generation),
                 Restart => {}
             }
@@ -902,7 +1088,7 @@ impl<S: Store> Engine<S> {
     /// this process already saw at the limit; the store's user record decides.
     async fn deduct_limited(
         &self,
-        l: &Layout,
+        l: &Arc<Layout>,
         req: &Deduct,
         tr: &Trace,
     ) -> Result<Flow<Deduction>> {
@@ -912,25 +1098,24 @@ impl<S: Store> Engine<S> {
             return Ok(Done(Deduction::LimitReached { limit }));
         }
         let g = &self.inner.guard;
-        let local = g.begin(&req.sku, &req.user, &req.request_id, req.qty, limit);
-        crate::metrics::guard(local != Local::Pass, g);
-        match local {
-            Local::InFlight => return Ok(Done(Deduction::UserBusy)),
-            Local::LimitReached => return Ok(Done(Deduction::LimitReached { limit })),
-            Local::Pass => {}
-        }
+        let attempt = g.enter(&req.sku, &req.user, &req.request_id, req.qty, limit);
+        crate::metrics::guard(attempt.is_err(), g);
+        let attempt = match attempt {
+            Ok(a) => a,
+            Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
+            Err(_) => return Ok(Done(Deduction::LimitReached { limit })),
+        };
         let r = self.deduct_counted(l, req, tr).await;
         match &r {
-            // Remember a limit only when it is made of units sold for good: pending claims
-            // may still be given back, and the store must see the next attempt.
-            Ok((Done(Deduction::LimitReached { .. }), true)) => {
-                g.saturate(&req.sku, &req.user, limit)
+            // Remember a limit only when it is made of units sold for good: pending claims and
+            // reservations may still be given back, and the store must see the next attempt.
+            Ok((Done(Deduction::LimitReached { .. }), true)) => attempt.saturate(limit),
+            Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _))
+                if tr.kind == RequestKind::Sale =>
+            {
+                attempt.finish(parts.iter().map(|p| p.units).sum())
             }
-            Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _)) => {
-                let units = parts.iter().map(|p| p.units).sum();
-                g.finish(&req.sku, &req.user, &req.request_id, units);
-            }
-            _ => g.finish(&req.sku, &req.user, &req.request_id, 0),
+            _ => attempt.finish(0),
         }
         r.map(|(flow, _)| flow)
     }
@@ -940,19 +1125,20 @@ impl<S: Store> Engine<S> {
     /// reached" is final (made of units sold for good).
     async fn deduct_counted(
         &self,
-        l: &Layout,
+        l: &Arc<Layout>,
         req: &Deduct,
         tr: &Trace,
     ) -> Result<(Flow<Deduction>, bool)> {
         let store = &self.inner.store;
-        let args = self.args(req);
+        let args = self.args(req, tr);
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
         // After a sell-out most buyers are turned away: answer them from a fresh read before
         // touching the user record (nothing would be sold, so nothing needs counting).
         if (0..l.segments).all(|i| l.hints.likely_short(i, req.qty)) {
-            match self.check_short(l, req).await? {
+            match self.check_short(l, req, tr).await? {
                 Short::Decided(d) => return Ok((Done(d), false)),
                 Short::Stale => return Ok((Stale, false)),
+                Short::Refused(e) => return Ok((Refused(e), false)),
                 Short::Pending | Short::Go => {}
             }
         }
@@ -963,29 +1149,55 @@ impl<S: Store> Engine<S> {
                 .await?
             {
                 UserClaim::Ok | UserClaim::Dup { .. } => break,
-                UserClaim::Mismatch => return Err(Self::conflict(req, "qty")),
+                UserClaim::Mismatch(f) => return Err(Self::conflict(req, f)),
                 UserClaim::Limit {
-                    stale, final_used, ..
+                    used,
+                    final_used,
+                    fresh_pending,
+                    stale,
                 } => {
                     if verified || stale.is_empty() {
+                        // Refuse with "limit reached" only for units the user holds (sold, or
+                        // reserved and live); attempts still pending may give theirs back.
+                        let pending: u64 = fresh_pending
+                            + stale
+                                .iter()
+                                .filter(|e| !e.reserved)
+                                .map(|e| e.qty)
+                                .sum::<u64>();
                         let limit = l.user_limit;
-                        let settled = final_used + req.qty > limit;
-                        return Ok((Done(Deduction::LimitReached { limit }), settled));
+                        if used.saturating_sub(pending) + req.qty > limit {
+                            let settled = final_used + req.qty > limit;
+                            return Ok((Done(Deduction::LimitReached { limit }), settled));
+                        }
+                        return Ok((Done(Deduction::UserBusy), false));
                     }
                     self.verify_stale(l, req, &stale).await?;
                     verified = true;
                 }
             }
         }
-        let flow = self.deduct_in(l, req, tr).await?;
-        let held = if tr.resv > 0 {
-            UserFinish::Reserved
-        } else {
-            UserFinish::Sold
+        let mut pending = PendingEntry {
+            engine: self,
+            layout: l,
+            req,
+            kind: tr.kind,
+            armed: true,
+        };
+        let flow = self.deduct_in(l, req, tr).await;
+        // An error leaves the entry pending: the outcome is unknown, and a retry with the same
+        // id finds it (or it is verified once it lingers).
+        pending.armed = false;
+        let flow = flow?;
+        let held = match tr.kind {
+            RequestKind::Reservation => UserFinish::Reserved,
+            RequestKind::Sale => UserFinish::Sold,
         };
         let how = match &flow {
             Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(held),
-            Done(Deduction::SoldOut | Deduction::Insufficient { .. }) => Some(UserFinish::Void),
+            Done(Deduction::SoldOut | Deduction::Insufficient { .. }) | Refused(_) => {
+                Some(UserFinish::Void)
+            }
             // In flight, restarted or stale: the entry stays pending (verified if it lingers).
             _ => None,
         };
@@ -997,77 +1209,90 @@ impl<S: Store> Engine<S> {
         Ok((flow, false))
     }
 
-    /// Resolves per-user entries whose claimer is presumed dead: counted for good if their
-    /// request applied, removed once the request is sealed so it never can.
-    async fn verify_stale(
-        &self,
-        l: &Layout,
-        req: &Deduct,
-        stale: &[(RequestId, u64, bool)],
-    ) -> Result<()> {
-        let store = &self.inner.store;
-        for (rid, qty, reservation) in stale {
-            let other = Deduct {
-                sku: req.sku.clone(),
-                user: req.user.clone(),
-                qty: *qty,
-                request_id: rid.clone(),
-            };
-            let args = self.args(&other);
-            let at = SegAddr {
-                sku: &req.sku,
-                generation: l.generation,
-                index: home(rid, l.segments),
-            };
-            if *reservation {
-                // A reservation counts until it is confirmed, cancelled or expired.
-                let how = match self.reservation_state(l, &req.sku, rid, at).await? {
-                    None | Some(ResvState::Expired | ResvState::Cancelled) => {
-                        Some(UserFinish::Void)
-                    }
-                    Some(ResvState::Confirmed) => Some(UserFinish::Sold),
-                    Some(ResvState::Reserved) => None,
-                };
-                if let Some(how) = how {
-                    store
-                        .user_finish(&req.sku, l.generation, &req.user, rid, how)
-                        .await?;
-                }
-                continue;
-            }
-            let sold = match store.seal(at, args).await? {
-                SealReply::Sealed => Some(false),
-                SealReply::Applied => Some(true),
-                SealReply::Pending { lease_left_ms: 0 } => match store.takeover(at, args).await? {
-                    TakeoverReply::Won { epoch, home_part } => {
-                        let t = Trace::default();
-                        match self
-                            .reconcile_as(l, &other, epoch, home_part, &t, true)
-                            .await?
-                        {
-                            Done(Deduction::Replayed { .. }) => Some(true),
-                            Done(Deduction::SoldOut) => Some(false),
-                            _ => None,
-                        }
-                    }
-                    TakeoverReply::Replay(_) => Some(true),
-                    TakeoverReply::Sealed => Some(false),
-                    _ => None,
-                },
-                SealReply::Pending { .. } | SealReply::Mismatch(_) => None,
-            };
-            if let Some(sold) = sold {
-                let how = if sold {
-                    UserFinish::Sold
-                } else {
-                    UserFinish::Void
-                };
-                store
-                    .user_finish(&req.sku, l.generation, &req.user, rid, how)
+    /// Resolves per-user entries whose claimer is presumed dead (pending past expiry) or
+    /// whose reservation may have ended: counted for good if their request applied, removed
+    /// once the request is sealed so it never can.
+    async fn verify_stale(&self, l: &Layout, req: &Deduct, stale: &[StaleEntry]) -> Result<()> {
+        for e in stale {
+            if let Some(how) = self.resolve_entry(l, req, e).await? {
+                self.inner
+                    .store
+                    .user_finish(&req.sku, l.generation, &req.user, &e.request_id, how)
                     .await?;
             }
         }
         Ok(())
+    }
+
+    /// What a per-user entry of `req.user` should become (`None`: leave it for now).
+    async fn resolve_entry(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        e: &StaleEntry,
+    ) -> Result<Option<UserFinish>> {
+        let store = &self.inner.store;
+        let other = Deduct {
+            sku: req.sku.clone(),
+            user: req.user.clone(),
+            qty: e.qty,
+            request_id: e.request_id.clone(),
+        };
+        let tr = Trace::recovering(e.kind);
+        let args = self.args(&other, &tr);
+        let at = self.home_of(l, &other);
+        if e.reserved {
+            // A reservation counts until it is confirmed, cancelled or expired.
+            return self.reservation_finish(l, &other, at).await;
+        }
+        let applied = match store.seal(at, args).await? {
+            SealReply::Sealed => Some(false),
+            SealReply::Applied => Some(true),
+            // The home record belongs to another request: this one can never apply.
+            SealReply::Mismatch(_) => Some(false),
+            SealReply::Pending { lease_left_ms: 0 } => match store.takeover(at, args).await? {
+                TakeoverReply::Won { epoch, home_part } => {
+                    match self
+                        .reconcile_as(l, &other, epoch, home_part, &tr, true)
+                        .await?
+                    {
+                        Done(Deduction::Replayed { .. }) => Some(true),
+                        Done(Deduction::SoldOut) => Some(false),
+                        _ => None,
+                    }
+                }
+                TakeoverReply::Replay(_) => Some(true),
+                TakeoverReply::Sealed | TakeoverReply::Mismatch(_) => Some(false),
+                TakeoverReply::Pending { .. } | TakeoverReply::Gone => None,
+            },
+            SealReply::Pending { .. } => None,
+        };
+        Ok(match applied {
+            Some(false) => Some(UserFinish::Void),
+            Some(true) if e.kind == RequestKind::Sale => Some(UserFinish::Sold),
+            // A reservation that applied: it counts only while it holds its units.
+            Some(true) => self.reservation_finish(l, &other, at).await?,
+            None => None,
+        })
+    }
+
+    /// What the per-user entry of a reservation should become, from its state.
+    async fn reservation_finish(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        home_at: SegAddr<'_>,
+    ) -> Result<Option<UserFinish>> {
+        Ok(
+            match self
+                .reservation_state(l, &req.sku, &req.request_id, home_at)
+                .await?
+            {
+                None | Some(ResvState::Expired | ResvState::Cancelled) => Some(UserFinish::Void),
+                Some(ResvState::Confirmed) => Some(UserFinish::Sold),
+                Some(ResvState::Reserved) => Some(UserFinish::Reserved),
+            },
+        )
     }
 
     /// Where a request's reservation lives (its home record's part) and its state there.
@@ -1081,8 +1306,10 @@ impl<S: Store> Engine<S> {
         let Some(rec) = self.inner.store.record(home_at, rid).await? else {
             return Ok(None);
         };
-        let RecordState::Applied(parts) = rec.state else {
-            return Ok(Some(ResvState::Reserved)); // still being placed
+        let parts = match rec.state {
+            RecordState::Applied(parts) => parts,
+            RecordState::Pending { .. } => return Ok(Some(ResvState::Reserved)), // being placed
+            RecordState::Sealed => return Ok(None),
         };
         let Some(part) = parts.first() else {
             return Ok(None);
@@ -1113,15 +1340,31 @@ impl<S: Store> Engine<S> {
         crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &l.hints.observed());
     }
 
-    fn args<'a>(&self, req: &'a Deduct) -> ReqArgs<'a> {
+    /// The store's view of `req` for a call of `tr`'s kind.
+    fn args<'a>(&self, req: &'a Deduct, tr: &Trace) -> ReqArgs<'a> {
         ReqArgs {
             request_id: &req.request_id,
             user: &req.user,
             qty: req.qty,
             ttl_ms: self.ttl_ms(),
             lease_ms: self.inner.opts.claim_lease.as_millis() as u64,
-            resv_ttl_ms: 0,
+            resv_ttl_ms: tr.resv,
+            kind: tr.kind,
         }
+    }
+
+    /// Segment `index` of `l`'s generation.
+    fn seg<'a>(&self, l: &Layout, sku: &'a Sku, index: u32) -> SegAddr<'a> {
+        SegAddr {
+            sku,
+            generation: l.generation,
+            index,
+        }
+    }
+
+    /// `req`'s home segment.
+    fn home_of<'a>(&self, l: &Layout, req: &'a Deduct) -> SegAddr<'a> {
+        self.seg(l, &req.sku, home(&req.request_id, l.segments))
     }
 
     fn conflict(req: &Deduct, field: &'static str) -> Error {
@@ -1133,30 +1376,24 @@ impl<S: Store> Engine<S> {
 
     async fn deduct_in(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
-        let args = ReqArgs {
-            resv_ttl_ms: tr.resv,
-            ..self.args(req)
-        };
-        let home = home(&req.request_id, l.segments);
-        let at = |index| SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index,
-        };
+        let args = self.args(req, tr);
+        let home_at = self.home_of(l, req);
+        let home = home_at.index;
 
         if l.hints.likely_short(home, req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
             // between replay, sold out, insufficient, and going to claim.
-            match self.check_short(l, req).await? {
+            match self.check_short(l, req, tr).await? {
                 Short::Decided(d) => return Ok(Done(d)),
                 Short::Pending => return self.wait_for_claim(l, req, tr).await,
                 Short::Stale => return Ok(Stale),
+                Short::Refused(e) => return Ok(Refused(e)),
                 Short::Go => {}
             }
         }
 
         tr.attempt();
-        match store.deduct_home(at(home), args, true).await? {
+        match store.deduct_home(home_at, args, true).await? {
             HomeReply::Applied { stock_after } => {
                 l.hints.observe(home, stock_after);
                 Ok(Done(Deduction::Applied {
@@ -1167,9 +1404,9 @@ impl<S: Store> Engine<S> {
                 }))
             }
             HomeReply::Replay(parts) => Ok(Done(Deduction::Replayed { parts })),
-            HomeReply::Mismatch(f) => Err(Self::conflict(req, f)),
+            HomeReply::Mismatch(f) => Ok(Refused(Self::conflict(req, f))),
             HomeReply::Stale => Ok(Stale),
-            HomeReply::Sealed => Err(Error::Sealed(req.request_id.to_string())),
+            HomeReply::Sealed => Ok(Refused(Error::Sealed(req.request_id.to_string()))),
             HomeReply::Pending { .. } => self.wait_for_claim(l, req, tr).await,
             HomeReply::Short { stock, claimed } => {
                 l.hints.observe(home, stock);
@@ -1184,12 +1421,8 @@ impl<S: Store> Engine<S> {
 
     /// Reads every segment (coalesced) and this request's home record: enough to answer a
     /// replay, sold out or insufficient without writing anything.
-    async fn check_short(&self, l: &Layout, req: &Deduct) -> Result<Short> {
-        let at = SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index: home(&req.request_id, l.segments),
-        };
+    async fn check_short(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Short> {
+        let at = self.home_of(l, req);
         let (segs, rec) = futures::join!(
             self.read_segments(l, &req.sku),
             self.inner.store.record(at, &req.request_id)
@@ -1198,15 +1431,24 @@ impl<S: Store> Engine<S> {
             return Ok(Short::Stale);
         };
         if let Some(rec) = rec? {
-            if rec.user != req.user.as_str() {
-                return Err(Self::conflict(req, "user"));
-            }
-            if rec.qty != req.qty {
-                return Err(Self::conflict(req, "qty"));
+            let field = if rec.user != req.user.as_str() {
+                Some("user")
+            } else if rec.qty != req.qty {
+                Some("qty")
+            } else if rec.kind != tr.kind {
+                Some("kind")
+            } else {
+                None
+            };
+            if let Some(f) = field {
+                return Ok(Short::Refused(Self::conflict(req, f)));
             }
             return Ok(match rec.state {
                 RecordState::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),
                 RecordState::Pending { .. } => Short::Pending,
+                RecordState::Sealed => {
+                    Short::Refused(Error::Sealed(req.request_id.to_string()))
+                }
             });
         }
         let total: u64 = stocks.iter().map(|(_, s)| s).sum();
@@ -1228,22 +1470,20 @@ impl<S: Store> Engine<S> {
         tr: &Trace,
     ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
-        let args = self.args(req);
-        let home_at = SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index: home(&req.request_id, l.segments),
-        };
+        let args = self.args(req, tr);
+        let home_at = self.home_of(l, req);
         let deadline = Instant::now() + self.inner.opts.pending_wait;
         let mut pause = Duration::from_millis(1);
         loop {
             match store.takeover(home_at, args).await? {
                 TakeoverReply::Replay(parts) => return Ok(Done(Deduction::Replayed { parts })),
                 TakeoverReply::Gone => return Ok(Restart),
-                TakeoverReply::Sealed => return Err(Error::Sealed(req.request_id.to_string())),
-                TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                TakeoverReply::Sealed => {
+                    return Ok(Refused(Error::Sealed(req.request_id.to_string())));
+                }
+                TakeoverReply::Mismatch(f) => return Ok(Refused(Self::conflict(req, f))),
                 TakeoverReply::Won { epoch, home_part } => {
-                    return self.reconcile(l, req, epoch, home_part, tr).await;
+                    return self.reconcile_as(l, req, epoch, home_part, tr, false).await;
                 }
                 TakeoverReply::Pending { lease_left_ms, .. } => {
                     let now = Instant::now();
@@ -1261,20 +1501,9 @@ impl<S: Store> Engine<S> {
     }
 
     /// After a takeover: fence every other segment, count what the previous holder took, and
-    /// either settle it (it was complete) or refund it and serve the request afresh.
-    async fn reconcile(
-        &self,
-        l: &Layout,
-        req: &Deduct,
-        epoch: u64,
-        home_part: u64,
-        tr: &Trace,
-    ) -> Result<Flow<Deduction>> {
-        self.reconcile_as(l, req, epoch, home_part, tr, false).await
-    }
-
-    /// [`reconcile`](Self::reconcile); with `cancel`, an incomplete request is refunded and
-    /// sealed instead of served afresh (a verified-void per-user claim).
+    /// either settle it (it was complete) or refund it and — unless `cancel` — serve the
+    /// request afresh. With `cancel` (a verified-void per-user claim, or an abandoned claim the
+    /// sweeper recovers) an incomplete request is refunded and sealed.
     async fn reconcile_as(
         &self,
         l: &Layout,
@@ -1285,15 +1514,11 @@ impl<S: Store> Engine<S> {
         cancel: bool,
     ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
-        let args = self.args(req);
-        let home = home(&req.request_id, l.segments);
-        let at = |index| SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index,
-        };
+        let args = self.args(req, tr);
+        let home_at = self.home_of(l, req);
+        let home = home_at.index;
         let fences = others(home, l.segments)
-            .map(|j| async move { (j, store.fence(at(j), args, epoch).await) });
+            .map(|j| async move { (j, store.fence(self.seg(l, &req.sku, j), args, epoch).await) });
         let mut parts = Vec::new();
         if home_part > 0 {
             parts.push(Part {
@@ -1318,19 +1543,20 @@ impl<S: Store> Engine<S> {
             parts.sort();
             return Ok(
                 match store
-                    .settle(at(home), args, epoch, SettleAs::Applied(&parts))
+                    .settle(home_at, args, epoch, SettleAs::Applied(&parts))
                     .await?
                 {
-                    SettleReply::Ok | SettleReply::Gone => Done(Deduction::Replayed { parts }),
+                    SettleReply::Ok => Done(Deduction::Replayed { parts }),
                     SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
-                    SettleReply::Superseded => Done(Deduction::InFlight),
+                    // A newer holder took over (or released) meanwhile: it decides.
+                    SettleReply::Superseded | SettleReply::Gone => Done(Deduction::InFlight),
                 },
             );
         }
-        self.refund_all(l, req, epoch, &parts).await?;
+        self.refund_all(l, req, epoch, &parts, tr).await?;
         if cancel {
             return Ok(
-                match store.settle(at(home), args, epoch, SettleAs::Seal).await? {
+                match store.settle(home_at, args, epoch, SettleAs::Seal).await? {
                     SettleReply::Ok | SettleReply::Gone => Done(Deduction::SoldOut),
                     SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
                     SettleReply::Superseded => Done(Deduction::InFlight),
@@ -1340,18 +1566,20 @@ impl<S: Store> Engine<S> {
         self.fallback(l, req, epoch, tr).await
     }
 
-    async fn refund_all(&self, l: &Layout, req: &Deduct, epoch: u64, parts: &[Part]) -> Result<()> {
+    async fn refund_all(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        epoch: u64,
+        parts: &[Part],
+        tr: &Trace,
+    ) -> Result<()> {
         let store = &self.inner.store;
-        let args = self.args(req);
+        let args = self.args(req, tr);
         let home = home(&req.request_id, l.segments);
-        let refunds = parts.iter().map(|p| {
-            let seg = SegAddr {
-                sku: &req.sku,
-                generation: l.generation,
-                index: p.segment,
-            };
-            store.refund(seg, args, epoch, p.segment == home)
-        });
+        let refunds = parts
+            .iter()
+            .map(|p| store.refund(self.seg(l, &req.sku, p.segment), args, epoch, p.segment == home));
         let back = futures::future::try_join_all(refunds).await?;
         for (p, _) in parts.iter().zip(back) {
             l.hints.forget(p.segment); // stock came back: don't skip it
@@ -1369,17 +1597,11 @@ impl<S: Store> Engine<S> {
         tr: &Trace,
     ) -> Result<Flow<Deduction>> {
         let store = &self.inner.store;
-        let args = ReqArgs {
-            resv_ttl_ms: tr.resv,
-            ..self.args(req)
-        };
+        let args = self.args(req, tr);
         let qty = req.qty;
-        let home = home(&req.request_id, l.segments);
-        let at = |index| SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index,
-        };
+        let home_at = self.home_of(l, req);
+        let home = home_at.index;
+        let at = |index| self.seg(l, &req.sku, index);
 
         // 1. Whole quantity from one other segment, skipping fresh "short" hints.
         for j in others(home, l.segments) {
@@ -1395,10 +1617,10 @@ impl<S: Store> Engine<S> {
                         segment: j,
                         units: part,
                     }];
-                    return self.settle(l, req, epoch, &parts).await;
+                    return self.settle(l, req, epoch, &parts, tr).await;
                 }
                 TakeReply::Short { stock } => l.hints.observe(j, stock),
-                TakeReply::Fenced => return self.superseded(l, req).await,
+                TakeReply::Fenced => return self.superseded(l, req, tr).await,
                 TakeReply::Mismatch(f) => return Err(Self::conflict(req, f)),
                 TakeReply::Stale => return Ok(Stale),
             }
@@ -1445,21 +1667,21 @@ impl<S: Store> Engine<S> {
                         complete = false;
                         break;
                     }
-                    TakeReply::Fenced => return self.superseded(l, req).await,
+                    TakeReply::Fenced => return self.superseded(l, req, tr).await,
                     TakeReply::Mismatch(f) => return Err(Self::conflict(req, f)),
                     TakeReply::Stale => return Ok(Stale),
                 }
             }
             if complete && parts.iter().map(|p| p.units).sum::<u64>() == qty {
                 parts.sort();
-                return self.settle(l, req, epoch, &parts).await;
+                return self.settle(l, req, epoch, &parts, tr).await;
             }
-            self.refund_all(l, req, epoch, &parts).await?;
+            self.refund_all(l, req, epoch, &parts, tr).await?;
         }
 
         // 3. Nothing sold: release the claim so the request id stays free.
         match store
-            .settle(at(home), args, epoch, SettleAs::Release)
+            .settle(home_at, args, epoch, SettleAs::Release)
             .await?
         {
             SettleReply::Ok | SettleReply::Gone => {}
@@ -1479,38 +1701,37 @@ impl<S: Store> Engine<S> {
         req: &Deduct,
         epoch: u64,
         parts: &[Part],
+        tr: &Trace,
     ) -> Result<Flow<Deduction>> {
-        let home_at = SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index: home(&req.request_id, l.segments),
-        };
+        let home_at = self.home_of(l, req);
         Ok(
             match self
                 .inner
                 .store
-                .settle(home_at, self.args(req), epoch, SettleAs::Applied(parts))
+                .settle(home_at, self.args(req, tr), epoch, SettleAs::Applied(parts))
                 .await?
             {
-                SettleReply::Ok | SettleReply::Gone => Done(Deduction::Applied {
+                SettleReply::Ok => Done(Deduction::Applied {
                     parts: parts.to_vec(),
                 }),
                 SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
-                // A newer holder fenced us; it counts our parts and settles them.
-                SettleReply::Superseded => Done(Deduction::InFlight),
+                // A newer holder fenced us (and counts our parts), or released the claim after
+                // refunding them: either way our parts are not ours to report.
+                SettleReply::Superseded | SettleReply::Gone => Done(Deduction::InFlight),
             },
         )
     }
 
     /// Our claim was taken over while we worked: report what the record says now.
-    async fn superseded(&self, l: &Layout, req: &Deduct) -> Result<Flow<Deduction>> {
-        let home_at = SegAddr {
-            sku: &req.sku,
-            generation: l.generation,
-            index: home(&req.request_id, l.segments),
-        };
+    async fn superseded(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Flow<Deduction>> {
+        let home_at = self.home_of(l, req);
         Ok(
-            match self.inner.store.takeover(home_at, self.args(req)).await? {
+            match self
+                .inner
+                .store
+                .takeover(home_at, self.args(req, tr))
+                .await?
+            {
                 TakeoverReply::Replay(parts) => Done(Deduction::Replayed { parts }),
                 TakeoverReply::Mismatch(f) => return Err(Self::conflict(req, f)),
                 _ => Done(Deduction::InFlight),
@@ -1627,24 +1848,28 @@ impl<S: Store> Engine<S> {
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
-        let segs = self
-            .inner
-            .store
-            .segments(sku, meta.generation, meta.segments)
-            .await?;
+        let reads = (0..meta.segments).map(|index| {
+            self.inner.store.held(SegAddr {
+                sku,
+                generation: meta.generation,
+                index,
+            })
+        });
+        let segs = futures::future::try_join_all(reads).await?;
         let mut problems = Vec::new();
         let mut segments = Vec::with_capacity(segs.len());
         let (mut loaded, mut restocked, mut remaining, mut sold, mut reserved) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
-        for (i, s) in segs.iter().enumerate() {
-            let state = s.unwrap_or_default();
-            let ok = match s {
+        for (i, h) in segs.iter().enumerate() {
+            let state = h.map(|h| h.state).unwrap_or_default();
+            let ok = match h {
                 None => {
                     problems.push(format!("segment {i} is missing or of another generation"));
                     false
                 }
-                Some(s) => {
-                    let ok = s.loaded.checked_add(s.restocked)
+                Some(h) => {
+                    let s = &h.state;
+                    let mut ok = s.loaded.checked_add(s.restocked)
                         == s.stock
                             .checked_add(s.sold)
                             .and_then(|x| x.checked_add(s.reserved));
@@ -1652,6 +1877,29 @@ impl<S: Store> Engine<S> {
                         problems.push(format!(
                             "segment {i}: loaded {} + restocked {} != remaining {} + reserved {} + sold {}",
                             s.loaded, s.restocked, s.stock, s.reserved, s.sold
+                        ));
+                    }
+                    // Every reserved unit must belong to a live reservation (it comes back
+                    // when that reservation ends); a unit held by nothing never would.
+                    if s.reserved != h.held {
+                        ok = false;
+                        problems.push(format!(
+                            "segment {i}: reserved {} but its {} live reservations hold {} ({})",
+                            s.reserved,
+                            h.live,
+                            h.held,
+                            if s.reserved > h.held {
+                                format!("{} reserved units held by nothing", s.reserved - h.held)
+                            } else {
+                                format!("{} held units not counted as reserved", h.held - s.reserved)
+                            }
+                        ));
+                    }
+                    if h.orphans > 0 {
+                        ok = false;
+                        problems.push(format!(
+                            "segment {i}: {} reservation index entries without a live reservation",
+                            h.orphans
                         ));
                     }
                     ok
@@ -1665,6 +1913,8 @@ impl<S: Store> Engine<S> {
             segments.push(SegmentAudit {
                 index: i as u32,
                 state,
+                held: h.map_or(0, |h| h.held),
+                reservations: h.map_or(0, |h| h.live),
                 ok,
             });
         }
@@ -1691,6 +1941,16 @@ impl<S: Store> Engine<S> {
             problems,
             segments,
         })
+    }
+}
+
+/// A flow's outcome for logs.
+fn outcome_name(f: &Flow<Deduction>) -> &'static str {
+    match f {
+        Done(d) => d.kind(),
+        Stale => "stale",
+        Restart => "restart",
+        Refused(_) => "refused",
     }
 }
 

@@ -113,12 +113,15 @@ impl LocalGuard {
                 e.applied.clear();
                 e.busy = false;
             }
-            e.at = now;
             if e.busy {
+                // Not touched: a stream of double clicks must not keep an entry alive whose
+                // attempt is gone — it expires `ttl` after the attempt began.
                 Local::InFlight
             } else if limit > 0 && e.used + qty > limit && !e.applied.contains(rid) {
+                e.at = now;
                 Local::LimitReached
             } else {
+                e.at = now;
                 e.busy = true;
                 Local::Pass
             }
@@ -144,6 +147,29 @@ impl LocalGuard {
                 e.used += applied_units;
                 e.applied.push(rid.clone());
             }
+        }
+    }
+
+    /// [`begin`](Self::begin), with the busy mark owned by the returned [`Attempt`]: if the
+    /// attempt is dropped before [`Attempt::finish`] (a cancelled future: a client
+    /// disconnected and the server dropped its handler), the user is no longer busy.
+    ///
+    /// # Errors
+    /// The refusal ([`Local::InFlight`] or [`Local::LimitReached`]) when not [`Local::Pass`].
+    pub fn enter<'a>(
+        &'a self,
+        sku: &Sku,
+        user: &UserId,
+        rid: &RequestId,
+        qty: u64,
+        limit: u64,
+    ) -> Result<Attempt<'a>, Local> {
+        match self.begin(sku, user, rid, qty, limit) {
+            Local::Pass => Ok(Attempt {
+                guard: self,
+                key: Some((sku.clone(), user.clone(), rid.clone())),
+            }),
+            refused => Err(refused),
         }
     }
 
@@ -191,6 +217,39 @@ impl LocalGuard {
             if self.map.remove_if(&k, |_, e| !e.busy).is_some() {
                 self.stats.evictions.fetch_add(1, Relaxed);
             }
+        }
+    }
+}
+
+/// A running attempt that passed the guard (see [`LocalGuard::enter`]); dropping it unfinished
+/// ends it as if nothing was bought.
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    guard: &'a LocalGuard,
+    key: Option<(Sku, UserId, RequestId)>,
+}
+
+impl Attempt<'_> {
+    /// Ends the attempt: `sold_units` > 0 when the store sold units for good for this request
+    /// (now or earlier). Reserved units are not remembered here — a reservation may go back.
+    pub fn finish(mut self, sold_units: u64) {
+        if let Some((sku, user, rid)) = self.key.take() {
+            self.guard.finish(&sku, &user, &rid, sold_units);
+        }
+    }
+
+    /// Ends the attempt after the store answered "limit reached" with units sold for good.
+    pub fn saturate(mut self, limit: u64) {
+        if let Some((sku, user, _)) = self.key.take() {
+            self.guard.saturate(&sku, &user, limit);
+        }
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if let Some((sku, user, rid)) = self.key.take() {
+            self.guard.finish(&sku, &user, &rid, 0);
         }
     }
 }

@@ -120,6 +120,12 @@ impl Keyspace {
         format!("{}:{{{}#{}}}:g{}:resv", self.prefix, sku, i, generation)
     }
 
+    /// Segment `i`'s claim index (ZSET of pending fallback claim records by lease end) in
+    /// `generation`: the sweeper finds abandoned claims there.
+    pub fn claims(&self, sku: &Sku, i: u32, generation: u64) -> String {
+        format!("{}:{{{}#{}}}:g{}:claims", self.prefix, sku, i, generation)
+    }
+
     /// The lock of segment `i` (lock strategies; same tag as the segment).
     pub fn lock(&self, sku: &Sku, i: u32) -> String {
         format!("{}:{{{}#{}}}:lock", self.prefix, sku, i)

@@ -25,6 +25,36 @@ pub struct SegAddr<'a> {
     pub index: u32,
 }
 
+/// What a request id was used for. A request id names one request of one kind: a sale and a
+/// reservation under the same id conflict ([`crate::Error::RequestIdConflict`] with field
+/// `kind`); they never replay each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RequestKind {
+    /// A sale: the units are sold for good.
+    Sale,
+    /// A reservation: the units are held until confirmed, cancelled or expired.
+    Reservation,
+}
+
+impl RequestKind {
+    /// The one-letter code the scripts store (`s` / `r`).
+    pub fn code(self) -> &'static str {
+        match self {
+            RequestKind::Sale => "s",
+            RequestKind::Reservation => "r",
+        }
+    }
+
+    /// Parses [`code`](Self::code); `None` for anything else.
+    pub fn from_code(s: &str) -> Option<Self> {
+        match s {
+            "s" | "" => Some(RequestKind::Sale),
+            "r" => Some(RequestKind::Reservation),
+            _ => None,
+        }
+    }
+}
+
 /// The parameters of one deduction request as the store sees them.
 #[derive(Debug, Clone, Copy)]
 pub struct ReqArgs<'a> {
@@ -39,8 +69,11 @@ pub struct ReqArgs<'a> {
     /// Lease of a fallback claim, in ms.
     pub lease_ms: u64,
     /// 0: sell. > 0: reserve the units for this many ms instead (they return by themselves
-    /// unless confirmed).
+    /// unless confirmed). Must be > 0 exactly when `kind` is a reservation for the steps that
+    /// take units (`deduct_home`, `take`); the others only compare `kind`.
     pub resv_ttl_ms: u64,
+    /// Sale or reservation: records carry it, and a record of the other kind is a conflict.
+    pub kind: RequestKind,
 }
 
 /// Reply of [`Store::deduct_home`] (`deduct.lua`).
@@ -67,11 +100,12 @@ pub enum HomeReply {
         /// Lease left on the store's clock.
         lease_left_ms: u64,
     },
-    /// Same request id, other parameters (`user` or `qty`).
+    /// Same request id, other parameters (`user`, `qty` or `kind`).
     Mismatch(&'static str),
     /// Segment missing or of another generation.
     Stale,
-    /// The request id was sealed: its per-user claim expired and was verified void.
+    /// The request id was sealed: its per-user claim expired and was verified void, or its
+    /// abandoned fallback claim was recovered by the sweeper.
     Sealed,
 }
 
@@ -105,9 +139,9 @@ pub enum SettleReply {
     Ok,
     /// Someone else settled it as applied with these parts.
     Applied(Vec<Part>),
-    /// Someone else holds the claim now.
+    /// Someone else holds the claim now (or sealed it).
     Superseded,
-    /// The record is gone (expired).
+    /// The record is gone: a newer holder released it (or it expired).
     Gone,
 }
 
@@ -166,6 +200,20 @@ pub enum SettleAs<'a> {
     Seal,
 }
 
+/// A per-user entry to verify (see [`UserClaim::Limit`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StaleEntry {
+    /// The request it counts.
+    pub request_id: RequestId,
+    /// Its units.
+    pub qty: u64,
+    /// The entry says "reserved" (the request held units; they may have gone back since);
+    /// false: it is pending past its expiry (its claimer presumed dead).
+    pub reserved: bool,
+    /// What the request was.
+    pub kind: RequestKind,
+}
+
 /// Reply of [`Store::user_claim`] (`user_claim.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UserClaim {
@@ -176,17 +224,21 @@ pub enum UserClaim {
         /// The entry is final.
         sold: bool,
     },
-    /// Same request id, other quantity.
-    Mismatch,
+    /// Same request id, other quantity or kind (the field).
+    Mismatch(&'static str),
     /// The limit would be exceeded.
     Limit {
         /// Units counted now.
         used: u64,
         /// Of those, units sold for good (they never come back).
         final_used: u64,
-        /// Entries to verify: (request id, qty, is a reservation). Pending ones past their
-        /// expiry, and reservations (they may have expired or been cancelled).
-        stale: Vec<(RequestId, u64, bool)>,
+        /// Of those, units of pending entries not yet past their expiry: attempts in flight,
+        /// which may still give their units back. A user over the limit only because of these
+        /// is busy, not at the limit.
+        fresh_pending: u64,
+        /// Entries to verify: pending ones past their expiry, and reservations (they may have
+        /// expired or been cancelled).
+        stale: Vec<StaleEntry>,
     },
 }
 
@@ -334,6 +386,35 @@ pub enum RecordState {
         /// Epoch.
         epoch: u64,
     },
+    /// Sealed: the request never applied and never can.
+    Sealed,
+}
+
+/// A fallback claim whose lease ran out, as [`Store::claims_due`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueClaim {
+    /// The claimed request.
+    pub request_id: RequestId,
+    /// Its user.
+    pub user: UserId,
+    /// Its quantity.
+    pub qty: u64,
+    /// Its kind.
+    pub kind: RequestKind,
+}
+
+/// One segment as the audit reads it (`held.lua`): counters and what live reservations hold,
+/// in one atomic read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldState {
+    /// The segment's counters.
+    pub state: SegmentState,
+    /// Units held by live reservations (the sum over the reservation index).
+    pub held: u64,
+    /// Live reservations.
+    pub live: u64,
+    /// Index entries whose record is gone or no longer reserved.
+    pub orphans: u64,
 }
 
 /// A request's record at its home segment, as [`Store::record`] reads it.
@@ -343,6 +424,8 @@ pub struct HomeRecord {
     pub user: String,
     /// Quantity it was made for.
     pub qty: u64,
+    /// Kind it was made for.
+    pub kind: RequestKind,
     /// State.
     pub state: RecordState,
 }
@@ -380,11 +463,16 @@ pub trait Store: Send + Sync + 'static {
         replace: bool,
         user_limit: u64,
     ) -> impl Future<Output = Result<LoadBegin>> + Send;
-    /// Writes segment `seg` of generation `seg.generation` with `units`, replacing what was there.
-    fn load_segment(&self, seg: SegAddr<'_>, units: u64)
-    -> impl Future<Output = Result<()>> + Send;
-    /// Deletes segment `index` (left over from a previous generation with more segments).
-    fn drop_segment(&self, sku: &Sku, index: u32) -> impl Future<Output = Result<()>> + Send;
+    /// Writes segment `seg` of generation `seg.generation` with `units`, replacing an older
+    /// generation; `false` (nothing written) when a newer generation is there already.
+    fn load_segment(
+        &self,
+        seg: SegAddr<'_>,
+        units: u64,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Deletes segment `seg.index` when it is of an older generation than `seg.generation`
+    /// (left over from a previous generation with more segments).
+    fn drop_segment(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<()>> + Send;
     /// Marks generation `generation` ready; `false` when another load superseded it.
     fn load_commit(&self, sku: &Sku, generation: u64) -> impl Future<Output = Result<bool>> + Send;
     /// Reads the SKU metadata.
@@ -489,6 +577,15 @@ pub trait Store: Send + Sync + 'static {
         home: SegAddr<'_>,
         req: ReqArgs<'_>,
     ) -> impl Future<Output = Result<SealReply>> + Send;
+    /// `claims_due.lua`: up to `max` fallback claims at `seg` (their home) whose lease ran out.
+    fn claims_due(
+        &self,
+        seg: SegAddr<'_>,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<DueClaim>>> + Send;
+    /// `held.lua`: the segment's counters and what its live reservations hold (`None` when the
+    /// segment is missing or of another generation).
+    fn held(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<Option<HeldState>>> + Send;
     /// Reads a request's record at its home segment.
     fn record(
         &self,

@@ -324,6 +324,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
         ttl_ms: 60_000,
         lease_ms: 100,
         resv_ttl_ms: 0,
+        kind: shardstock::store::RequestKind::Sale,
     };
     let st = e.store();
     // Empty the home with a one-unit request routed there explicitly.
@@ -335,6 +336,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
         ttl_ms: 60_000,
         lease_ms: 100,
         resv_ttl_ms: 0,
+        kind: shardstock::store::RequestKind::Sale,
     };
     assert!(matches!(
         st.deduct_home(at(home), fa, false).await.unwrap(),
@@ -448,6 +450,7 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
         ttl_ms: 60_000,
         lease_ms: 30_000,
         resv_ttl_ms: 0,
+        kind: shardstock::store::RequestKind::Sale,
     };
     assert!(matches!(
         e.store().deduct_home(at, args, true).await.unwrap(),

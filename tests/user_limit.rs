@@ -155,6 +155,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
             ttl_ms: 60_000,
             lease_ms: 5_000,
             resv_ttl_ms: 0,
+            kind: shardstock::store::RequestKind::Sale,
         };
         st.user_claim(sku_ref, 1, args, 1, 200).await.unwrap()
     };
@@ -204,6 +205,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         ttl_ms: 60_000,
         lease_ms: 5_000,
         resv_ttl_ms: 0,
+        kind: shardstock::store::RequestKind::Sale,
     };
     let home = shardstock::segments::home(&r, 2);
     let at = SegAddr {

@@ -5,6 +5,7 @@
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg            (fields gen, stock, sold, loaded, restocked)
 -- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
 -- KEYS[3]  reservation index <prefix>:{<sku>#<i>}:g<gen>:resv (ZSET of record keys by expiry)
+-- KEYS[4]  claim index       <prefix>:{<sku>#<i>}:g<gen>:claims (ZSET of claim records by lease end)
 -- ARGV[1]  gen        load generation the caller believes in
 -- ARGV[2]  user       user id
 -- ARGV[3]  qty        units wanted (> 0)
@@ -16,9 +17,13 @@
 --                     "claim": only check the record and claim (the caller saw the segment short)
 --                     "fenced": lock strategies — the caller read the stock under a lock and
 --                     decided; apply only while the segment's fence still equals ARGV[9]
+--                     "decr": decr-compensate — the caller already decremented the stock by
+--                     qty with HINCRBY; it is given back and the request decided as "lua"
 -- ARGV[9]  fence      the fence number the caller's lock acquisition got (mode "fenced")
 -- ARGV[10] resv_ttl_ms 0: sell; > 0: reserve the units for this long (server clock), they go
---                     to `reserved` instead of `sold` and return by themselves when unconfirmed
+--                     to `reserved` instead of `sold` and return by themselves when unconfirmed.
+--                     It also sets the request's kind: a reservation ('r') or a sale ('s'); a
+--                     record of the other kind under the same request id is a conflict.
 --
 -- Reply (first element is the tag):
 --   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>"
@@ -26,7 +31,7 @@
 --                                       (epoch 1) was written for the caller
 --   {"replay", parts}                   this request id already applied; nothing changed
 --   {"pending", epoch, lease_left_ms}   another caller holds the fallback claim of this request id
---   {"mismatch", field}                 this request id was used with another user or qty
+--   {"mismatch", field}                 this request id was used with another user, qty or kind
 --   {"stale", gen_or_missing}           the segment is missing or of another generation
 --   {"sealed"}                          the request id was sealed (its per-user claim expired and
 --                                       was verified void): it can never apply
@@ -44,14 +49,22 @@ local lease = posint('lease_ms', ARGV[6])
 local claim = ARGV[7]
 if claim ~= '0' and claim ~= '1' then bad('claim') end
 local mode = ARGV[8]
-if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' then bad('mode') end
+if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' and mode ~= 'decr' then bad('mode') end
 local fence = uint('fence', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
 local st, other = open_segment(KEYS[1], KEYS[3], gen)
 if not st then return { 'stale', other } end
+if mode == 'decr' then
+  -- decr-compensate: the caller already took `qty` off the stock with HINCRBY. Give it back
+  -- here and decide as "lua" would, in this one atomic step: a twin (the same request id sent
+  -- twice) then finds its record and replays, so both decrements never both sell.
+  redis.call('HINCRBY', KEYS[1], 'stock', ARGV[3])
+  st.stock = st.stock + qty
+  mode = 'lua'
+end
 local reply = decide(st, KEYS[1], { rk = KEYS[2], u = user, qty = qty, q = ARGV[3],
   index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode, fence = fence,
-  resv_ttl = resv_ttl })
-commit(st, KEYS[1], KEYS[3])
+  resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' })
+commit(st, KEYS[1], KEYS[3], KEYS[4])
 return reply

@@ -10,7 +10,8 @@
 --
 -- KEYS[1]     segment hash        <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]     reservation index   <prefix>:{<sku>#<i>}:g<gen>:resv
--- KEYS[2+j]   request record of request j (1..n), same hash tag as KEYS[1]
+-- KEYS[3]     claim index         <prefix>:{<sku>#<i>}:g<gen>:claims
+-- KEYS[3+j]   request record of request j (1..n), same hash tag as KEYS[1]
 -- ARGV[1]     gen        load generation of every request in the batch
 -- ARGV[2]     index      this segment's index
 -- ARGV[3]     ttl_ms     lifetime of the records (> 0)
@@ -34,11 +35,11 @@ posint('ttl_ms', ARGV[3])
 local ttl_s = ARGV[3]
 local lease = posint('lease_ms', ARGV[4])
 local n = posint('n', ARGV[5])
-if n > 1000 or #KEYS ~= n + 2 or #ARGV ~= 5 + 4 * n then bad('n') end
+if n > 1000 or #KEYS ~= n + 3 or #ARGV ~= 5 + 4 * n then bad('n') end
 
 local function parse(j)
   local b = 5 + 4 * (j - 1)
-  local r = { rk = KEYS[2 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
+  local r = { rk = KEYS[3 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
     fence = 0 }
   r.u = ident('user', ARGV[b + 1])
   r.q = ARGV[b + 2]
@@ -46,6 +47,7 @@ local function parse(j)
   r.claim = ARGV[b + 3]
   if r.claim ~= '0' and r.claim ~= '1' then bad('claim') end
   r.resv_ttl = uint('resv_ttl_ms', ARGV[b + 4])
+  r.k = r.resv_ttl > 0 and 'r' or 's'
   return r
 end
 
@@ -61,5 +63,5 @@ for j = 1, n do
     out[j] = decide(st, KEYS[1], r)
   end
 end
-if st then commit(st, KEYS[1], KEYS[2]) end
+if st then commit(st, KEYS[1], KEYS[2], KEYS[3]) end
 return out

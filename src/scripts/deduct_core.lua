@@ -42,14 +42,15 @@ end
 
 -- Phase 1 for one request. Returns its reply; queues its write in st.acts.
 -- `r` = { rk, u (user), qty (number), q (canonical qty string), index (string), ttl_s
--- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl }.
+-- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl,
+-- k (kind: 'r' when resv_ttl > 0, else 's') }.
 -- Once decided, `r` itself becomes the fresh record (fields s, u, q, parts / e, l as in a
 -- stored record) and the queued write: no further tables per request.
 local function decide(st, seg, r)
   local rec = st.fresh[r.rk] or record(r.rk)
   if rec then
-    if rec.u ~= r.u then return { 'mismatch', 'user' } end
-    if tonumber(rec.q) ~= r.qty then return { 'mismatch', 'qty' } end
+    local f = conflict(rec, r.u, r.qty, r.k)
+    if f then return { 'mismatch', f } end
     if rec.s == 'A' then return { 'replay', rec.parts } end
     if rec.s == 'X' then return { 'sealed' } end
     -- 'P': somebody (maybe a crashed process) holds the fallback claim.
@@ -85,21 +86,28 @@ local function decide(st, seg, r)
   return { 'short', st.stock, 0 }
 end
 
--- Phases 2 and 3: move the counters once, then write every decided record.
-local function commit(st, seg, zkey)
+-- Phases 2 and 3: move the counters once, then write every decided record. `ckey` is the
+-- segment's claim index (ZSET of pending claim records by lease end): the sweeper finds claims
+-- whose holder vanished there (see claims_due.lua).
+local function commit(st, seg, zkey, ckey)
   if st.taken > 0 then
     -- One applied request: its canonical qty string (no number formatting).
     local one = st.napplied == 1 and st.last_qty_s
-    redis.call('HINCRBY', seg, 'stock', '-' .. (one or tostring(st.taken)))
-    if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold == st.taken and one or tostring(st.sold)) end
+    redis.call('HINCRBY', seg, 'stock', '-' .. (one or int(st.taken)))
+    if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold == st.taken and one or int(st.sold)) end
   end
   for _, r in ipairs(st.acts) do
     if r.s == 'A' then
-      redis.call('HSET', r.rk, 's', 'A', 'u', r.u, 'q', r.q, 'e', '0', 'parts', r.parts)
-      if r.resv_ttl > 0 then hold(seg, zkey, r.rk, r.qty, clock(st), r.resv_ttl) end
+      redis.call('HSET', r.rk, 's', 'A', 'u', r.u, 'q', r.q, 'e', '0', 'parts', r.parts, 'k', r.k)
+      redis.call('PEXPIRE', r.rk, r.ttl_s)
+      if r.resv_ttl > 0 then
+        hold(seg, zkey, r.rk, r.qty, clock(st), r.resv_ttl, tonumber(r.ttl_s))
+      end
     else
-      redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', '1', 'l', r.l, 'hp', '0')
+      redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', '1', 'l', int(r.l), 'hp', '0',
+        'k', r.k)
+      redis.call('PEXPIRE', r.rk, r.ttl_s)
+      redis.call('ZADD', ckey, int(r.l), r.rk)
     end
-    redis.call('PEXPIRE', r.rk, r.ttl_s)
   end
 end

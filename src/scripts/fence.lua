@@ -9,6 +9,7 @@
 -- ARGV[2]  user
 -- ARGV[3]  qty
 -- ARGV[4]  ttl_ms
+-- ARGV[5]  kind     's' | 'r'
 --
 -- Reply: {"clear"} (nothing taken here, now fenced) | {"applied", part} (an older epoch's part
 --        is here; it is re-stamped with the new epoch, so only the new holder may refund it)
@@ -16,18 +17,19 @@
 local epoch = posint('epoch', ARGV[1])
 local user = ident('user', ARGV[2])
 local qty = posint('qty', ARGV[3])
-local ttl = posint('ttl_ms', ARGV[4])
+posint('ttl_ms', ARGV[4])
+local kind = kindarg('kind', ARGV[5])
 
 local rec = record(KEYS[1])
 if rec then
-  if rec.u ~= user then return { 'mismatch', 'user' } end
-  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
+  local f = conflict(rec, user, qty, kind)
+  if f then return { 'mismatch', f } end
   if tonumber(rec.e) > epoch then return { 'fenced' } end
   if rec.s == 'A' then
-    redis.call('HSET', KEYS[1], 'e', epoch)
+    redis.call('HSET', KEYS[1], 'e', ARGV[1])
     return { 'applied', tonumber(rec.p) }
   end
 end
-redis.call('HSET', KEYS[1], 's', 'V', 'u', user, 'q', qty, 'e', epoch, 'p', 0)
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('HSET', KEYS[1], 's', 'V', 'u', user, 'q', ARGV[3], 'e', ARGV[1], 'p', '0', 'k', kind)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return { 'clear' }

@@ -1,13 +1,20 @@
--- load_segment.lua — write one segment of a new load generation, replacing what was there.
+-- load_segment.lua — write one segment of a new load generation, replacing an older one.
+--
+-- Loads can race (two operators, two instances reloading at once). The segment keeps the
+-- highest generation ever written to it: a slower load of an older generation never overwrites
+-- a newer one (its load_commit then answers "superseded"), so the generation that wins the
+-- metadata always finds all of its segments.
 --
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg
 -- ARGV[1]  gen
 -- ARGV[2]  units
 --
--- Reply: {"ok"}
-local gen = uint('gen', ARGV[1])
-local units = uint('units', ARGV[2])
+-- Reply: {"ok"} | {"superseded", newer_gen}
+uint('gen', ARGV[1])
+uint('units', ARGV[2])
+local cur = redis.call('HGET', KEYS[1], 'gen')
+if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'gen', gen, 'stock', units, 'loaded', units, 'restocked', 0, 'sold', 0,
-  'reserved', 0)
+redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2], 'restocked', '0',
+  'sold', '0', 'reserved', '0')
 return { 'ok' }

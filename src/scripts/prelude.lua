@@ -33,6 +33,29 @@ local function ident(name, v)
   return v
 end
 
+-- An integer as exact decimal text. Lua's `..` and `tostring` format numbers with %.14g, which
+-- turns 10^14 and above into "1e+14"-style text that no parser here accepts; %d is exact for
+-- every integer a double holds exactly (below 2^53).
+local function int(n)
+  return string.format('%d', n)
+end
+
+-- A request kind: 's' (a sale) or 'r' (a reservation). A request id names one request of one
+-- kind: a sale and a reservation sharing an id conflict, they never replay each other.
+local function kindarg(name, v)
+  if v ~= 's' and v ~= 'r' then bad(name) end
+  return v
+end
+
+-- Which parameter of a request differs from the record `rec` kept for its request id, or nil.
+-- Records written before kinds existed are sales.
+local function conflict(rec, user, qty, kind)
+  if rec.u ~= user then return 'user' end
+  if tonumber(rec.q) ~= qty then return 'qty' end
+  if (rec.k or 's') ~= kind then return 'kind' end
+  return nil
+end
+
 -- Server time in milliseconds: leases use the Redis clock, never a client's.
 local function now_ms()
   local t = redis.call('TIME')
@@ -79,10 +102,14 @@ local function reclaim(seg, zkey, now)
   return back
 end
 
--- Marks the record `rk` as a reservation of `q` units expiring `ttl` ms from now.
-local function hold(seg, zkey, rk, q, now, ttl)
+-- Marks the record `rk` as a reservation of `q` units expiring `ttl` ms from now, and makes the
+-- record outlive the reservation by `rec_ttl` ms (the request TTL): reclaim needs the record to
+-- return the units, so a record must never expire before its reservation is over. Invariant:
+-- a record is in the index exactly while its reservation is live (rs = R).
+local function hold(seg, zkey, rk, q, now, ttl, rec_ttl)
   redis.call('HINCRBY', seg, 'reserved', q)
-  redis.call('HSET', rk, 'rs', 'R', 'rq', q, 'exp', now + ttl)
-  redis.call('ZADD', zkey, now + ttl, rk)
+  redis.call('HSET', rk, 'rs', 'R', 'rq', q, 'exp', int(now + ttl))
+  redis.call('ZADD', zkey, int(now + ttl), rk)
+  redis.call('PEXPIRE', rk, int(ttl + rec_ttl), 'GT')
 end
 

@@ -10,7 +10,8 @@
 --
 -- Reply: {"reclaimed", units, reserved} (reserved = units still held by live reservations)
 --        | {"stale", g}
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1]
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
 local back = reclaim(KEYS[1], KEYS[2], now_ms())

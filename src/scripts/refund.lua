@@ -4,13 +4,15 @@
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
+-- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
 -- ARGV[1]  gen
 -- ARGV[2]  epoch     the refunding claim holder's epoch; parts of this or an older epoch are
 --                    refunded (a newer holder reconciles what an older, dead one left behind)
 -- ARGV[3]  is_home   "1" at the home segment (part kept in the claim's hp field)
 --
 -- Reply: {"refunded", units}  (0 when there was nothing to refund) | {"stale", gen_or_missing}
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1]
 local epoch = posint('epoch', ARGV[2])
 local is_home = ARGV[3]
 if is_home ~= '0' and is_home ~= '1' then bad('is_home') end
@@ -32,10 +34,12 @@ elseif rec.s == 'A' and tonumber(rec.e) <= epoch then
 end
 if units > 0 then
   if rec.rs == 'R' then
-    -- A reserved part: it leaves `reserved` (the index entry is dropped by the next reclaim).
+    -- A reserved part: it leaves `reserved` and the index (a record is indexed exactly while
+    -- its reservation is live).
     redis.call('HINCRBY', KEYS[1], 'reserved', -units)
     redis.call('HINCRBY', KEYS[1], 'stock', units)
     redis.call('HSET', KEYS[2], 'rs', 'K')
+    redis.call('ZREM', KEYS[3], KEYS[2])
   elseif rec.rs == 'X' or rec.rs == 'K' then
     -- An expired or cancelled reservation: its units are back already.
     units = 0

@@ -15,7 +15,8 @@
 --        it was already in that state (idempotent) | {"ended", state, user, units} when it had
 --        already ended otherwise (X expired, C confirmed, K cancelled) | {"unknown"} |
 --        {"stale", gen_or_missing}
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1]
 local action = ARGV[2]
 if action ~= 'confirm' and action ~= 'cancel' and action ~= 'peek' then bad('action') end
 

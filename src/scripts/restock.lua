@@ -9,12 +9,13 @@
 --
 -- Reply: {"restocked", stock_after} | {"replay", stock} | {"mismatch", "qty"} | {"stale", g}
 -- Errors: "ERR shardstock bad argument: qty" also when the segment would pass 10^15 units.
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1]
 local qty = posint('qty', ARGV[2])
 local ttl = posint('ttl_ms', ARGV[3])
 local total = posint('total', ARGV[4])
 if qty > total then bad('total') end
-local mark = qty .. ':' .. total
+local mark = ARGV[2] .. ':' .. ARGV[4] -- canonical (validated) text, never a formatted number
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end

@@ -5,21 +5,25 @@
 -- ARGV[1]  user
 -- ARGV[2]  qty
 -- ARGV[3]  ttl_ms   lifetime of the seal (the request TTL)
+-- ARGV[4]  kind     's' (a sale) | 'r' (a reservation): the kind the per-user entry counts
 --
--- Reply: {"sealed"} (it never applied; now it cannot) | {"applied"}
+-- Reply: {"sealed"} (it never applied; now it cannot) | {"applied"} (it applied: for a
+--        reservation, the caller still has to ask the reservation's state)
 --        | {"pending", lease_left_ms} (a fallback claim is in progress) | {"mismatch", field}
+--        (the record belongs to another request: this one can never apply under this id)
 local user = ident('user', ARGV[1])
 local qty = posint('qty', ARGV[2])
-local ttl = posint('ttl_ms', ARGV[3])
+posint('ttl_ms', ARGV[3])
+local kind = kindarg('kind', ARGV[4])
 
 local rec = record(KEYS[1])
 if not rec then
-  redis.call('HSET', KEYS[1], 's', 'X', 'u', user, 'q', qty, 'e', 0)
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('HSET', KEYS[1], 's', 'X', 'u', user, 'q', ARGV[2], 'e', '0', 'k', kind)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return { 'sealed' }
 end
-if rec.u ~= user then return { 'mismatch', 'user' } end
-if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
+local f = conflict(rec, user, qty, kind)
+if f then return { 'mismatch', f } end
 if rec.s == 'A' then return { 'applied' } end
 if rec.s == 'X' then return { 'sealed' } end
 local left = tonumber(rec.l) - now_ms()

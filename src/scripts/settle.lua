@@ -1,22 +1,26 @@
 -- settle.lua — end a fallback claim at the home segment.
 --
 -- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
+-- KEYS[2]  claim index           <prefix>:{<sku>#<home>}:g<gen>:claims
 -- ARGV[1]  epoch     the caller's claim epoch
 -- ARGV[2]  outcome   "A": applied with `parts`; "X": release (nothing was sold, the request id
 --                    stays free so a later retry is a fresh attempt); "S": seal (nothing was
---                    sold and the request id may never apply — a verified-void per-user claim)
+--                    sold and the request id may never apply — a verified-void per-user claim,
+--                    or a claim abandoned by its holder and recovered by the sweeper)
 -- ARGV[3]  parts     "<segment>:<units>[,<segment>:<units>...]" for "A", "" for "X"
--- ARGV[4]  ttl_ms
+-- ARGV[4]  ttl_ms    the record lives at least this long from now (never shortened: a record
+--                    holding a live reservation keeps its longer life)
 --
 -- Reply:
 --   {"ok"}                           settled as asked
 --   {"superseded", state, detail}    the claim is no longer the caller's: state "A" (detail =
---                                    parts of the applied outcome) or "P" (detail = epoch)
---   {"gone"}                         no record (it expired)
+--                                    parts of the applied outcome), "P" (detail = epoch) or
+--                                    "X" (sealed)
+--   {"gone"}                         no record (released by a newer holder, or expired)
 local epoch = posint('epoch', ARGV[1])
 local outcome = ARGV[2]
 local parts = ARGV[3]
-local ttl = posint('ttl_ms', ARGV[4])
+posint('ttl_ms', ARGV[4])
 if outcome == 'A' then
   if type(parts) ~= 'string' or #parts > 20000 or not string.match(parts, '^[0-9]+:[0-9]+[0-9:,]*$') then
     bad('parts')
@@ -33,14 +37,15 @@ if rec.s ~= 'P' or tonumber(rec.e) ~= epoch then
   if rec.s == 'A' then return { 'superseded', 'A', rec.parts } end
   return { 'superseded', rec.s, rec.e }
 end
+redis.call('ZREM', KEYS[2], KEYS[1])
 if outcome == 'A' then
   redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
   redis.call('HDEL', KEYS[1], 'l', 'hp')
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
 elseif outcome == 'S' then
   redis.call('HSET', KEYS[1], 's', 'X')
   redis.call('HDEL', KEYS[1], 'l', 'hp')
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
 else
   redis.call('DEL', KEYS[1])
 end

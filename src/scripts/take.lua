@@ -16,9 +16,12 @@
 -- ARGV[6]  ttl_ms
 -- ARGV[7]  is_home   "1" when KEYS[1] is the request's home segment
 -- ARGV[8]  mode      "lua" (check stock here) | "fenced" (lock strategies: the caller decided
---                    under a lock; apply only while the segment's fence equals ARGV[9])
+--                    under a lock; apply only while the segment's fence equals ARGV[9]) |
+--                    "decr" (decr-compensate: the caller already took `part` off the stock
+--                    with HINCRBY; it is given back here and the part decided as "lua")
 -- ARGV[9]  fence
--- ARGV[10] resv_ttl_ms   0: sell; > 0: reserve the part (see deduct.lua)
+-- ARGV[10] resv_ttl_ms   0: sell; > 0: reserve the part (see deduct.lua); also the kind
+--                        ('r' / 's') the records must carry
 --
 -- Reply:
 --   {"taken", stock_after, part}   units taken now, or already taken by this epoch (idempotent)
@@ -28,7 +31,8 @@
 --   {"stale", gen_or_missing}
 --   {"invariant", stock}           mode "fenced": stock < part despite the lock; refused
 --   {"lock_lost"}                  mode "fenced": a newer lock holder exists; nothing written
-local gen = tostring(uint('gen', ARGV[1]))
+uint('gen', ARGV[1])
+local gen = ARGV[1]
 local user = ident('user', ARGV[2])
 local qty = posint('qty', ARGV[3])
 local part = posint('part', ARGV[4])
@@ -38,19 +42,25 @@ local is_home = ARGV[7]
 if is_home ~= '0' and is_home ~= '1' then bad('is_home') end
 if part > qty then bad('part') end
 local mode = ARGV[8]
-if mode ~= 'lua' and mode ~= 'fenced' then bad('mode') end
+if mode ~= 'lua' and mode ~= 'fenced' and mode ~= 'decr' then bad('mode') end
 local fence = uint('fence', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
+local kind = resv_ttl > 0 and 'r' or 's'
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
+if mode == 'decr' then
+  redis.call('HINCRBY', KEYS[1], 'stock', part)
+  stock = stock + part
+  mode = 'lua'
+end
 local now = now_ms()
 stock = stock + reclaim(KEYS[1], KEYS[3], now)
 
 local rec = record(KEYS[2])
 if rec then
-  if rec.u ~= user then return { 'mismatch', 'user' } end
-  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
+  local f = conflict(rec, user, qty, kind)
+  if f then return { 'mismatch', f } end
 end
 if mode == 'fenced' then
   if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
@@ -69,7 +79,7 @@ if is_home == '1' then
   redis.call('HINCRBY', KEYS[1], 'stock', -part)
   redis.call('HSET', KEYS[2], 'hp', part)
   if resv_ttl > 0 then
-    hold(KEYS[1], KEYS[3], KEYS[2], part, now, resv_ttl)
+    hold(KEYS[1], KEYS[3], KEYS[2], part, now, resv_ttl, ttl)
   else
     redis.call('HINCRBY', KEYS[1], 'sold', part)
   end
@@ -89,11 +99,11 @@ end
 if stock < part then return short() end
 redis.call('HINCRBY', KEYS[1], 'stock', -part)
 redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', qty, 'e', epoch, 'p', part)
+redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', ARGV[3], 'e', ARGV[5], 'p', ARGV[4], 'k', kind)
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
 if resv_ttl > 0 then
-  hold(KEYS[1], KEYS[3], KEYS[2], part, now, resv_ttl)
+  hold(KEYS[1], KEYS[3], KEYS[2], part, now, resv_ttl, ttl)
 else
-  redis.call('HINCRBY', KEYS[1], 'sold', part)
+  redis.call('HINCRBY', KEYS[1], 'sold', ARGV[4])
 end
-redis.call('PEXPIRE', KEYS[2], ttl)
 return { 'taken', stock - part, part }

@@ -20,41 +20,56 @@
 -- ARGV[3]  limit (> 0)
 -- ARGV[4]  claim_ttl_ms   after this a Pending entry may be verified (> 0)
 -- ARGV[5]  record_ttl_ms  lifetime of the user record (> 0)
+-- ARGV[6]  kind      's' (a sale) | 'r' (a reservation)
 --
--- Entry value: "<qty>:<P|R|S>:<expiry ms, server clock>" (Pending, Reserved, Sold).
--- Reply: {"ok"} | {"dup", kind} (this request id is already counted) | {"mismatch", "qty"}
---        | {"limit", used, stale, final} where stale = "rid:qty:kind,..." Pending entries past
---          expiry and Reserved entries, and final = units of Sold entries (never coming back)
+-- Entry value: "<qty>:<P|R|S>:<expiry ms, server clock>:<s|r>" (Pending, Reserved, Sold; the
+-- request's kind). Entries written before kinds existed have no kind and are sales.
+-- Reply: {"ok"} | {"dup", state} (this request id is already counted) | {"mismatch", field}
+--        (qty or kind differ) | {"limit", used, stale, final, fresh} where stale =
+--          "rid:qty:state:kind,..." Pending entries past expiry and Reserved entries, final =
+--          units of Sold entries (never coming back), fresh = units of Pending entries not yet
+--          past expiry (an attempt in flight: the user may not be refused for those)
 local rid = ident('request_id', ARGV[1])
 local qty = posint('qty', ARGV[2])
 local limit = posint('limit', ARGV[3])
 local claim_ttl = posint('claim_ttl_ms', ARGV[4])
-local record_ttl = posint('record_ttl_ms', ARGV[5])
+posint('record_ttl_ms', ARGV[5])
+local kind = kindarg('kind', ARGV[6])
+
+-- "<qty>:<state>:<expiry>[:<kind>]" -> qty, state, expiry, kind
+local function entry(v)
+  local q, state, exp, k = string.match(v, '^(%d+):(%a):(%d+):?(%a?)$')
+  if k == '' then k = 's' end
+  return tonumber(q), state, tonumber(exp), k
+end
 
 local now = now_ms()
 local field = 'r:' .. rid
 local mine = redis.call('HGET', KEYS[1], field)
 if mine then
-  local q, kind = string.match(mine, '^(%d+):(%a):')
-  if tonumber(q) ~= qty then return { 'mismatch', 'qty' } end
-  return { 'dup', kind }
+  local q, state, _, k = entry(mine)
+  if q ~= qty then return { 'mismatch', 'qty' } end
+  if k ~= kind then return { 'mismatch', 'kind' } end
+  return { 'dup', state }
 end
 
 local flat = redis.call('HGETALL', KEYS[1])
-local used, final, stale = 0, 0, {}
+local used, final, fresh, stale = 0, 0, 0, {}
 for i = 1, #flat, 2 do
-  local q, kind, exp = string.match(flat[i + 1], '^(%d+):(%a):(%d+)$')
-  used = used + tonumber(q)
-  if kind == 'S' then final = final + tonumber(q) end
+  local q, state, exp, k = entry(flat[i + 1])
+  used = used + q
+  if state == 'S' then final = final + q end
   -- Pending past expiry: its claimer may be dead. Reserved: it may have expired or been
   -- cancelled since. Both are verified by the engine before the user is refused.
-  if (kind == 'P' and tonumber(exp) < now) or kind == 'R' then
-    stale[#stale + 1] = string.sub(flat[i], 3) .. ':' .. q .. ':' .. kind
+  if (state == 'P' and exp < now) or state == 'R' then
+    stale[#stale + 1] = string.sub(flat[i], 3) .. ':' .. int(q) .. ':' .. state .. ':' .. k
+  elseif state == 'P' then
+    fresh = fresh + q
   end
 end
 if used + qty > limit then
-  return { 'limit', used, table.concat(stale, ','), final }
+  return { 'limit', used, table.concat(stale, ','), final, fresh }
 end
-redis.call('HSET', KEYS[1], field, qty .. ':P:' .. (now + claim_ttl))
-redis.call('PEXPIRE', KEYS[1], record_ttl)
+redis.call('HSET', KEYS[1], field, ARGV[2] .. ':P:' .. int(now + claim_ttl) .. ':' .. kind)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return { 'ok' }

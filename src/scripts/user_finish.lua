@@ -16,7 +16,8 @@ if not v then return { 'absent' } end
 if action == 'void' then
   redis.call('HDEL', KEYS[1], field)
 else
-  local q = string.match(v, '^(%d+):')
-  redis.call('HSET', KEYS[1], field, q .. ':' .. (action == 'sold' and 'S' or 'R') .. ':0')
+  local q, k = string.match(v, '^(%d+):%a:%d+:?(%a?)$')
+  if k == '' then k = 's' end
+  redis.call('HSET', KEYS[1], field, q .. ':' .. (action == 'sold' and 'S' or 'R') .. ':0:' .. k)
 end
 return { 'ok' }

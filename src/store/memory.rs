@@ -47,6 +47,8 @@ struct Rec {
     rs: Option<ResvState>,
     /// Units the reservation holds.
     rq: u64,
+    /// Sale or reservation.
+    kind: RequestKind,
 }
 
 impl Rec {
@@ -64,6 +66,7 @@ impl Rec {
             expires: now + ms(req.ttl_ms),
             rs: None,
             rq: 0,
+            kind: req.kind,
         }
     }
 }
@@ -133,6 +136,8 @@ struct Seg {
     inserts: usize,
     /// Reservation index: (expiry, generation, request id) of records holding reserved units.
     resv: std::collections::BTreeSet<(Instant, u64, RequestId)>,
+    /// Claim index: (lease end, generation, request id) of pending fallback claims.
+    claims: std::collections::BTreeSet<(Instant, u64, RequestId)>,
 }
 
 impl Seg {
@@ -162,19 +167,27 @@ impl Seg {
         self.st.sold += n;
     }
 
-    /// Takes `n` units for a sale, or holds them as a reservation on `rid`'s record.
-    fn apply(&mut self, generation: u64, rid: &RequestId, n: u64, resv_ttl_ms: u64, now: Instant) {
-        if resv_ttl_ms == 0 {
+    /// Takes `n` units for a sale, or holds them as a reservation on `rid`'s record (which
+    /// then outlives the reservation by the request TTL `ttl_ms`, as `hold` in prelude.lua).
+    fn apply(&mut self, generation: u64, rid: &RequestId, n: u64, req: &ReqArgs<'_>, now: Instant) {
+        if req.resv_ttl_ms == 0 {
             return self.take_units(n);
         }
         self.st.stock -= n;
         self.st.reserved += n;
-        let exp = now + ms(resv_ttl_ms);
+        let exp = now + ms(req.resv_ttl_ms);
         if let Some(rec) = self.requests.get_mut(&(generation, rid.clone())) {
             rec.rs = Some(ResvState::Reserved);
             rec.rq = n;
+            rec.expires = rec.expires.max(exp + ms(req.ttl_ms));
         }
         self.resv.insert((exp, generation, rid.clone()));
+    }
+
+    /// Drops `rid` from the claim index.
+    fn unclaim(&mut self, generation: u64, rid: &RequestId) {
+        self.claims
+            .retain(|(_, g, r)| !(*g == generation && r == rid));
     }
 
     /// Returns expired reservations to stock (reclaim in the Lua prelude); units returned.
@@ -204,8 +217,18 @@ struct MetaMem {
     meta: Meta,
 }
 
-/// A user's counted requests: request id -> (qty, kind, pending expiry).
-type UserRec = HashMap<RequestId, (u64, UserKind, Instant)>;
+/// One counted request of a user (an entry of user_claim.lua's user record).
+#[derive(Debug, Clone, Copy)]
+struct UserEntry {
+    qty: u64,
+    state: UserKind,
+    /// Pending: when it may be verified.
+    until: Instant,
+    kind: RequestKind,
+}
+
+/// A user's counted requests by request id.
+type UserRec = HashMap<RequestId, UserEntry>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum UserKind {
@@ -286,9 +309,19 @@ fn mismatch(rec: &Rec, req: &ReqArgs<'_>) -> Option<&'static str> {
         Some("user")
     } else if rec.qty != req.qty {
         Some("qty")
+    } else if rec.kind != req.kind {
+        Some("kind")
     } else {
         None
     }
+}
+
+/// A fresh generation: the previous one + 1, but at least the clock in ms (load_begin.lua).
+fn next_generation(prev: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    (prev + 1).max(now)
 }
 
 impl Store for MemoryStore {
@@ -317,7 +350,7 @@ impl Store for MemoryStore {
                 generation: p.generation,
             });
         }
-        let generation = prev.map_or(0, |p| p.generation) + 1;
+        let generation = next_generation(prev.map_or(0, |p| p.generation));
         let meta = Meta {
             generation,
             segments,
@@ -332,8 +365,12 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<()> {
-        self.with_any(seg, |s, _| {
+    // load_segment.lua
+    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<bool> {
+        Ok(self.with_any(seg, |s, _| {
+            if s.generation > seg.generation {
+                return false;
+            }
             *s = Seg {
                 generation: seg.generation,
                 st: SegmentState {
@@ -343,12 +380,15 @@ impl Store for MemoryStore {
                 },
                 ..Seg::default()
             };
-        });
-        Ok(())
+            true
+        }))
     }
 
-    async fn drop_segment(&self, sku: &Sku, index: u32) -> Result<()> {
-        self.inner.segments.remove(&(sku.clone(), index));
+    // drop_segment.lua
+    async fn drop_segment(&self, seg: SegAddr<'_>) -> Result<()> {
+        self.inner.segments.remove_if(&(seg.sku.clone(), seg.index), |_, s| {
+            s.lock().unwrap_or_else(|p| p.into_inner()).generation < seg.generation
+        });
         Ok(())
     }
 
@@ -396,25 +436,22 @@ impl Store for MemoryStore {
                     units: req.qty,
                 }];
                 s.put(seg.generation, req.request_id, Rec { parts, ..base }, now);
-                s.apply(
-                    seg.generation,
-                    req.request_id,
-                    req.qty,
-                    req.resv_ttl_ms,
-                    now,
-                );
+                s.apply(seg.generation, req.request_id, req.qty, &req, now);
                 return HomeReply::Applied {
                     stock_after: stock - req.qty,
                 };
             }
             if claim {
+                let lease_until = now + ms(req.lease_ms);
                 let rec = Rec {
                     s: St::Pending,
                     epoch: 1,
-                    lease_until: now + ms(req.lease_ms),
+                    lease_until,
                     ..base
                 };
                 s.put(seg.generation, req.request_id, rec, now);
+                s.claims
+                    .insert((lease_until, seg.generation, req.request_id.clone()));
             }
             HomeReply::Short {
                 stock,
@@ -455,7 +492,7 @@ impl Store for MemoryStore {
                     return TakeReply::Short { stock };
                 }
                 rec.home_part = part;
-                s.apply(seg.generation, req.request_id, part, req.resv_ttl_ms, now);
+                s.apply(seg.generation, req.request_id, part, &req, now);
                 return TakeReply::Taken {
                     stock_after: stock - part,
                     part,
@@ -484,7 +521,7 @@ impl Store for MemoryStore {
                 ..Rec::new(St::Applied, &req, epoch, now)
             };
             s.put(seg.generation, req.request_id, rec, now);
-            s.apply(seg.generation, req.request_id, part, req.resv_ttl_ms, now);
+            s.apply(seg.generation, req.request_id, part, &req, now);
             TakeReply::Taken {
                 stock_after: stock - part,
                 part,
@@ -516,18 +553,19 @@ impl Store for MemoryStore {
                     rec.s = St::Applied;
                     rec.parts = p.to_vec();
                     rec.home_part = 0;
-                    rec.expires = now + ms(req.ttl_ms);
+                    rec.expires = rec.expires.max(now + ms(req.ttl_ms));
                 }
                 SettleAs::Seal => {
                     rec.s = St::Sealed;
                     rec.home_part = 0;
-                    rec.expires = now + ms(req.ttl_ms);
+                    rec.expires = rec.expires.max(now + ms(req.ttl_ms));
                 }
                 SettleAs::Release => {
                     s.requests
                         .remove(&(home.generation, req.request_id.clone()));
                 }
             }
+            s.unclaim(home.generation, req.request_id);
             SettleReply::Ok
         }))
     }
@@ -558,12 +596,15 @@ impl Store for MemoryStore {
                 0
             };
             match rec.rs {
-                Some(ResvState::Reserved) => {
+                Some(ResvState::Reserved) if units > 0 => {
                     rec.rs = Some(ResvState::Cancelled);
                     s.st.reserved -= units;
                     s.st.stock += units;
+                    s.resv
+                        .retain(|(_, g, r)| !(*g == seg.generation && r == req.request_id));
                     units
                 }
+                Some(ResvState::Reserved) => 0,
                 Some(ResvState::Expired | ResvState::Cancelled) => 0,
                 _ => {
                     s.st.stock += units;
@@ -618,10 +659,15 @@ impl Store for MemoryStore {
             }
             rec.epoch += 1;
             rec.lease_until = now + ms(req.lease_ms);
-            TakeoverReply::Won {
+            let won = TakeoverReply::Won {
                 epoch: rec.epoch,
                 home_part: rec.home_part,
-            }
+            };
+            let lease_until = rec.lease_until;
+            s.unclaim(home.generation, req.request_id);
+            s.claims
+                .insert((lease_until, home.generation, req.request_id.clone()));
+            won
         }))
     }
 
@@ -676,39 +722,50 @@ impl Store for MemoryStore {
             .users
             .entry((sku.clone(), generation, req.user.clone()))
             .or_default();
-        if let Some((q, kind, _)) = rec.get(req.request_id) {
-            return Ok(if *q == req.qty {
-                UserClaim::Dup {
-                    sold: *kind == UserKind::Sold,
-                }
+        if let Some(e) = rec.get(req.request_id) {
+            return Ok(if e.qty != req.qty {
+                UserClaim::Mismatch("qty")
+            } else if e.kind != req.kind {
+                UserClaim::Mismatch("kind")
             } else {
-                UserClaim::Mismatch
+                UserClaim::Dup {
+                    sold: e.state == UserKind::Sold,
+                }
             });
         }
-        let used: u64 = rec.values().map(|(q, _, _)| q).sum();
+        let used: u64 = rec.values().map(|e| e.qty).sum();
         if used + req.qty > limit {
-            let mut stale: Vec<(RequestId, u64, bool)> = rec
+            let mut stale: Vec<StaleEntry> = rec
                 .iter()
-                .filter(|(_, (_, kind, exp))| {
-                    (*kind == UserKind::Pending && *exp < now) || *kind == UserKind::Reserved
+                .filter(|(_, e)| {
+                    (e.state == UserKind::Pending && e.until < now) || e.state == UserKind::Reserved
                 })
-                .map(|(r, (q, kind, _))| (r.clone(), *q, *kind == UserKind::Reserved))
+                .map(|(r, e)| StaleEntry {
+                    request_id: r.clone(),
+                    qty: e.qty,
+                    reserved: e.state == UserKind::Reserved,
+                    kind: e.kind,
+                })
                 .collect();
             stale.sort();
-            let final_used = rec
-                .values()
-                .filter(|(_, kind, _)| *kind == UserKind::Sold)
-                .map(|(q, _, _)| q)
-                .sum();
+            let sum = |f: &dyn Fn(&UserEntry) -> bool| -> u64 {
+                rec.values().filter(|e| f(e)).map(|e| e.qty).sum()
+            };
             return Ok(UserClaim::Limit {
                 used,
-                final_used,
+                final_used: sum(&|e| e.state == UserKind::Sold),
+                fresh_pending: sum(&|e| e.state == UserKind::Pending && e.until >= now),
                 stale,
             });
         }
         rec.insert(
             req.request_id.clone(),
-            (req.qty, UserKind::Pending, now + ms(claim_ttl_ms)),
+            UserEntry {
+                qty: req.qty,
+                state: UserKind::Pending,
+                until: now + ms(claim_ttl_ms),
+                kind: req.kind,
+            },
         );
         Ok(UserClaim::Ok)
     }
@@ -733,7 +790,7 @@ impl Store for MemoryStore {
                 }
                 UserFinish::Sold | UserFinish::Reserved => {
                     if let Some(e) = rec.get_mut(request_id) {
-                        e.1 = if how == UserFinish::Sold {
+                        e.state = if how == UserFinish::Sold {
                             UserKind::Sold
                         } else {
                             UserKind::Reserved
@@ -848,11 +905,64 @@ impl Store for MemoryStore {
             s.rec(home.generation, request_id, now).map(|r| HomeRecord {
                 user: r.user.to_string(),
                 qty: r.qty,
+                kind: r.kind,
                 state: match r.s {
                     St::Applied => RecordState::Applied(r.parts.clone()),
+                    St::Sealed => RecordState::Sealed,
                     _ => RecordState::Pending { epoch: r.epoch },
                 },
             })
+        }))
+    }
+
+    // claims_due.lua
+    async fn claims_due(&self, seg: SegAddr<'_>, max: usize) -> Result<Vec<DueClaim>> {
+        Ok(self.with_any(seg, |s, now| {
+            let due: Vec<(Instant, u64, RequestId)> = s
+                .claims
+                .iter()
+                .filter(|(until, g, _)| *until <= now && *g == seg.generation)
+                .take(max.clamp(1, 1000))
+                .cloned()
+                .collect();
+            let mut out = Vec::new();
+            for key in due {
+                let (_, generation, rid) = &key;
+                match s.rec(*generation, rid, now) {
+                    Some(rec) if rec.s == St::Pending => out.push(DueClaim {
+                        request_id: rid.clone(),
+                        user: rec.user.clone(),
+                        qty: rec.qty,
+                        kind: rec.kind,
+                    }),
+                    _ => {
+                        s.claims.remove(&key);
+                    }
+                }
+            }
+            out
+        }))
+    }
+
+    // held.lua
+    async fn held(&self, seg: SegAddr<'_>) -> Result<Option<HeldState>> {
+        Ok(self.with_seg(seg, None, |s, _| {
+            let mut h = HeldState {
+                state: s.st,
+                ..HeldState::default()
+            };
+            let index: Vec<(u64, RequestId)> =
+                s.resv.iter().map(|(_, g, r)| (*g, r.clone())).collect();
+            for key in index {
+                match s.requests.get_mut(&key) {
+                    Some(rec) if rec.rs == Some(ResvState::Reserved) => {
+                        h.held += rec.rq;
+                        h.live += 1;
+                    }
+                    _ => h.orphans += 1,
+                }
+            }
+            Some(h)
         }))
     }
 }

@@ -61,6 +61,9 @@ struct Scripts {
     seal: Script,
     reserve_end: Script,
     reclaim: Script,
+    drop_segment: Script,
+    claims_due: Script,
+    held: Script,
 }
 
 impl Scripts {
@@ -83,10 +86,13 @@ impl Scripts {
             seal: script!("seal.lua"),
             reserve_end: script!("reserve_end.lua"),
             reclaim: script!("reclaim.lua"),
+            drop_segment: script!("drop_segment.lua"),
+            claims_due: script!("claims_due.lua"),
+            held: script!("held.lua"),
         }
     }
 
-    fn all(&self) -> [&Script; 17] {
+    fn all(&self) -> [&Script; 20] {
         [
             &self.deduct,
             &self.deduct_batch,
@@ -105,6 +111,9 @@ impl Scripts {
             &self.seal,
             &self.reserve_end,
             &self.reclaim,
+            &self.drop_segment,
+            &self.claims_due,
+            &self.held,
         ]
     }
 }
@@ -186,6 +195,7 @@ impl Reply {
         match self.str(i)?.as_str() {
             "user" => Ok("user"),
             "qty" => Ok("qty"),
+            "kind" => Ok("kind"),
             _ => Err(self.bad()),
         }
     }
@@ -370,6 +380,7 @@ impl RedisStore {
                     self.seg_key(&seg),
                     self.rq_key(&seg, req.request_id),
                     self.keys.reservations(seg.sku, seg.index, seg.generation),
+                    self.keys.claims(seg.sku, seg.index, seg.generation),
                 ],
                 vec![
                     seg.generation.to_string(),
@@ -527,7 +538,7 @@ impl Store for RedisStore {
         }
     }
 
-    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<()> {
+    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<bool> {
         let r = self
             .eval(
                 &self.scripts.load_segment,
@@ -536,12 +547,26 @@ impl Store for RedisStore {
                 vec![seg.generation.to_string(), units.to_string()],
             )
             .await?;
-        if r.tag == "ok" { Ok(()) } else { Err(r.bad()) }
+        match r.tag.as_str() {
+            "ok" => Ok(true),
+            "superseded" => Ok(false),
+            _ => Err(r.bad()),
+        }
     }
 
-    async fn drop_segment(&self, sku: &Sku, index: u32) -> Result<()> {
-        let _: i64 = self.pool.del(self.keys.segment(sku, index)).await?;
-        Ok(())
+    async fn drop_segment(&self, seg: SegAddr<'_>) -> Result<()> {
+        let r = self
+            .eval(
+                &self.scripts.drop_segment,
+                "drop_segment",
+                vec![self.seg_key(&seg)],
+                vec![seg.generation.to_string()],
+            )
+            .await?;
+        match r.tag.as_str() {
+            "ok" | "kept" => Ok(()),
+            _ => Err(r.bad()),
+        }
     }
 
     async fn load_commit(&self, sku: &Sku, generation: u64) -> Result<bool> {
@@ -617,7 +642,10 @@ impl Store for RedisStore {
             .eval(
                 &self.scripts.settle,
                 "settle",
-                vec![self.rq_key(&home, req.request_id)],
+                vec![
+                    self.rq_key(&home, req.request_id),
+                    self.keys.claims(home.sku, home.index, home.generation),
+                ],
                 vec![
                     epoch.to_string(),
                     outcome.into(),
@@ -646,7 +674,11 @@ impl Store for RedisStore {
             .eval(
                 &self.scripts.refund,
                 "refund",
-                vec![self.seg_key(&seg), self.rq_key(&seg, req.request_id)],
+                vec![
+                    self.seg_key(&seg),
+                    self.rq_key(&seg, req.request_id),
+                    self.keys.reservations(seg.sku, seg.index, seg.generation),
+                ],
                 vec![seg.generation.to_string(), epoch.to_string(), b(is_home)],
             )
             .await?;
@@ -668,6 +700,7 @@ impl Store for RedisStore {
                     req.user.to_string(),
                     req.qty.to_string(),
                     req.ttl_ms.to_string(),
+                    req.kind.code().to_string(),
                 ],
             )
             .await?;
@@ -685,11 +718,15 @@ impl Store for RedisStore {
             .eval(
                 &self.scripts.takeover,
                 "takeover",
-                vec![self.rq_key(&home, req.request_id)],
+                vec![
+                    self.rq_key(&home, req.request_id),
+                    self.keys.claims(home.sku, home.index, home.generation),
+                ],
                 vec![
                     req.user.to_string(),
                     req.qty.to_string(),
                     req.lease_ms.to_string(),
+                    req.kind.code().to_string(),
                 ],
             )
             .await?;
@@ -765,6 +802,7 @@ impl Store for RedisStore {
                     limit.to_string(),
                     claim_ttl_ms.to_string(),
                     req.ttl_ms.to_string(),
+                    req.kind.code().to_string(),
                 ],
             )
             .await?;
@@ -773,25 +811,33 @@ impl Store for RedisStore {
             "dup" => UserClaim::Dup {
                 sold: r.str(0)? == "S",
             },
-            "mismatch" => UserClaim::Mismatch,
+            "mismatch" => UserClaim::Mismatch(r.field(0)?),
             "limit" => {
                 let stale = r.str(1).unwrap_or_default();
-                let stale = stale
+                let mut stale = stale
                     .split(',')
                     .filter(|s| !s.is_empty())
                     .map(|e| {
-                        let (rest, kind) = e.rsplit_once(':').ok_or_else(|| r.bad())?;
-                        let (rid, q) = rest.rsplit_once(':').ok_or_else(|| r.bad())?;
-                        Ok((
-                            RequestId::new(rid).map_err(|_| r.bad())?,
-                            q.parse().map_err(|_| r.bad())?,
-                            kind == "R",
-                        ))
+                        // "<rid>:<qty>:<state>:<kind>"; a request id may itself hold ':'.
+                        let mut it = e.rsplitn(4, ':');
+                        let (Some(kind), Some(state), Some(q), Some(rid)) =
+                            (it.next(), it.next(), it.next(), it.next())
+                        else {
+                            return Err(r.bad());
+                        };
+                        Ok(StaleEntry {
+                            request_id: RequestId::new(rid).map_err(|_| r.bad())?,
+                            qty: q.parse().map_err(|_| r.bad())?,
+                            reserved: state == "R",
+                            kind: RequestKind::from_code(kind).ok_or_else(|| r.bad())?,
+                        })
                     })
                     .collect::<Result<Vec<_>>>()?;
+                stale.sort();
                 UserClaim::Limit {
                     used: r.u64(0)?,
                     final_used: r.u64(2)?,
+                    fresh_pending: r.u64(3)?,
                     stale,
                 }
             }
@@ -904,6 +950,7 @@ impl Store for RedisStore {
                     req.user.to_string(),
                     req.qty.to_string(),
                     req.ttl_ms.to_string(),
+                    req.kind.code().to_string(),
                 ],
             )
             .await?;
@@ -973,17 +1020,82 @@ impl Store for RedisStore {
         let bad = || Error::Protocol(format!("record {flat:?}"));
         let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
         let qty = get("q").parse().map_err(|_| bad())?;
+        let kind = RequestKind::from_code(&get("k")).ok_or_else(bad)?;
         let state = match get("s").as_str() {
             "A" => RecordState::Applied(decode_parts(&get("parts")).ok_or_else(bad)?),
             "P" => RecordState::Pending {
                 epoch: get("e").parse().map_err(|_| bad())?,
             },
+            "X" => RecordState::Sealed,
             _ => return Err(bad()),
         };
         Ok(Some(HomeRecord {
             user: get("u"),
             qty,
+            kind,
             state,
         }))
+    }
+
+    async fn claims_due(&self, seg: SegAddr<'_>, max: usize) -> Result<Vec<DueClaim>> {
+        let v = self
+            .eval_raw(
+                &self.scripts.claims_due,
+                "claims_due",
+                vec![self.keys.claims(seg.sku, seg.index, seg.generation)],
+                vec![max.clamp(1, 1000).to_string()],
+            )
+            .await?;
+        let bad = || Error::Protocol(format!("claims_due: reply {v:?}"));
+        let items: Vec<String> = match &v {
+            Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_string().ok_or_else(bad))
+                .collect::<Result<_>>()?,
+            Value::Null => Vec::new(),
+            _ => return Err(bad()),
+        };
+        items
+            .chunks(4)
+            .map(|c| match c {
+                [rid, user, qty, kind] => Ok(DueClaim {
+                    request_id: RequestId::new(rid.as_str()).map_err(|_| bad())?,
+                    user: UserId::new(user.as_str()).map_err(|_| bad())?,
+                    qty: qty.parse().map_err(|_| bad())?,
+                    kind: RequestKind::from_code(kind).ok_or_else(bad)?,
+                }),
+                _ => Err(bad()),
+            })
+            .collect()
+    }
+
+    async fn held(&self, seg: SegAddr<'_>) -> Result<Option<HeldState>> {
+        let r = self
+            .eval(
+                &self.scripts.held,
+                "held",
+                vec![
+                    self.seg_key(&seg),
+                    self.keys.reservations(seg.sku, seg.index, seg.generation),
+                ],
+                vec![seg.generation.to_string()],
+            )
+            .await?;
+        match r.tag.as_str() {
+            "held" => Ok(Some(HeldState {
+                state: SegmentState {
+                    stock: r.stock(0)?,
+                    sold: r.stock(1)?,
+                    loaded: r.u64(2)?,
+                    restocked: r.u64(3)?,
+                    reserved: r.stock(4)?,
+                },
+                held: r.u64(5)?,
+                live: r.u64(6)?,
+                orphans: r.u64(7)?,
+            })),
+            "stale" => Ok(None),
+            _ => Err(r.bad()),
+        }
     }
 }

@@ -105,6 +105,7 @@ struct LaneState {
 struct Lane {
     key: LaneKey,
     reservations: String,
+    claims: String,
     index: u32,
     state: Mutex<LaneState>,
 }
@@ -194,6 +195,7 @@ impl Batcher {
                 Arc::new(Lane {
                     key,
                     reservations: store.keys.reservations(seg.sku, seg.index, seg.generation),
+                    claims: store.keys.claims(seg.sku, seg.index, seg.generation),
                     index: seg.index,
                     state: Mutex::default(),
                 })
@@ -305,10 +307,11 @@ impl RedisStore {
     /// One `deduct_batch.lua` call for `batch` (all in `lane`); one reply per item, in order.
     /// (Takes the items' key and user strings.)
     async fn eval_batch(&self, lane: &Lane, batch: &mut [Item]) -> Result<Vec<Result<HomeReply>>> {
-        let mut keys = Vec::with_capacity(batch.len() + 2);
+        let mut keys = Vec::with_capacity(batch.len() + 3);
         let (segment, generation, ttl_ms, lease_ms) = &lane.key;
         keys.push(segment.clone());
         keys.push(lane.reservations.clone());
+        keys.push(lane.claims.clone());
         let mut args = Vec::with_capacity(5 + 4 * batch.len());
         args.push(generation.to_string());
         args.push(lane.index.to_string());

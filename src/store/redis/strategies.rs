@@ -160,6 +160,7 @@ impl RedisStore {
             ("u".into(), req.user.to_string()),
             ("q".into(), req.qty.to_string()),
             ("e".into(), epoch.to_string()),
+            ("k".into(), req.kind.code().into()),
         ];
         if home {
             fields.push(("parts".into(), format!("{}:{}", seg.index, units)));
@@ -266,12 +267,12 @@ pub(super) async fn deduct_home(
             let _held = s.local_mutex(map, &seg).await;
             s.naive_home(seg, req, claim).await
         }
+        // DECRBY first (the articles' design, with its transient negatives); then the record
+        // and `sold` are written by deduct.lua mode "decr", which gives the units back and
+        // decides atomically — so a twin that also decremented replays instead of selling.
         Mode::DecrCompensate => match s.lua_home(seg, req, false, "claim", 0).await? {
             HomeReply::Short { .. } => match s.decr(&seg, req.qty).await? {
-                Some(after) => {
-                    s.record_sale(&seg, &req, req.qty, 0, true).await?;
-                    Ok(HomeReply::Applied { stock_after: after })
-                }
+                Some(_) => s.lua_home(seg, req, claim, "decr", 0).await,
                 None => s.lua_home(seg, req, claim, "claim", 0).await,
             },
             other => Ok(other),
@@ -330,13 +331,7 @@ pub(super) async fn take(
             s.naive_take(seg, req, part, epoch).await
         }
         Mode::DecrCompensate => match s.decr(&seg, part).await? {
-            Some(after) => {
-                s.record_sale(&seg, &req, part, epoch, false).await?;
-                Ok(TakeReply::Taken {
-                    stock_after: after,
-                    part,
-                })
-            }
+            Some(_) => s.lua_take(seg, req, part, epoch, is_home, "decr", 0).await,
             None => Ok(TakeReply::Short { stock: 0 }),
         },
         Mode::Locked(locker) => {
