@@ -103,7 +103,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let srv = RedisServer::start();
     let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let s = sku("strict");
-    e.load(&s, 10, 1, false).await.unwrap();
+    let g = e.load(&s, 10, 1, false).await.unwrap().to_string();
     let client = e.store().pool().next().clone();
     let lua = concat!(
         include_str!("../src/scripts/prelude.lua"),
@@ -112,11 +112,12 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     );
     let keys = vec![
         "t:{strict#0}:seg".to_string(),
-        "t:{strict#0}:g1:rq:x".to_string(),
-        "t:{strict#0}:g1:resv".to_string(),
+        format!("t:{{strict#0}}:g{g}:rq:x"),
+        format!("t:{{strict#0}}:g{g}:resv"),
+        format!("t:{{strict#0}}:g{g}:claims"),
     ];
     let args = |qty: &str, user: &str| -> Vec<String> {
-        ["1", user, qty, "0", "1000", "1000", "1", "lua", "0", "0"]
+        [&g, user, qty, "0", "1000", "1000", "1", "lua", "0", "0"]
             .iter()
             .map(|s| s.to_string())
             .collect()
@@ -154,7 +155,10 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         assert!(r.is_err(), "{user:?}");
     }
     assert_eq!(srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]), before);
-    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:x2"]), "0");
+    assert_eq!(
+        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:x2")]),
+        "0"
+    );
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 1, "{a:?}");
 
@@ -173,11 +177,14 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     ];
     let mut keys = vec![
         "t:{strict#0}:seg".to_string(),
-        "t:{strict#0}:g1:resv".to_string(),
+        format!("t:{{strict#0}}:g{g}:resv"),
+        format!("t:{{strict#0}}:g{g}:claims"),
     ];
-    let mut args: Vec<String> = ["1", "0", "1000", "1000", "4"].map(String::from).to_vec();
+    let mut args: Vec<String> = [g.as_str(), "0", "1000", "1000", "4"]
+        .map(String::from)
+        .to_vec();
     for (rid, user, qty) in reqs {
-        keys.push(format!("t:{{strict#0}}:g1:rq:{rid}"));
+        keys.push(format!("t:{{strict#0}}:g{g}:rq:{rid}"));
         args.extend([user, qty, "1", "0"].map(String::from));
     }
     let v: Value = client
@@ -190,8 +197,14 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         v.contains("bad argument: qty") && v.contains("bad argument: user"),
         "{v}"
     );
-    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:b2"]), "0");
-    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:b3"]), "0");
+    assert_eq!(
+        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:b2")]),
+        "0"
+    );
+    assert_eq!(
+        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:b3")]),
+        "0"
+    );
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 4, "{a:?}");
     let before = srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
@@ -203,7 +216,10 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         assert!(r.is_err(), "header {i} = {bad:?}");
     }
     assert_eq!(srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]), before);
-    assert_eq!(srv.cli(&["EXISTS", "t:{strict#0}:g1:rq:c1"]), "0");
+    assert_eq!(
+        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:c1")]),
+        "0"
+    );
 }
 
 /// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.
@@ -241,10 +257,10 @@ async fn noscript_recovery_after_script_flush() {
 /// Reloading is explicit; a reload starts a new generation that other instances notice.
 async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
     let s = sku("reload");
-    a.load(&s, 10, 4, false).await.unwrap();
+    let g1 = a.load(&s, 10, 4, false).await.unwrap();
     assert!(matches!(
         a.load(&s, 99, 4, false).await,
-        Err(Error::AlreadyLoaded { generation: 1, .. })
+        Err(Error::AlreadyLoaded { generation, .. }) if generation == g1
     ));
     assert_eq!(
         a.remaining(&s).await.unwrap().total,
@@ -259,7 +275,8 @@ async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
         2
     );
     // `a` replaces the SKU with fewer segments; `b` still caches the old layout.
-    assert_eq!(a.load(&s, 6, 2, true).await.unwrap(), 2);
+    let g2 = a.load(&s, 6, 2, true).await.unwrap();
+    assert!(g2 > g1, "generations only grow: {g1} then {g2}");
     let d = b
         .deduct(&Deduct::new("reload", "u", 2, "r1").unwrap())
         .await
@@ -273,7 +290,7 @@ async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
     assert_eq!((r.total, r.per_segment.len()), (4, 2));
     let audit = a.audit(&s).await.unwrap();
     assert!(audit.ok, "{audit:?}");
-    assert_eq!((audit.generation, audit.loaded, audit.sold), (2, 6, 2));
+    assert_eq!((audit.generation, audit.loaded, audit.sold), (g2, 6, 2));
 }
 
 #[tokio::test]
@@ -307,13 +324,13 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     let name = if complete { "dead-full" } else { "dead-part" };
     let s = sku(name);
     // 4 segments of 1 unit; find a request id whose home we then empty.
-    e.load(&s, 4, 4, false).await.unwrap();
+    let generation = e.load(&s, 4, 4, false).await.unwrap();
     let rid = RequestId::new(format!("{name}-r")).unwrap();
     let user = UserId::new("carol").unwrap();
     let home = shardstock::segments::home(&rid, 4);
     let at = |index| SegAddr {
         sku: &s,
-        generation: 1,
+        generation,
         index,
     };
     let qty = 2;
@@ -434,13 +451,13 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
         .build(MemoryStore::new())
         .unwrap();
     let s = sku("live");
-    e.load(&s, 2, 2, false).await.unwrap();
+    let generation = e.load(&s, 2, 2, false).await.unwrap();
     let rid = RequestId::new("live-r").unwrap();
     let user = UserId::new("dan").unwrap();
     let home = shardstock::segments::home(&rid, 2);
     let at = SegAddr {
         sku: &s,
-        generation: 1,
+        generation,
         index: home,
     };
     let args = ReqArgs {

@@ -143,7 +143,7 @@ async fn failed_attempts_leave_the_user_free_both_stores() {
 /// waking after its claim was verified void cannot sell (its request id is sealed).
 async fn dead_claimer<S: Store>(e: Engine<S>) {
     let sku = Sku::new("dead").unwrap();
-    e.load_limited(&sku, 10, 2, false, 1).await.unwrap();
+    let generation = e.load_limited(&sku, 10, 2, false, 1).await.unwrap();
     let st = e.store();
     let sku_ref = &sku;
     let claim = |rid: &'static str, user: &'static str| async move {
@@ -157,7 +157,9 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
             resv_ttl_ms: 0,
             kind: shardstock::store::RequestKind::Sale,
         };
-        st.user_claim(sku_ref, 1, args, 1, 200).await.unwrap()
+        st.user_claim(sku_ref, generation, args, 1, 200)
+            .await
+            .unwrap()
     };
     // Case 1: claimed, died before deducting.
     assert_eq!(claim("ghost-1", "cid").await, UserClaim::Ok);
@@ -167,8 +169,8 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         .unwrap();
     assert_eq!(
         d,
-        Deduction::LimitReached { limit: 1 },
-        "the pending claim counts until it expires"
+        Deduction::UserBusy,
+        "the pending claim counts until it expires (busy: the user holds nothing yet)"
     );
     tokio::time::sleep(Duration::from_millis(250)).await;
     let d = e
@@ -210,7 +212,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
     let home = shardstock::segments::home(&r, 2);
     let at = SegAddr {
         sku: &sku,
-        generation: 1,
+        generation,
         index: home,
     };
     assert!(matches!(
