@@ -8,7 +8,7 @@
 //! | `redlock` | yes* | the same with the lock on a quorum of independent nodes |
 //! | `naive` | **no** | GET, decide, SET — oversells under concurrency |
 //! | `local-mutex` | **no** | naive inside an in-process mutex — oversells across processes |
-//! | `decr-compensate` | no undersell guarantee | DECRBY, INCRBY back when negative |
+//! | `decr-compensate` | no oversell, **not exactly-once** | DECRBY, then the record (or INCRBY back) |
 //!
 //! \* RedLock's safety rests on timing assumptions; the fence at the stock store is what
 //! actually stops a paused holder (see [`crate::lock::redlock`]).
@@ -35,7 +35,9 @@ pub enum Strategy {
     /// UNSAFE baseline: naive inside an in-process mutex.
     LocalMutex,
     /// Baseline: decrement, then add back when it went negative. Never oversells, but the
-    /// transient negatives turn buyers away while stock remains.
+    /// transient negatives turn buyers away while stock remains, and it is not exactly-once:
+    /// its decrement and compensation are separate commands, so a crash between them or a
+    /// command re-sent after a lost reply loses units (the audit reports the hole).
     DecrCompensate,
 }
 
@@ -67,6 +69,14 @@ impl Strategy {
         !matches!(self, Strategy::Naive | Strategy::LocalMutex)
     }
 
+    /// True for the strategies whose every step on the stock is one atomic, request-id-keyed
+    /// script: a retry, a re-sent command or a crash between steps never changes the stock
+    /// twice or loses a unit. `decr-compensate` never oversells but is not exactly-once; the
+    /// other baselines are neither. This is what `strategy_safe` reports.
+    pub fn exactly_once(self) -> bool {
+        matches!(self, Strategy::Lua | Strategy::Lock | Strategy::Redlock)
+    }
+
     /// True for the strategies that take a distributed lock per segment.
     pub fn uses_locks(self) -> bool {
         matches!(self, Strategy::Lock | Strategy::Redlock)
@@ -89,7 +99,7 @@ impl Strategy {
                 "UNSAFE: an in-process mutex protects one process only; several oversell"
             }
             Strategy::DecrCompensate => {
-                "no oversell, but transient negatives turn buyers away while stock remains"
+                "NOT exactly-once: never oversells, but a crash or a re-sent command between its DECRBY and its record loses units, and transient negatives turn buyers away while stock remains"
             }
         }
     }
@@ -129,6 +139,8 @@ mod tests {
         let e = "redlok".parse::<Strategy>().unwrap_err();
         assert!(e.to_string().contains("redlok") && e.to_string().contains("redlock"));
         assert!(!Strategy::Naive.never_oversells());
+        assert!(Strategy::DecrCompensate.never_oversells());
+        assert!(!Strategy::DecrCompensate.exactly_once() && Strategy::Lua.exactly_once());
         assert!(Strategy::Lock.uses_locks() && !Strategy::Lua.uses_locks());
     }
 }

@@ -60,7 +60,7 @@ struct Cli {
     )]
     redis: Option<String>,
 
-    /// Deduction strategy (Redis only): lua (default), lock, redlock, or the UNSAFE
+    /// Deduction strategy (Redis only): lua (default), lock, redlock (exactly-once), or the UNSAFE
     /// baselines naive, local-mutex, decr-compensate. Overrides store.strategy.
     #[arg(long, global = true, value_name = "NAME")]
     strategy: Option<shardstock::Strategy>,
@@ -344,7 +344,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         .await?
         .with_coalescing(config.store.coalescing())?;
         store.set_critical_section_pause(std::time::Duration::from_millis(cli.critical_pause_ms));
-        if !config.store.strategy.never_oversells() && !cli.json {
+        if !config.store.strategy.exactly_once() && !cli.json {
             eprintln!(
                 "warning: strategy {} is an UNSAFE baseline: {}",
                 config.store.strategy,

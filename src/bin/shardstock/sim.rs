@@ -490,7 +490,7 @@ pub(crate) async fn run_sim<S: Store>(
         sku: sku.to_string(),
         store: engine.store().name(),
         strategy: engine.store().strategy(),
-        strategy_safe: engine.store().strategy().never_oversells(),
+        strategy_safe: engine.store().strategy().exactly_once(),
         lock: engine.store().lock_figures(),
         coalescing: engine.store().coalescing().map(|c| CoalescingReport {
             max_batch: c.options.max_batch,
@@ -591,7 +591,7 @@ fn print_human(r: &Report) {
         if r.strategy_safe {
             ""
         } else {
-            " (UNSAFE baseline)"
+            " (UNSAFE baseline: not exactly-once)"
         },
         r.strategy.summary()
     );
