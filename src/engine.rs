@@ -1184,11 +1184,15 @@ impl<S: Store> Engine<S> {
             kind: tr.kind,
             armed: true,
         };
-        let flow = self.deduct_in(l, req, tr).await;
-        // An error leaves the entry pending: the outcome is unknown, and a retry with the same
-        // id finds it (or it is verified once it lingers).
-        pending.armed = false;
-        let flow = flow?;
+        let flow = match self.deduct_in(l, req, tr).await {
+            Ok(flow) => flow,
+            Err(e) => {
+                // The outcome is unknown: the entry stays pending, a retry with the same id
+                // finds it (or it is verified once it lingers).
+                pending.armed = false;
+                return Err(e);
+            }
+        };
         let held = match tr.kind {
             RequestKind::Reservation => UserFinish::Reserved,
             RequestKind::Sale => UserFinish::Sold,
@@ -1201,11 +1205,13 @@ impl<S: Store> Engine<S> {
             // In flight, restarted or stale: the entry stays pending (verified if it lingers).
             _ => None,
         };
+        // Still armed here: dropped during this write, the entry is resolved all the same.
         if let Some(how) = how {
             store
                 .user_finish(&req.sku, l.generation, &req.user, &req.request_id, how)
                 .await?;
         }
+        pending.armed = false;
         Ok((flow, false))
     }
 
