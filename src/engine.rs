@@ -578,7 +578,11 @@ impl<S: Store> Drop for PendingEntry<'_, S> {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return; // no runtime (shutting down): the entry is verified when it lingers
         };
-        let (engine, l, req) = (self.engine.clone(), Arc::clone(self.layout), self.req.clone());
+        let (engine, l, req) = (
+            self.engine.clone(),
+            Arc::clone(self.layout),
+            self.req.clone(),
+        );
         let entry = StaleEntry {
             request_id: req.request_id.clone(),
             qty: req.qty,
@@ -1452,9 +1456,7 @@ impl<S: Store> Engine<S> {
             return Ok(match rec.state {
                 RecordState::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),
                 RecordState::Pending { .. } => Short::Pending,
-                RecordState::Sealed => {
-                    Short::Refused(Error::Sealed(req.request_id.to_string()))
-                }
+                RecordState::Sealed => Short::Refused(Error::Sealed(req.request_id.to_string())),
             });
         }
         let total: u64 = stocks.iter().map(|(_, s)| s).sum();
@@ -1583,9 +1585,14 @@ impl<S: Store> Engine<S> {
         let store = &self.inner.store;
         let args = self.args(req, tr);
         let home = home(&req.request_id, l.segments);
-        let refunds = parts
-            .iter()
-            .map(|p| store.refund(self.seg(l, &req.sku, p.segment), args, epoch, p.segment == home));
+        let refunds = parts.iter().map(|p| {
+            store.refund(
+                self.seg(l, &req.sku, p.segment),
+                args,
+                epoch,
+                p.segment == home,
+            )
+        });
         let back = futures::future::try_join_all(refunds).await?;
         for (p, _) in parts.iter().zip(back) {
             l.hints.forget(p.segment); // stock came back: don't skip it
@@ -1897,7 +1904,10 @@ impl<S: Store> Engine<S> {
                             if s.reserved > h.held {
                                 format!("{} reserved units held by nothing", s.reserved - h.held)
                             } else {
-                                format!("{} held units not counted as reserved", h.held - s.reserved)
+                                format!(
+                                    "{} held units not counted as reserved",
+                                    h.held - s.reserved
+                                )
                             }
                         ));
                     }

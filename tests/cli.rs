@@ -508,7 +508,10 @@ fn load_refuses_an_existing_sku_unless_replace() {
     r.expect_code(0);
     let v = r.json();
     let second = u(&v, "generation");
-    assert!(second > first, "a replace starts a newer generation: {first} then {second}");
+    assert!(
+        second > first,
+        "a replace starts a newer generation: {first} then {second}"
+    );
     assert_eq!(u(&v, "stock"), 50);
     assert_eq!(u(&v, "segments"), 2);
 

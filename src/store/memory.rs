@@ -386,9 +386,11 @@ impl Store for MemoryStore {
 
     // drop_segment.lua
     async fn drop_segment(&self, seg: SegAddr<'_>) -> Result<()> {
-        self.inner.segments.remove_if(&(seg.sku.clone(), seg.index), |_, s| {
-            s.lock().unwrap_or_else(|p| p.into_inner()).generation < seg.generation
-        });
+        self.inner
+            .segments
+            .remove_if(&(seg.sku.clone(), seg.index), |_, s| {
+                s.lock().unwrap_or_else(|p| p.into_inner()).generation < seg.generation
+            });
         Ok(())
     }
 
