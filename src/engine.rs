@@ -760,6 +760,16 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// True when `l` is still the SKU's layout in the store (one metadata read).
+    async fn is_current(&self, l: &Layout, sku: &Sku) -> Result<bool> {
+        Ok(self
+            .inner
+            .store
+            .meta(sku)
+            .await?
+            .is_some_and(|m| m.generation == l.generation))
+    }
+
     fn forget(&self, sku: &Sku, generation: u64) {
         self.inner
             .layouts
@@ -1099,10 +1109,23 @@ impl<S: Store> Engine<S> {
         use crate::guard::Local;
         let limit = l.user_limit;
         if req.qty > limit {
-            return Ok(Done(Deduction::LimitReached { limit }));
+            // Answered from the cached layout alone: make sure it is still the SKU's (a
+            // reload may have changed the limit).
+            return Ok(if self.is_current(l, &req.sku).await? {
+                Done(Deduction::LimitReached { limit })
+            } else {
+                Stale
+            });
         }
         let g = &self.inner.guard;
-        let attempt = g.enter(&req.sku, &req.user, &req.request_id, req.qty, limit);
+        let attempt = g.enter(
+            l.generation,
+            &req.sku,
+            &req.user,
+            &req.request_id,
+            req.qty,
+            limit,
+        );
         crate::metrics::guard(attempt.is_err(), g);
         let attempt = match attempt {
             Ok(a) => a,
@@ -1248,42 +1271,56 @@ impl<S: Store> Engine<S> {
             qty: e.qty,
             request_id: e.request_id.clone(),
         };
-        let tr = Trace::recovering(e.kind);
-        let args = self.args(&other, &tr);
         let at = self.home_of(l, &other);
         if e.reserved {
             // A reservation counts until it is confirmed, cancelled or expired.
             return self.reservation_finish(l, &other, at).await;
         }
-        let applied = match store.seal(at, args).await? {
-            SealReply::Sealed => Some(false),
-            SealReply::Applied => Some(true),
-            // The home record belongs to another request: this one can never apply.
-            SealReply::Mismatch(_) => Some(false),
-            SealReply::Pending { lease_left_ms: 0 } => match store.takeover(at, args).await? {
-                TakeoverReply::Won { epoch, home_part } => {
-                    match self
-                        .reconcile_as(l, &other, epoch, home_part, &tr, true)
-                        .await?
-                    {
-                        Done(Deduction::Replayed { .. }) => Some(true),
-                        Done(Deduction::SoldOut) => Some(false),
-                        _ => None,
-                    }
+        let mut kind = e.kind;
+        for flips in 0..2 {
+            let tr = Trace::recovering(kind);
+            let args = self.args(&other, &tr);
+            let applied = match store.seal(at, args).await? {
+                SealReply::Sealed => Some(false),
+                SealReply::Applied => Some(true),
+                // Same user and quantity, other kind: the record is this user's request under
+                // this id after all (an entry counted under the wrong kind); judge it as what
+                // it is.
+                SealReply::Mismatch("kind") if flips == 0 => {
+                    kind = match kind {
+                        RequestKind::Sale => RequestKind::Reservation,
+                        RequestKind::Reservation => RequestKind::Sale,
+                    };
+                    continue;
                 }
-                TakeoverReply::Replay(_) => Some(true),
-                TakeoverReply::Sealed | TakeoverReply::Mismatch(_) => Some(false),
-                TakeoverReply::Pending { .. } | TakeoverReply::Gone => None,
-            },
-            SealReply::Pending { .. } => None,
-        };
-        Ok(match applied {
-            Some(false) => Some(UserFinish::Void),
-            Some(true) if e.kind == RequestKind::Sale => Some(UserFinish::Sold),
-            // A reservation that applied: it counts only while it holds its units.
-            Some(true) => self.reservation_finish(l, &other, at).await?,
-            None => None,
-        })
+                // The home record belongs to another request: this one can never apply.
+                SealReply::Mismatch(_) => Some(false),
+                SealReply::Pending { lease_left_ms: 0 } => match store.takeover(at, args).await? {
+                    TakeoverReply::Won { epoch, home_part } => {
+                        match self
+                            .reconcile_as(l, &other, epoch, home_part, &tr, true)
+                            .await?
+                        {
+                            Done(Deduction::Replayed { .. }) => Some(true),
+                            Done(Deduction::SoldOut) => Some(false),
+                            _ => None,
+                        }
+                    }
+                    TakeoverReply::Replay(_) => Some(true),
+                    TakeoverReply::Sealed | TakeoverReply::Mismatch(_) => Some(false),
+                    TakeoverReply::Pending { .. } | TakeoverReply::Gone => None,
+                },
+                SealReply::Pending { .. } => None,
+            };
+            return Ok(match applied {
+                Some(false) => Some(UserFinish::Void),
+                Some(true) if kind == RequestKind::Sale => Some(UserFinish::Sold),
+                // A reservation that applied: it counts only while it holds its units.
+                Some(true) => self.reservation_finish(l, &other, at).await?,
+                None => None,
+            });
+        }
+        Ok(None)
     }
 
     /// What the per-user entry of a reservation should become, from its state.

@@ -39,6 +39,8 @@ struct Entry {
     busy: bool,
     /// Last touched.
     at: Instant,
+    /// The SKU's load generation this knowledge belongs to: a reload starts a fresh ledger.
+    generation: u64,
 }
 
 /// Counters of the local guard.
@@ -92,6 +94,20 @@ impl LocalGuard {
     /// Checks an attempt of `qty` units against `limit` (0 = no limit) and, on `Pass`, marks
     /// the user busy until [`finish`](Self::finish).
     pub fn begin(&self, sku: &Sku, user: &UserId, rid: &RequestId, qty: u64, limit: u64) -> Local {
+        self.begin_in(0, sku, user, rid, qty, limit)
+    }
+
+    /// [`begin`](Self::begin) for load generation `generation` of the SKU: what the guard
+    /// knew about an older generation is forgotten (a reload starts a fresh ledger).
+    pub fn begin_in(
+        &self,
+        generation: u64,
+        sku: &Sku,
+        user: &UserId,
+        rid: &RequestId,
+        qty: u64,
+        limit: u64,
+    ) -> Local {
         let now = Instant::now();
         let key = (sku.clone(), user.clone());
         if self.map.len() >= self.cap && !self.map.contains_key(&key) {
@@ -105,7 +121,13 @@ impl LocalGuard {
                 applied: Vec::new(),
                 busy: false,
                 at: now,
+                generation,
             });
+            if e.generation != generation {
+                e.generation = generation;
+                e.used = 0;
+                e.applied.clear();
+            }
             if now.duration_since(e.at) >= self.ttl {
                 // Expired: forget what we knew (the store still knows).
                 self.stats.expirations.fetch_add(1, Relaxed);
@@ -158,13 +180,14 @@ impl LocalGuard {
     /// The refusal ([`Local::InFlight`] or [`Local::LimitReached`]) when not [`Local::Pass`].
     pub fn enter<'a>(
         &'a self,
+        generation: u64,
         sku: &Sku,
         user: &UserId,
         rid: &RequestId,
         qty: u64,
         limit: u64,
     ) -> Result<Attempt<'a>, Local> {
-        match self.begin(sku, user, rid, qty, limit) {
+        match self.begin_in(generation, sku, user, rid, qty, limit) {
             Local::Pass => Ok(Attempt {
                 guard: self,
                 key: Some((sku.clone(), user.clone(), rid.clone())),
