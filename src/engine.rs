@@ -527,6 +527,10 @@ impl Trace {
 /// How many times a call re-reads a SKU's layout after `Stale` before giving up.
 const STALE_RETRIES: usize = 4;
 
+/// How many times a call starts afresh after the twin it waited for released the claim,
+/// before answering `InFlight`.
+const MAX_RESTARTS: usize = 16;
+
 /// Most abandoned claims one sweep recovers per segment.
 const CLAIMS_PER_SWEEP: usize = 64;
 
@@ -1078,7 +1082,8 @@ impl<S: Store> Engine<S> {
 
     async fn deduct_traced(&self, req: &Deduct, tr: &Trace) -> Result<(Deduction, u64)> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
-        for _ in 0..STALE_RETRIES {
+        let (mut stale, mut restarts) = (0, 0);
+        loop {
             let layout = self.layout(&req.sku).await?;
             let flow = if layout.user_limit > 0 {
                 self.deduct_limited(&layout, req, tr).await?
@@ -1091,11 +1096,23 @@ impl<S: Store> Engine<S> {
                     return Ok((d, layout.generation));
                 }
                 Refused(e) => return Err(e),
-                Stale => self.forget(&req.sku, layout.generation),
-                Restart => {}
+                Stale => {
+                    self.forget(&req.sku, layout.generation);
+                    stale += 1;
+                    if stale == STALE_RETRIES {
+                        return Err(Error::NotReady(req.sku.to_string()));
+                    }
+                }
+                // A twin released the claim we waited for (it sold nothing): try afresh. Twins
+                // racing for the claim of a sold-out SKU can do this a few times.
+                Restart => {
+                    restarts += 1;
+                    if restarts == MAX_RESTARTS {
+                        return Ok((Deduction::InFlight, layout.generation));
+                    }
+                }
             }
         }
-        Err(Error::NotReady(req.sku.to_string()))
     }
 
     /// The per-user limit in two layers: the in-process guard filters double clicks and users
