@@ -83,13 +83,15 @@ pub enum Deduction {
     /// Another call with the same request id is being processed right now (it did not finish
     /// within `pending_wait`). Retry later with the same id.
     InFlight,
-    /// The user already holds the per-user limit of this SKU (sold or reserved units).
+    /// The user already holds the per-user limit of this SKU (units sold, or reserved by live
+    /// reservations); attempts still pending never cause it (see [`Deduction::UserBusy`]).
     LimitReached {
         /// The SKU's per-user limit.
         limit: u64,
     },
-    /// This user already has an attempt on this SKU running in this process (a double click);
-    /// nothing was done. Retry once it finished.
+    /// This user already has an attempt on this SKU running — in this process (a double
+    /// click), or elsewhere (a pending per-user claim not yet settled) with the limit counted
+    /// against it; nothing was done. The user holds fewer units than the limit: retry shortly.
     UserBusy,
 }
 
@@ -1147,13 +1149,17 @@ impl<S: Store> Engine<S> {
         let attempt = match attempt {
             Ok(a) => a,
             Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
-            Err(_) => return Ok(Done(Deduction::LimitReached { limit })),
+            // This process saw the user's units; but a retry of a request applied through
+            // another instance must still replay.
+            Err(_) => return Ok(Done(self.replay_or_limit(l, req, tr).await?)),
         };
         let r = self.deduct_counted(l, req, tr).await;
         match &r {
-            // Remember a limit only when it is made of units sold for good: pending claims and
-            // reservations may still be given back, and the store must see the next attempt.
-            Ok((Done(Deduction::LimitReached { .. }), true)) => attempt.saturate(limit),
+            // Remember only units sold for good: pending claims and reservations may still be
+            // given back, and the store must see the next attempt.
+            Ok((Done(Deduction::LimitReached { .. }), Some(final_units))) => {
+                attempt.saturate(*final_units)
+            }
             Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _))
                 if tr.kind == RequestKind::Sale =>
             {
@@ -1164,15 +1170,38 @@ impl<S: Store> Engine<S> {
         r.map(|(flow, _)| flow)
     }
 
+    /// "Limit reached" — unless this very request applied before (a retry, perhaps through
+    /// another instance): then its replay. One read of the request's home record.
+    async fn replay_or_limit(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Deduction> {
+        let rec = self
+            .inner
+            .store
+            .record(self.home_of(l, req), &req.request_id)
+            .await?;
+        Ok(match rec {
+            Some(HomeRecord {
+                user,
+                qty,
+                kind,
+                state: RecordState::Applied(parts),
+            }) if user == req.user.as_str() && qty == req.qty && kind == tr.kind => {
+                Deduction::Replayed { parts }
+            }
+            _ => Deduction::LimitReached {
+                limit: l.user_limit,
+            },
+        })
+    }
+
     /// Claim in the user record, deduct, then settle the user record (see `user_claim.lua`
-    /// for why this compensated two-step is exact). The `bool` is true when a "limit
-    /// reached" is final (made of units sold for good).
+    /// for why this compensated two-step is exact). With a "limit reached", the units the user
+    /// holds for good (sold) when the store knows them.
     async fn deduct_counted(
         &self,
         l: &Arc<Layout>,
         req: &Deduct,
         tr: &Trace,
-    ) -> Result<(Flow<Deduction>, bool)> {
+    ) -> Result<(Flow<Deduction>, Option<u64>)> {
         let store = &self.inner.store;
         let args = self.args(req, tr);
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
@@ -1180,9 +1209,9 @@ impl<S: Store> Engine<S> {
         // touching the user record (nothing would be sold, so nothing needs counting).
         if (0..l.segments).all(|i| l.hints.likely_short(i, req.qty)) {
             match self.check_short(l, req, tr).await? {
-                Short::Decided(d) => return Ok((Done(d), false)),
-                Short::Stale => return Ok((Stale, false)),
-                Short::Refused(e) => return Ok((Refused(e), false)),
+                Short::Decided(d) => return Ok((Done(d), None)),
+                Short::Stale => return Ok((Stale, None)),
+                Short::Refused(e) => return Ok((Refused(e), None)),
                 Short::Pending | Short::Go => {}
             }
         }
@@ -1211,10 +1240,10 @@ impl<S: Store> Engine<S> {
                                 .sum::<u64>();
                         let limit = l.user_limit;
                         if used.saturating_sub(pending) + req.qty > limit {
-                            let settled = final_used + req.qty > limit;
-                            return Ok((Done(Deduction::LimitReached { limit }), settled));
+                            let d = self.replay_or_limit(l, req, tr).await?;
+                            return Ok((Done(d), Some(final_used)));
                         }
-                        return Ok((Done(Deduction::UserBusy), false));
+                        return Ok((Done(Deduction::UserBusy), None));
                     }
                     self.verify_stale(l, req, &stale).await?;
                     verified = true;
@@ -1256,7 +1285,7 @@ impl<S: Store> Engine<S> {
                 .await?;
         }
         pending.armed = false;
-        Ok((flow, false))
+        Ok((flow, None))
     }
 
     /// Resolves per-user entries whose claimer is presumed dead (pending past expiry) or

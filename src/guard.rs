@@ -196,12 +196,13 @@ impl LocalGuard {
         }
     }
 
-    /// Tells the guard the store answered "limit reached" for this user: later attempts are
-    /// turned away locally until the entry expires.
-    pub fn saturate(&self, sku: &Sku, user: &UserId, limit: u64) {
+    /// Tells the guard the store answered "limit reached" with `final_units` sold for good to
+    /// this user: later attempts that would pass the limit on top of those units are turned
+    /// away locally until the entry expires (an attempt for fewer units still goes on).
+    pub fn saturate(&self, sku: &Sku, user: &UserId, final_units: u64) {
         if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
             e.busy = false;
-            e.used = e.used.max(limit);
+            e.used = e.used.max(final_units);
         }
     }
 
@@ -261,10 +262,11 @@ impl Attempt<'_> {
         }
     }
 
-    /// Ends the attempt after the store answered "limit reached" with units sold for good.
-    pub fn saturate(mut self, limit: u64) {
+    /// Ends the attempt after the store answered "limit reached" with `final_units` sold for
+    /// good to this user.
+    pub fn saturate(mut self, final_units: u64) {
         if let Some((sku, user, _)) = self.key.take() {
-            self.guard.saturate(&sku, &user, limit);
+            self.guard.saturate(&sku, &user, final_units);
         }
     }
 }
