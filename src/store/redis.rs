@@ -359,6 +359,15 @@ impl RedisStore {
         self.keys.segment(seg.sku, seg.index)
     }
 
+    /// KEYS of the segment-wide scripts (reclaim.lua, held.lua): the segment hash and its
+    /// reservation index.
+    fn seg_and_reservations(&self, seg: &SegAddr<'_>) -> Vec<String> {
+        vec![
+            self.seg_key(seg),
+            self.keys.reservations(seg.sku, seg.index, seg.generation),
+        ]
+    }
+
     fn rq_key(&self, seg: &SegAddr<'_>, rid: &RequestId) -> String {
         self.keys.request(seg.sku, seg.index, seg.generation, rid)
     }
@@ -926,10 +935,7 @@ impl Store for RedisStore {
             .eval(
                 &self.scripts.reclaim,
                 "reclaim",
-                vec![
-                    self.seg_key(&seg),
-                    self.keys.reservations(seg.sku, seg.index, seg.generation),
-                ],
+                self.seg_and_reservations(&seg),
                 vec![seg.generation.to_string()],
             )
             .await?;
@@ -1074,10 +1080,7 @@ impl Store for RedisStore {
             .eval(
                 &self.scripts.held,
                 "held",
-                vec![
-                    self.seg_key(&seg),
-                    self.keys.reservations(seg.sku, seg.index, seg.generation),
-                ],
+                self.seg_and_reservations(&seg),
                 vec![seg.generation.to_string()],
             )
             .await?;

@@ -4,7 +4,11 @@
 //! read, decide, and write with a script that applies only while the fence is still theirs.
 //! The baselines reproduce the seed articles' designs, including their failures: `naive` and
 //! `local-mutex` read, decide and write back with separate commands; `decr-compensate`
-//! decrements first and adds back when it went negative.
+//! decrements first (`HINCRBY`) and adds back when it went negative; when it did not, the
+//! record and `sold` are written by `deduct.lua`/`take.lua` mode "decr", which gives the units
+//! back and decides atomically, so twins of one request id never both sell. The decrement and
+//! the compensation stay separate commands: a crash or a re-sent command between them loses
+//! units — the baseline is not exactly-once, and says so (`Strategy::exactly_once`).
 //!
 //! Every strategy keeps the same records, claims and audit counters, so the engine's routing,
 //! fallback and exactly-once logic is shared, and an oversell shows up in the audit.
