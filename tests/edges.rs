@@ -272,6 +272,33 @@ async fn e01<S: Store>(e: Engine<S>, tag: &'static str) {
         (0, 2, 8),
         "[{tag}] {a:?}"
     );
+
+    // Without a per-user limit no user entry stands in front: the records alone must tell
+    // the kinds apart (at the home segment, and for a sale served by fallback).
+    let s = sku("kind0");
+    e.load_limited(&s, 4, 2, false, 0).await.unwrap();
+    held(
+        e.reserve(&d("kind0", "cy", 1, "n1"), ttl).await,
+        "cy reserves n1",
+    );
+    let sale = e.deduct(&d("kind0", "cy", 1, "n1")).await;
+    assert!(
+        matches!(sale, Err(Error::RequestIdConflict { field: "kind", .. })),
+        "[{tag}] no limit: a sale reusing reservation n1's id: {sale:?}"
+    );
+    let buy = e.deduct(&d("kind0", "cy", 3, "n2")).await.unwrap();
+    assert_eq!(buy.units_applied(), 3, "[{tag}] cy buys n2: {buy:?}");
+    let resv = e.reserve(&d("kind0", "cy", 3, "n2"), ttl).await;
+    assert!(
+        matches!(resv, Err(Error::RequestIdConflict { field: "kind", .. })),
+        "[{tag}] no limit: a reservation reusing sale n2's id: {resv:?}"
+    );
+    let a = audit_ok(&e, &s, tag).await;
+    assert_eq!(
+        (a.reserved, a.sold, a.remaining),
+        (1, 3, 0),
+        "[{tag}] no limit: {a:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
