@@ -976,7 +976,10 @@ impl<S: Store> Engine<S> {
                         break;
                     }
                 }
-                self.recover_claims(&l, seg).await?;
+                if let Err(e) = self.recover_claims(&l, seg).await {
+                    tracing::warn!(sku = %sku, segment = index, error = %e,
+                        "recovering abandoned claims failed; next sweep retries");
+                }
             }
             crate::metrics::reserved(&self.inner.sku_labels, sku.as_str(), reserved);
         }
@@ -1008,9 +1011,19 @@ impl<S: Store> Engine<S> {
             else {
                 continue; // settled, renewed or taken over meanwhile
             };
-            let outcome = self
+            let outcome = match self
                 .reconcile_as(l, &req, epoch, home_part, &tr, true)
-                .await?;
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // One claim that cannot be judged (e.g. its id is taken by a live part of
+                    // another request) must not hold up the others.
+                    tracing::warn!(sku = %req.sku, request_id = %req.request_id, error = %e,
+                        "abandoned claim not recovered");
+                    continue;
+                }
+            };
             recovered += 1;
             tracing::info!(sku = %req.sku, request_id = %req.request_id,
                 outcome = ?outcome_name(&outcome), "recovered an abandoned fallback claim");
@@ -1717,7 +1730,7 @@ impl<S: Store> Engine<S> {
                 }
                 TakeReply::Short { stock } => l.hints.observe(j, stock),
                 TakeReply::Fenced => return self.superseded(l, req, tr).await,
-                TakeReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                TakeReply::Mismatch(f) => return self.give_up(l, req, epoch, &[], tr, f).await,
                 TakeReply::Stale => return Ok(Stale),
             }
         }
@@ -1764,7 +1777,9 @@ impl<S: Store> Engine<S> {
                         break;
                     }
                     TakeReply::Fenced => return self.superseded(l, req, tr).await,
-                    TakeReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                    TakeReply::Mismatch(f) => {
+                        return self.give_up(l, req, epoch, &parts, tr, f).await;
+                    }
                     TakeReply::Stale => return Ok(Stale),
                 }
             }
@@ -1789,6 +1804,35 @@ impl<S: Store> Engine<S> {
         } else {
             Deduction::Insufficient { available }
         }))
+    }
+
+    /// The claim holder met a live part of another request under this id at some segment
+    /// (its request id is taken): refund what it took, release the claim, refuse.
+    async fn give_up(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        epoch: u64,
+        parts: &[Part],
+        tr: &Trace,
+        field: &'static str,
+    ) -> Result<Flow<Deduction>> {
+        self.refund_all(l, req, epoch, parts, tr).await?;
+        let release = self
+            .inner
+            .store
+            .settle(
+                self.home_of(l, req),
+                self.args(req, tr),
+                epoch,
+                SettleAs::Release,
+            )
+            .await?;
+        Ok(match release {
+            SettleReply::Ok | SettleReply::Gone => Refused(Self::conflict(req, field)),
+            SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+            SettleReply::Superseded => Done(Deduction::InFlight),
+        })
     }
 
     async fn settle(

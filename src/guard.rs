@@ -33,6 +33,9 @@ pub enum Local {
 struct Entry {
     /// Units this process saw the user get (sold or reserved).
     used: u64,
+    /// Units the store said the user holds for good (from a "limit reached"): a floor under
+    /// `used`, kept apart because it may include units `used` already counts.
+    held_for_good: u64,
     /// Request ids of those units (a retry of one of them is a replay, not a new purchase).
     applied: Vec<RequestId>,
     /// An attempt is running in this process.
@@ -118,6 +121,7 @@ impl LocalGuard {
         let decision = {
             let mut e = self.map.entry(key).or_insert_with(|| Entry {
                 used: 0,
+                held_for_good: 0,
                 applied: Vec::new(),
                 busy: false,
                 at: now,
@@ -126,12 +130,14 @@ impl LocalGuard {
             if e.generation != generation {
                 e.generation = generation;
                 e.used = 0;
+                e.held_for_good = 0;
                 e.applied.clear();
             }
             if now.duration_since(e.at) >= self.ttl {
                 // Expired: forget what we knew (the store still knows).
                 self.stats.expirations.fetch_add(1, Relaxed);
                 e.used = 0;
+                e.held_for_good = 0;
                 e.applied.clear();
                 e.busy = false;
             }
@@ -139,7 +145,10 @@ impl LocalGuard {
                 // Not touched: a stream of double clicks must not keep an entry alive whose
                 // attempt is gone — it expires `ttl` after the attempt began.
                 Local::InFlight
-            } else if limit > 0 && e.used + qty > limit && !e.applied.contains(rid) {
+            } else if limit > 0
+                && e.used.max(e.held_for_good) + qty > limit
+                && !e.applied.contains(rid)
+            {
                 e.at = now;
                 Local::LimitReached
             } else {
@@ -202,7 +211,7 @@ impl LocalGuard {
     pub fn saturate(&self, sku: &Sku, user: &UserId, final_units: u64) {
         if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
             e.busy = false;
-            e.used = e.used.max(final_units);
+            e.held_for_good = e.held_for_good.max(final_units);
         }
     }
 
@@ -311,6 +320,43 @@ mod tests {
         // No limit: only the in-flight check.
         g.finish(&s2, &u2, &r3, 1);
         assert_eq!(g.begin(&s2, &u2, &r2, 5, 0), Local::Pass);
+    }
+
+    #[test]
+    fn held_units_from_the_store_and_seen_sales_are_not_added_up() {
+        // Found by the history checker: the store said "1 unit held for good" (a qty-2
+        // refusal), then this process saw the retry of that very sale replay; the user holds
+        // 1 of 2 and a 1-unit purchase must pass.
+        let g = LocalGuard::new(Duration::from_secs(60), 100);
+        let (s, u, r1) = ids("u", "r1");
+        let (r2, r3) = (RequestId::new("r2").unwrap(), RequestId::new("r3").unwrap());
+        assert_eq!(g.begin(&s, &u, &r2, 2, 2), Local::Pass);
+        g.saturate(&s, &u, 1);
+        assert_eq!(g.begin(&s, &u, &r1, 1, 2), Local::Pass);
+        g.finish(&s, &u, &r1, 1);
+        assert_eq!(g.begin(&s, &u, &r3, 1, 2), Local::Pass);
+        g.finish(&s, &u, &r3, 1);
+        assert_eq!(g.begin(&s, &u, &r2, 1, 2), Local::LimitReached);
+    }
+
+    #[test]
+    fn a_dropped_attempt_frees_the_user_and_busy_answers_do_not_extend_the_entry() {
+        let g = LocalGuard::new(Duration::from_millis(100), 100);
+        let (s, u, r1) = ids("u", "r1");
+        let a = g.enter(7, &s, &u, &r1, 1, 1).unwrap();
+        drop(a);
+        let a = g
+            .enter(7, &s, &u, &r1, 1, 1)
+            .expect("free again after a drop");
+        // A stuck attempt (never finished, never dropped) expires `ttl` after it began, however
+        // many double clicks ask meanwhile.
+        std::mem::forget(a);
+        for _ in 0..7 {
+            assert_eq!(g.begin_in(7, &s, &u, &r1, 1, 1), Local::InFlight);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(g.begin_in(7, &s, &u, &r1, 1, 1), Local::Pass);
     }
 
     #[test]

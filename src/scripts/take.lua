@@ -60,7 +60,14 @@ stock = stock + reclaim(KEYS[1], KEYS[3], now)
 local rec = record(KEYS[2])
 if rec then
   local f = conflict(rec, user, qty, kind)
-  if f then return { 'mismatch', f } end
+  if f then
+    -- Away from home, a refunded ('R') or fence ('V') record of another request is what an
+    -- earlier request under this id left when it ended without selling here (released at
+    -- home, so the id was free to claim again): the caller's claim at home is the authority
+    -- now, and the record is treated as absent. A part that is live ('A') still conflicts.
+    if is_home == '1' or rec.s == 'A' then return { 'mismatch', f } end
+    rec = nil
+  end
 end
 if mode == 'fenced' then
   if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end

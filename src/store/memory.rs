@@ -474,11 +474,16 @@ impl Store for MemoryStore {
         Ok(self.with_seg(seg, TakeReply::Stale, |s, now| {
             s.reclaim(now);
             let stock = s.st.stock;
-            let rec = s.rec(seg.generation, req.request_id, now);
-            if let Some(rec) = &rec
-                && let Some(f) = mismatch(rec, &req)
+            let mut rec = s.rec(seg.generation, req.request_id, now);
+            if let Some(r) = &rec
+                && let Some(f) = mismatch(r, &req)
             {
-                return TakeReply::Mismatch(f);
+                // take.lua: away from home, what an ended request under this id left (refunded
+                // or fence record) is treated as absent; a live part conflicts.
+                if is_home || r.s == St::Applied {
+                    return TakeReply::Mismatch(f);
+                }
+                rec = None;
             }
             if is_home {
                 let Some(rec) = rec.filter(|r| r.s == St::Pending && r.epoch == epoch) else {
@@ -620,7 +625,10 @@ impl Store for MemoryStore {
     // fence.lua
     async fn fence(&self, seg: SegAddr<'_>, req: ReqArgs<'_>, epoch: u64) -> Result<FenceReply> {
         Ok(self.with_any(seg, |s, now| {
-            if let Some(rec) = s.rec(seg.generation, req.request_id, now) {
+            if let Some(rec) = s
+                .rec(seg.generation, req.request_id, now)
+                .filter(|r| r.s == St::Applied || mismatch(r, &req).is_none())
+            {
                 if let Some(f) = mismatch(rec, &req) {
                     return FenceReply::Mismatch(f);
                 }
