@@ -1164,7 +1164,7 @@ impl<S: Store> Engine<S> {
             Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
             // This process saw the user's units; but a retry of a request applied through
             // another instance must still replay.
-            Err(_) => return Ok(Done(self.replay_or_limit(l, req, tr).await?)),
+            Err(_) => return self.replay_or_limit(l, req, tr).await,
         };
         let r = self.deduct_counted(l, req, tr).await;
         match &r {
@@ -1184,26 +1184,37 @@ impl<S: Store> Engine<S> {
     }
 
     /// "Limit reached" — unless this very request applied before (a retry, perhaps through
-    /// another instance): then its replay. One read of the request's home record.
-    async fn replay_or_limit(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Deduction> {
+    /// another instance): then its replay; or its request id is taken by another request
+    /// (other user, quantity or kind): then that conflict. One read of the home record.
+    async fn replay_or_limit(
+        &self,
+        l: &Layout,
+        req: &Deduct,
+        tr: &Trace,
+    ) -> Result<Flow<Deduction>> {
         let rec = self
             .inner
             .store
             .record(self.home_of(l, req), &req.request_id)
             .await?;
-        Ok(match rec {
-            Some(HomeRecord {
-                user,
-                qty,
-                kind,
-                state: RecordState::Applied(parts),
-            }) if user == req.user.as_str() && qty == req.qty && kind == tr.kind => {
-                Deduction::Replayed { parts }
-            }
-            _ => Deduction::LimitReached {
-                limit: l.user_limit,
-            },
-        })
+        let limit = Done(Deduction::LimitReached {
+            limit: l.user_limit,
+        });
+        let Some(rec) = rec else { return Ok(limit) };
+        let field = if rec.user != req.user.as_str() {
+            "user"
+        } else if rec.qty != req.qty {
+            "qty"
+        } else if rec.kind != tr.kind {
+            "kind"
+        } else {
+            return Ok(match rec.state {
+                RecordState::Applied(parts) => Done(Deduction::Replayed { parts }),
+                RecordState::Sealed => Refused(Error::Sealed(req.request_id.to_string())),
+                RecordState::Pending { .. } => limit,
+            });
+        };
+        Ok(Refused(Self::conflict(req, field)))
     }
 
     /// Claim in the user record, deduct, then settle the user record (see `user_claim.lua`
@@ -1253,8 +1264,8 @@ impl<S: Store> Engine<S> {
                                 .sum::<u64>();
                         let limit = l.user_limit;
                         if used.saturating_sub(pending) + req.qty > limit {
-                            let d = self.replay_or_limit(l, req, tr).await?;
-                            return Ok((Done(d), Some(final_used)));
+                            let flow = self.replay_or_limit(l, req, tr).await?;
+                            return Ok((flow, Some(final_used)));
                         }
                         return Ok((Done(Deduction::UserBusy), None));
                     }

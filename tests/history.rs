@@ -596,7 +596,11 @@ async fn run(srv: &RedisServer, v: Variant) {
         Params {
             limit: LIMIT,
             loaded: LOADED,
-            user_claim_ttl_us: USER_CLAIM_TTL_MS * 1000 + SLACK_US,
+            // How long a dropped or failed call may keep its user busy: its per-user entry is
+            // resolved at once by the engine's cleanup task, but when that cleanup fails too
+            // (connections killed) and the call held a fallback claim, only after the entry
+            // expired and the claim's lease ran out.
+            user_claim_ttl_us: (USER_CLAIM_TTL_MS + CLAIM_LEASE_MS) * 1000 + SLACK_US,
             engines: engines.len(),
         },
     );

@@ -461,6 +461,8 @@ pub struct Params {
     pub limit: u64,
     pub loaded: u64,
     /// The engines' user claim TTL (µs): a dropped attempt may keep the user busy that long.
+    /// How long after a call with an unknown outcome its user may still be answered UserBusy
+    /// (the per-user claim TTL plus the fallback claim lease, with slack).
     pub user_claim_ttl_us: u64,
     /// Engines of the workload; the final purchase may also use a new one (index `engines`).
     pub engines: usize,
