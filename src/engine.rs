@@ -1185,18 +1185,26 @@ impl<S: Store> Engine<S> {
 
     /// "Limit reached" — unless this very request applied before (a retry, perhaps through
     /// another instance): then its replay; or its request id is taken by another request
-    /// (other user, quantity or kind): then that conflict. One read of the home record.
+    /// (other user, quantity or kind): then that conflict; or the cached layout is no longer
+    /// the SKU's: then stale. One round trip (home record and metadata, pipelined).
     async fn replay_or_limit(
         &self,
         l: &Layout,
         req: &Deduct,
         tr: &Trace,
     ) -> Result<Flow<Deduction>> {
-        let rec = self
-            .inner
-            .store
-            .record(self.home_of(l, req), &req.request_id)
-            .await?;
+        // The limit and the ledger come from the cached layout: make sure it is still the SKU's
+        // (a reload elsewhere may have changed the limit), in the same round trip.
+        let (rec, current) = futures::join!(
+            self.inner
+                .store
+                .record(self.home_of(l, req), &req.request_id),
+            self.is_current(l, &req.sku)
+        );
+        if !current? {
+            return Ok(Stale);
+        }
+        let rec = rec?;
         let limit = Done(Deduction::LimitReached {
             limit: l.user_limit,
         });
