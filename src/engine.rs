@@ -564,15 +564,18 @@ enum Flow<T> {
 
 use Flow::{Done, Refused, Restart, Stale};
 
-/// Armed while a per-user entry is pending for a running call: if the call's future is dropped
-/// (a client disconnected and the server dropped its handler), a task resolves the entry at
-/// once — seal the request at its home or count what it applied — instead of leaving the user
-/// busy until the entry expires.
+/// Armed while a call of the per-user path runs (from its claim in the user record until that
+/// record is settled): if the call's future is dropped — a client disconnected and the server
+/// dropped its handler — a task finishes the call in the background, with the same request id:
+/// its per-user entry is settled at once instead of keeping the user busy until it expires,
+/// and a retry of that id by the client replays whatever the background call did. Every step
+/// is idempotent by request id, so the background run and whatever the dropped call had in
+/// flight cannot apply twice.
 struct PendingEntry<'a, S: Store> {
     engine: &'a Engine<S>,
     layout: &'a Arc<Layout>,
     req: &'a Deduct,
-    kind: RequestKind,
+    resv: u64,
     armed: bool,
 }
 
@@ -589,16 +592,12 @@ impl<S: Store> Drop for PendingEntry<'_, S> {
             Arc::clone(self.layout),
             self.req.clone(),
         );
-        let entry = StaleEntry {
-            request_id: req.request_id.clone(),
-            qty: req.qty,
-            reserved: false,
-            kind: self.kind,
-        };
+        let resv = self.resv;
         rt.spawn(async move {
-            if let Err(e) = engine.verify_stale(&l, &req, &[entry]).await {
+            let tr = Trace::new(resv);
+            if let Err(e) = Box::pin(engine.deduct_counted(&l, &req, &tr)).await {
                 tracing::warn!(error = %e, request_id = %req.request_id,
-                    "resolving the per-user entry of a dropped call failed; it is verified when it lingers");
+                    "finishing a dropped call failed; its per-user entry is verified when it lingers");
             }
         });
     }
@@ -1035,7 +1034,7 @@ impl<S: Store> Engine<S> {
                             self.reservation_finish(l, &req, home_at).await?
                         }
                     },
-                    Done(Deduction::SoldOut) => Some(UserFinish::Void),
+                    Done(Deduction::SoldOut) | Refused(_) => Some(UserFinish::Void),
                     _ => None,
                 };
                 if let Some(how) = how {
@@ -1247,14 +1246,29 @@ impl<S: Store> Engine<S> {
                 Short::Pending | Short::Go => {}
             }
         }
+        // Armed before the claim is sent: a call dropped while its claim is in flight must not
+        // leave the entry pending either.
+        let mut pending = PendingEntry {
+            engine: self,
+            layout: l,
+            req,
+            resv: tr.resv,
+            armed: true,
+        };
         let mut verified = false;
         loop {
-            match store
+            let claim = store
                 .user_claim(&req.sku, l.generation, args, l.user_limit, claim_ttl)
-                .await?
-            {
+                .await;
+            if claim.is_err() {
+                pending.armed = false; // unknown: a retry with the same id finds its entry
+            }
+            match claim? {
                 UserClaim::Ok | UserClaim::Dup { .. } => break,
-                UserClaim::Mismatch(f) => return Err(Self::conflict(req, f)),
+                UserClaim::Mismatch(f) => {
+                    pending.armed = false;
+                    return Err(Self::conflict(req, f));
+                }
                 UserClaim::Limit {
                     used,
                     final_used,
@@ -1264,31 +1278,29 @@ impl<S: Store> Engine<S> {
                     if verified || stale.is_empty() {
                         // Refuse with "limit reached" only for units the user holds (sold, or
                         // reserved and live); attempts still pending may give theirs back.
-                        let pending: u64 = fresh_pending
+                        let in_flight: u64 = fresh_pending
                             + stale
                                 .iter()
                                 .filter(|e| !e.reserved)
                                 .map(|e| e.qty)
                                 .sum::<u64>();
                         let limit = l.user_limit;
-                        if used.saturating_sub(pending) + req.qty > limit {
+                        pending.armed = false; // refused: nothing was claimed
+                        if used.saturating_sub(in_flight) + req.qty > limit {
                             let flow = self.replay_or_limit(l, req, tr).await?;
                             return Ok((flow, Some(final_used)));
                         }
                         return Ok((Done(Deduction::UserBusy), None));
                     }
-                    self.verify_stale(l, req, &stale).await?;
+                    let checked = self.verify_stale(l, req, &stale).await;
+                    if checked.is_err() {
+                        pending.armed = false;
+                    }
+                    checked?;
                     verified = true;
                 }
             }
         }
-        let mut pending = PendingEntry {
-            engine: self,
-            layout: l,
-            req,
-            kind: tr.kind,
-            armed: true,
-        };
         let flow = match self.deduct_in(l, req, tr).await {
             Ok(flow) => flow,
             Err(e) => {
@@ -1380,7 +1392,7 @@ impl<S: Store> Engine<S> {
                             .await?
                         {
                             Done(Deduction::Replayed { .. }) => Some(true),
-                            Done(Deduction::SoldOut) => Some(false),
+                            Done(Deduction::SoldOut) | Refused(_) => Some(false),
                             _ => None,
                         }
                     }
@@ -1471,7 +1483,9 @@ impl<S: Store> Engine<S> {
             request_id: &req.request_id,
             user: &req.user,
             qty: req.qty,
-            ttl_ms: self.ttl_ms(),
+            // A reservation's records (its claim and home record too, not only the part that
+            // holds the units) outlive the reservation by the request TTL.
+            ttl_ms: self.ttl_ms() + tr.resv,
             lease_ms: self.inner.opts.claim_lease.as_millis() as u64,
             resv_ttl_ms: tr.resv,
             kind: tr.kind,
@@ -1649,6 +1663,7 @@ impl<S: Store> Engine<S> {
                 units: home_part,
             });
         }
+        let mut taken_by_other = None;
         for (j, r) in futures::future::join_all(fences).await {
             match r? {
                 FenceReply::Clear => {}
@@ -1658,8 +1673,20 @@ impl<S: Store> Engine<S> {
                 }),
                 FenceReply::Applied { .. } => {}
                 FenceReply::Fenced => return Ok(Done(Deduction::InFlight)),
-                FenceReply::Mismatch(f) => return Err(Self::conflict(req, f)),
+                FenceReply::Mismatch(f) => taken_by_other = Some(f),
             }
+        }
+        if let Some(f) = taken_by_other {
+            // A live part of another request under this id: this one can never complete. Give
+            // back what it took and seal it, rather than leave its units stranded.
+            self.refund_all(l, req, epoch, &parts, tr).await?;
+            return Ok(
+                match store.settle(home_at, args, epoch, SettleAs::Seal).await? {
+                    SettleReply::Ok | SettleReply::Gone => Refused(Self::conflict(req, f)),
+                    SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
+                    SettleReply::Superseded => Done(Deduction::InFlight),
+                },
+            );
         }
         let taken: u64 = parts.iter().map(|p| p.units).sum();
         if taken == req.qty {
