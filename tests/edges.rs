@@ -932,6 +932,68 @@ async fn e07_sealed_request_id_is_sealed_on_both_stores() {
 // ---------------------------------------------------------------------------------------------
 // 8. decr-compensate: twins of one request id never both apply; no oversell; audit ok.
 
+/// Found by review: decr-compensate's give-back ran on every run of its script, so a run
+/// re-sent after a lost reply (fred re-sends in-flight commands) created units; and a stale
+/// answer skipped the give-back, losing the units the decrement took from the new generation.
+#[tokio::test]
+async fn e08_decr_compensate_gives_back_once_per_decrement() {
+    use fred::prelude::{LuaInterface, Value};
+    let srv = RedisServer::start();
+    let e = strategy_engine(
+        &srv,
+        Engine::builder().per_user_limit(0),
+        Strategy::DecrCompensate,
+        lock_opts(2000, 1000),
+    )
+    .await;
+    let s = sku("decr1");
+    let g = e.load(&s, 10, 1, false).await.unwrap().to_string();
+    let client = e.store().pool().next().clone();
+    let lua = concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/deduct_core.lua"),
+        include_str!("../src/scripts/deduct.lua")
+    );
+    let keys = |g: &str| {
+        vec![
+            "t:{decr1#0}:seg".to_string(),
+            format!("t:{{decr1#0}}:g{g}:rq:x"),
+            format!("t:{{decr1#0}}:g{g}:resv"),
+            format!("t:{{decr1#0}}:g{g}:claims"),
+            "t:{decr1#0}:seg:dt:77".to_string(),
+        ]
+    };
+    let args = |g: &str| -> Vec<String> {
+        [g, "u", "3", "0", "60000", "1000", "1", "decr", "77", "0"]
+            .map(String::from)
+            .to_vec()
+    };
+    // One decrement, its script run twice (the second a re-send after a lost reply).
+    srv.cli(&["HINCRBY", "t:{decr1#0}:seg", "stock", "-3"]);
+    for _ in 0..2 {
+        let _: Value = client.eval(lua, keys(&g), args(&g)).await.unwrap();
+    }
+    let a = e.audit(&s).await.unwrap();
+    assert!(
+        a.ok && (a.remaining, a.sold) == (7, 3),
+        "one decrement, its script run twice: {a:?}"
+    );
+    // A decrement that lands on a newer generation than its script believes in: given back.
+    let g2 = e.load(&s, 10, 1, true).await.unwrap();
+    srv.cli(&["HINCRBY", "t:{decr1#0}:seg", "stock", "-3"]);
+    let mut k = keys(&g);
+    k[4] = "t:{decr1#0}:seg:dt:78".to_string();
+    let mut a2 = args(&g);
+    a2[8] = "78".to_string();
+    let r: Value = client.eval(lua, k, a2).await.unwrap();
+    assert!(format!("{r:?}").contains("stale"), "{r:?}");
+    let a = e.audit(&s).await.unwrap();
+    assert!(
+        a.generation == g2 && a.ok && (a.remaining, a.sold) == (10, 0),
+        "a stale script still gives its decrement back: {a:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e08_decr_compensate_twins_apply_once() {
     let srv = RedisServer::start();

@@ -8,6 +8,7 @@
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
 -- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
+-- KEYS[4]  mode "decr" only: the decrement's one-time token <prefix>:{<sku>#<i>}:dt:<nonce>
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  qty       the request's whole quantity (checked against the records)
@@ -47,13 +48,16 @@ local fence = uint('fence', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 local kind = resv_ttl > 0 and 'r' or 's'
 
-local stock, other = segment(KEYS[1], gen)
-if not stock then return { 'stale', other } end
 if mode == 'decr' then
-  redis.call('HINCRBY', KEYS[1], 'stock', part)
-  stock = stock + part
+  -- Give the caller's decrement back once (KEYS[4]: its one-time token; see deduct.lua).
+  if not KEYS[4] then bad('decr token') end
+  if redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[6]) then
+    redis.call('HINCRBY', KEYS[1], 'stock', ARGV[4])
+  end
   mode = 'lua'
 end
+local stock, other = segment(KEYS[1], gen)
+if not stock then return { 'stale', other } end
 local now = now_ms()
 stock = stock + reclaim(KEYS[1], KEYS[3], now)
 

@@ -372,7 +372,8 @@ impl RedisStore {
         self.keys.request(seg.sku, seg.index, seg.generation, rid)
     }
 
-    /// `deduct.lua` in `mode` (`lua`, `claim` or `fenced` with `fence`).
+    /// `deduct.lua` in `mode` (`lua`, `claim` or `fenced` with `fence`; `decr` with `fence`
+    /// carrying the decrement's one-time token).
     async fn lua_home(
         &self,
         seg: SegAddr<'_>,
@@ -381,16 +382,20 @@ impl RedisStore {
         mode: &str,
         fence: u64,
     ) -> Result<HomeReply> {
+        let mut keys = vec![
+            self.seg_key(&seg),
+            self.rq_key(&seg, req.request_id),
+            self.keys.reservations(seg.sku, seg.index, seg.generation),
+            self.keys.claims(seg.sku, seg.index, seg.generation),
+        ];
+        if mode == "decr" {
+            keys.push(self.decr_token(&seg, fence));
+        }
         let r = self
             .eval(
                 &self.scripts.deduct,
                 "deduct",
-                vec![
-                    self.seg_key(&seg),
-                    self.rq_key(&seg, req.request_id),
-                    self.keys.reservations(seg.sku, seg.index, seg.generation),
-                    self.keys.claims(seg.sku, seg.index, seg.generation),
-                ],
+                keys,
                 vec![
                     seg.generation.to_string(),
                     req.user.to_string(),
@@ -435,7 +440,13 @@ impl RedisStore {
         })
     }
 
-    /// `take.lua` in `mode` (`lua` or `fenced` with `fence`).
+    /// The one-time token of a decr-compensate decrement (same hash tag as the segment).
+    fn decr_token(&self, seg: &SegAddr<'_>, nonce: u64) -> String {
+        format!("{}:dt:{nonce}", self.seg_key(seg))
+    }
+
+    /// `take.lua` in `mode` (`lua` or `fenced` with `fence`; `decr` with `fence` carrying the
+    /// decrement's one-time token).
     #[allow(clippy::too_many_arguments)]
     async fn lua_take(
         &self,
@@ -451,11 +462,17 @@ impl RedisStore {
             .eval(
                 &self.scripts.take,
                 "take",
-                vec![
-                    self.seg_key(&seg),
-                    self.rq_key(&seg, req.request_id),
-                    self.keys.reservations(seg.sku, seg.index, seg.generation),
-                ],
+                {
+                    let mut keys = vec![
+                        self.seg_key(&seg),
+                        self.rq_key(&seg, req.request_id),
+                        self.keys.reservations(seg.sku, seg.index, seg.generation),
+                    ];
+                    if mode == "decr" {
+                        keys.push(self.decr_token(&seg, fence));
+                    }
+                    keys
+                },
                 vec![
                     seg.generation.to_string(),
                     req.user.to_string(),

@@ -276,7 +276,16 @@ pub(super) async fn deduct_home(
         // decides atomically — so a twin that also decremented replays instead of selling.
         Mode::DecrCompensate => match s.lua_home(seg, req, false, "claim", 0).await? {
             HomeReply::Short { .. } => match s.decr(&seg, req.qty).await? {
-                Some(_) => s.lua_home(seg, req, claim, "decr", 0).await,
+                Some(_) => {
+                    s.lua_home(
+                        seg,
+                        req,
+                        claim,
+                        "decr",
+                        fastrand::u64(1..1_000_000_000_000_000),
+                    )
+                    .await
+                }
                 None => s.lua_home(seg, req, claim, "claim", 0).await,
             },
             other => Ok(other),
@@ -335,7 +344,11 @@ pub(super) async fn take(
             s.naive_take(seg, req, part, epoch).await
         }
         Mode::DecrCompensate => match s.decr(&seg, part).await? {
-            Some(_) => s.lua_take(seg, req, part, epoch, is_home, "decr", 0).await,
+            Some(_) => {
+                let token = fastrand::u64(1..1_000_000_000_000_000);
+                s.lua_take(seg, req, part, epoch, is_home, "decr", token)
+                    .await
+            }
             None => Ok(TakeReply::Short { stock: 0 }),
         },
         Mode::Locked(locker) => {
