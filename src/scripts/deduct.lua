@@ -6,6 +6,7 @@
 -- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
 -- KEYS[3]  reservation index <prefix>:{<sku>#<i>}:g<gen>:resv (ZSET of record keys by expiry)
 -- KEYS[4]  claim index       <prefix>:{<sku>#<i>}:g<gen>:claims (ZSET of claim records by lease end)
+-- KEYS[5]  mode "decr" only: the decrement's one-time token <prefix>:{<sku>#<i>}:dt:<nonce>
 -- ARGV[1]  gen        load generation the caller believes in
 -- ARGV[2]  user       user id
 -- ARGV[3]  qty        units wanted (> 0)
@@ -53,16 +54,21 @@ if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' and mode ~= 'decr' the
 local fence = uint('fence', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
-local st, other = open_segment(KEYS[1], KEYS[3], gen)
-if not st then return { 'stale', other } end
 if mode == 'decr' then
   -- decr-compensate: the caller already took `qty` off the stock with HINCRBY. Give it back
-  -- here and decide as "lua" would, in this one atomic step: a twin (the same request id sent
-  -- twice) then finds its record and replays, so both decrements never both sell.
-  redis.call('HINCRBY', KEYS[1], 'stock', ARGV[3])
-  st.stock = st.stock + qty
+  -- here — once per decrement: KEYS[5] is that decrement's one-time token, so a run re-sent
+  -- after a lost reply gives nothing back twice — and decide as "lua" would, in this one
+  -- atomic step: a twin (the same request id sent twice, each with its own decrement) finds
+  -- the first one's record and replays, so both decrements never both sell. Given back before
+  -- the generation check: the decrement hit whatever generation the segment holds.
+  if not KEYS[5] then bad('decr token') end
+  if redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[5]) then
+    redis.call('HINCRBY', KEYS[1], 'stock', ARGV[3])
+  end
   mode = 'lua'
 end
+local st, other = open_segment(KEYS[1], KEYS[3], gen)
+if not st then return { 'stale', other } end
 local reply = decide(st, KEYS[1], { rk = KEYS[2], u = user, qty = qty, q = ARGV[3],
   index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode, fence = fence,
   resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' })
