@@ -900,16 +900,25 @@ impl<S: Store> Engine<S> {
                 };
         // The user's record follows (idempotent; a crash here is repaired when the user next
         // reaches the limit, by verify_stale).
-        if let Ok(user) = UserId::new(&user) {
+        if let Ok(user) = UserId::new(&user)
+            && units > 0
+        {
             let how = match state {
                 ResvState::Confirmed => Some(UserFinish::Sold),
                 ResvState::Cancelled | ResvState::Expired => Some(UserFinish::Void),
                 ResvState::Reserved => None,
             };
             if let Some(how) = how {
+                let req = Deduct {
+                    sku: sku.clone(),
+                    user: user.clone(),
+                    qty: units,
+                    request_id: rid.clone(),
+                };
+                let args = self.args(&req, &Trace::recovering(RequestKind::Reservation));
                 self.inner
                     .store
-                    .user_finish(&sku, generation, &user, &rid, how)
+                    .user_finish(&sku, generation, args, how)
                     .await?;
                 if how == UserFinish::Void {
                     self.inner.guard.forget(&sku, &user);
@@ -1039,7 +1048,7 @@ impl<S: Store> Engine<S> {
                 };
                 if let Some(how) = how {
                     store
-                        .user_finish(&req.sku, l.generation, &req.user, &req.request_id, how)
+                        .user_finish(&req.sku, l.generation, self.args(&req, &tr), how)
                         .await?;
                 }
             }
@@ -1324,9 +1333,7 @@ impl<S: Store> Engine<S> {
         };
         // Still armed here: dropped during this write, the entry is resolved all the same.
         if let Some(how) = how {
-            store
-                .user_finish(&req.sku, l.generation, &req.user, &req.request_id, how)
-                .await?;
+            store.user_finish(&req.sku, l.generation, args, how).await?;
         }
         pending.armed = false;
         Ok((flow, None))
@@ -1338,9 +1345,15 @@ impl<S: Store> Engine<S> {
     async fn verify_stale(&self, l: &Layout, req: &Deduct, stale: &[StaleEntry]) -> Result<()> {
         for e in stale {
             if let Some(how) = self.resolve_entry(l, req, e).await? {
+                let counted = Deduct {
+                    qty: e.qty,
+                    request_id: e.request_id.clone(),
+                    ..req.clone()
+                };
+                let args = self.args(&counted, &Trace::recovering(e.kind));
                 self.inner
                     .store
-                    .user_finish(&req.sku, l.generation, &req.user, &e.request_id, how)
+                    .user_finish(&req.sku, l.generation, args, how)
                     .await?;
             }
         }

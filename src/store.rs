@@ -551,13 +551,14 @@ pub trait Store: Send + Sync + 'static {
         limit: u64,
         claim_ttl_ms: u64,
     ) -> impl Future<Output = Result<UserClaim>> + Send;
-    /// `user_finish.lua`: marks a counted request sold or reserved, or removes it.
+    /// `user_finish.lua`: marks `req`'s entry in `req.user`'s record sold or reserved (adding
+    /// it when it is missing: a twin of the request may have removed it after selling nothing,
+    /// and units sold must always be counted), or removes it.
     fn user_finish(
         &self,
         sku: &Sku,
         generation: u64,
-        user: &UserId,
-        request_id: &RequestId,
+        req: ReqArgs<'_>,
         how: UserFinish,
     ) -> impl Future<Output = Result<()>> + Send;
     /// `reserve_end.lua`: confirms (`Some(true)`), cancels (`Some(false)`) or reads (`None`)

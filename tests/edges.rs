@@ -1354,8 +1354,7 @@ async fn e12_largest<S: Store>(e: Engine<S>, tag: &'static str) {
         .user_finish(
             &s,
             generation,
-            &hugo,
-            &h0,
+            args(&e, &h0, &hugo, 1, 0),
             shardstock::store::UserFinish::Void,
         )
         .await
@@ -1524,4 +1523,59 @@ async fn e13_audit_sees_reserved_units_held_by_nothing() {
         "the audit did not name a segment whose reserved units no live reservation holds:\n  {}",
         missed.join("\n  ")
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Found by review: twins of one request id share one per-user entry. One twin (sold out)
+// removed it while the other, paused, then sold: its "sold" found no entry, so the unit was
+// never counted and the user could buy past the limit. "sold" now writes the entry back.
+
+async fn twin_voided_entry<S: Store>(e: Engine<S>, tag: &'static str) {
+    let s = sku("twinvoid");
+    let generation = e.load_limited(&s, 10, 1, false, 1).await.unwrap();
+    let (x1, bob) = (rid("x1"), uid("bob"));
+    let st = e.store();
+    let a = args(&e, &x1, &bob, 1, 0);
+    assert_eq!(
+        st.user_claim(&s, generation, a, 1, 60_000).await.unwrap(),
+        UserClaim::Ok,
+        "[{tag}]"
+    );
+    // Twin 1 sold nothing and removed the entry.
+    st.user_finish(&s, generation, a, shardstock::store::UserFinish::Void)
+        .await
+        .unwrap();
+    // Twin 2 (paused until now) sells and records it.
+    let placed = st
+        .deduct_home(at(&s, generation, home(&x1, 1)), a, true)
+        .await
+        .unwrap();
+    assert!(
+        matches!(placed, HomeReply::Applied { .. }),
+        "[{tag}] {placed:?}"
+    );
+    st.user_finish(&s, generation, a, shardstock::store::UserFinish::Sold)
+        .await
+        .unwrap();
+    let r = e.deduct(&d("twinvoid", "bob", 1, "y1")).await.unwrap();
+    assert_eq!(
+        r,
+        Deduction::LimitReached { limit: 1 },
+        "[{tag}] bob bought x1 through the second twin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_sold_twin_is_counted_after_its_twin_removed_the_entry() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three(&srv, quick()).await;
+    run_all(
+        true,
+        vec![
+            ("memory", twin_voided_entry(m, "memory").boxed()),
+            ("redis", twin_voided_entry(r, "redis").boxed()),
+            ("coalesced", twin_voided_entry(c, "coalesced").boxed()),
+        ],
+    )
+    .await;
 }

@@ -785,30 +785,31 @@ impl Store for MemoryStore {
         &self,
         sku: &Sku,
         generation: u64,
-        user: &UserId,
-        request_id: &RequestId,
+        req: ReqArgs<'_>,
         how: UserFinish,
     ) -> Result<()> {
-        if let Some(mut rec) = self
-            .inner
-            .users
-            .get_mut(&(sku.clone(), generation, user.clone()))
-        {
-            match how {
-                UserFinish::Void => {
-                    rec.remove(request_id);
-                }
-                UserFinish::Sold | UserFinish::Reserved => {
-                    if let Some(e) = rec.get_mut(request_id) {
-                        e.state = if how == UserFinish::Sold {
-                            UserKind::Sold
-                        } else {
-                            UserKind::Reserved
-                        };
-                    }
-                }
+        let key = (sku.clone(), generation, req.user.clone());
+        if how == UserFinish::Void {
+            if let Some(mut rec) = self.inner.users.get_mut(&key) {
+                rec.remove(req.request_id);
             }
+            return Ok(());
         }
+        let state = if how == UserFinish::Sold {
+            UserKind::Sold
+        } else {
+            UserKind::Reserved
+        };
+        // Written even when missing (see user_finish.lua).
+        self.inner.users.entry(key).or_default().insert(
+            req.request_id.clone(),
+            UserEntry {
+                qty: req.qty,
+                state,
+                until: Instant::now(),
+                kind: req.kind,
+            },
+        );
         Ok(())
     }
 

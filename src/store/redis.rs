@@ -875,8 +875,7 @@ impl Store for RedisStore {
         &self,
         sku: &Sku,
         generation: u64,
-        user: &UserId,
-        request_id: &RequestId,
+        req: ReqArgs<'_>,
         how: UserFinish,
     ) -> Result<()> {
         let action = match how {
@@ -888,8 +887,14 @@ impl Store for RedisStore {
             .eval(
                 &self.scripts.user_finish,
                 "user_finish",
-                vec![self.keys.user(sku, generation, user)],
-                vec![request_id.to_string(), action.to_string()],
+                vec![self.keys.user(sku, generation, req.user)],
+                vec![
+                    req.request_id.to_string(),
+                    action.to_string(),
+                    req.qty.to_string(),
+                    req.kind.code().to_string(),
+                    req.ttl_ms.to_string(),
+                ],
             )
             .await?;
         match r.tag.as_str() {
