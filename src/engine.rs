@@ -1002,7 +1002,10 @@ impl<S: Store> Engine<S> {
     async fn recover_claims(&self, l: &Layout, seg: SegAddr<'_>) -> Result<usize> {
         let store = &self.inner.store;
         let mut recovered = 0;
-        for c in store.claims_due(seg, CLAIMS_PER_SWEEP).await? {
+        // One more lease of grace: holders do not renew, and a slow live one should finish
+        // its own request rather than find it sealed.
+        let grace = self.inner.opts.claim_lease.as_millis() as u64;
+        for c in store.claims_due(seg, CLAIMS_PER_SWEEP, grace).await? {
             let req = Deduct {
                 sku: seg.sku.clone(),
                 user: c.user,

@@ -578,11 +578,13 @@ pub trait Store: Send + Sync + 'static {
         home: SegAddr<'_>,
         req: ReqArgs<'_>,
     ) -> impl Future<Output = Result<SealReply>> + Send;
-    /// `claims_due.lua`: up to `max` fallback claims at `seg` (their home) whose lease ran out.
+    /// `claims_due.lua`: up to `max` fallback claims at `seg` (their home) whose lease ran out
+    /// more than `grace_ms` ago.
     fn claims_due(
         &self,
         seg: SegAddr<'_>,
         max: usize,
+        grace_ms: u64,
     ) -> impl Future<Output = Result<Vec<DueClaim>>> + Send;
     /// `held.lua`: the segment's counters and what its live reservations hold (`None` when the
     /// segment is missing or of another generation).

@@ -196,6 +196,8 @@ use std::time::Instant;
 
 /// Sleep of a `Wait` / `Expire`: past every timer below.
 const WAIT: Duration = Duration::from_millis(150);
+/// The sweeper takes over an abandoned claim one claim lease (100 ms here) after its lease.
+const SWEEP_GRACE: Duration = Duration::from_millis(100);
 /// Shortest timer an op can start (the shortest reservation TTL).
 const SHORTEST_TIMER: Duration = Duration::from_millis(60);
 /// A live timer this old makes the runner wait before the next op.
@@ -1412,7 +1414,9 @@ impl<S: Store> World<S> {
     /// Waits past every timer, sweeps with both engines, then checks strictly: nothing
     /// reserved, and every abandoned claim resolved (units back, or settled when complete).
     async fn expire(&mut self) -> Out {
-        tokio::time::sleep(WAIT).await;
+        // Past every timer, and past the sweeper's grace on abandoned claims (one more claim
+        // lease: holders do not renew, so a slow live one gets that long to finish).
+        tokio::time::sleep(WAIT + SWEEP_GRACE).await;
         self.m.after_wait();
         let mut swept = 0;
         for i in 0..2 {

@@ -9,13 +9,17 @@
 --
 -- KEYS[1]  claim index   <prefix>:{<sku>#<i>}:g<gen>:claims (ZSET of claim records by lease end)
 -- ARGV[1]  max     most claims to return (1..1000)
+-- ARGV[2]  grace_ms  how long past its lease a claim must be: holders do not renew their
+--                    lease, so a slow but live holder gets this much more before the sweeper
+--                    takes over (a retry of the request may take over right at the lease end)
 --
 -- Reply: a flat array of {request_id, user, qty, kind} per due claim, for claims whose lease
--- ended on the server clock. Index entries whose record is gone or no longer pending are
--- dropped on the way (they need nothing).
+-- ended more than grace_ms ago on the server clock. Index entries whose record is gone or no
+-- longer pending are dropped on the way (they need nothing).
 local max = posint('max', ARGV[1])
 if max > 1000 then bad('max') end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, max)
+local grace = uint('grace_ms', ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now_ms() - grace), 'LIMIT', 0, max)
 local out = {}
 for _, rk in ipairs(due) do
   local v = redis.call('HMGET', rk, 's', 'u', 'q', 'k')

@@ -927,12 +927,17 @@ impl Store for MemoryStore {
     }
 
     // claims_due.lua
-    async fn claims_due(&self, seg: SegAddr<'_>, max: usize) -> Result<Vec<DueClaim>> {
+    async fn claims_due(
+        &self,
+        seg: SegAddr<'_>,
+        max: usize,
+        grace_ms: u64,
+    ) -> Result<Vec<DueClaim>> {
         Ok(self.with_any(seg, |s, now| {
             let due: Vec<(Instant, u64, RequestId)> = s
                 .claims
                 .iter()
-                .filter(|(until, g, _)| *until <= now && *g == seg.generation)
+                .filter(|(until, g, _)| *until + ms(grace_ms) <= now && *g == seg.generation)
                 .take(max.clamp(1, 1000))
                 .cloned()
                 .collect();

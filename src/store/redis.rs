@@ -1065,13 +1065,18 @@ impl Store for RedisStore {
         }))
     }
 
-    async fn claims_due(&self, seg: SegAddr<'_>, max: usize) -> Result<Vec<DueClaim>> {
+    async fn claims_due(
+        &self,
+        seg: SegAddr<'_>,
+        max: usize,
+        grace_ms: u64,
+    ) -> Result<Vec<DueClaim>> {
         let v = self
             .eval_raw(
                 &self.scripts.claims_due,
                 "claims_due",
                 vec![self.keys.claims(seg.sku, seg.index, seg.generation)],
-                vec![max.clamp(1, 1000).to_string()],
+                vec![max.clamp(1, 1000).to_string(), grace_ms.to_string()],
             )
             .await?;
         let bad = || Error::Protocol(format!("claims_due: reply {v:?}"));
