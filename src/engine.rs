@@ -1327,6 +1327,12 @@ impl<S: Store> Engine<S> {
             RequestKind::Sale => UserFinish::Sold,
         };
         let how = match &flow {
+            // A replayed reservation may have ended since (expired, cancelled, confirmed): its
+            // entry follows its state, never "reserved" for units it no longer holds.
+            Done(Deduction::Replayed { .. }) if tr.kind == RequestKind::Reservation => {
+                self.reservation_finish(l, req, self.home_of(l, req))
+                    .await?
+            }
             Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(held),
             Done(Deduction::SoldOut | Deduction::Insufficient { .. }) | Refused(_) => {
                 Some(UserFinish::Void)
