@@ -1701,14 +1701,9 @@ impl<S: Store> Engine<S> {
         if let Some(f) = taken_by_other {
             // A live part of another request under this id: this one can never complete. Give
             // back what it took and seal it, rather than leave its units stranded.
-            self.refund_all(l, req, epoch, &parts, tr).await?;
-            return Ok(
-                match store.settle(home_at, args, epoch, SettleAs::Seal).await? {
-                    SettleReply::Ok | SettleReply::Gone => Refused(Self::conflict(req, f)),
-                    SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
-                    SettleReply::Superseded => Done(Deduction::InFlight),
-                },
-            );
+            return self
+                .give_up(l, req, epoch, &parts, tr, f, SettleAs::Seal)
+                .await;
         }
         let taken: u64 = parts.iter().map(|p| p.units).sum();
         if taken == req.qty {
@@ -1798,7 +1793,11 @@ impl<S: Store> Engine<S> {
                 }
                 TakeReply::Short { stock } => l.hints.observe(j, stock),
                 TakeReply::Fenced => return self.superseded(l, req, tr).await,
-                TakeReply::Mismatch(f) => return self.give_up(l, req, epoch, &[], tr, f).await,
+                TakeReply::Mismatch(f) => {
+                    return self
+                        .give_up(l, req, epoch, &[], tr, f, SettleAs::Release)
+                        .await;
+                }
                 TakeReply::Stale => return Ok(Stale),
             }
         }
@@ -1846,7 +1845,9 @@ impl<S: Store> Engine<S> {
                     }
                     TakeReply::Fenced => return self.superseded(l, req, tr).await,
                     TakeReply::Mismatch(f) => {
-                        return self.give_up(l, req, epoch, &parts, tr, f).await;
+                        return self
+                            .give_up(l, req, epoch, &parts, tr, f, SettleAs::Release)
+                            .await;
                     }
                     TakeReply::Stale => return Ok(Stale),
                 }
@@ -1875,7 +1876,9 @@ impl<S: Store> Engine<S> {
     }
 
     /// The claim holder met a live part of another request under this id at some segment
-    /// (its request id is taken): refund what it took, release the claim, refuse.
+    /// (its request id is taken): refund what it took, end the claim `how` (released; or
+    /// sealed, when an older holder of it must never complete it), refuse.
+    #[allow(clippy::too_many_arguments)]
     async fn give_up(
         &self,
         l: &Layout,
@@ -1884,19 +1887,15 @@ impl<S: Store> Engine<S> {
         parts: &[Part],
         tr: &Trace,
         field: &'static str,
+        how: SettleAs<'_>,
     ) -> Result<Flow<Deduction>> {
         self.refund_all(l, req, epoch, parts, tr).await?;
-        let release = self
+        let ended = self
             .inner
             .store
-            .settle(
-                self.home_of(l, req),
-                self.args(req, tr),
-                epoch,
-                SettleAs::Release,
-            )
+            .settle(self.home_of(l, req), self.args(req, tr), epoch, how)
             .await?;
-        Ok(match release {
+        Ok(match ended {
             SettleReply::Ok | SettleReply::Gone => Refused(Self::conflict(req, field)),
             SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
             SettleReply::Superseded => Done(Deduction::InFlight),

@@ -55,16 +55,10 @@ local fence = uint('fence', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
 if mode == 'decr' then
-  -- decr-compensate: the caller already took `qty` off the stock with HINCRBY. Give it back
-  -- here — once per decrement: KEYS[5] is that decrement's one-time token, so a run re-sent
-  -- after a lost reply gives nothing back twice — and decide as "lua" would, in this one
-  -- atomic step: a twin (the same request id sent twice, each with its own decrement) finds
-  -- the first one's record and replays, so both decrements never both sell. Given back before
-  -- the generation check: the decrement hit whatever generation the segment holds.
-  if not KEYS[5] then bad('decr token') end
-  if redis.call('SET', KEYS[5], '1', 'NX', 'PX', ARGV[5]) then
-    redis.call('HINCRBY', KEYS[1], 'stock', ARGV[3])
-  end
+  -- decr-compensate: give the caller's decrement back (once, see give_back_once) and decide
+  -- as "lua" would, in this one atomic step: a twin (the same request id sent twice, each
+  -- with its own decrement) finds the first one's record and replays, so both never sell.
+  give_back_once(KEYS[1], KEYS[5], ARGV[3], ARGV[5])
   mode = 'lua'
 end
 local st, other = open_segment(KEYS[1], KEYS[3], gen)

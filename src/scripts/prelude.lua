@@ -56,6 +56,17 @@ local function conflict(rec, user, qty, kind)
   return nil
 end
 
+-- decr-compensate: the caller already took `units` off the segment's stock with HINCRBY; give
+-- them back once per decrement. `token` is that decrement's one-time key (same hash tag), so a
+-- script run re-sent after a lost reply gives nothing back twice. Called before the generation
+-- check: the decrement hit whatever generation the segment holds.
+local function give_back_once(seg, token, units, ttl)
+  if not token then bad('decr token') end
+  if redis.call('SET', token, '1', 'NX', 'PX', ttl) then
+    redis.call('HINCRBY', seg, 'stock', units)
+  end
+end
+
 -- Server time in milliseconds: leases use the Redis clock, never a client's.
 local function now_ms()
   local t = redis.call('TIME')

@@ -49,11 +49,7 @@ local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 local kind = resv_ttl > 0 and 'r' or 's'
 
 if mode == 'decr' then
-  -- Give the caller's decrement back once (KEYS[4]: its one-time token; see deduct.lua).
-  if not KEYS[4] then bad('decr token') end
-  if redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[6]) then
-    redis.call('HINCRBY', KEYS[1], 'stock', ARGV[4])
-  end
+  give_back_once(KEYS[1], KEYS[4], ARGV[4], ARGV[6]) -- see deduct.lua
   mode = 'lua'
 end
 local stock, other = segment(KEYS[1], gen)

@@ -27,5 +27,5 @@ if action == 'void' then
   return { 'ok' }
 end
 redis.call('HSET', KEYS[1], field, ARGV[3] .. ':' .. (action == 'sold' and 'S' or 'R') .. ':0:' .. kind)
-if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[5], 'NX') -- a record this call created gets its lifetime
 return { 'ok' }
