@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod audit;
 mod coalesce;
 pub mod config;
 pub mod engine;
@@ -21,6 +22,7 @@ pub mod guard;
 pub mod ids;
 pub mod lock;
 pub mod metrics;
+pub mod reservation;
 pub mod router;
 pub mod segments;
 pub mod store;

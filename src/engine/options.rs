@@ -1,0 +1,212 @@
+//! Tunables and the builder.
+
+use super::*;
+
+/// Tunables, with the defaults a flash sale wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineOptions {
+    /// How long a request id's outcome is remembered (default 24 h).
+    pub request_ttl: Duration,
+    /// Lease of a fallback claim; after it a retry may take over (default 5 s).
+    pub claim_lease: Duration,
+    /// How long a duplicate waits for an in-flight twin before answering `InFlight` (1 s).
+    pub pending_wait: Duration,
+    /// How long a "segment is short" hint is trusted for skipping (default 200 ms; 0 = off).
+    pub hint_ttl: Duration,
+    /// Largest quantity one deduction may ask for (default 10 000).
+    pub max_qty: u64,
+    /// Rounds of "read all segments, then take" before answering insufficient under
+    /// contention (default 3).
+    pub fallback_rounds: u32,
+    /// Per-user limit for SKUs loaded with [`Engine::load`] (default 1 = one unit per user;
+    /// 0 = no limit). [`Engine::load_limited`] sets it per SKU.
+    pub per_user_limit: u64,
+    /// How long a per-user claim may stay pending before another call may verify it (the
+    /// claimer presumed dead; default 10 s).
+    pub user_claim_ttl: Duration,
+    /// Lifetime of the in-process guard's entries (default 60 s).
+    pub guard_ttl: Duration,
+    /// Most entries the in-process guard holds (default 100 000).
+    pub guard_cap: usize,
+    /// SKUs that get their own `sku` label on the remaining-units gauges.
+    pub metric_skus: Vec<String>,
+    /// Besides `metric_skus`, how many SKUs get a label on first sight (default 16); the
+    /// rest are not exported per SKU, which keeps label cardinality bounded.
+    pub metric_sku_cap: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            request_ttl: Duration::from_secs(24 * 3600),
+            claim_lease: Duration::from_secs(5),
+            pending_wait: Duration::from_secs(1),
+            hint_ttl: Duration::from_millis(200),
+            max_qty: 10_000,
+            fallback_rounds: 3,
+            per_user_limit: 1,
+            user_claim_ttl: Duration::from_secs(10),
+            guard_ttl: Duration::from_secs(60),
+            guard_cap: 100_000,
+            metric_skus: Vec::new(),
+            metric_sku_cap: 16,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// Checks the options for values that cannot work together.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the option.
+    pub fn validate(&self) -> Result<()> {
+        // Every duration ends up as milliseconds added to the server clock inside a script;
+        // a year bounds them far below what a Lua double holds exactly.
+        let durations = [
+            ("request_ttl", self.request_ttl),
+            ("claim_lease", self.claim_lease),
+            ("pending_wait", self.pending_wait),
+            ("hint_ttl", self.hint_ttl),
+            ("user_claim_ttl", self.user_claim_ttl),
+            ("guard_ttl", self.guard_ttl),
+        ];
+        for (name, d) in durations {
+            if d > MAX_DURATION {
+                return Err(Error::Config(format!(
+                    "{name} must be at most {} days",
+                    MAX_DURATION.as_secs() / 86_400
+                )));
+            }
+        }
+        let ms = |d: Duration| d.as_millis();
+        if ms(self.request_ttl) == 0 || ms(self.claim_lease) == 0 {
+            return Err(Error::Config(
+                "request_ttl and claim_lease must be at least 1 ms".into(),
+            ));
+        }
+        if self.request_ttl < self.claim_lease {
+            return Err(Error::Config(
+                "request_ttl must not be shorter than claim_lease (a claim would outlive its record)".into(),
+            ));
+        }
+        if self.max_qty == 0 || self.max_qty > MAX_UNITS {
+            return Err(Error::Config(format!("max_qty must be in 1..={MAX_UNITS}")));
+        }
+        if self.per_user_limit > MAX_UNITS {
+            return Err(Error::Config(format!(
+                "per_user_limit must be at most {MAX_UNITS}"
+            )));
+        }
+        if ms(self.user_claim_ttl) == 0 || ms(self.guard_ttl) == 0 || self.guard_cap == 0 {
+            return Err(Error::Config(
+                "user_claim_ttl, guard_ttl and guard_cap must be positive".into(),
+            ));
+        }
+        if self.guard_cap > MAX_GUARD_CAP {
+            return Err(Error::Config(format!(
+                "guard_cap must be at most {MAX_GUARD_CAP}"
+            )));
+        }
+        if self.user_claim_ttl < self.claim_lease {
+            return Err(Error::Config(
+                "user_claim_ttl must not be shorter than claim_lease".into(),
+            ));
+        }
+        if self.fallback_rounds == 0 || self.fallback_rounds > 100 {
+            return Err(Error::Config("fallback_rounds must be in 1..=100".into()));
+        }
+        if self.metric_sku_cap > 10_000 || self.metric_skus.len() > 10_000 {
+            return Err(Error::Config(
+                "metric_sku_cap and metric_skus allow at most 10000 labelled SKUs".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Longest duration any option may have (one year).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Most entries the in-process guard may be configured to hold.
+pub const MAX_GUARD_CAP: usize = 100_000_000;
+
+/// Builds an [`Engine`].
+#[derive(Debug, Clone, Default)]
+pub struct EngineBuilder {
+    opts: EngineOptions,
+}
+
+impl EngineBuilder {
+    /// Starts from given options (e.g. from [`crate::config::Config`]).
+    pub fn with_options(opts: EngineOptions) -> Self {
+        Self { opts }
+    }
+    /// See [`EngineOptions::request_ttl`].
+    pub fn request_ttl(mut self, d: Duration) -> Self {
+        self.opts.request_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::claim_lease`].
+    pub fn claim_lease(mut self, d: Duration) -> Self {
+        self.opts.claim_lease = d;
+        self
+    }
+    /// See [`EngineOptions::pending_wait`].
+    pub fn pending_wait(mut self, d: Duration) -> Self {
+        self.opts.pending_wait = d;
+        self
+    }
+    /// See [`EngineOptions::hint_ttl`].
+    pub fn hint_ttl(mut self, d: Duration) -> Self {
+        self.opts.hint_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::max_qty`].
+    pub fn max_qty(mut self, n: u64) -> Self {
+        self.opts.max_qty = n;
+        self
+    }
+    /// See [`EngineOptions::fallback_rounds`].
+    pub fn fallback_rounds(mut self, n: u32) -> Self {
+        self.opts.fallback_rounds = n;
+        self
+    }
+
+    /// See [`EngineOptions::per_user_limit`].
+    pub fn per_user_limit(mut self, n: u64) -> Self {
+        self.opts.per_user_limit = n;
+        self
+    }
+    /// See [`EngineOptions::user_claim_ttl`].
+    pub fn user_claim_ttl(mut self, d: Duration) -> Self {
+        self.opts.user_claim_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::guard_ttl`] and [`EngineOptions::guard_cap`].
+    pub fn guard(mut self, ttl: Duration, cap: usize) -> Self {
+        self.opts.guard_ttl = ttl;
+        self.opts.guard_cap = cap;
+        self
+    }
+
+    /// Builds the engine over `store`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the options contradict each other.
+    pub fn build<S: Store>(self, store: S) -> Result<Engine<S>> {
+        self.opts.validate()?;
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                store,
+                guard: crate::guard::LocalGuard::new(self.opts.guard_ttl, self.opts.guard_cap),
+                sku_labels: crate::metrics::SkuLabels::new(
+                    self.opts.metric_skus.clone(),
+                    self.opts.metric_sku_cap,
+                ),
+                opts: self.opts,
+                layouts: DashMap::new(),
+            }),
+        })
+    }
+}

@@ -1,0 +1,111 @@
+//! What a deduction asks and answers.
+
+use super::*;
+
+/// A deduction request: `qty` units of `sku` for `user`, idempotent by `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deduct {
+    /// The SKU.
+    pub sku: Sku,
+    /// The buyer.
+    pub user: UserId,
+    /// Units wanted (1..=`max_qty`).
+    pub qty: u64,
+    /// Idempotency key: resend the same request with the same id.
+    pub request_id: RequestId,
+}
+
+impl Deduct {
+    /// Builds a request from raw text, validating the ids (the quantity is checked by the
+    /// engine against its `max_qty`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the first invalid field.
+    pub fn new(sku: &str, user: &str, qty: u64, request_id: &str) -> Result<Self> {
+        Ok(Self {
+            sku: Sku::new(sku)?,
+            user: UserId::new(user)?,
+            qty,
+            request_id: RequestId::new(request_id)?,
+        })
+    }
+}
+
+/// The outcome of a deduction. Business outcomes are values, not errors.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Deduction {
+    /// The units were taken now, from these segments.
+    Applied {
+        /// Where the units came from.
+        parts: Vec<Part>,
+    },
+    /// This request id was applied before; nothing changed this time.
+    Replayed {
+        /// Where the units came from, back then.
+        parts: Vec<Part>,
+    },
+    /// No units left at all.
+    SoldOut,
+    /// Some units are left, fewer than asked for.
+    Insufficient {
+        /// Units left when the engine looked.
+        available: u64,
+    },
+    /// Another call with the same request id is being processed right now (it did not finish
+    /// within `pending_wait`). Retry later with the same id.
+    InFlight,
+    /// The user already holds the per-user limit of this SKU (units sold, or reserved by live
+    /// reservations); attempts still pending never cause it (see [`Deduction::UserBusy`]).
+    LimitReached {
+        /// The SKU's per-user limit.
+        limit: u64,
+    },
+    /// This user already has an attempt on this SKU running — in this process (a double
+    /// click), or elsewhere (a pending per-user claim not yet settled) with the limit counted
+    /// against it; nothing was done. The user holds fewer units than the limit: retry shortly.
+    UserBusy,
+}
+
+impl Deduction {
+    /// Units this call newly sold (0 for replays and rejections).
+    pub fn units_applied(&self) -> u64 {
+        match self {
+            Deduction::Applied { parts } => parts.iter().map(|p| p.units).sum(),
+            _ => 0,
+        }
+    }
+
+    /// A short name: `applied`, `replayed`, `sold_out`, `insufficient`, `in_flight`,
+    /// `limit_reached`, `user_busy`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Deduction::Applied { .. } => "applied",
+            Deduction::Replayed { .. } => "replayed",
+            Deduction::SoldOut => "sold_out",
+            Deduction::Insufficient { .. } => "insufficient",
+            Deduction::InFlight => "in_flight",
+            Deduction::LimitReached { .. } => "limit_reached",
+            Deduction::UserBusy => "user_busy",
+        }
+    }
+}
+
+/// The outcome of a restock.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Restocked {
+    /// Units added by this call (0 when the whole request was a replay).
+    pub added: u64,
+    /// True when every segment had already applied this request id.
+    pub replayed: bool,
+}
+
+/// Units left, in total and per segment.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Remaining {
+    /// Sum over segments.
+    pub total: u64,
+    /// Per segment, by index.
+    pub per_segment: Vec<u64>,
+}

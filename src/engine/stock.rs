@@ -1,0 +1,169 @@
+//! Load and restock.
+
+use super::*;
+
+impl<S: Store> Engine<S> {
+    /// Loads `sku` with `total` units split over `segments` (sizes differ by at most one).
+    /// Refuses an existing SKU unless `replace`; a replace starts a new generation: stock,
+    /// counters and request records of the old one no longer count.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for bad figures; [`Error::AlreadyLoaded`]; [`Error::NotReady`]
+    /// when another load overtook this one; store errors.
+    pub async fn load(&self, sku: &Sku, total: u64, segments: u32, replace: bool) -> Result<u64> {
+        self.load_limited(
+            sku,
+            total,
+            segments,
+            replace,
+            self.inner.opts.per_user_limit,
+        )
+        .await
+    }
+
+    /// [`load`](Self::load) with an explicit per-user limit for this SKU: units one user may
+    /// hold (sold or reserved) at most; 0 = no limit.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub async fn load_limited(
+        &self,
+        sku: &Sku,
+        total: u64,
+        segments: u32,
+        replace: bool,
+        per_user_limit: u64,
+    ) -> Result<u64> {
+        if per_user_limit > MAX_UNITS {
+            return Err(Error::invalid(
+                "per_user_limit",
+                format!("must be at most {MAX_UNITS}"),
+            ));
+        }
+        if segments == 0 || segments > MAX_SEGMENTS {
+            return Err(Error::invalid(
+                "segments",
+                format!("must be in 1..={MAX_SEGMENTS}"),
+            ));
+        }
+        if total > MAX_UNITS {
+            return Err(Error::invalid(
+                "stock",
+                format!("must be at most {MAX_UNITS}"),
+            ));
+        }
+        let store = &self.inner.store;
+        let (generation, old) = match store
+            .load_begin(sku, segments, total, replace, per_user_limit)
+            .await?
+        {
+            LoadBegin::Exists { generation } => {
+                return Err(Error::AlreadyLoaded {
+                    sku: sku.to_string(),
+                    generation,
+                });
+            }
+            LoadBegin::Started {
+                generation,
+                old_segments,
+            } => (generation, old_segments),
+        };
+        self.inner.layouts.remove(sku);
+        let amounts = split(total, segments);
+        let at = |index| SegAddr {
+            sku,
+            generation,
+            index,
+        };
+        let writes = amounts
+            .iter()
+            .enumerate()
+            .map(|(i, units)| store.load_segment(at(i as u32), *units));
+        let written = futures::future::try_join_all(writes).await?;
+        // A concurrent load of a newer generation wrote some segment first: it wins (its
+        // segments are never overwritten by ours), and this load is overtaken.
+        if written.contains(&false) {
+            return Err(Error::NotReady(sku.to_string()));
+        }
+        let drops = (segments..old).map(|i| store.drop_segment(at(i)));
+        futures::future::try_join_all(drops).await?;
+        if !store.load_commit(sku, generation).await? {
+            return Err(Error::NotReady(sku.to_string()));
+        }
+        Ok(generation)
+    }
+
+    /// Adds `qty` units, spread evenly over the segments (shares differ by at most one, the
+    /// larger ones starting at the request's home segment), once per `request_id`. Local hints are refreshed, so the units sell at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`]; [`Error::RequestIdConflict`] (same id, other quantity);
+    /// [`Error::NotLoaded`]; store errors (retry with the same id).
+    pub async fn restock(&self, sku: &Sku, qty: u64, request_id: &RequestId) -> Result<Restocked> {
+        check_qty("qty", qty, MAX_UNITS)?;
+        for _ in 0..STALE_RETRIES {
+            let l = self.layout(sku).await?;
+            // The request's home segment gets the first (never empty) share and is written
+            // first: a retry with another quantity is caught there, before anything changes.
+            let home = home(request_id, l.segments);
+            let shares: Vec<(u32, u64)> = split(qty, l.segments)
+                .into_iter()
+                .enumerate()
+                .map(|(k, a)| ((home + k as u32) % l.segments, a))
+                .filter(|(_, a)| *a > 0)
+                .collect();
+            let call = |(index, units): (u32, u64)| {
+                let seg = SegAddr {
+                    sku,
+                    generation: l.generation,
+                    index,
+                };
+                async move {
+                    let r = self
+                        .inner
+                        .store
+                        .restock(seg, request_id, units, qty, self.ttl_ms())
+                        .await;
+                    (index, units, r)
+                }
+            };
+            let mut results = vec![call(shares[0]).await];
+            if matches!(
+                results[0].2,
+                Ok(RestockReply::Restocked { .. } | RestockReply::Replay { .. })
+            ) {
+                results
+                    .extend(futures::future::join_all(shares[1..].iter().copied().map(call)).await);
+            }
+            let mut added = 0;
+            let mut stale = false;
+            let mut all_replay = true;
+            for (i, units, r) in results {
+                match r? {
+                    RestockReply::Restocked { stock_after } => {
+                        l.hints.observe(i, stock_after);
+                        added += units;
+                        all_replay = false;
+                    }
+                    RestockReply::Replay { stock } => l.hints.observe(i, stock),
+                    RestockReply::Mismatch => {
+                        return Err(Error::RequestIdConflict {
+                            request_id: request_id.to_string(),
+                            field: "qty",
+                        });
+                    }
+                    RestockReply::Stale => stale = true,
+                }
+            }
+            if stale {
+                self.forget(sku, l.generation);
+                continue;
+            }
+            return Ok(Restocked {
+                added,
+                replayed: all_replay,
+            });
+        }
+        Err(Error::NotReady(sku.to_string()))
+    }
+}

@@ -1,0 +1,102 @@
+//! The sweeper.
+
+use super::*;
+
+/// The running sweeper; dropping it stops it.
+#[derive(Debug)]
+pub struct Sweeper {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sweeper {
+    /// Stops the sweeper now.
+    pub fn stop(self) {}
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl<S: Store> Engine<S> {
+    /// One round of the sweeper over the SKUs this engine has used (what [`start_sweeper`]
+    /// runs periodically):
+    /// - a cached layout whose SKU metadata is gone or of another generation (a reload
+    ///   elsewhere, or Redis lost its data) is dropped, with a warning, so no call goes on
+    ///   using a stale layout, limit or segment count;
+    /// - expired reservations go back to their stock;
+    /// - fallback claims whose holder let the lease run out (crashed, or the call's future was
+    ///   dropped) are taken over: a complete one is settled as applied, an incomplete one is
+    ///   refunded and sealed (a retry of its request id gets [`Error::Sealed`]); the user's
+    ///   per-user entry follows.
+    ///
+    /// Returns the reservation units given back.
+    ///
+    /// [`start_sweeper`]: Self::start_sweeper
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn sweep(&self) -> Result<u64> {
+        let layouts: Vec<(Sku, Arc<Layout>)> = self
+            .inner
+            .layouts
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
+        let mut back = 0;
+        for (sku, l) in layouts {
+            match self.inner.store.meta(&sku).await? {
+                Some(m) if m.generation == l.generation => {}
+                other => {
+                    tracing::warn!(sku = %sku, cached = l.generation,
+                        now = ?other.map(|m| m.generation),
+                        "SKU metadata is gone or changed generation; dropping the cached layout");
+                    self.forget(&sku, l.generation);
+                    continue;
+                }
+            }
+            let mut reserved = 0;
+            for index in 0..l.segments {
+                let seg = self.seg(&l, &sku, index);
+                // Each call returns at most one batch (64 reservations): repeat while it
+                // finds some.
+                for _ in 0..1000 {
+                    let (units, held) = self.inner.store.reclaim(seg).await?;
+                    back += units;
+                    if units == 0 {
+                        reserved += held;
+                        break;
+                    }
+                }
+                if let Err(e) = self.recover_claims(&l, seg).await {
+                    tracing::warn!(sku = %sku, segment = index, error = %e,
+                        "recovering abandoned claims failed; next sweep retries");
+                }
+            }
+            crate::metrics::reserved(&self.inner.sku_labels, sku.as_str(), reserved);
+        }
+        if back > 0 {
+            crate::metrics::reservations_expired(back);
+        }
+        Ok(back)
+    }
+
+    /// Starts the sweeper: [`sweep`](Self::sweep) every `every`. It holds no strong reference
+    /// to the engine (it ends when the engine is dropped) and stops when the returned handle is
+    /// dropped. Lazy reclaim inside every script returns stock even with no sweeper running.
+    pub fn start_sweeper(&self, every: Duration) -> Sweeper {
+        let weak = Arc::downgrade(&self.inner);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let engine = Engine { inner };
+                if let Err(e) = engine.sweep().await {
+                    tracing::warn!(error = %e, "sweep failed; retrying next round");
+                }
+            }
+        });
+        Sweeper { task }
+    }
+}
