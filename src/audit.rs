@@ -1,9 +1,8 @@
-//! The audit.
+//! The audit: a conservation check of one SKU ([`Audit`]), worked out from one read of its
+//! metadata and segments (pure; [`Engine::audit`](crate::Engine::audit) does the reading).
 
-use crate::engine::*;
-use crate::error::{Error, Result};
 use crate::ids::Sku;
-use crate::store::*;
+use crate::store::{HeldState, Meta, SegmentState};
 
 /// One segment in an [`Audit`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -50,29 +49,10 @@ pub struct Audit {
     pub segments: Vec<SegmentAudit>,
 }
 
-impl<S: Store> Engine<S> {
-    /// Checks conservation for `sku`; see [`Audit`]. A failed check is a report, not an error.
-    ///
-    /// # Errors
-    /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
-    pub async fn audit(&self, sku: &Sku) -> Result<Audit> {
-        let meta = self
-            .inner
-            .store
-            .meta(sku)
-            .await?
-            .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
-        if !meta.ready {
-            return Err(Error::NotReady(sku.to_string()));
-        }
-        let reads = (0..meta.segments).map(|index| {
-            self.inner.store.held(SegAddr {
-                sku,
-                generation: meta.generation,
-                index,
-            })
-        });
-        let segs = futures::future::try_join_all(reads).await?;
+impl Audit {
+    /// Checks the SKU `sku` described by `meta` from `segs`, what `held.lua` read of each of
+    /// its segments (`None`: missing or of another generation).
+    pub(crate) fn check(sku: &Sku, meta: &Meta, segs: &[Option<HeldState>]) -> Audit {
         let mut problems = Vec::new();
         let mut segments = Vec::with_capacity(segs.len());
         let (mut loaded, mut restocked, mut remaining, mut sold, mut reserved) =
@@ -149,7 +129,7 @@ impl<S: Store> Engine<S> {
                 "total: loaded {loaded} + restocked {restocked} != remaining {remaining} + reserved {reserved} + sold {sold}"
             ));
         }
-        Ok(Audit {
+        Audit {
             sku: sku.to_string(),
             generation: meta.generation,
             loaded: meta.loaded,
@@ -160,6 +140,6 @@ impl<S: Store> Engine<S> {
             ok: problems.is_empty(),
             problems,
             segments,
-        })
+        }
     }
 }

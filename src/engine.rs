@@ -8,26 +8,44 @@
 //!    falling back on their own (which could sell twice).
 //! 2. **Fallback** (claim holder only). Try the other segments, skipping those the local hints
 //!    say are short; then read every segment (one pipelined round trip). A single segment that
-//!    can serve the request is used; otherwise, when the SKU has enough in total, the request is
-//!    served across segments **all or nothing** (parts taken one by one, refunded on failure).
-//!    The claim is settled at home as applied (with the parts) or released.
+//!    can serve the request is used; otherwise, when the SKU has enough in total, a sale is
+//!    served across segments **all or nothing** (parts taken one by one, refunded on failure);
+//!    a reservation is held in one segment only. The claim is settled at home as applied (with
+//!    the parts) or released.
 //! 3. **Sold out / insufficient** are answered only from that fresh read, never from hints.
 //!    They change nothing and are not recorded: retrying the same request id later (say after
 //!    a restock) is a fresh attempt.
-//! 4. **Crash recovery.** A claim has a lease on the store's clock. If its holder dies, a retry
-//!    of the request takes the claim over with a higher epoch, *fences* every other segment
-//!    (after which the old holder can no longer take or refund there), counts what the old
-//!    holder took, and either settles it (replay) or refunds it and starts afresh.
+//! 4. **Crash recovery.** A claim has a lease on the store's clock and an *epoch* (1 for the
+//!    claim the home script writes). If its holder dies, a retry of the request takes the claim
+//!    over with a higher epoch, shuts every other segment to older epochs (after which the old
+//!    holder can no longer take or refund there), counts what the old holder took, and either
+//!    settles it (replay) or refunds it and starts afresh.
+//!
+//! With a per-user limit, two layers come first: the in-process guard (double clicks, users
+//! this process saw at the limit) and the user's record in the store, claimed before the
+//! deduction and settled after it.
+//!
+//! # Where each part lives
+//! - `engine.rs`: [`Engine`], its shared state and the short public methods.
+//! - `engine/options.rs`: [`EngineOptions`], [`EngineBuilder`].
+//! - `engine/request.rs`: [`Deduct`], and the attempt context every step shares (the request,
+//!   its layout, its home segment, its store arguments).
+//! - `engine/outcome.rs`: [`Deduction`], [`Restocked`], [`Remaining`].
+//! - `engine/layout.rs`: the cache of what this process knows about a loaded SKU.
+//! - `engine/deduct.rs`: the deduction's layers, from metrics down to the home attempt.
+//! - `engine/user_limit.rs`: the per-user limit (guard, user record, verification).
+//! - `engine/fallback.rs`: the claim holder's path across segments.
+//! - `engine/claim.rs`: claims held by others: waiting, takeover, recovery.
+//! - `engine/stock.rs`: load and restock.
+//! - `engine/sweeper.rs`: the periodic sweep.
+//! - [`crate::reservation`] (reserve, confirm, cancel) and [`crate::audit`] (conservation
+//!   checks) are rooms of their own.
 
-use crate::coalesce::ReadGroup;
 use crate::error::{Error, Result};
-use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, UserId, check_qty};
-use crate::router::{Hints, others, plan_split};
-use crate::segments::{Part, home, split};
-use crate::store::*;
+use crate::ids::Sku;
+use crate::store::{SegAddr, Store};
 use dashmap::DashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 mod claim;
 mod deduct;
@@ -35,32 +53,33 @@ mod fallback;
 mod layout;
 mod options;
 mod outcome;
+mod request;
 mod stock;
 mod sweeper;
 mod user_limit;
 
-pub use crate::audit::*;
-pub use crate::reservation::*;
-pub(crate) use deduct::*;
-pub(crate) use layout::*;
-pub use options::*;
-pub use outcome::*;
-pub use sweeper::*;
+pub(crate) use layout::Layout;
+pub use options::{EngineBuilder, EngineOptions, MAX_DURATION, MAX_GUARD_CAP};
+pub use outcome::{Deduction, Remaining, Restocked};
+pub use request::Deduct;
+pub(crate) use request::{Attempt, Intent};
+pub use sweeper::Sweeper;
 
-pub(crate) struct Inner<S> {
-    pub(crate) store: S,
-    pub(crate) opts: EngineOptions,
+/// State shared by every clone of an [`Engine`].
+struct Inner<S> {
+    store: S,
+    opts: EngineOptions,
     /// Cached layouts. A `Stale` reply (another instance reloaded the SKU) evicts the entry.
-    pub(crate) layouts: DashMap<Sku, Arc<Layout>>,
+    layouts: DashMap<Sku, Arc<Layout>>,
     /// Which SKUs get their own metric label.
-    pub(crate) sku_labels: crate::metrics::SkuLabels,
+    sku_labels: crate::metrics::SkuLabels,
     /// The in-process per-user filter.
-    pub(crate) guard: crate::guard::LocalGuard,
+    guard: crate::guard::LocalGuard,
 }
 
 /// The inventory engine. Cheap to clone; share one per process.
 pub struct Engine<S> {
-    pub(crate) inner: Arc<Inner<S>>,
+    inner: Arc<Inner<S>>,
 }
 
 impl<S> Clone for Engine<S> {
@@ -102,8 +121,9 @@ impl<S: Store> Engine<S> {
         &self.inner.opts
     }
 
-    pub(crate) fn ttl_ms(&self) -> u64 {
-        self.inner.opts.request_ttl.as_millis() as u64
+    /// The in-process per-user guard.
+    pub(crate) fn guard(&self) -> &crate::guard::LocalGuard {
+        &self.inner.guard
     }
 
     /// Deducts `req.qty` units: see the [module docs](self) for the route a request takes.
@@ -114,7 +134,7 @@ impl<S: Store> Engine<S> {
     /// reservation), [`Error::Sealed`], and store errors — after which the outcome is unknown
     /// and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
-        self.measured(req, 0).await.map(|(d, _)| d)
+        self.metered(req, Intent::Sale).await.map(|(d, _)| d)
     }
 
     /// Units left, in total and per segment (one pipelined read).
@@ -122,55 +142,47 @@ impl<S: Store> Engine<S> {
     /// # Errors
     /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
     pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
-        for _ in 0..STALE_RETRIES {
+        for _ in 0..deduct::STALE_RETRIES {
             let l = self.layout(sku).await?;
-            let segs = self.read_segments(&l, sku).await?;
-            if let Some(stocks) = observe(&l, &segs) {
-                let per_segment: Vec<u64> = stocks.iter().map(|(_, s)| *s).collect();
+            let segs = self.read_segments(&l).await?;
+            if let Some(per_segment) = l.observe(&segs) {
                 crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &per_segment);
                 return Ok(Remaining {
                     total: per_segment.iter().sum(),
                     per_segment,
                 });
             }
-            self.forget(sku, l.generation);
+            self.forget(&l);
         }
         Err(Error::NotReady(sku.to_string()))
     }
 
-    /// The store's view of `req` for a call of `tr`'s kind.
-    pub(crate) fn args<'a>(&self, req: &'a Deduct, tr: &Trace) -> ReqArgs<'a> {
-        ReqArgs {
-            request_id: &req.request_id,
-            user: &req.user,
-            qty: req.qty,
-            // A reservation's records (its claim and home record too, not only the part that
-            // holds the units) outlive the reservation by the request TTL.
-            ttl_ms: self.ttl_ms() + tr.resv,
-            lease_ms: self.inner.opts.claim_lease.as_millis() as u64,
-            resv_ttl_ms: tr.resv,
-            kind: tr.kind,
+    /// Checks conservation for `sku`; see [`Audit`](crate::Audit). A failed check is a report,
+    /// not an error.
+    ///
+    /// # Errors
+    /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
+    pub async fn audit(&self, sku: &Sku) -> Result<crate::Audit> {
+        let store = &self.inner.store;
+        let meta = store
+            .meta(sku)
+            .await?
+            .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
+        if !meta.ready {
+            return Err(Error::NotReady(sku.to_string()));
         }
+        let reads = (0..meta.segments).map(|index| store.held(seg_at(sku, meta.generation, index)));
+        let segs = futures::future::try_join_all(reads).await?;
+        Ok(crate::Audit::check(sku, &meta, &segs))
     }
+}
 
-    /// Segment `index` of `l`'s generation.
-    pub(crate) fn seg<'a>(&self, l: &Layout, sku: &'a Sku, index: u32) -> SegAddr<'a> {
-        SegAddr {
-            sku,
-            generation: l.generation,
-            index,
-        }
-    }
-
-    /// `req`'s home segment.
-    pub(crate) fn home_of<'a>(&self, l: &Layout, req: &'a Deduct) -> SegAddr<'a> {
-        self.seg(l, &req.sku, home(&req.request_id, l.segments))
-    }
-
-    pub(crate) fn conflict(req: &Deduct, field: &'static str) -> Error {
-        Error::RequestIdConflict {
-            request_id: req.request_id.to_string(),
-            field,
-        }
+/// Segment `index` of `sku` in load generation `generation`: the one place a [`SegAddr`] is
+/// put together.
+pub(crate) fn seg_at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
+    SegAddr {
+        sku,
+        generation,
+        index,
     }
 }

@@ -14,7 +14,6 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod audit;
-mod coalesce;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -25,16 +24,18 @@ pub mod metrics;
 pub mod reservation;
 pub mod router;
 pub mod segments;
+mod shared_read;
 pub mod store;
 pub mod strategy;
 
+pub use audit::{Audit, SegmentAudit};
 pub use config::Config;
 pub use engine::{
-    Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, ReservationEnd,
-    Reserved, Restocked, Sweeper,
+    Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, Restocked, Sweeper,
 };
 pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};
+pub use reservation::{ReservationEnd, Reserved};
 pub use segments::Part;
 pub use store::Store;
 pub use store::memory::MemoryStore;

@@ -1,10 +1,12 @@
-//! Reservations.
+//! Reservations (pre-deduction): [`Engine::reserve`] holds units in one segment for a
+//! while; [`Engine::confirm`] sells them, [`Engine::cancel`] gives them back, and expiry gives
+//! them back by itself (lazily inside every script, and in bulk by the sweeper).
 
-use crate::engine::*;
+use crate::engine::{Attempt, Deduct, Deduction, Engine, Intent, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId};
 use crate::segments::Part;
-use crate::store::*;
+use crate::store::{RecordState, RequestKind, ReserveEnd, ResvState, SegAddr, Store, UserFinish};
 use std::time::Duration;
 
 /// The outcome of [`Engine::reserve`].
@@ -53,7 +55,7 @@ impl<S: Store> Engine<S> {
     /// baseline (reservations need `lua`, `lock` or `redlock`); [`Error::InvalidInput`] for a
     /// zero or over-long `ttl`.
     pub async fn reserve(&self, req: &Deduct, ttl: Duration) -> Result<Reserved> {
-        let strategy = self.inner.store.strategy();
+        let strategy = self.store().strategy();
         if !matches!(
             strategy,
             crate::Strategy::Lua | crate::Strategy::Lock | crate::Strategy::Redlock
@@ -63,7 +65,7 @@ impl<S: Store> Engine<S> {
             )));
         }
         let ms = ttl.as_millis() as u64;
-        if ms == 0 || ttl > self.inner.opts.request_ttl {
+        if ms == 0 || ttl > self.options().request_ttl {
             return Err(Error::invalid(
                 "ttl",
                 "must be at least 1 ms and at most the request TTL",
@@ -71,7 +73,7 @@ impl<S: Store> Engine<S> {
         }
         // The generation the units are held in (not a re-read layout: a reload may have
         // happened since).
-        let (d, generation) = self.measured(req, ms).await?;
+        let (d, generation) = self.metered(req, Intent::Reserve { ttl_ms: ms }).await?;
         let id = |parts: &[Part]| {
             let seg = parts.first().map_or(0, |p| p.segment);
             format!("{}~{}~{}~{}", req.sku, generation, seg, req.request_id)
@@ -134,26 +136,18 @@ impl<S: Store> Engine<S> {
         if index >= MAX_SEGMENTS {
             return Err(bad());
         }
-        let at = SegAddr {
-            sku: &sku,
-            generation,
-            index,
-        };
-        let (state, changed, user, units) = match self
-            .inner
-            .store
-            .reserve_end(at, &rid, Some(confirm))
-            .await?
-        {
-            ReserveEnd::Done { state, user, units } => (state, true, user, units),
-            ReserveEnd::Ended { state, user, units } => (state, false, user, units),
-            ReserveEnd::Unknown | ReserveEnd::Stale => {
-                return Ok(ReservationEnd {
-                    state: None,
-                    done: false,
-                });
-            }
-        };
+        let at = seg_at(&sku, generation, index);
+        let (state, changed, user, units) =
+            match self.store().reserve_end(at, &rid, Some(confirm)).await? {
+                ReserveEnd::Done { state, user, units } => (state, true, user, units),
+                ReserveEnd::Ended { state, user, units } => (state, false, user, units),
+                ReserveEnd::Unknown | ReserveEnd::Stale => {
+                    return Ok(ReservationEnd {
+                        state: None,
+                        done: false,
+                    });
+                }
+            };
         let done = changed
             && state
                 == if confirm {
@@ -178,54 +172,37 @@ impl<S: Store> Engine<S> {
                     qty: units,
                     request_id: rid.clone(),
                 };
-                let args = self.args(&req, &Trace::recovering(RequestKind::Reservation));
-                self.inner
-                    .store
+                let args = self.req_args(&req, Intent::Finish(RequestKind::Reservation));
+                self.store()
                     .user_finish(&sku, generation, args, how)
                     .await?;
                 if how == UserFinish::Void {
-                    self.inner.guard.forget(&sku, &user);
+                    self.guard().forget(&sku, &user);
                 }
             }
         }
         if done {
             crate::metrics::reservation(if confirm { "confirmed" } else { "cancelled" });
         }
-        let _ = units;
         Ok(ReservationEnd {
             state: Some(state),
             done,
         })
     }
 
-    /// What the per-user entry of a reservation should become, from its state.
-    pub(crate) async fn reservation_finish(
-        &self,
-        l: &Layout,
-        req: &Deduct,
-        home_at: SegAddr<'_>,
-    ) -> Result<Option<UserFinish>> {
-        Ok(
-            match self
-                .reservation_state(l, &req.sku, &req.request_id, home_at)
-                .await?
-            {
-                None | Some(ResvState::Expired | ResvState::Cancelled) => Some(UserFinish::Void),
-                Some(ResvState::Confirmed) => Some(UserFinish::Sold),
-                Some(ResvState::Reserved) => Some(UserFinish::Reserved),
-            },
-        )
+    /// What the per-user entry of the reservation `a` attempts should become, from its state.
+    pub(crate) async fn reservation_finish(&self, a: &Attempt<'_>) -> Result<Option<UserFinish>> {
+        Ok(match self.reservation_state(a).await? {
+            None | Some(ResvState::Expired | ResvState::Cancelled) => Some(UserFinish::Void),
+            Some(ResvState::Confirmed) => Some(UserFinish::Sold),
+            Some(ResvState::Reserved) => Some(UserFinish::Reserved),
+        })
     }
 
-    /// Where a request's reservation lives (its home record's part) and its state there.
-    pub(crate) async fn reservation_state(
-        &self,
-        l: &Layout,
-        sku: &Sku,
-        rid: &RequestId,
-        home_at: SegAddr<'_>,
-    ) -> Result<Option<ResvState>> {
-        let Some(rec) = self.inner.store.record(home_at, rid).await? else {
+    /// The state of the reservation `a` attempts, where it lives (its home record's part).
+    async fn reservation_state(&self, a: &Attempt<'_>) -> Result<Option<ResvState>> {
+        let rid = &a.req.request_id;
+        let Some(rec) = self.store().record(a.home_at(), rid).await? else {
             return Ok(None);
         };
         let parts = match rec.state {
@@ -236,14 +213,30 @@ impl<S: Store> Engine<S> {
         let Some(part) = parts.first() else {
             return Ok(None);
         };
-        let at = SegAddr {
-            sku,
-            generation: l.generation,
-            index: part.segment,
-        };
-        Ok(match self.inner.store.reserve_end(at, rid, None).await? {
-            ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),
-            ReserveEnd::Unknown | ReserveEnd::Stale => None,
-        })
+        Ok(
+            match self
+                .store()
+                .reserve_end(a.at(part.segment), rid, None)
+                .await?
+            {
+                ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),
+                ReserveEnd::Unknown | ReserveEnd::Stale => None,
+            },
+        )
+    }
+
+    /// Gives back the expired reservations of segment `seg`: (units given back, units still
+    /// reserved there).
+    pub(crate) async fn reclaim_expired(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
+        let mut back = 0;
+        // Each call returns at most one batch (64 reservations): repeat while it finds some.
+        for _ in 0..1000 {
+            let (units, held) = self.store().reclaim(seg).await?;
+            back += units;
+            if units == 0 {
+                return Ok((back, held));
+            }
+        }
+        Ok((back, 0))
     }
 }

@@ -90,11 +90,14 @@ pub fn others(home: u32, segments: u32) -> impl Iterator<Item = u32> {
     (1..segments).map(move |k| (home + k) % segments)
 }
 
-/// Plans an all-or-nothing multi-segment take of `need` units from `stocks` (per segment):
-/// the fullest segments first, so as few segments as possible are touched. `None` when the
-/// stock in total is short.
-pub fn plan_split(stocks: &[(u32, u64)], need: u64) -> Option<Vec<(u32, u64)>> {
-    let mut by_stock: Vec<(u32, u64)> = stocks.iter().copied().filter(|(_, s)| *s > 0).collect();
+/// Plans an all-or-nothing multi-segment take of `need` units from `stocks` (units per
+/// segment, by index): the fullest segments first, so as few segments as possible are
+/// touched. `None` when the stock in total is short.
+pub fn plan_split(stocks: &[u64], need: u64) -> Option<Vec<(u32, u64)>> {
+    let mut by_stock: Vec<(u32, u64)> = (0u32..)
+        .zip(stocks.iter().copied())
+        .filter(|(_, s)| *s > 0)
+        .collect();
     by_stock.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut left = need;
     let mut plan = Vec::new();
@@ -136,12 +139,9 @@ mod tests {
 
     #[test]
     fn split_plan_is_all_or_nothing() {
-        let stocks = [(0, 1), (1, 0), (2, 1), (3, 1)];
+        let stocks = [1, 0, 1, 1];
         assert_eq!(plan_split(&stocks, 3), Some(vec![(0, 1), (2, 1), (3, 1)]));
         assert_eq!(plan_split(&stocks, 4), None);
-        assert_eq!(
-            plan_split(&[(0, 5), (1, 9)], 10),
-            Some(vec![(1, 9), (0, 1)])
-        );
+        assert_eq!(plan_split(&[5, 9], 10), Some(vec![(1, 9), (0, 1)]));
     }
 }

@@ -1,37 +1,65 @@
-//! Fallback claims held by others.
+//! Fallback claims held by someone else: waiting for the holder, taking the claim over once
+//! its lease ran out (with a higher *epoch*), reconciling what the old holder took, and the
+//! sweeper's recovery of abandoned claims.
+//!
+//! Epochs: the home script claims a request with epoch 1; each takeover bumps it. A takeover
+//! shuts every other segment to older epochs (`fence.lua`), so a holder that lost its claim
+//! can no longer take or refund anywhere; its parts are counted by the new holder.
 
-use super::*;
+use super::deduct::{Done, Flow, Refused, Restart};
+use super::{Attempt, Deduct, Deduction, Engine, Intent, Layout};
+use crate::error::Result;
+use crate::router::others;
+use crate::segments::Part;
+use crate::store::{
+    FenceReply, RequestKind, SettleAs, SettleReply, Store, TakeoverReply, UserFinish,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most abandoned claims one sweep recovers per segment.
+const CLAIMS_PER_SWEEP: usize = 64;
+
+/// What a takeover does with a request the old holder left incomplete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unfinished {
+    /// Refund its parts and serve the request afresh (a retry of the request took over).
+    ServeAfresh,
+    /// Refund its parts and seal the request id, so it never applies (a verified-void
+    /// per-user entry, or an abandoned claim the sweeper recovers).
+    Seal,
+}
 
 impl<S: Store> Engine<S> {
-    /// Takes over the fallback claims at `seg` (their home) whose lease ran out, and settles
-    /// or refunds and seals them (see [`sweep`](Self::sweep)). Returns how many it recovered.
-    pub(crate) async fn recover_claims(&self, l: &Layout, seg: SegAddr<'_>) -> Result<usize> {
+    /// Takes over the fallback claims at segment `index` (their home) whose lease ran out, and
+    /// settles or refunds and seals them (see [`sweep`](Self::sweep)). Returns how many it
+    /// recovered.
+    pub(crate) async fn recover_claims(&self, l: &Arc<Layout>, index: u32) -> Result<usize> {
         let store = &self.inner.store;
         let mut recovered = 0;
         // One more lease of grace: holders do not renew, and a slow live one should finish
         // its own request rather than find it sealed.
         let grace = self.inner.opts.claim_lease.as_millis() as u64;
-        for c in store.claims_due(seg, CLAIMS_PER_SWEEP, grace).await? {
+        for c in store
+            .claims_due(l.seg(index), CLAIMS_PER_SWEEP, grace)
+            .await?
+        {
             let req = Deduct {
-                sku: seg.sku.clone(),
+                sku: l.sku.clone(),
                 user: c.user,
                 qty: c.qty,
                 request_id: c.request_id,
             };
-            let tr = Trace::recovering(c.kind);
-            let home_at = self.home_of(l, &req);
-            if home_at.index != seg.index {
+            let a = self.attempt(l, &req, Intent::Finish(c.kind));
+            if a.home != index {
                 continue; // indexed under another segment count: not ours to judge
             }
             let TakeoverReply::Won { epoch, home_part } =
-                store.takeover(home_at, self.args(&req, &tr)).await?
+                store.takeover(a.home_at(), a.args).await?
             else {
                 continue; // settled, renewed or taken over meanwhile
             };
-            let outcome = match self
-                .reconcile_as(l, &req, epoch, home_part, &tr, true)
-                .await
-            {
+            let outcome = match self.reconcile(&a, epoch, home_part, Unfinished::Seal).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     // One claim that cannot be judged (e.g. its id is taken by a live part of
@@ -43,21 +71,19 @@ impl<S: Store> Engine<S> {
             };
             recovered += 1;
             tracing::info!(sku = %req.sku, request_id = %req.request_id,
-                outcome = ?outcome_name(&outcome), "recovered an abandoned fallback claim");
+                outcome = ?outcome.name(), "recovered an abandoned fallback claim");
             if l.user_limit > 0 {
                 let how = match outcome {
                     Done(Deduction::Replayed { .. }) => match c.kind {
                         RequestKind::Sale => Some(UserFinish::Sold),
-                        RequestKind::Reservation => {
-                            self.reservation_finish(l, &req, home_at).await?
-                        }
+                        RequestKind::Reservation => self.reservation_finish(&a).await?,
                     },
                     Done(Deduction::SoldOut) | Refused(_) => Some(UserFinish::Void),
                     _ => None,
                 };
                 if let Some(how) = how {
                     store
-                        .user_finish(&req.sku, l.generation, self.args(&req, &tr), how)
+                        .user_finish(&req.sku, l.generation, a.args, how)
                         .await?;
                 }
             }
@@ -67,27 +93,20 @@ impl<S: Store> Engine<S> {
 
     /// Another call holds this request's claim: wait for it to finish, or take it over once
     /// its lease ran out on the store's clock.
-    pub(crate) async fn wait_for_claim(
-        &self,
-        l: &Layout,
-        req: &Deduct,
-        tr: &Trace,
-    ) -> Result<Flow<Deduction>> {
+    pub(crate) async fn wait_for_claim(&self, a: &Attempt<'_>) -> Result<Flow> {
         let store = &self.inner.store;
-        let args = self.args(req, tr);
-        let home_at = self.home_of(l, req);
         let deadline = Instant::now() + self.inner.opts.pending_wait;
         let mut pause = Duration::from_millis(1);
         loop {
-            match store.takeover(home_at, args).await? {
+            match store.takeover(a.home_at(), a.args).await? {
                 TakeoverReply::Replay(parts) => return Ok(Done(Deduction::Replayed { parts })),
                 TakeoverReply::Gone => return Ok(Restart),
-                TakeoverReply::Sealed => {
-                    return Ok(Refused(Error::Sealed(req.request_id.to_string())));
-                }
-                TakeoverReply::Mismatch(f) => return Ok(Refused(Self::conflict(req, f))),
+                TakeoverReply::Sealed => return Ok(Refused(a.sealed())),
+                TakeoverReply::Mismatch(f) => return Ok(Refused(a.conflict(f))),
                 TakeoverReply::Won { epoch, home_part } => {
-                    return self.reconcile_as(l, req, epoch, home_part, tr, false).await;
+                    return self
+                        .reconcile(a, epoch, home_part, Unfinished::ServeAfresh)
+                        .await;
                 }
                 TakeoverReply::Pending { lease_left_ms, .. } => {
                     let now = Instant::now();
@@ -104,34 +123,28 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// After a takeover: fence every other segment, count what the previous holder took, and
-    /// either settle it (it was complete) or refund it and — unless `cancel` — serve the
-    /// request afresh. With `cancel` (a verified-void per-user claim, or an abandoned claim the
-    /// sweeper recovers) an incomplete request is refunded and sealed.
-    pub(crate) async fn reconcile_as(
+    /// After a takeover with `epoch`: shut older epochs out of every other segment, count what
+    /// the previous holders took (`home_part` at home), and either settle it (it was complete)
+    /// or refund it and go on as `unfinished` says.
+    pub(crate) async fn reconcile(
         &self,
-        l: &Layout,
-        req: &Deduct,
+        a: &Attempt<'_>,
         epoch: u64,
         home_part: u64,
-        tr: &Trace,
-        cancel: bool,
-    ) -> Result<Flow<Deduction>> {
+        unfinished: Unfinished,
+    ) -> Result<Flow> {
         let store = &self.inner.store;
-        let args = self.args(req, tr);
-        let home_at = self.home_of(l, req);
-        let home = home_at.index;
-        let fences = others(home, l.segments)
-            .map(|j| async move { (j, store.fence(self.seg(l, &req.sku, j), args, epoch).await) });
+        let shut_outs = others(a.home, a.layout.segments)
+            .map(|j| async move { (j, store.fence(a.at(j), a.args, epoch).await) });
         let mut parts = Vec::new();
         if home_part > 0 {
             parts.push(Part {
-                segment: home,
+                segment: a.home,
                 units: home_part,
             });
         }
         let mut taken_by_other = None;
-        for (j, r) in futures::future::join_all(fences).await {
+        for (j, r) in futures::future::join_all(shut_outs).await {
             match r? {
                 FenceReply::Clear => {}
                 FenceReply::Applied { part } if part > 0 => parts.push(Part {
@@ -139,6 +152,7 @@ impl<S: Store> Engine<S> {
                     units: part,
                 }),
                 FenceReply::Applied { .. } => {}
+                // A newer epoch is there already: this call was superseded.
                 FenceReply::Fenced => return Ok(Done(Deduction::InFlight)),
                 FenceReply::Mismatch(f) => taken_by_other = Some(f),
             }
@@ -146,16 +160,14 @@ impl<S: Store> Engine<S> {
         if let Some(f) = taken_by_other {
             // A live part of another request under this id: this one can never complete. Give
             // back what it took and seal it, rather than leave its units stranded.
-            return self
-                .give_up(l, req, epoch, &parts, tr, f, SettleAs::Seal)
-                .await;
+            return self.give_up(a, epoch, &parts, f, SettleAs::Seal).await;
         }
         let taken: u64 = parts.iter().map(|p| p.units).sum();
-        if taken == req.qty {
+        if taken == a.req.qty {
             parts.sort();
             return Ok(
                 match store
-                    .settle(home_at, args, epoch, SettleAs::Applied(&parts))
+                    .settle(a.home_at(), a.args, epoch, SettleAs::Applied(&parts))
                     .await?
                 {
                     SettleReply::Ok => Done(Deduction::Replayed { parts }),
@@ -165,16 +177,19 @@ impl<S: Store> Engine<S> {
                 },
             );
         }
-        self.refund_all(l, req, epoch, &parts, tr).await?;
-        if cancel {
-            return Ok(
-                match store.settle(home_at, args, epoch, SettleAs::Seal).await? {
+        self.refund_all(a, epoch, &parts).await?;
+        match unfinished {
+            Unfinished::Seal => Ok(
+                match store
+                    .settle(a.home_at(), a.args, epoch, SettleAs::Seal)
+                    .await?
+                {
                     SettleReply::Ok | SettleReply::Gone => Done(Deduction::SoldOut),
                     SettleReply::Applied(parts) => Done(Deduction::Replayed { parts }),
                     SettleReply::Superseded => Done(Deduction::InFlight),
                 },
-            );
+            ),
+            Unfinished::ServeAfresh => self.fallback(a, epoch).await,
         }
-        self.fallback(l, req, epoch, tr).await
     }
 }

@@ -1,43 +1,32 @@
-//! The deduction path.
+//! The deduction's layers, outside in; each adds one thing:
+//! 1. [`metered`](Engine::metered): metrics (outcome, latency, segment tries);
+//! 2. [`in_current_layout`](Engine::in_current_layout): the SKU's layout, and running again
+//!    after a reload or a released twin claim;
+//! 3. with a per-user limit, [`guarded`](Engine::guarded) and
+//!    [`user_counted`](Engine::user_counted) (in `user_limit.rs`);
+//! 4. [`take_units`](Engine::take_units): the home attempt, then the fallback under a claim
+//!    (`fallback.rs`), or waiting for the claim's holder (`claim.rs`).
 
-use super::*;
+use super::request::Recorded;
+use super::{Attempt, Deduct, Deduction, Engine, Intent};
+use crate::error::{Error, Result};
+use crate::ids::check_qty;
+use crate::segments::Part;
+use crate::store::{HomeReply, Store};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::time::Instant;
 
-/// Per-call context: what the call is (sale or reservation) and metrics bookkeeping (atomics
-/// so the futures stay `Send`).
+/// Metrics bookkeeping of one call (an atomic so the futures stay `Send`).
+#[derive(Debug, Default)]
 pub(crate) struct Trace {
-    pub(crate) attempts: std::sync::atomic::AtomicU32,
-    /// 0: a sale; > 0: a reservation for this many ms.
-    pub(crate) resv: u64,
-    /// Sale or reservation (a reservation verified by the sweeper has `resv` 0: it takes no
-    /// units, it only settles or gives back what an earlier call took).
-    pub(crate) kind: RequestKind,
+    /// Segment scripts sent that could take units.
+    tries: AtomicU32,
 }
 
 impl Trace {
-    /// A sale (`resv_ms` = 0) or a reservation for `resv_ms`.
-    pub(crate) fn new(resv_ms: u64) -> Self {
-        Self {
-            attempts: Default::default(),
-            resv: resv_ms,
-            kind: if resv_ms > 0 {
-                RequestKind::Reservation
-            } else {
-                RequestKind::Sale
-            },
-        }
-    }
-
-    /// Recovery of an earlier call of `kind` (takes no new units).
-    pub(crate) fn recovering(kind: RequestKind) -> Self {
-        Self {
-            kind,
-            ..Self::new(0)
-        }
-    }
-
-    pub(crate) fn attempt(&self) {
-        self.attempts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Counts one segment script that could take units.
+    pub(crate) fn tried(&self) {
+        self.tries.fetch_add(1, Relaxed);
     }
 }
 
@@ -46,10 +35,7 @@ pub(crate) const STALE_RETRIES: usize = 4;
 
 /// How many times a call starts afresh after the twin it waited for released the claim,
 /// before answering `InFlight`.
-pub(crate) const MAX_RESTARTS: usize = 16;
-
-/// Most abandoned claims one sweep recovers per segment.
-pub(crate) const CLAIMS_PER_SWEEP: usize = 64;
+const MAX_RESTARTS: usize = 16;
 
 /// What a fresh read says before anything is claimed.
 pub(crate) enum Short {
@@ -65,57 +51,80 @@ pub(crate) enum Short {
     Go,
 }
 
-/// Internal: a step's result, or "the layout changed under us".
-pub(crate) enum Flow<T> {
-    Done(T),
+/// A step's result, or why the call cannot answer in this layout.
+pub(crate) enum Flow {
+    /// The answer.
+    Done(Deduction),
+    /// The layout changed under us: read it again and start over.
     Stale,
     /// The claim was released by its holder meanwhile: start the request again.
     Restart,
-    /// Refused at the home segment before anything was taken: the request id belongs to
-    /// another request (user, qty or kind differ) or was sealed. This request can never apply
-    /// under this id, so its per-user entry goes; the error is the answer.
+    /// Refused before anything was taken: the request id belongs to another request (user,
+    /// qty or kind differ) or was sealed. This request can never apply under this id, so its
+    /// per-user entry goes; the error is the answer.
     Refused(Error),
 }
 
 pub(crate) use Flow::{Done, Refused, Restart, Stale};
 
+impl Flow {
+    /// The outcome's name, for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Done(d) => d.kind(),
+            Stale => "stale",
+            Restart => "restart",
+            Refused(_) => "refused",
+        }
+    }
+}
+
 impl<S: Store> Engine<S> {
-    /// Runs a deduction (`resv_ms` = 0) or reservation and records its outcome, latency and
-    /// segment attempts. Also returns the load generation the outcome belongs to.
-    pub(crate) async fn measured(&self, req: &Deduct, resv_ms: u64) -> Result<(Deduction, u64)> {
+    /// Layer 1, metrics: runs the request (a sale or a reservation) and records its outcome,
+    /// latency and segment tries. Also returns the load generation the outcome belongs to.
+    pub(crate) async fn metered(&self, req: &Deduct, intent: Intent) -> Result<(Deduction, u64)> {
         let start = Instant::now();
-        let trace = Trace::new(resv_ms);
-        let r = self.deduct_traced(req, &trace).await;
+        let trace = Trace::default();
+        let r = self.in_current_layout(req, intent, &trace).await;
         match &r {
             Ok((d, _)) => crate::metrics::deduction(
                 d.kind(),
                 self.inner.store.strategy().name(),
                 start.elapsed(),
-                trace.attempts.load(std::sync::atomic::Ordering::Relaxed),
+                trace.tries.load(Relaxed),
             ),
             Err(e) => crate::metrics::error(e),
         }
         r
     }
 
-    pub(crate) async fn deduct_traced(&self, req: &Deduct, tr: &Trace) -> Result<(Deduction, u64)> {
+    /// Layer 2, layout: checks the quantity, runs the request in the SKU's current layout,
+    /// and runs it again after a reload (`Stale`) or after the twin it waited for released
+    /// the claim (`Restart`).
+    async fn in_current_layout(
+        &self,
+        req: &Deduct,
+        intent: Intent,
+        trace: &Trace,
+    ) -> Result<(Deduction, u64)> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
         let (mut stale, mut restarts) = (0, 0);
         loop {
             let layout = self.layout(&req.sku).await?;
+            let a = self.attempt(&layout, req, intent).traced(trace);
             let flow = if layout.user_limit > 0 {
-                self.deduct_limited(&layout, req, tr).await?
+                self.guarded(&a).await?
             } else {
-                self.deduct_in(&layout, req, tr).await?
+                self.take_units(&a).await?
             };
             match flow {
                 Done(d) => {
-                    self.maybe_gauges(&layout, &req.sku);
+                    self.maybe_gauges(&layout);
                     return Ok((d, layout.generation));
                 }
                 Refused(e) => return Err(e),
                 Stale => {
-                    self.forget(&req.sku, layout.generation);
+                    self.forget(&layout);
                     stale += 1;
                     if stale == STALE_RETRIES {
                         return Err(Error::NotReady(req.sku.to_string()));
@@ -133,103 +142,80 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    pub(crate) async fn deduct_in(
-        &self,
-        l: &Layout,
-        req: &Deduct,
-        tr: &Trace,
-    ) -> Result<Flow<Deduction>> {
-        let store = &self.inner.store;
-        let args = self.args(req, tr);
-        let home_at = self.home_of(l, req);
-        let home = home_at.index;
-
-        if l.hints.likely_short(home, req.qty) {
+    /// Layer 4, stock: the whole quantity at the home segment (claiming the request when
+    /// the home is short), then the fallback; or, when a twin holds the claim, waiting for it.
+    pub(crate) async fn take_units(&self, a: &Attempt<'_>) -> Result<Flow> {
+        let l = a.layout;
+        if l.hints.likely_short(a.home, a.req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
             // between replay, sold out, insufficient, and going to claim.
-            match self.check_short(l, req, tr).await? {
+            match self.check_short(a).await? {
                 Short::Decided(d) => return Ok(Done(d)),
-                Short::Pending => return self.wait_for_claim(l, req, tr).await,
+                Short::Pending => return self.wait_for_claim(a).await,
                 Short::Stale => return Ok(Stale),
                 Short::Refused(e) => return Ok(Refused(e)),
                 Short::Go => {}
             }
         }
 
-        tr.attempt();
-        match store.deduct_home(home_at, args, true).await? {
+        a.tried();
+        match self
+            .inner
+            .store
+            .deduct_home(a.home_at(), a.args, true)
+            .await?
+        {
             HomeReply::Applied { stock_after } => {
-                l.hints.observe(home, stock_after);
+                l.hints.observe(a.home, stock_after);
                 Ok(Done(Deduction::Applied {
                     parts: vec![Part {
-                        segment: home,
-                        units: req.qty,
+                        segment: a.home,
+                        units: a.req.qty,
                     }],
                 }))
             }
             HomeReply::Replay(parts) => Ok(Done(Deduction::Replayed { parts })),
-            HomeReply::Mismatch(f) => Ok(Refused(Self::conflict(req, f))),
+            HomeReply::Mismatch(f) => Ok(Refused(a.conflict(f))),
             HomeReply::Stale => Ok(Stale),
-            HomeReply::Sealed => Ok(Refused(Error::Sealed(req.request_id.to_string()))),
-            HomeReply::Pending { .. } => self.wait_for_claim(l, req, tr).await,
+            HomeReply::Sealed => Ok(Refused(a.sealed())),
+            HomeReply::Pending { .. } => self.wait_for_claim(a).await,
             HomeReply::Short { stock, claimed } => {
-                l.hints.observe(home, stock);
+                l.hints.observe(a.home, stock);
                 if !claimed {
                     return Err(Error::Protocol("deduct: short without claim".into()));
                 }
                 crate::metrics::fallback();
-                self.fallback(l, req, 1, tr).await
+                // The home script wrote the claim with epoch 1.
+                self.fallback(a, 1).await
             }
         }
     }
 
-    /// Reads every segment (coalesced) and this request's home record: enough to answer a
+    /// Reads every segment (shared read) and this request's home record: enough to answer a
     /// replay, sold out or insufficient without writing anything.
-    pub(crate) async fn check_short(&self, l: &Layout, req: &Deduct, tr: &Trace) -> Result<Short> {
-        let at = self.home_of(l, req);
+    pub(crate) async fn check_short(&self, a: &Attempt<'_>) -> Result<Short> {
         let (segs, rec) = futures::join!(
-            self.read_segments(l, &req.sku),
-            self.inner.store.record(at, &req.request_id)
+            self.read_segments(a.layout),
+            self.inner.store.record(a.home_at(), &a.req.request_id)
         );
-        let Some(stocks) = observe(l, &segs?) else {
+        let Some(stocks) = a.layout.observe(&segs?) else {
             return Ok(Short::Stale);
         };
         if let Some(rec) = rec? {
-            let field = if rec.user != req.user.as_str() {
-                Some("user")
-            } else if rec.qty != req.qty {
-                Some("qty")
-            } else if rec.kind != tr.kind {
-                Some("kind")
-            } else {
-                None
-            };
-            if let Some(f) = field {
-                return Ok(Short::Refused(Self::conflict(req, f)));
-            }
-            return Ok(match rec.state {
-                RecordState::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),
-                RecordState::Pending { .. } => Short::Pending,
-                RecordState::Sealed => Short::Refused(Error::Sealed(req.request_id.to_string())),
+            return Ok(match a.recorded(rec) {
+                Recorded::Other(field) => Short::Refused(a.conflict(field)),
+                Recorded::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),
+                Recorded::Pending => Short::Pending,
+                Recorded::Sealed => Short::Refused(a.sealed()),
             });
         }
-        let total: u64 = stocks.iter().map(|(_, s)| s).sum();
+        let total: u64 = stocks.iter().sum();
         Ok(if total == 0 {
             Short::Decided(Deduction::SoldOut)
-        } else if total < req.qty {
+        } else if total < a.req.qty {
             Short::Decided(Deduction::Insufficient { available: total })
         } else {
             Short::Go
         })
-    }
-}
-
-/// A flow's outcome for logs.
-pub(crate) fn outcome_name(f: &Flow<Deduction>) -> &'static str {
-    match f {
-        Done(d) => d.kind(),
-        Stale => "stale",
-        Restart => "restart",
-        Refused(_) => "refused",
     }
 }

@@ -1,6 +1,13 @@
-//! Tunables and the builder.
+//! Tunables ([`EngineOptions`], checked as a whole by [`EngineOptions::validate`]) and the
+//! [`EngineBuilder`] that applies them.
 
-use super::*;
+use super::{Engine, Inner};
+use crate::error::{Error, Result};
+use crate::ids::MAX_UNITS;
+use crate::store::Store;
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Tunables, with the defaults a flash sale wants.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,35 +1,6 @@
-//! What a deduction asks and answers.
+//! What the engine answers: business outcomes are values, not errors.
 
-use super::*;
-
-/// A deduction request: `qty` units of `sku` for `user`, idempotent by `request_id`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deduct {
-    /// The SKU.
-    pub sku: Sku,
-    /// The buyer.
-    pub user: UserId,
-    /// Units wanted (1..=`max_qty`).
-    pub qty: u64,
-    /// Idempotency key: resend the same request with the same id.
-    pub request_id: RequestId,
-}
-
-impl Deduct {
-    /// Builds a request from raw text, validating the ids (the quantity is checked by the
-    /// engine against its `max_qty`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] naming the first invalid field.
-    pub fn new(sku: &str, user: &str, qty: u64, request_id: &str) -> Result<Self> {
-        Ok(Self {
-            sku: Sku::new(sku)?,
-            user: UserId::new(user)?,
-            qty,
-            request_id: RequestId::new(request_id)?,
-        })
-    }
-}
+use crate::segments::Part;
 
 /// The outcome of a deduction. Business outcomes are values, not errors.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -1,6 +1,12 @@
-//! Load and restock.
+//! Putting stock in: [`load`](Engine::load) (a new generation, split over the segments) and
+//! [`restock`](Engine::restock) (once per request id, spread over the segments).
 
-use super::*;
+use super::deduct::STALE_RETRIES;
+use super::{Engine, Restocked, seg_at};
+use crate::error::{Error, Result};
+use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, check_qty};
+use crate::segments::{home, split};
+use crate::store::{LoadBegin, RestockReply, Store};
 
 impl<S: Store> Engine<S> {
     /// Loads `sku` with `total` units split over `segments` (sizes differ by at most one).
@@ -70,11 +76,7 @@ impl<S: Store> Engine<S> {
         };
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
-        let at = |index| SegAddr {
-            sku,
-            generation,
-            index,
-        };
+        let at = |index| seg_at(sku, generation, index);
         let writes = amounts
             .iter()
             .enumerate()
@@ -94,7 +96,8 @@ impl<S: Store> Engine<S> {
     }
 
     /// Adds `qty` units, spread evenly over the segments (shares differ by at most one, the
-    /// larger ones starting at the request's home segment), once per `request_id`. Local hints are refreshed, so the units sell at once.
+    /// larger ones starting at the request's home segment), once per `request_id`. Local
+    /// hints are refreshed, so the units sell at once.
     ///
     /// # Errors
     /// [`Error::InvalidInput`]; [`Error::RequestIdConflict`] (same id, other quantity);
@@ -112,17 +115,14 @@ impl<S: Store> Engine<S> {
                 .map(|(k, a)| ((home + k as u32) % l.segments, a))
                 .filter(|(_, a)| *a > 0)
                 .collect();
+            let record_ttl_ms = self.inner.opts.request_ttl.as_millis() as u64;
             let call = |(index, units): (u32, u64)| {
-                let seg = SegAddr {
-                    sku,
-                    generation: l.generation,
-                    index,
-                };
+                let seg = l.seg(index);
                 async move {
                     let r = self
                         .inner
                         .store
-                        .restock(seg, request_id, units, qty, self.ttl_ms())
+                        .restock(seg, request_id, units, qty, record_ttl_ms)
                         .await;
                     (index, units, r)
                 }
@@ -156,7 +156,7 @@ impl<S: Store> Engine<S> {
                 }
             }
             if stale {
-                self.forget(sku, l.generation);
+                self.forget(&l);
                 continue;
             }
             return Ok(Restocked {

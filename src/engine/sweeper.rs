@@ -1,6 +1,11 @@
-//! The sweeper.
+//! The sweeper: one periodic task per engine that drops stale cached layouts, gives back
+//! expired reservations and recovers abandoned fallback claims.
 
-use super::*;
+use super::{Engine, Layout};
+use crate::error::Result;
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The running sweeper; dropping it stops it.
 #[derive(Debug)]
@@ -28,7 +33,7 @@ impl<S: Store> Engine<S> {
     /// - expired reservations go back to their stock;
     /// - fallback claims whose holder let the lease run out (crashed, or the call's future was
     ///   dropped) are taken over: a complete one is settled as applied, an incomplete one is
-    ///   refunded and sealed (a retry of its request id gets [`Error::Sealed`]); the user's
+    ///   refunded and sealed (a retry of its request id gets [`Error::Sealed`](crate::Error::Sealed)); the user's
     ///   per-user entry follows.
     ///
     /// Returns the reservation units given back.
@@ -38,43 +43,35 @@ impl<S: Store> Engine<S> {
     /// # Errors
     /// Store errors.
     pub async fn sweep(&self) -> Result<u64> {
-        let layouts: Vec<(Sku, Arc<Layout>)> = self
+        let layouts: Vec<Arc<Layout>> = self
             .inner
             .layouts
             .iter()
-            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .map(|e| Arc::clone(e.value()))
             .collect();
         let mut back = 0;
-        for (sku, l) in layouts {
-            match self.inner.store.meta(&sku).await? {
+        for l in layouts {
+            match self.inner.store.meta(&l.sku).await? {
                 Some(m) if m.generation == l.generation => {}
                 other => {
-                    tracing::warn!(sku = %sku, cached = l.generation,
+                    tracing::warn!(sku = %l.sku, cached = l.generation,
                         now = ?other.map(|m| m.generation),
                         "SKU metadata is gone or changed generation; dropping the cached layout");
-                    self.forget(&sku, l.generation);
+                    self.forget(&l);
                     continue;
                 }
             }
             let mut reserved = 0;
             for index in 0..l.segments {
-                let seg = self.seg(&l, &sku, index);
-                // Each call returns at most one batch (64 reservations): repeat while it
-                // finds some.
-                for _ in 0..1000 {
-                    let (units, held) = self.inner.store.reclaim(seg).await?;
-                    back += units;
-                    if units == 0 {
-                        reserved += held;
-                        break;
-                    }
-                }
-                if let Err(e) = self.recover_claims(&l, seg).await {
-                    tracing::warn!(sku = %sku, segment = index, error = %e,
+                let (units, held) = self.reclaim_expired(l.seg(index)).await?;
+                back += units;
+                reserved += held;
+                if let Err(e) = self.recover_claims(&l, index).await {
+                    tracing::warn!(sku = %l.sku, segment = index, error = %e,
                         "recovering abandoned claims failed; next sweep retries");
                 }
             }
-            crate::metrics::reserved(&self.inner.sku_labels, sku.as_str(), reserved);
+            crate::metrics::reserved(&self.inner.sku_labels, l.sku.as_str(), reserved);
         }
         if back > 0 {
             crate::metrics::reservations_expired(back);

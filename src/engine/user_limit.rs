@@ -1,6 +1,18 @@
-//! The per-user limit.
+//! The per-user limit, in two layers: the in-process guard ([`Engine::guarded`]) filters
+//! double clicks and users this process already saw at the limit; the user's record in the
+//! store ([`Engine::user_counted`]) decides, claimed before the deduction and settled after it.
+//! Entries left pending by dead callers are verified here too.
 
-use super::*;
+use super::claim::Unfinished;
+use super::deduct::{Done, Flow, Refused, Short, Stale};
+use super::request::Recorded;
+use super::{Attempt, Deduct, Deduction, Engine, Intent, Layout};
+use crate::error::Result;
+use crate::guard::Local;
+use crate::store::{
+    RequestKind, SealReply, StaleEntry, Store, TakeoverReply, UserClaim, UserFinish,
+};
+use std::sync::Arc;
 
 /// Armed while a call of the per-user path runs (from its claim in the user record until that
 /// record is settled): if the call's future is dropped — a client disconnected and the server
@@ -9,12 +21,10 @@ use super::*;
 /// and a retry of that id by the client replays whatever the background call did. Every step
 /// is idempotent by request id, so the background run and whatever the dropped call had in
 /// flight cannot apply twice.
-pub(crate) struct PendingEntry<'a, S: Store> {
-    pub(crate) engine: &'a Engine<S>,
-    pub(crate) layout: &'a Arc<Layout>,
-    pub(crate) req: &'a Deduct,
-    pub(crate) resv: u64,
-    pub(crate) armed: bool,
+struct PendingEntry<'a, S: Store> {
+    engine: &'a Engine<S>,
+    attempt: &'a Attempt<'a>,
+    armed: bool,
 }
 
 impl<S: Store> Drop for PendingEntry<'_, S> {
@@ -25,15 +35,16 @@ impl<S: Store> Drop for PendingEntry<'_, S> {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return; // no runtime (shutting down): the entry is verified when it lingers
         };
-        let (engine, l, req) = (
+        let a = self.attempt;
+        let (engine, l, req, intent) = (
             self.engine.clone(),
-            Arc::clone(self.layout),
-            self.req.clone(),
+            Arc::clone(a.layout),
+            a.req.clone(),
+            a.intent,
         );
-        let resv = self.resv;
         rt.spawn(async move {
-            let tr = Trace::new(resv);
-            if let Err(e) = Box::pin(engine.deduct_counted(&l, &req, &tr)).await {
+            let a = engine.attempt(&l, &req, intent);
+            if let Err(e) = Box::pin(engine.user_counted(&a)).await {
                 tracing::warn!(error = %e, request_id = %req.request_id,
                     "finishing a dropped call failed; its per-user entry is verified when it lingers");
             }
@@ -42,27 +53,23 @@ impl<S: Store> Drop for PendingEntry<'_, S> {
 }
 
 impl<S: Store> Engine<S> {
-    /// The per-user limit in two layers: the in-process guard filters double clicks and users
-    /// this process already saw at the limit; the store's user record decides.
-    pub(crate) async fn deduct_limited(
-        &self,
-        l: &Arc<Layout>,
-        req: &Deduct,
-        tr: &Trace,
-    ) -> Result<Flow<Deduction>> {
-        use crate::guard::Local;
+    /// Layer 3a, the in-process guard: turns away a second attempt of the user running in
+    /// this process, and users it saw at the limit (unless this request is a retry of one
+    /// that applied); the rest go on to [`user_counted`](Self::user_counted).
+    pub(crate) async fn guarded(&self, a: &Attempt<'_>) -> Result<Flow> {
+        let (l, req) = (a.layout, a.req);
         let limit = l.user_limit;
         if req.qty > limit {
             // Answered from the cached layout alone: make sure it is still the SKU's (a
             // reload may have changed the limit).
-            return Ok(if self.is_current(l, &req.sku).await? {
+            return Ok(if self.is_current(l).await? {
                 Done(Deduction::LimitReached { limit })
             } else {
                 Stale
             });
         }
         let g = &self.inner.guard;
-        let attempt = g.enter(
+        let entered = g.enter(
             l.generation,
             &req.sku,
             &req.user,
@@ -70,27 +77,27 @@ impl<S: Store> Engine<S> {
             req.qty,
             limit,
         );
-        crate::metrics::guard(attempt.is_err(), g);
-        let attempt = match attempt {
-            Ok(a) => a,
+        crate::metrics::guard(entered.is_err(), g);
+        let entered = match entered {
+            Ok(entered) => entered,
             Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
             // This process saw the user's units; but a retry of a request applied through
             // another instance must still replay.
-            Err(_) => return self.replay_or_limit(l, req, tr).await,
+            Err(_) => return self.replay_or_limit(a).await,
         };
-        let r = self.deduct_counted(l, req, tr).await;
+        let r = self.user_counted(a).await;
         match &r {
             // Remember only units sold for good: pending claims and reservations may still be
             // given back, and the store must see the next attempt.
             Ok((Done(Deduction::LimitReached { .. }), Some(final_units))) => {
-                attempt.saturate(*final_units)
+                entered.saturate(*final_units)
             }
             Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _))
-                if tr.kind == RequestKind::Sale =>
+                if a.intent.kind() == RequestKind::Sale =>
             {
-                attempt.finish(parts.iter().map(|p| p.units).sum())
+                entered.finish(parts.iter().map(|p| p.units).sum())
             }
-            _ => attempt.finish(0),
+            _ => entered.finish(0),
         }
         r.map(|(flow, _)| flow)
     }
@@ -99,60 +106,40 @@ impl<S: Store> Engine<S> {
     /// another instance): then its replay; or its request id is taken by another request
     /// (other user, quantity or kind): then that conflict; or the cached layout is no longer
     /// the SKU's: then stale. One round trip (home record and metadata, pipelined).
-    pub(crate) async fn replay_or_limit(
-        &self,
-        l: &Layout,
-        req: &Deduct,
-        tr: &Trace,
-    ) -> Result<Flow<Deduction>> {
+    async fn replay_or_limit(&self, a: &Attempt<'_>) -> Result<Flow> {
         // The limit and the ledger come from the cached layout: make sure it is still the SKU's
         // (a reload elsewhere may have changed the limit), in the same round trip.
         let (rec, current) = futures::join!(
-            self.inner
-                .store
-                .record(self.home_of(l, req), &req.request_id),
-            self.is_current(l, &req.sku)
+            self.inner.store.record(a.home_at(), &a.req.request_id),
+            self.is_current(a.layout)
         );
         if !current? {
             return Ok(Stale);
         }
-        let rec = rec?;
         let limit = Done(Deduction::LimitReached {
-            limit: l.user_limit,
+            limit: a.layout.user_limit,
         });
-        let Some(rec) = rec else { return Ok(limit) };
-        let field = if rec.user != req.user.as_str() {
-            "user"
-        } else if rec.qty != req.qty {
-            "qty"
-        } else if rec.kind != tr.kind {
-            "kind"
-        } else {
-            return Ok(match rec.state {
-                RecordState::Applied(parts) => Done(Deduction::Replayed { parts }),
-                RecordState::Sealed => Refused(Error::Sealed(req.request_id.to_string())),
-                RecordState::Pending { .. } => limit,
-            });
-        };
-        Ok(Refused(Self::conflict(req, field)))
+        let Some(rec) = rec? else { return Ok(limit) };
+        Ok(match a.recorded(rec) {
+            Recorded::Other(field) => Refused(a.conflict(field)),
+            Recorded::Applied(parts) => Done(Deduction::Replayed { parts }),
+            Recorded::Sealed => Refused(a.sealed()),
+            Recorded::Pending => limit,
+        })
     }
 
-    /// Claim in the user record, deduct, then settle the user record (see `user_claim.lua`
-    /// for why this compensated two-step is exact). With a "limit reached", the units the user
-    /// holds for good (sold) when the store knows them.
-    pub(crate) async fn deduct_counted(
-        &self,
-        l: &Arc<Layout>,
-        req: &Deduct,
-        tr: &Trace,
-    ) -> Result<(Flow<Deduction>, Option<u64>)> {
+    /// Layer 3b, the user's record in the store: claim the units there, deduct, then settle
+    /// the record (see `user_claim.lua` for why this compensated two-step is exact). With a
+    /// "limit reached", also the units the user holds for good (sold) when the store knows
+    /// them.
+    pub(crate) async fn user_counted(&self, a: &Attempt<'_>) -> Result<(Flow, Option<u64>)> {
         let store = &self.inner.store;
-        let args = self.args(req, tr);
+        let (l, req) = (a.layout, a.req);
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
         // After a sell-out most buyers are turned away: answer them from a fresh read before
         // touching the user record (nothing would be sold, so nothing needs counting).
         if (0..l.segments).all(|i| l.hints.likely_short(i, req.qty)) {
-            match self.check_short(l, req, tr).await? {
+            match self.check_short(a).await? {
                 Short::Decided(d) => return Ok((Done(d), None)),
                 Short::Stale => return Ok((Stale, None)),
                 Short::Refused(e) => return Ok((Refused(e), None)),
@@ -163,15 +150,13 @@ impl<S: Store> Engine<S> {
         // leave the entry pending either.
         let mut pending = PendingEntry {
             engine: self,
-            layout: l,
-            req,
-            resv: tr.resv,
+            attempt: a,
             armed: true,
         };
         let mut verified = false;
         loop {
             let claim = store
-                .user_claim(&req.sku, l.generation, args, l.user_limit, claim_ttl)
+                .user_claim(&req.sku, l.generation, a.args, l.user_limit, claim_ttl)
                 .await;
             if claim.is_err() {
                 pending.armed = false; // unknown: a retry with the same id finds its entry
@@ -180,7 +165,7 @@ impl<S: Store> Engine<S> {
                 UserClaim::Ok | UserClaim::Dup { .. } => break,
                 UserClaim::Mismatch(f) => {
                     pending.armed = false;
-                    return Err(Self::conflict(req, f));
+                    return Err(a.conflict(f));
                 }
                 UserClaim::Limit {
                     used,
@@ -197,10 +182,9 @@ impl<S: Store> Engine<S> {
                                 .filter(|e| !e.reserved)
                                 .map(|e| e.qty)
                                 .sum::<u64>();
-                        let limit = l.user_limit;
                         pending.armed = false; // refused: nothing was claimed
-                        if used.saturating_sub(in_flight) + req.qty > limit {
-                            let flow = self.replay_or_limit(l, req, tr).await?;
+                        if used.saturating_sub(in_flight) + req.qty > l.user_limit {
+                            let flow = self.replay_or_limit(a).await?;
                             return Ok((flow, Some(final_used)));
                         }
                         return Ok((Done(Deduction::UserBusy), None));
@@ -214,7 +198,7 @@ impl<S: Store> Engine<S> {
                 }
             }
         }
-        let flow = match self.deduct_in(l, req, tr).await {
+        let flow = match self.take_units(a).await {
             Ok(flow) => flow,
             Err(e) => {
                 // The outcome is unknown: the entry stays pending, a retry with the same id
@@ -223,18 +207,15 @@ impl<S: Store> Engine<S> {
                 return Err(e);
             }
         };
-        let held = match tr.kind {
-            RequestKind::Reservation => UserFinish::Reserved,
-            RequestKind::Sale => UserFinish::Sold,
-        };
+        let reservation = a.intent.kind() == RequestKind::Reservation;
         let how = match &flow {
             // A replayed reservation may have ended since (expired, cancelled, confirmed): its
             // entry follows its state, never "reserved" for units it no longer holds.
-            Done(Deduction::Replayed { .. }) if tr.kind == RequestKind::Reservation => {
-                self.reservation_finish(l, req, self.home_of(l, req))
-                    .await?
+            Done(Deduction::Replayed { .. }) if reservation => self.reservation_finish(a).await?,
+            Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) if reservation => {
+                Some(UserFinish::Reserved)
             }
-            Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(held),
+            Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(UserFinish::Sold),
             Done(Deduction::SoldOut | Deduction::Insufficient { .. }) | Refused(_) => {
                 Some(UserFinish::Void)
             }
@@ -243,62 +224,56 @@ impl<S: Store> Engine<S> {
         };
         // Still armed here: dropped during this write, the entry is resolved all the same.
         if let Some(how) = how {
-            store.user_finish(&req.sku, l.generation, args, how).await?;
+            store
+                .user_finish(&req.sku, l.generation, a.args, how)
+                .await?;
         }
         pending.armed = false;
         Ok((flow, None))
     }
 
-    /// Resolves per-user entries whose claimer is presumed dead (pending past expiry) or
-    /// whose reservation may have ended: counted for good if their request applied, removed
-    /// once the request is sealed so it never can.
-    pub(crate) async fn verify_stale(
+    /// Resolves per-user entries of `req.user` whose claimer is presumed dead (pending past
+    /// expiry) or whose reservation may have ended: counted for good if their request applied,
+    /// removed once the request is sealed so it never can.
+    async fn verify_stale(
         &self,
-        l: &Layout,
+        l: &Arc<Layout>,
         req: &Deduct,
         stale: &[StaleEntry],
     ) -> Result<()> {
         for e in stale {
-            if let Some(how) = self.resolve_entry(l, req, e).await? {
-                let counted = Deduct {
-                    qty: e.qty,
-                    request_id: e.request_id.clone(),
-                    ..req.clone()
-                };
-                let args = self.args(&counted, &Trace::recovering(e.kind));
+            let counted = Deduct {
+                qty: e.qty,
+                request_id: e.request_id.clone(),
+                ..req.clone()
+            };
+            let a = self.attempt(l, &counted, Intent::Finish(e.kind));
+            if let Some(how) = self.resolve_entry(&a, e).await? {
                 self.inner
                     .store
-                    .user_finish(&req.sku, l.generation, args, how)
+                    .user_finish(&req.sku, l.generation, a.args, how)
                     .await?;
             }
         }
         Ok(())
     }
 
-    /// What a per-user entry of `req.user` should become (`None`: leave it for now).
-    pub(crate) async fn resolve_entry(
+    /// What the per-user entry `e` (of the request `counted` attempts) should become (`None`:
+    /// leave it for now).
+    async fn resolve_entry(
         &self,
-        l: &Layout,
-        req: &Deduct,
+        counted: &Attempt<'_>,
         e: &StaleEntry,
     ) -> Result<Option<UserFinish>> {
         let store = &self.inner.store;
-        let other = Deduct {
-            sku: req.sku.clone(),
-            user: req.user.clone(),
-            qty: e.qty,
-            request_id: e.request_id.clone(),
-        };
-        let at = self.home_of(l, &other);
         if e.reserved {
             // A reservation counts until it is confirmed, cancelled or expired.
-            return self.reservation_finish(l, &other, at).await;
+            return self.reservation_finish(counted).await;
         }
         let mut kind = e.kind;
         for flips in 0..2 {
-            let tr = Trace::recovering(kind);
-            let args = self.args(&other, &tr);
-            let applied = match store.seal(at, args).await? {
+            let a = self.attempt(counted.layout, counted.req, Intent::Finish(kind));
+            let applied = match store.seal(a.home_at(), a.args).await? {
                 SealReply::Sealed => Some(false),
                 SealReply::Applied => Some(true),
                 // Same user and quantity, other kind: the record is this user's request under
@@ -313,28 +288,30 @@ impl<S: Store> Engine<S> {
                 }
                 // The home record belongs to another request: this one can never apply.
                 SealReply::Mismatch(_) => Some(false),
-                SealReply::Pending { lease_left_ms: 0 } => match store.takeover(at, args).await? {
-                    TakeoverReply::Won { epoch, home_part } => {
-                        match self
-                            .reconcile_as(l, &other, epoch, home_part, &tr, true)
-                            .await?
-                        {
-                            Done(Deduction::Replayed { .. }) => Some(true),
-                            Done(Deduction::SoldOut) | Refused(_) => Some(false),
-                            _ => None,
+                SealReply::Pending { lease_left_ms: 0 } => {
+                    match store.takeover(a.home_at(), a.args).await? {
+                        TakeoverReply::Won { epoch, home_part } => {
+                            match self
+                                .reconcile(&a, epoch, home_part, Unfinished::Seal)
+                                .await?
+                            {
+                                Done(Deduction::Replayed { .. }) => Some(true),
+                                Done(Deduction::SoldOut) | Refused(_) => Some(false),
+                                _ => None,
+                            }
                         }
+                        TakeoverReply::Replay(_) => Some(true),
+                        TakeoverReply::Sealed | TakeoverReply::Mismatch(_) => Some(false),
+                        TakeoverReply::Pending { .. } | TakeoverReply::Gone => None,
                     }
-                    TakeoverReply::Replay(_) => Some(true),
-                    TakeoverReply::Sealed | TakeoverReply::Mismatch(_) => Some(false),
-                    TakeoverReply::Pending { .. } | TakeoverReply::Gone => None,
-                },
+                }
                 SealReply::Pending { .. } => None,
             };
             return Ok(match applied {
                 Some(false) => Some(UserFinish::Void),
                 Some(true) if kind == RequestKind::Sale => Some(UserFinish::Sold),
                 // A reservation that applied: it counts only while it holds its units.
-                Some(true) => self.reservation_finish(l, &other, at).await?,
+                Some(true) => self.reservation_finish(&a).await?,
                 None => None,
             });
         }

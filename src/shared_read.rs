@@ -1,10 +1,13 @@
-//! Read coalescing: many concurrent callers, one read per round trip.
+//! Shared reads: many concurrent callers of one read, one read per round trip.
 //!
 //! In a flash sale most requests arrive after the stock is gone, and each must confirm "sold
 //! out" from a fresh read of every segment (hints never answer). Done naively that is one
-//! N-segment read per request. A [`ReadGroup`] lets a caller *join the next read that starts
+//! N-segment read per request. A [`SharedRead`] lets a caller *join the next read that starts
 //! after it asked*: the answer is then exactly as fresh as a read of its own, so nothing
 //! stale is ever served, yet a storm of callers costs one read per round trip.
+//!
+//! (Not to be confused with request coalescing in the Redis store, which batches many
+//! deductions into one script call: that one writes; this one only reads.)
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -17,20 +20,20 @@ struct State<T> {
     waiting: Vec<Waiter<T>>,
 }
 
-/// Coalesces reads of one thing (here: all segments of one SKU).
-pub(crate) struct ReadGroup<T> {
+/// One shared read of one thing (here: all segments of one SKU).
+pub(crate) struct SharedRead<T> {
     state: Mutex<State<T>>,
 }
 
-impl<T> std::fmt::Debug for ReadGroup<T> {
+impl<T> std::fmt::Debug for SharedRead<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReadGroup")
+        f.write_str("SharedRead")
     }
 }
 
-/// Resets the group if the reading task ends in any way (including a panic or runtime
+/// Resets the shared read if the reading task ends in any way (including a panic or runtime
 /// shutdown): waiters see a closed channel and read on their own.
-struct Leader<T>(Arc<ReadGroup<T>>);
+struct Leader<T>(Arc<SharedRead<T>>);
 
 impl<T> Drop for Leader<T> {
     fn drop(&mut self) {
@@ -42,13 +45,13 @@ impl<T> Drop for Leader<T> {
     }
 }
 
-impl<T> ReadGroup<T> {
+impl<T> SharedRead<T> {
     fn lock(&self) -> std::sync::MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-impl<T: Send + Sync + 'static> ReadGroup<T> {
+impl<T: Send + Sync + 'static> SharedRead<T> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
@@ -104,7 +107,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_callers_share_few_reads_and_each_read_starts_after_its_callers() {
-        let group = ReadGroup::<(u64, u64)>::new();
+        let group = SharedRead::<(u64, u64)>::new();
         let clock = Arc::new(AtomicU64::new(0));
         let reads = Arc::new(AtomicU64::new(0));
         let callers = (0..200).map(|_| {
@@ -138,9 +141,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_read_tells_callers_to_read_themselves() {
-        let group = ReadGroup::<u8>::new();
+        let group = SharedRead::<u8>::new();
         assert_eq!(group.join(|| async { None }).await, None);
-        // The group recovers for the next caller.
+        // The shared read recovers for the next caller.
         assert_eq!(group.join(|| async { Some(7) }).await.as_deref(), Some(&7));
     }
 }
