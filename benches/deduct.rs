@@ -98,7 +98,8 @@ fn bench(c: &mut Criterion) {
         for segments in SEGMENTS {
             let engine = builder().build(MemoryStore::new()).unwrap();
             let sku = Sku::new(format!("mem-{segments}")).unwrap();
-            rt.block_on(engine.load(&sku, max, segments, true)).unwrap();
+            rt.block_on(engine.load(&sku, max, LoadOptions::new(segments).replace(true)))
+                .unwrap();
             for tasks in CONCURRENCY {
                 group.bench_with_input(
                     BenchmarkId::new(format!("{segments}_segments"), tasks),
@@ -138,7 +139,8 @@ fn bench(c: &mut Criterion) {
         });
         for segments in SEGMENTS {
             let sku = Sku::new(format!("{name}-{segments}")).unwrap();
-            rt.block_on(engine.load(&sku, max, segments, true)).unwrap();
+            rt.block_on(engine.load(&sku, max, LoadOptions::new(segments).replace(true)))
+                .unwrap();
             for tasks in CONCURRENCY {
                 group.bench_with_input(
                     BenchmarkId::new(format!("{segments}_segments"), tasks),

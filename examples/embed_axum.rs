@@ -37,7 +37,9 @@ fn reject(e: Error) -> (StatusCode, String) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::builder().build(MemoryStore::new())?;
-    engine.load(&Sku::new("phone")?, 10, 2, false).await?;
+    engine
+        .load(&Sku::new("phone")?, 10, shardstock::LoadOptions::new(2))
+        .await?;
     let _sweeper = engine.start_sweeper(std::time::Duration::from_secs(1));
     let app = Router::new()
         .route("/buy/{sku}/{user}/{request_id}", post(buy))

@@ -27,7 +27,7 @@
 //!
 //! # Where each part lives
 //! - `engine.rs`: [`Engine`], its shared state and the short public methods.
-//! - `engine/options.rs`: [`EngineOptions`], [`EngineBuilder`].
+//! - `engine/options.rs`: [`EngineOptions`], [`EngineBuilder`], [`LoadOptions`].
 //! - `engine/request.rs`: [`Deduct`], and the attempt context every step shares (the request,
 //!   its layout, its home segment, its store arguments).
 //! - `engine/outcome.rs`: [`Deduction`], [`Restocked`], [`Remaining`].
@@ -59,7 +59,7 @@ mod sweeper;
 mod user_limit;
 
 pub(crate) use layout::Layout;
-pub use options::{EngineBuilder, EngineOptions, MAX_DURATION, MAX_GUARD_CAP};
+pub use options::{EngineBuilder, EngineOptions, LoadOptions, MAX_DURATION, MAX_GUARD_CAP};
 pub use outcome::{Deduction, Remaining, Restocked};
 pub use request::Deduct;
 pub(crate) use request::{Attempt, Intent};

@@ -31,7 +31,8 @@ pub mod strategy;
 pub use audit::{Audit, SegmentAudit};
 pub use config::Config;
 pub use engine::{
-    Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, Restocked, Sweeper,
+    Deduct, Deduction, Engine, EngineBuilder, EngineOptions, LoadOptions, Remaining, Restocked,
+    Sweeper,
 };
 pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};

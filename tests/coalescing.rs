@@ -72,7 +72,9 @@ async fn coalesced_sale_is_exact_and_batched() {
     for segments in [1u32, 16] {
         let name = format!("co-{segments}");
         let sku = Sku::new(&name).unwrap();
-        e.load(&sku, 3000, segments, false).await.unwrap();
+        e.load(&sku, 3000, LoadOptions::new(segments))
+            .await
+            .unwrap();
         let answers = sale(&e, &name, 5120, 256, |i| 1 + i % 3).await;
         let a = e.audit(&sku).await.unwrap();
         assert!(a.ok, "{a:?}");
@@ -88,7 +90,7 @@ async fn coalesced_sale_is_exact_and_batched() {
 
     // Plenty of stock, one segment: every deduction is a home deduction.
     let sku = Sku::new("co-batched").unwrap();
-    e.load(&sku, 1_000_000, 1, false).await.unwrap();
+    e.load(&sku, 1_000_000, LoadOptions::new(1)).await.unwrap();
     srv.cli(&["CONFIG", "RESETSTAT"]);
     let answers = sale(&e, "co-batched", 8192, 256, |_| 1).await;
     assert_eq!(sold(&answers), 8192);
@@ -116,7 +118,7 @@ async fn twins_in_one_batch_apply_once() {
     )
     .await;
     let sku = Sku::new("twins").unwrap();
-    e.load(&sku, 1000, 1, false).await.unwrap();
+    e.load(&sku, 1000, LoadOptions::new(1)).await.unwrap();
     srv.cli(&["CONFIG", "RESETSTAT"]);
     // 100 twins of (alice, 2 units) and one of (alice, 3 units), all with the same id.
     let same = (0..101u64).map(|k| {
@@ -186,7 +188,7 @@ async fn coalesced_reservations_conserve_stock() {
     )
     .await;
     let sku = Sku::new("co-resv").unwrap();
-    e.load(&sku, 500, 4, false).await.unwrap();
+    e.load(&sku, 500, LoadOptions::new(4)).await.unwrap();
     let held = (0..600).map(|i| {
         let e = e.clone();
         tokio::spawn(async move {

@@ -28,7 +28,7 @@ async fn conserved<S: Store>(e: &Engine<S>, s: &Sku, loaded: u64, restocked: u64
 /// 300 buyers race for 100 units: exactly 100 sold, none left, every buyer answered.
 async fn flash_sale<S: Store>(e: Engine<S>, segments: u32) {
     let s = sku(&format!("flash-{segments}"));
-    e.load(&s, 100, segments, false).await.unwrap();
+    e.load(&s, 100, LoadOptions::new(segments)).await.unwrap();
     let buyers = (0..300).map(|i| {
         let e = e.clone();
         tokio::spawn(async move {
@@ -67,7 +67,7 @@ async fn flash_sale<S: Store>(e: Engine<S>, segments: u32) {
 async fn mixed_quantities<S: Store>(e: Engine<S>, segments: u32) {
     let name = format!("mixed-{segments}");
     let s = sku(&name);
-    e.load(&s, 97, segments, false).await.unwrap();
+    e.load(&s, 97, LoadOptions::new(segments)).await.unwrap();
     let buyers = (0..256u64).map(|i| {
         let (e, name) = (e.clone(), name.clone());
         tokio::spawn(async move {
@@ -130,7 +130,7 @@ async fn mixed_quantities_both_stores() {
 async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
     let name = format!("replay-{stock}-{qty}");
     let s = sku(&name);
-    e.load(&s, stock, 10, false).await.unwrap();
+    e.load(&s, stock, LoadOptions::new(10)).await.unwrap();
     let copies = (0..50).map(|_| {
         let (e, name) = (e.clone(), name.clone());
         tokio::spawn(async move {
@@ -196,7 +196,7 @@ async fn replayed_request_id_has_one_effect() {
 /// Same request id with other parameters is an error and changes nothing.
 async fn request_id_conflicts<S: Store>(e: Engine<S>) {
     let s = sku("conflict");
-    e.load(&s, 10, 2, false).await.unwrap();
+    e.load(&s, 10, LoadOptions::new(2)).await.unwrap();
     e.deduct(&Deduct::new("conflict", "u1", 2, "r1").unwrap())
         .await
         .unwrap();
@@ -224,7 +224,7 @@ async fn request_id_conflicts_both_stores() {
 /// all or nothing; a request for more than is left changes nothing.
 async fn fallback_no_undersell<S: Store>(e: Engine<S>) {
     let s = sku("scatter");
-    e.load(&s, 10, 10, false).await.unwrap();
+    e.load(&s, 10, LoadOptions::new(10)).await.unwrap();
     // Sell 1 unit from 7 segments one by one, leaving 3 segments with 1 unit each.
     let mut i = 0;
     while e.remaining(&s).await.unwrap().total > 3 {
@@ -289,7 +289,7 @@ async fn restock_by_another_instance_sells_at_once() {
     let a = redis_engine(&srv, long_hints()).await;
     let b = redis_engine(&srv, long_hints()).await;
     let s = sku("restock");
-    a.load(&s, 4, 4, false).await.unwrap();
+    a.load(&s, 4, LoadOptions::new(4)).await.unwrap();
     for i in 0..4 {
         let d = a
             .deduct(&Deduct::new("restock", &format!("u{i}"), 1, &format!("x{i}")).unwrap())
@@ -343,7 +343,7 @@ async fn restock_by_another_instance_sells_at_once() {
 /// Restock spreads units evenly and is idempotent per request id on both stores.
 async fn restock_spreads<S: Store>(e: Engine<S>) {
     let s = sku("spread");
-    e.load(&s, 0, 4, false).await.unwrap();
+    e.load(&s, 0, LoadOptions::new(4)).await.unwrap();
     e.restock(&s, 10, &RequestId::new("r").unwrap())
         .await
         .unwrap();

@@ -89,7 +89,9 @@ async fn run<S: Store>(e: &Engine<S>, sku_name: &str, ops: &[Op]) -> Vec<String>
     for op in ops {
         let line = match op {
             Op::Load { total, segments } => {
-                let r = e.load(&sku, *total, *segments, true).await;
+                let r = e
+                    .load(&sku, *total, LoadOptions::new(*segments).replace(true))
+                    .await;
                 generation += 1;
                 loaded = *total;
                 restocked = 0;
@@ -1236,7 +1238,13 @@ impl<S: Store> World<S> {
             } => {
                 let r = self
                     .e(*e)
-                    .load_limited(&self.sku, *total, *segments, true, *limit)
+                    .load(
+                        &self.sku,
+                        *total,
+                        LoadOptions::new(*segments)
+                            .replace(true)
+                            .per_user_limit(*limit),
+                    )
                     .await;
                 self.check_error("load", &r);
                 self.m.reload(*total, *limit);

@@ -218,7 +218,9 @@ async fn until_not_busy<S: Store>(
 
 async fn e01<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("kind");
-    e.load_limited(&s, 10, 2, false, 1).await.unwrap();
+    e.load(&s, 10, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     let ttl = Duration::from_secs(30);
 
     // Reservation first, then a sale with its request id.
@@ -276,7 +278,9 @@ async fn e01<S: Store>(e: Engine<S>, tag: &'static str) {
     // Without a per-user limit no user entry stands in front: the records alone must tell
     // the kinds apart (at the home segment, and for a sale served by fallback).
     let s = sku("kind0");
-    e.load_limited(&s, 4, 2, false, 0).await.unwrap();
+    e.load(&s, 4, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
     held(
         e.reserve(&d("kind0", "cy", 1, "n1"), ttl).await,
         "cy reserves n1",
@@ -322,7 +326,9 @@ async fn e01_reservation_and_sale_with_one_request_id_conflict() {
 async fn e02<S: Store>(e: Engine<S>, tag: &'static str) {
     let rt = e.options().request_ttl;
     let s = sku("ttl");
-    e.load_limited(&s, 10, 2, false, 0).await.unwrap();
+    e.load(&s, 10, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
     held(
         e.reserve(&d("ttl", "u1", 1, "rv-1"), rt).await,
         "rv-1 (ttl = request_ttl)",
@@ -335,7 +341,9 @@ async fn e02<S: Store>(e: Engine<S>, tag: &'static str) {
     // Held by the fallback, on a part record of another segment (take.lua): stock [1, 0]
     // and a request whose home is the empty segment 1.
     let f = sku("ttlfb");
-    e.load_limited(&f, 1, 2, false, 0).await.unwrap();
+    e.load(&f, 1, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
     let fid = homed("fb-", 2, 1, 1).remove(0);
     let (_, parts) = held(
         e.reserve(&d("ttlfb", "u3", 1, &fid), rt).await,
@@ -390,7 +398,10 @@ async fn e02_reservation_ttl_as_long_as_request_ttl_returns_its_units() {
 
 async fn e03<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("reuse");
-    let generation = e.load_limited(&s, 10, 2, false, 1).await.unwrap();
+    let generation = e
+        .load(&s, 10, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     let buy = e.deduct(&d("reuse", "alice", 1, "order-1")).await.unwrap();
     assert_eq!(buy.units_applied(), 1, "[{tag}] {buy:?}");
     let bob = e.deduct(&d("reuse", "bob", 1, "order-1")).await;
@@ -479,7 +490,10 @@ async fn e03_request_id_of_another_user_does_not_lock_out() {
 /// until it expires, then the user buys.
 async fn e04_pending<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("busy");
-    let generation = e.load_limited(&s, 100, 4, false, 1).await.unwrap();
+    let generation = e
+        .load(&s, 100, LoadOptions::new(4).per_user_limit(1))
+        .await
+        .unwrap();
     let (p1, walt) = (rid("p1"), uid("walt"));
     let claim = e
         .store()
@@ -507,7 +521,10 @@ async fn e04_pending<S: Store>(e: Engine<S>, tag: &'static str) {
 /// with a fresh id within ~1.5 s — unless the dropped attempt sold (then LimitReached).
 async fn e04_dropped<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("drop");
-    let generation = e.load_limited(&s, 1000, 4, false, 1).await.unwrap();
+    let generation = e
+        .load(&s, 1000, LoadOptions::new(4).per_user_limit(1))
+        .await
+        .unwrap();
     e.remaining(&s).await.unwrap(); // cache the layout: drops land inside the deduction
     let mut dropped = Vec::new();
     let mut completed = 0u64;
@@ -606,7 +623,10 @@ async fn e05_simulated<S: Store>(e: Engine<S>, tag: &'static str) {
 
     // (a) Claimed at home (short), 2 of 3 units taken at the other segment, then nothing.
     let s = sku("half");
-    let g = e.load_limited(&s, 4, 2, false, 0).await.unwrap(); // [2, 2]
+    let g = e
+        .load(&s, 4, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap(); // [2, 2]
     let (x, hx) = (rid("h-x"), uid("hx"));
     let (h, o) = (home(&x, 2), 1 - home(&x, 2));
     let ax = args(&e, &x, &hx, 3, 0);
@@ -623,7 +643,10 @@ async fn e05_simulated<S: Store>(e: Engine<S>, tag: &'static str) {
 
     // (b) Claimed at home, every part taken (2 at home, 2 at the other), never settled.
     let f = sku("full");
-    let gf = e.load_limited(&f, 6, 2, false, 0).await.unwrap(); // [3, 3]
+    let gf = e
+        .load(&f, 6, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap(); // [3, 3]
     let (y, fy) = (rid("f-y"), uid("fy"));
     let (hy, oy) = (home(&y, 2), 1 - home(&y, 2));
     let ay = args(&e, &y, &fy, 4, 0);
@@ -689,7 +712,9 @@ async fn e05_dropped(e: Engine<RedisStore>, tag: &'static str) {
     let mut points = Vec::new();
     for i in 0..n {
         let s = sku(&format!("fb{i}"));
-        e.load_limited(&s, 40, 4, false, 0).await.unwrap();
+        e.load(&s, 40, LoadOptions::new(4).per_user_limit(0))
+            .await
+            .unwrap();
         e.remaining(&s).await.unwrap();
         let k = 1 + i as usize;
         let req = d(s.as_str(), "z", 15, &format!("z{i}"));
@@ -777,7 +802,10 @@ async fn e05_abandoned_multi_segment_fallback_is_repaired_by_the_sweeper() {
 
 async fn e06<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("pendresv");
-    let generation = e.load_limited(&s, 10, 2, false, 1).await.unwrap();
+    let generation = e
+        .load(&s, 10, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     let (r1, u) = (rid("r1"), uid("ursula"));
     let claim = e
         .store()
@@ -859,7 +887,10 @@ async fn e06_expired_reservation_with_pending_user_entry_frees_the_user() {
 
 async fn e07<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("sealed");
-    let generation = e.load_limited(&s, 6, 2, false, 1).await.unwrap(); // [3, 3]
+    let generation = e
+        .load(&s, 6, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap(); // [3, 3]
     let seal = |id: &'static str, user: &'static str| {
         let e = e.clone();
         let s = s.clone();
@@ -947,7 +978,11 @@ async fn e08_decr_compensate_gives_back_once_per_decrement() {
     )
     .await;
     let s = sku("decr1");
-    let g = e.load(&s, 10, 1, false).await.unwrap().to_string();
+    let g = e
+        .load(&s, 10, LoadOptions::new(1))
+        .await
+        .unwrap()
+        .to_string();
     let client = e.store().pool().next().clone();
     let lua = concat!(
         include_str!("../src/scripts/prelude.lua"),
@@ -979,7 +1014,10 @@ async fn e08_decr_compensate_gives_back_once_per_decrement() {
         "one decrement, its script run twice: {a:?}"
     );
     // A decrement that lands on a newer generation than its script believes in: given back.
-    let g2 = e.load(&s, 10, 1, true).await.unwrap();
+    let g2 = e
+        .load(&s, 10, LoadOptions::new(1).replace(true))
+        .await
+        .unwrap();
     srv.cli(&["HINCRBY", "t:{decr1#0}:seg", "stock", "-3"]);
     let mut k = keys(&g);
     k[4] = "t:{decr1#0}:seg:dt:78".to_string();
@@ -1010,7 +1048,7 @@ async fn e08_decr_compensate_twins_apply_once() {
     for round in 0..3 {
         let name = format!("twins{round}");
         let s = sku(&name);
-        engines[0].load(&s, 30, 4, false).await.unwrap();
+        engines[0].load(&s, 30, LoadOptions::new(4)).await.unwrap();
         let mut tasks = Vec::new();
         // 20 request ids sent 8 times each at once (over two engines), 40 distinct ones.
         for k in 0..20 {
@@ -1076,13 +1114,16 @@ async fn e08_decr_compensate_twins_apply_once() {
 
 async fn e09<S: Store>(e1: Engine<S>, e2: Engine<S>, rounds: u64, tag: &'static str) {
     let s = sku("reload");
-    e1.load(&s, 100, 4, false).await.unwrap();
+    e1.load(&s, 100, LoadOptions::new(4)).await.unwrap();
     for round in 0..rounds {
         let (n1, n2) = if round % 2 == 0 { (4, 2) } else { (3, 5) };
         let (t1, t2) = (100 + round, 50 + round);
         let load = |e: &Engine<S>, total: u64, segs: u32| {
             let (e, s) = (e.clone(), s.clone());
-            tokio::spawn(async move { e.load(&s, total, segs, true).await })
+            tokio::spawn(async move {
+                e.load(&s, total, LoadOptions::new(segs).replace(true))
+                    .await
+            })
         };
         let (h1, h2) = (load(&e1, t1, n1), load(&e2, t2, n2));
         let (r1, r2) = (h1.await.unwrap(), h2.await.unwrap());
@@ -1159,7 +1200,10 @@ async fn e10_generations_unique_across_redis_data_loss() {
     let coalesced = coalesced_engine(&srv, Engine::builder(), Coalescing::default(), "t").await;
     let loader = redis_engine(&srv, Engine::builder()).await;
     let s = sku("lost");
-    let g1 = plain.load_limited(&s, 40, 4, false, 1).await.unwrap();
+    let g1 = plain
+        .load(&s, 40, LoadOptions::new(4).per_user_limit(1))
+        .await
+        .unwrap();
     // Both engines cache the layout (generation g1, 4 segments, limit 1).
     for (k, e) in [&plain, &coalesced].into_iter().enumerate() {
         let r = e
@@ -1173,7 +1217,10 @@ async fn e10_generations_unique_across_redis_data_loss() {
         missing.is_err(),
         "the SKU's data is gone, audit says {missing:?}"
     );
-    let g2 = loader.load_limited(&s, 30, 2, false, 3).await.unwrap();
+    let g2 = loader
+        .load(&s, 30, LoadOptions::new(2).per_user_limit(3))
+        .await
+        .unwrap();
     assert!(
         g2 > g1,
         "after FLUSHALL, a new load got generation {g2}: not greater than the lost generation {g1}"
@@ -1219,7 +1266,10 @@ async fn e10_generations_unique_across_redis_data_loss() {
 async fn e11<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("regen");
     let mut caught = 0;
-    let mut generation = e.load_limited(&s, 100, 2, false, 1).await.unwrap();
+    let mut generation = e
+        .load(&s, 100, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     for attempt in 0..60 {
         let r = rid(&format!("rv{attempt}"));
         let req = d("regen", &format!("u{attempt}"), 1, r.as_str());
@@ -1240,7 +1290,10 @@ async fn e11<S: Store>(e: Engine<S>, tag: &'static str) {
             continue;
         }
         let old = generation;
-        generation = e.load_limited(&s, 100, 2, true, 1).await.unwrap();
+        generation = e
+            .load(&s, 100, LoadOptions::new(2).replace(true).per_user_limit(1))
+            .await
+            .unwrap();
         let out = fut.await;
         caught += 1;
         match &out {
@@ -1319,7 +1372,10 @@ fn largest_options() -> EngineOptions {
 
 async fn e12_largest<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("huge");
-    let generation = e.load_limited(&s, 10, 2, false, 2).await.unwrap();
+    let generation = e
+        .load(&s, 10, LoadOptions::new(2).per_user_limit(2))
+        .await
+        .unwrap();
     let o = e.options().clone();
     let claim_ttl = o.user_claim_ttl.as_millis() as u64;
     // Two pending claims in a row for one user (the second reads the entry the first wrote,
@@ -1371,7 +1427,9 @@ async fn e12_largest<S: Store>(e: Engine<S>, tag: &'static str) {
     );
     // A fallback claim (lease = claim_lease) and a reservation as long as request_ttl.
     let f = sku("hugefb");
-    e.load_limited(&f, 2, 2, false, 2).await.unwrap(); // [1, 1]
+    e.load(&f, 2, LoadOptions::new(2).per_user_limit(2))
+        .await
+        .unwrap(); // [1, 1]
     let ids = homed("hf-", 2, 1, 2);
     let r = e.deduct(&d("hugefb", "fred", 2, &ids[0])).await;
     assert!(
@@ -1454,7 +1512,9 @@ async fn e13_audit_sees_reserved_units_held_by_nothing() {
     // No false alarm: live, confirmed and cancelled reservations, sales, and a reservation
     // held by the fallback on another segment.
     let s = sku("leak");
-    e.load_limited(&s, 20, 2, false, 0).await.unwrap();
+    e.load(&s, 20, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
     let mut ids = Vec::new();
     for k in 0..4 {
         let (id, _) = held(
@@ -1474,7 +1534,9 @@ async fn e13_audit_sees_reserved_units_held_by_nothing() {
         assert_eq!(r.units_applied(), 1);
     }
     let f = sku("leakfb");
-    e.load_limited(&f, 1, 2, false, 0).await.unwrap();
+    e.load(&f, 1, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
     let fid = homed("lfb-", 2, 1, 1).remove(0);
     held(
         e.reserve(&d("leakfb", "lf", 1, &fid), ttl).await,
@@ -1490,7 +1552,10 @@ async fn e13_audit_sees_reserved_units_held_by_nothing() {
     for leak in ["hincrby", "del-record", "zrem-index"] {
         let name = format!("leak-{leak}");
         let s = sku(&name);
-        let g = e.load_limited(&s, 10, 2, false, 0).await.unwrap();
+        let g = e
+            .load(&s, 10, LoadOptions::new(2).per_user_limit(0))
+            .await
+            .unwrap();
         let (_, parts) = held(e.reserve(&d(&name, "v", 1, "lv"), ttl).await, leak);
         let seg = parts[0].segment;
         let seg_key = format!("t:{{{name}#{seg}}}:seg");
@@ -1532,7 +1597,10 @@ async fn e13_audit_sees_reserved_units_held_by_nothing() {
 
 async fn twin_voided_entry<S: Store>(e: Engine<S>, tag: &'static str) {
     let s = sku("twinvoid");
-    let generation = e.load_limited(&s, 10, 1, false, 1).await.unwrap();
+    let generation = e
+        .load(&s, 10, LoadOptions::new(1).per_user_limit(1))
+        .await
+        .unwrap();
     let (x1, bob) = (rid("x1"), uid("bob"));
     let st = e.store();
     let a = args(&e, &x1, &bob, 1, 0);

@@ -426,7 +426,11 @@ async fn run(srv: &RedisServer, v: Variant) {
     }
     let sku = Sku::new(SKU).unwrap();
     engines[0]
-        .load_limited(&sku, LOADED, SEGMENTS, false, LIMIT)
+        .load(
+            &sku,
+            LOADED,
+            LoadOptions::new(SEGMENTS).per_user_limit(LIMIT),
+        )
         .await
         .unwrap();
     let sweeper = engines[0].start_sweeper(ms(100));

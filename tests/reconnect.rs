@@ -34,7 +34,7 @@ async fn killed_connections_never_double_sell_coalesced() {
 
 async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
     let sku = Sku::new("kill").unwrap();
-    e.load(&sku, 12_000, 8, false).await.unwrap();
+    e.load(&sku, 12_000, LoadOptions::new(8)).await.unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let kills = Arc::new(AtomicU64::new(0));

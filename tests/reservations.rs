@@ -25,7 +25,9 @@ async fn audit_ok<S: Store>(e: &Engine<S>, sku: &Sku) -> Audit {
 /// The life of reservations on both stores, with the per-user limit counting them.
 async fn lifecycle<S: Store>(e: Engine<S>) {
     let sku = Sku::new("resv").unwrap();
-    e.load_limited(&sku, 10, 2, false, 1).await.unwrap();
+    e.load(&sku, 10, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     let ttl = Duration::from_millis(300);
     let a = held(
         e.reserve(&Deduct::new("resv", "ann", 1, "a1").unwrap(), ttl)
@@ -114,7 +116,9 @@ async fn reservation_lifecycle_both_stores() {
 /// ends in exactly one state, no unit is sold twice or lost.
 async fn confirms_race_expiry<S: Store>(e: Engine<S>) {
     let sku = Sku::new("race").unwrap();
-    e.load_limited(&sku, 1000, 8, false, 0).await.unwrap();
+    e.load(&sku, 1000, LoadOptions::new(8).per_user_limit(0))
+        .await
+        .unwrap();
     let ttl = Duration::from_secs(2);
     let mut ids = Vec::new();
     for i in 0..1000 {
@@ -172,7 +176,9 @@ async fn sweeper_and_lazy_reclaim_return_each_unit_once() {
     let srv = RedisServer::start();
     let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let sku = Sku::new("sweep").unwrap();
-    e.load_limited(&sku, 40, 4, false, 0).await.unwrap();
+    e.load(&sku, 40, LoadOptions::new(4).per_user_limit(0))
+        .await
+        .unwrap();
     let sweeper = e.start_sweeper(Duration::from_millis(50));
     for i in 0..10 {
         let d = Deduct::new("sweep", "u", 1, &format!("s{i}")).unwrap();

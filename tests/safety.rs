@@ -26,7 +26,7 @@ async fn bad_input_is_rejected_and_changes_nothing() {
     let srv = RedisServer::start();
     let e = redis_engine(&srv, Engine::builder().per_user_limit(0).max_qty(5)).await;
     let s = sku("valid");
-    e.load(&s, 20, 4, false).await.unwrap();
+    e.load(&s, 20, LoadOptions::new(4)).await.unwrap();
     let keys_before = srv.cli(&["DBSIZE"]);
     let audit_before = e.audit(&s).await.unwrap();
 
@@ -65,15 +65,27 @@ async fn bad_input_is_rejected_and_changes_nothing() {
         assert_eq!(field(e.deduct(&d).await.unwrap_err()), "qty", "{qty}");
     }
     assert_eq!(
-        field(e.load(&sku("n1"), 10, 0, false).await.unwrap_err()),
+        field(
+            e.load(&sku("n1"), 10, LoadOptions::new(0))
+                .await
+                .unwrap_err()
+        ),
         "segments"
     );
     assert_eq!(
-        field(e.load(&sku("n2"), 10, 1025, false).await.unwrap_err()),
+        field(
+            e.load(&sku("n2"), 10, LoadOptions::new(1025))
+                .await
+                .unwrap_err()
+        ),
         "segments"
     );
     assert_eq!(
-        field(e.load(&sku("n3"), u64::MAX, 4, false).await.unwrap_err()),
+        field(
+            e.load(&sku("n3"), u64::MAX, LoadOptions::new(4))
+                .await
+                .unwrap_err()
+        ),
         "stock"
     );
     let rid = RequestId::new("rs").unwrap();
@@ -103,7 +115,11 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let srv = RedisServer::start();
     let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let s = sku("strict");
-    let g = e.load(&s, 10, 1, false).await.unwrap().to_string();
+    let g = e
+        .load(&s, 10, LoadOptions::new(1))
+        .await
+        .unwrap()
+        .to_string();
     let client = e.store().pool().next().clone();
     let lua = concat!(
         include_str!("../src/scripts/prelude.lua"),
@@ -228,7 +244,7 @@ async fn noscript_recovery_after_script_flush() {
     let srv = RedisServer::start();
     let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
     let s = sku("flush");
-    e.load(&s, 10, 2, false).await.unwrap();
+    e.load(&s, 10, LoadOptions::new(2)).await.unwrap();
     assert_eq!(
         e.deduct(&Deduct::new("flush", "u", 1, "f1").unwrap())
             .await
@@ -251,15 +267,17 @@ async fn noscript_recovery_after_script_flush() {
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 2 && a.remaining == 9, "{a:?}");
     srv.cli(&["SCRIPT", "FLUSH"]);
-    e.load(&sku("flush2"), 3, 1, false).await.unwrap();
+    e.load(&sku("flush2"), 3, LoadOptions::new(1))
+        .await
+        .unwrap();
 }
 
 /// Reloading is explicit; a reload starts a new generation that other instances notice.
 async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
     let s = sku("reload");
-    let g1 = a.load(&s, 10, 4, false).await.unwrap();
+    let g1 = a.load(&s, 10, LoadOptions::new(4)).await.unwrap();
     assert!(matches!(
-        a.load(&s, 99, 4, false).await,
+        a.load(&s, 99, LoadOptions::new(4)).await,
         Err(Error::AlreadyLoaded { generation, .. }) if generation == g1
     ));
     assert_eq!(
@@ -275,7 +293,10 @@ async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
         2
     );
     // `a` replaces the SKU with fewer segments; `b` still caches the old layout.
-    let g2 = a.load(&s, 6, 2, true).await.unwrap();
+    let g2 = a
+        .load(&s, 6, LoadOptions::new(2).replace(true))
+        .await
+        .unwrap();
     assert!(g2 > g1, "generations only grow: {g1} then {g2}");
     let d = b
         .deduct(&Deduct::new("reload", "u", 2, "r1").unwrap())
@@ -324,7 +345,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     let name = if complete { "dead-full" } else { "dead-part" };
     let s = sku(name);
     // 4 segments of 1 unit; find a request id whose home we then empty.
-    let generation = e.load(&s, 4, 4, false).await.unwrap();
+    let generation = e.load(&s, 4, LoadOptions::new(4)).await.unwrap();
     let rid = RequestId::new(format!("{name}-r")).unwrap();
     let user = UserId::new("carol").unwrap();
     let home = shardstock::segments::home(&rid, 4);
@@ -451,7 +472,7 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
         .build(MemoryStore::new())
         .unwrap();
     let s = sku("live");
-    let generation = e.load(&s, 2, 2, false).await.unwrap();
+    let generation = e.load(&s, 2, LoadOptions::new(2)).await.unwrap();
     let rid = RequestId::new("live-r").unwrap();
     let user = UserId::new("dan").unwrap();
     let home = shardstock::segments::home(&rid, 2);

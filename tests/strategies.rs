@@ -40,7 +40,7 @@ async fn lock_strategy_conserves_stock_for_1_and_16_segments() {
         .await;
         let name = format!("lock-{segments}");
         let sku = Sku::new(&name).unwrap();
-        e.load(&sku, 100, segments, false).await.unwrap();
+        e.load(&sku, 100, LoadOptions::new(segments)).await.unwrap();
         let (told, errors) = buyers(&e, &name, 128, "a").await;
         let a = e.audit(&sku).await.unwrap();
         assert!(a.ok, "{a:?}");
@@ -71,7 +71,7 @@ async fn naive_oversells_under_concurrency() {
     e.store()
         .set_critical_section_pause(Duration::from_millis(1));
     let sku = Sku::new("naive").unwrap();
-    e.load(&sku, 100, 1, false).await.unwrap();
+    e.load(&sku, 100, LoadOptions::new(1)).await.unwrap();
     let (told, _) = buyers(&e, "naive", 200, "n").await;
     let a = e.audit(&sku).await.unwrap();
     assert!(
@@ -98,13 +98,13 @@ async fn local_mutex_is_safe_in_one_process_only() {
     one.store()
         .set_critical_section_pause(Duration::from_millis(1));
     let sku = Sku::new("lm-one").unwrap();
-    one.load(&sku, 100, 1, false).await.unwrap();
+    one.load(&sku, 100, LoadOptions::new(1)).await.unwrap();
     let (told, _) = buyers(&one, "lm-one", 150, "a").await;
     let a = one.audit(&sku).await.unwrap();
     assert!(a.ok && told == 100 && a.sold == 100, "{a:?}");
 
     let sku = Sku::new("lm-three").unwrap();
-    one.load(&sku, 100, 1, false).await.unwrap();
+    one.load(&sku, 100, LoadOptions::new(1)).await.unwrap();
     let mut engines = Vec::new();
     for _ in 0..3 {
         let e = strategy_engine(
@@ -150,7 +150,7 @@ async fn decr_compensate_never_oversells() {
     )
     .await;
     let sku = Sku::new("decr").unwrap();
-    e.load(&sku, 100, 4, false).await.unwrap();
+    e.load(&sku, 100, LoadOptions::new(4)).await.unwrap();
     let (a1, b1) = futures::join!(buyers(&e, "decr", 120, "x"), buyers(&f, "decr", 120, "y"));
     let a = e.audit(&sku).await.unwrap();
     assert!(a.ok, "{a:?}");
@@ -182,7 +182,7 @@ async fn late_write_after_lease_loss_is_fenced_off() {
     slow.store()
         .set_critical_section_pause(Duration::from_millis(400));
     let sku = Sku::new("fence").unwrap();
-    slow.load(&sku, 1, 1, false).await.unwrap();
+    slow.load(&sku, 1, LoadOptions::new(1)).await.unwrap();
     let late = {
         let slow = slow.clone();
         tokio::spawn(async move {
@@ -223,7 +223,7 @@ async fn watchdog_reports_a_lost_lease() {
     e.store()
         .set_critical_section_pause(Duration::from_millis(500));
     let sku = Sku::new("lost").unwrap();
-    e.load(&sku, 5, 1, false).await.unwrap();
+    e.load(&sku, 5, LoadOptions::new(1)).await.unwrap();
     let task = {
         let e = e.clone();
         tokio::spawn(async move { e.deduct(&Deduct::new("lost", "u", 1, "r").unwrap()).await })
@@ -266,7 +266,7 @@ async fn watchdog_covers_a_section_three_times_the_lease() {
     slow.store()
         .set_critical_section_pause(Duration::from_millis(600));
     let sku = Sku::new("long").unwrap();
-    slow.load(&sku, 2, 1, false).await.unwrap();
+    slow.load(&sku, 2, LoadOptions::new(1)).await.unwrap();
     let start = Instant::now();
     let first = {
         let slow = slow.clone();
@@ -304,7 +304,7 @@ async fn crashed_holders_lock_expires() {
     )
     .await;
     let sku = Sku::new("crash").unwrap();
-    e.load(&sku, 3, 1, false).await.unwrap();
+    e.load(&sku, 3, LoadOptions::new(1)).await.unwrap();
     assert_eq!(
         srv.cli(&["SET", "t:{crash#0}:lock", "dead-holder", "PX", "300"]),
         "OK"
@@ -336,7 +336,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
     e.store()
         .set_critical_section_pause(Duration::from_millis(2));
     let sku = Sku::new("cancel").unwrap();
-    e.load(&sku, 1000, 4, false).await.unwrap();
+    e.load(&sku, 1000, LoadOptions::new(4)).await.unwrap();
     let tasks = (0..400).map(|i| {
         let e = e.clone();
         tokio::spawn(async move {
@@ -397,7 +397,7 @@ async fn redlock_strategy_conserves_stock_for_1_and_16_segments() {
         let e = Engine::builder().per_user_limit(0).build(store).unwrap();
         let name = format!("red-{segments}-{kill_one}");
         let sku = Sku::new(&name).unwrap();
-        e.load(&sku, 100, segments, false).await.unwrap();
+        e.load(&sku, 100, LoadOptions::new(segments)).await.unwrap();
         let (told, errors) = buyers(&e, &name, 128, "r").await;
         let a = e.audit(&sku).await.unwrap();
         assert!(a.ok, "{a:?}");

@@ -42,7 +42,7 @@ async fn one_user_many_instances(limit: u64, coalesce: bool) {
     let name = format!("one-user-{limit}");
     let sku = Sku::new(&name).unwrap();
     engines[0]
-        .load_limited(&sku, 500, 8, false, limit)
+        .load(&sku, 500, LoadOptions::new(8).per_user_limit(limit))
         .await
         .unwrap();
     let attempts = (0..1000).map(|i| {
@@ -95,7 +95,9 @@ async fn one_user_gets_exactly_the_limit_across_instances() {
 /// A sold-out or insufficient attempt leaves the user free to buy later.
 async fn failed_attempt_keeps_the_chance<S: Store>(e: Engine<S>) {
     let sku = Sku::new("later").unwrap();
-    e.load_limited(&sku, 0, 2, false, 1).await.unwrap();
+    e.load(&sku, 0, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     let d = e
         .deduct(&Deduct::new("later", "amy", 1, "t1").unwrap())
         .await
@@ -143,7 +145,10 @@ async fn failed_attempts_leave_the_user_free_both_stores() {
 /// waking after its claim was verified void cannot sell (its request id is sealed).
 async fn dead_claimer<S: Store>(e: Engine<S>) {
     let sku = Sku::new("dead").unwrap();
-    let generation = e.load_limited(&sku, 10, 2, false, 1).await.unwrap();
+    let generation = e
+        .load(&sku, 10, LoadOptions::new(2).per_user_limit(1))
+        .await
+        .unwrap();
     let st = e.store();
     let sku_ref = &sku;
     let claim = |rid: &'static str, user: &'static str| async move {
@@ -247,7 +252,9 @@ async fn guard_memory_is_bounded() {
     let cap = 20_000;
     let e = memory_engine(Engine::builder().guard(Duration::from_secs(600), cap));
     let sku = Sku::new("crowd").unwrap();
-    e.load_limited(&sku, 200_000, 16, false, 1).await.unwrap();
+    e.load(&sku, 200_000, LoadOptions::new(16).per_user_limit(1))
+        .await
+        .unwrap();
     let tasks = (0..4u64).map(|t| {
         let e = e.clone();
         tokio::spawn(async move {

@@ -26,8 +26,8 @@ pub struct EngineOptions {
     /// Rounds of "read all segments, then take" before answering insufficient under
     /// contention (default 3).
     pub fallback_rounds: u32,
-    /// Per-user limit for SKUs loaded with [`Engine::load`] (default 1 = one unit per user;
-    /// 0 = no limit). [`Engine::load_limited`] sets it per SKU.
+    /// Per-user limit for SKUs loaded without one of their own (default 1 = one unit per
+    /// user; 0 = no limit); see [`LoadOptions::per_user_limit`].
     pub per_user_limit: u64,
     /// How long a per-user claim may stay pending before another call may verify it (the
     /// claimer presumed dead; default 10 s).
@@ -215,5 +215,44 @@ impl EngineBuilder {
                 layouts: DashMap::new(),
             }),
         })
+    }
+}
+
+/// How [`Engine::load`] loads a SKU: `LoadOptions::new(8).replace(true).per_user_limit(2)`.
+///
+/// There is no `Default`: the segment count is the one choice every load must make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Segments the stock is split over (1..=[`MAX_SEGMENTS`](crate::ids::MAX_SEGMENTS)).
+    pub segments: u32,
+    /// Replace a SKU that is loaded already, starting a new generation (default false: an
+    /// existing SKU is refused with [`Error::AlreadyLoaded`]).
+    pub replace: bool,
+    /// Units one user may hold (sold or reserved) at most; 0 = no limit. `None` (default):
+    /// the engine's [`EngineOptions::per_user_limit`].
+    pub per_user_limit: Option<u64>,
+}
+
+impl LoadOptions {
+    /// `segments` segments, no replace, the engine's per-user limit.
+    pub fn new(segments: u32) -> Self {
+        Self {
+            segments,
+            replace: false,
+            per_user_limit: None,
+        }
+    }
+
+    /// See [`LoadOptions::replace`](#structfield.replace).
+    pub fn replace(mut self, replace: bool) -> Self {
+        self.replace = replace;
+        self
+    }
+
+    /// See [`LoadOptions::per_user_limit`](#structfield.per_user_limit).
+    pub fn per_user_limit(mut self, limit: u64) -> Self {
+        self.per_user_limit = Some(limit);
+        self
     }
 }

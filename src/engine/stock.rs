@@ -2,44 +2,28 @@
 //! [`restock`](Engine::restock) (once per request id, spread over the segments).
 
 use super::deduct::STALE_RETRIES;
-use super::{Engine, Restocked, seg_at};
+use super::{Engine, LoadOptions, Restocked, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, check_qty};
 use crate::segments::{home, split};
 use crate::store::{LoadBegin, RestockReply, Store};
 
 impl<S: Store> Engine<S> {
-    /// Loads `sku` with `total` units split over `segments` (sizes differ by at most one).
-    /// Refuses an existing SKU unless `replace`; a replace starts a new generation: stock,
-    /// counters and request records of the old one no longer count.
+    /// Loads `sku` with `total` units split over `opts.segments` (sizes differ by at most
+    /// one). Refuses an existing SKU unless `opts.replace`; a replace starts a new generation:
+    /// stock, counters and request records of the old one no longer count. Returns the new
+    /// generation.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for bad figures; [`Error::AlreadyLoaded`]; [`Error::NotReady`]
     /// when another load overtook this one; store errors.
-    pub async fn load(&self, sku: &Sku, total: u64, segments: u32, replace: bool) -> Result<u64> {
-        self.load_limited(
-            sku,
-            total,
+    pub async fn load(&self, sku: &Sku, total: u64, opts: LoadOptions) -> Result<u64> {
+        let LoadOptions {
             segments,
             replace,
-            self.inner.opts.per_user_limit,
-        )
-        .await
-    }
-
-    /// [`load`](Self::load) with an explicit per-user limit for this SKU: units one user may
-    /// hold (sold or reserved) at most; 0 = no limit.
-    ///
-    /// # Errors
-    /// As [`load`](Self::load).
-    pub async fn load_limited(
-        &self,
-        sku: &Sku,
-        total: u64,
-        segments: u32,
-        replace: bool,
-        per_user_limit: u64,
-    ) -> Result<u64> {
+            per_user_limit,
+        } = opts;
+        let per_user_limit = per_user_limit.unwrap_or(self.inner.opts.per_user_limit);
         if per_user_limit > MAX_UNITS {
             return Err(Error::invalid(
                 "per_user_limit",

@@ -389,7 +389,13 @@ async fn run_load<S: Store>(
     let sku = Sku::new(&a.sku)?;
     let limit = a.per_user_limit.unwrap_or(engine.options().per_user_limit);
     let generation = engine
-        .load_limited(&sku, a.stock, a.segments, a.replace, limit)
+        .load(
+            &sku,
+            a.stock,
+            shardstock::LoadOptions::new(a.segments)
+                .replace(a.replace)
+                .per_user_limit(limit),
+        )
         .await?;
     let store = engine.store().name();
     if json {

@@ -349,7 +349,13 @@ async fn load<S: Store>(
         .unwrap_or(engine.options().per_user_limit);
     let replace = body.bool("replace")?.unwrap_or(false);
     let generation = engine
-        .load_limited(&sku, stock, segments, replace, limit)
+        .load(
+            &sku,
+            stock,
+            shardstock::LoadOptions::new(segments)
+                .replace(replace)
+                .per_user_limit(limit),
+        )
         .await?;
     ok(
         StatusCode::CREATED,

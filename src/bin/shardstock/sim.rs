@@ -295,7 +295,13 @@ pub(crate) async fn run_sim<S: Store>(
         })?;
     } else {
         engine
-            .load_limited(&sku, a.stock, a.segments, true, a.per_user_limit)
+            .load(
+                &sku,
+                a.stock,
+                shardstock::LoadOptions::new(a.segments)
+                    .replace(true)
+                    .per_user_limit(a.per_user_limit),
+            )
             .await?;
     }
 
