@@ -36,7 +36,7 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use ids::{RequestId, Sku, UserId};
-pub use reservation::{ReservationEnd, Reserved};
+pub use reservation::{ReservationEnd, ReservationId, Reserved};
 pub use segments::Part;
 pub use store::Store;
 pub use store::memory::MemoryStore;

@@ -9,21 +9,131 @@ use crate::segments::Part;
 use crate::store::{RecordState, RequestKind, ReserveEnd, ResvState, SegAddr, Store, UserFinish};
 use std::time::Duration;
 
+/// A reservation's id: where its units are held (SKU, load generation, segment) and the
+/// request that made it. Its text form, `<sku>~<generation>~<segment>~<request id>`, is what
+/// the HTTP API and the CLI show and take; `~` occurs in none of the parts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReservationId {
+    sku: Sku,
+    generation: u64,
+    segment: u32,
+    request_id: RequestId,
+}
+
+impl ReservationId {
+    /// The id of `request_id`'s reservation of `sku`, held in segment `segment` of load
+    /// generation `generation`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (field `reservation`) when `segment` is not below
+    /// [`MAX_SEGMENTS`].
+    pub fn new(sku: Sku, generation: u64, segment: u32, request_id: RequestId) -> Result<Self> {
+        if segment >= MAX_SEGMENTS {
+            return Err(Self::malformed());
+        }
+        Ok(Self {
+            sku,
+            generation,
+            segment,
+            request_id,
+        })
+    }
+
+    /// The SKU.
+    pub fn sku(&self) -> &Sku {
+        &self.sku
+    }
+
+    /// The load generation the units are held in.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The segment that holds the units.
+    pub fn segment(&self) -> u32 {
+        self.segment
+    }
+
+    /// The request that made the reservation.
+    pub fn request_id(&self) -> &RequestId {
+        &self.request_id
+    }
+
+    /// The segment holding the units.
+    fn addr(&self) -> SegAddr<'_> {
+        seg_at(&self.sku, self.generation, self.segment)
+    }
+
+    fn malformed() -> Error {
+        Error::invalid(
+            "reservation",
+            "expected <sku>~<generation>~<segment>~<request id>",
+        )
+    }
+}
+
+impl std::fmt::Display for ReservationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}~{}~{}~{}",
+            self.sku, self.generation, self.segment, self.request_id
+        )
+    }
+}
+
+impl std::str::FromStr for ReservationId {
+    type Err = Error;
+
+    /// Parses the text form.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`]: field `sku` or `request_id` for an invalid id in it, else
+    /// field `reservation`.
+    fn from_str(s: &str) -> Result<Self> {
+        let mut it = s.splitn(4, '~');
+        let (Some(sku), Some(generation), Some(segment), Some(request_id)) =
+            (it.next(), it.next(), it.next(), it.next())
+        else {
+            return Err(Self::malformed());
+        };
+        let sku = Sku::new(sku)?;
+        let request_id = RequestId::new(request_id)?;
+        let generation = generation.parse().map_err(|_| Self::malformed())?;
+        let segment = segment.parse().map_err(|_| Self::malformed())?;
+        Self::new(sku, generation, segment, request_id)
+    }
+}
+
+impl serde::Serialize for ReservationId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ReservationId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// The outcome of [`Engine::reserve`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Reserved {
     /// Held now; confirm or cancel it with `id`.
     Held {
-        /// Reservation id: `<sku>~<generation>~<segment>~<request id>`.
-        id: String,
+        /// The reservation's id.
+        id: ReservationId,
         /// Where the units are held.
         parts: Vec<Part>,
     },
     /// This request id reserved before; same reservation.
     Replayed {
-        /// Reservation id.
-        id: String,
+        /// The reservation's id.
+        id: ReservationId,
         /// Where the units are held.
         parts: Vec<Part>,
     },
@@ -39,6 +149,31 @@ pub struct ReservationEnd {
     /// This call (or an earlier one with the same intent) brought it there; false when it had
     /// ended otherwise (e.g. confirming an expired reservation: nothing sold).
     pub done: bool,
+}
+
+/// How [`Engine::confirm`] / [`Engine::cancel`] end a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Confirm,
+    Cancel,
+}
+
+impl Ending {
+    /// The state this ending brings a live reservation to.
+    fn state(self) -> ResvState {
+        match self {
+            Ending::Confirm => ResvState::Confirmed,
+            Ending::Cancel => ResvState::Cancelled,
+        }
+    }
+
+    /// The `event` label of the reservations metric.
+    fn event(self) -> &'static str {
+        match self {
+            Ending::Confirm => "confirmed",
+            Ending::Cancel => "cancelled",
+        }
+    }
 }
 
 impl<S: Store> Engine<S> {
@@ -74,9 +209,11 @@ impl<S: Store> Engine<S> {
         // The generation the units are held in (not a re-read layout: a reload may have
         // happened since).
         let (d, generation) = self.metered(req, Intent::Reserve { ttl_ms: ms }).await?;
-        let id = |parts: &[Part]| {
-            let seg = parts.first().map_or(0, |p| p.segment);
-            format!("{}~{}~{}~{}", req.sku, generation, seg, req.request_id)
+        let id = |parts: &[Part]| ReservationId {
+            sku: req.sku.clone(),
+            generation,
+            segment: parts.first().map_or(0, |p| p.segment),
+            request_id: req.request_id.clone(),
         };
         Ok(match d {
             Deduction::Applied { parts } => {
@@ -98,9 +235,9 @@ impl<S: Store> Engine<S> {
     /// cancelled sells nothing and says so; confirming twice is harmless.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed id; store errors (retry: it is idempotent).
-    pub async fn confirm(&self, reservation: &str) -> Result<ReservationEnd> {
-        self.end_reservation(reservation, true).await
+    /// Store errors (retry: it is idempotent).
+    pub async fn confirm(&self, id: &ReservationId) -> Result<ReservationEnd> {
+        self.end_reservation(id, Ending::Confirm).await
     }
 
     /// Cancels a reservation: its units go back to their segment and the user's chance comes
@@ -108,81 +245,55 @@ impl<S: Store> Engine<S> {
     ///
     /// # Errors
     /// As [`confirm`](Self::confirm).
-    pub async fn cancel(&self, reservation: &str) -> Result<ReservationEnd> {
-        self.end_reservation(reservation, false).await
+    pub async fn cancel(&self, id: &ReservationId) -> Result<ReservationEnd> {
+        self.end_reservation(id, Ending::Cancel).await
     }
 
-    pub(crate) async fn end_reservation(
-        &self,
-        reservation: &str,
-        confirm: bool,
-    ) -> Result<ReservationEnd> {
-        let bad = || {
-            Error::invalid(
-                "reservation",
-                "expected <sku>~<generation>~<segment>~<request id>",
-            )
+    async fn end_reservation(&self, id: &ReservationId, how: Ending) -> Result<ReservationEnd> {
+        let confirm = how == Ending::Confirm;
+        let (state, changed, user, units) = match self
+            .store()
+            .reserve_end(id.addr(), &id.request_id, Some(confirm))
+            .await?
+        {
+            ReserveEnd::Done { state, user, units } => (state, true, user, units),
+            ReserveEnd::Ended { state, user, units } => (state, false, user, units),
+            ReserveEnd::Unknown | ReserveEnd::Stale => {
+                return Ok(ReservationEnd {
+                    state: None,
+                    done: false,
+                });
+            }
         };
-        let mut it = reservation.splitn(4, '~');
-        let (Some(sku), Some(generation), Some(seg), Some(rid)) =
-            (it.next(), it.next(), it.next(), it.next())
-        else {
-            return Err(bad());
-        };
-        let sku = Sku::new(sku)?;
-        let rid = RequestId::new(rid)?;
-        let generation: u64 = generation.parse().map_err(|_| bad())?;
-        let index: u32 = seg.parse().map_err(|_| bad())?;
-        if index >= MAX_SEGMENTS {
-            return Err(bad());
-        }
-        let at = seg_at(&sku, generation, index);
-        let (state, changed, user, units) =
-            match self.store().reserve_end(at, &rid, Some(confirm)).await? {
-                ReserveEnd::Done { state, user, units } => (state, true, user, units),
-                ReserveEnd::Ended { state, user, units } => (state, false, user, units),
-                ReserveEnd::Unknown | ReserveEnd::Stale => {
-                    return Ok(ReservationEnd {
-                        state: None,
-                        done: false,
-                    });
-                }
-            };
-        let done = changed
-            && state
-                == if confirm {
-                    ResvState::Confirmed
-                } else {
-                    ResvState::Cancelled
-                };
+        let done = changed && state == how.state();
         // The user's record follows (idempotent; a crash here is repaired when the user next
-        // reaches the limit, by verify_stale).
+        // reaches the limit, by the verification of stale entries).
         if let Ok(user) = UserId::new(&user)
             && units > 0
         {
-            let how = match state {
+            let finish = match state {
                 ResvState::Confirmed => Some(UserFinish::Sold),
                 ResvState::Cancelled | ResvState::Expired => Some(UserFinish::Void),
                 ResvState::Reserved => None,
             };
-            if let Some(how) = how {
+            if let Some(finish) = finish {
                 let req = Deduct {
-                    sku: sku.clone(),
+                    sku: id.sku.clone(),
                     user: user.clone(),
                     qty: units,
-                    request_id: rid.clone(),
+                    request_id: id.request_id.clone(),
                 };
                 let args = self.req_args(&req, Intent::Finish(RequestKind::Reservation));
                 self.store()
-                    .user_finish(&sku, generation, args, how)
+                    .user_finish(&id.sku, id.generation, args, finish)
                     .await?;
-                if how == UserFinish::Void {
-                    self.guard().forget(&sku, &user);
+                if finish == UserFinish::Void {
+                    self.guard().forget(&id.sku, &user);
                 }
             }
         }
         if done {
-            crate::metrics::reservation(if confirm { "confirmed" } else { "cancelled" });
+            crate::metrics::reservation(how.event());
         }
         Ok(ReservationEnd {
             state: Some(state),
@@ -238,5 +349,39 @@ impl<S: Store> Engine<S> {
             }
         }
         Ok((back, 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_their_text_form() {
+        let id: ReservationId = "phone-1~1717~3~r:42".parse().unwrap();
+        assert_eq!(id.sku().as_str(), "phone-1");
+        assert_eq!((id.generation(), id.segment()), (1717, 3));
+        assert_eq!(id.request_id().as_str(), "r:42");
+        assert_eq!(id.to_string(), "phone-1~1717~3~r:42");
+        // The JSON form is the same string (the HTTP API shows and takes it).
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, "\"phone-1~1717~3~r:42\"");
+        assert_eq!(serde_json::from_str::<ReservationId>(&json).unwrap(), id);
+    }
+
+    #[test]
+    fn malformed_ids_are_refused_naming_the_field() {
+        let field = |s: &str| match s.parse::<ReservationId>() {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("{s:?}: {other:?}"),
+        };
+        assert_eq!(field("nope"), "reservation");
+        assert_eq!(field("a~1~2"), "reservation");
+        assert_eq!(field("a~x~2~r"), "reservation");
+        assert_eq!(field("a~1~-2~r"), "reservation");
+        assert_eq!(field(&format!("a~1~{MAX_SEGMENTS}~r")), "reservation");
+        assert_eq!(field("a{b~1~2~r"), "sku");
+        assert_eq!(field("a~1~2~r~s"), "request_id");
+        assert!(serde_json::from_str::<ReservationId>("\"nope\"").is_err());
     }
 }

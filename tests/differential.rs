@@ -897,10 +897,10 @@ impl<S: Store> World<S> {
     fn show_reserved(&mut self, r: &Result<Reserved>) -> String {
         match r {
             Ok(Reserved::Held { id, parts }) => {
-                format!("Held {} {parts:?}", self.norm_id(id))
+                format!("Held {} {parts:?}", self.norm_id(&id.to_string()))
             }
             Ok(Reserved::Replayed { id, parts }) => {
-                format!("Replayed {} {parts:?}", self.norm_id(id))
+                format!("Replayed {} {parts:?}", self.norm_id(&id.to_string()))
             }
             other => format!("{other:?}"),
         }
@@ -972,7 +972,7 @@ impl<S: Store> World<S> {
         self.check_error(what, &r);
         self.conflicted(d, &r);
         if let Ok(Reserved::Held { id, .. } | Reserved::Replayed { id, .. }) = &r {
-            self.resv_ids.push(id.clone());
+            self.resv_ids.push(id.to_string());
         }
         let v = self.m.on_got(Kind::Resv, d, &got_reserve(&r));
         self.note(v);
@@ -993,10 +993,11 @@ impl<S: Store> World<S> {
         }
         let id = self.resv_ids[back(nth, self.resv_ids.len())].clone();
         let eng = self.e(e);
+        let parsed: ReservationId = id.parse().unwrap();
         let r = if confirm {
-            eng.confirm(&id).await
+            eng.confirm(&parsed).await
         } else {
-            eng.cancel(&id).await
+            eng.cancel(&parsed).await
         };
         self.check_error("end", &r);
         let what = if confirm { "confirm" } else { "cancel" };
@@ -1381,7 +1382,7 @@ impl<S: Store> World<S> {
                 self.check_error("drop", &r);
                 self.conflicted(&d, &r);
                 if let Ok(Reserved::Held { id, .. } | Reserved::Replayed { id, .. }) = &r {
-                    self.resv_ids.push(id.clone());
+                    self.resv_ids.push(id.to_string());
                 }
                 let v = self.m.on_got(kind, &d, &got_reserve(&r));
                 self.note(v);

@@ -89,7 +89,7 @@ async fn audit_ok<S: Store>(e: &Engine<S>, s: &Sku, tag: &str) -> Audit {
     a
 }
 
-fn held(r: Result<Reserved>, what: &str) -> (String, Vec<Part>) {
+fn held(r: Result<Reserved>, what: &str) -> (ReservationId, Vec<Part>) {
     match r {
         Ok(Reserved::Held { id, parts }) => (id, parts),
         other => panic!("{what}: expected a held reservation, got {other:?}"),
@@ -97,8 +97,8 @@ fn held(r: Result<Reserved>, what: &str) -> (String, Vec<Part>) {
 }
 
 /// The generation a reservation id `<sku>~<generation>~<segment>~<request id>` names.
-fn id_generation(id: &str) -> u64 {
-    id.split('~').nth(1).unwrap().parse().unwrap()
+fn id_generation(id: &ReservationId) -> u64 {
+    id.to_string().split('~').nth(1).unwrap().parse().unwrap()
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {

@@ -81,7 +81,7 @@ struct Shared {
     seq: AtomicUsize,
     sent: Mutex<Vec<Sent>>,
     /// (reservation id, request id, user)
-    resvs: Mutex<Vec<(String, String, String)>>,
+    resvs: Mutex<Vec<(ReservationId, String, String)>>,
     restocks: Mutex<Vec<(String, u64)>>,
     /// Requests whose outcome was unknown, with the time (µs): a client retries them later.
     dropped: Mutex<Vec<(Sent, u64)>>,
@@ -255,7 +255,7 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
             };
             op.rid = rid;
             op.user = user;
-            op.resv = id.clone();
+            op.resv = id.to_string();
             op.inv = now_us();
             let r = if op.kind == Kind::Confirm {
                 tokio::time::timeout(limit, engine.confirm(&id)).await
@@ -788,7 +788,7 @@ fn part(rid: &str, units: u64) -> Vec<Part> {
 #[test]
 fn checker_accepts_a_correct_history() {
     let held = Reserved::Held {
-        id: format!("{SKU}~1~{}~r2", home_of("r2")),
+        id: format!("{SKU}~1~{}~r2", home_of("r2")).parse().unwrap(),
         parts: part("r2", 1),
     };
     let ops = vec![
@@ -903,7 +903,7 @@ fn checker_names_broken_promises() {
             "ann",
             1,
             Out::Ok(Val::Res(Reserved::Replayed {
-                id: format!("{SKU}~1~{}~r1", home_of("r1")),
+                id: format!("{SKU}~1~{}~r1", home_of("r1")).parse().unwrap(),
                 parts: part("r1", 1),
             })),
         ),

@@ -8,7 +8,7 @@ use shardstock::store::ResvState;
 use shardstock::*;
 use std::time::{Duration, Instant};
 
-fn held(r: Reserved) -> String {
+fn held(r: Reserved) -> ReservationId {
     match r {
         Reserved::Held { id, .. } => id,
         other => panic!("not held: {other:?}"),
@@ -95,12 +95,13 @@ async fn lifecycle<S: Store>(e: Engine<S>) {
         .await
         .unwrap();
     assert_eq!(d.units_applied(), 1, "{d:?}");
-    // Malformed ids are input errors.
+    // Malformed ids are input errors (caught when the id is parsed, before any I/O).
     assert!(matches!(
-        e.confirm("nope").await,
+        "nope".parse::<ReservationId>(),
         Err(Error::InvalidInput { .. })
     ));
-    assert_eq!(e.confirm("resv~1~0~never").await.unwrap().state, None);
+    let never: ReservationId = "resv~1~0~never".parse().unwrap();
+    assert_eq!(e.confirm(&never).await.unwrap().state, None);
 }
 
 #[tokio::test]

@@ -948,7 +948,7 @@ pub fn check(ops: &[Op], facts: &Facts, p: Params) -> Vec<Violation> {
                 Out::Ok(Val::Res(Reserved::Held { id, .. } | Reserved::Replayed { id, .. })) => id,
                 _ => continue,
             };
-            let here = resv_place(id);
+            let here = resv_place(&id.to_string());
             let want = match &f.effect {
                 Effect::Resv { seg, .. } => Some((facts.audit.generation, *seg)),
                 _ => None,
@@ -1543,6 +1543,7 @@ pub fn summary(ops: &[Op]) -> String {
             Out::Ok(Val::Res(Reserved::Held { .. })) => "reserve held".into(),
             Out::Ok(Val::Res(Reserved::Replayed { .. })) => "reserve replayed".into(),
             Out::Ok(Val::Res(Reserved::NotHeld(d))) => format!("reserve {}", d.kind()),
+            Out::Ok(Val::Res(other)) => format!("reserve {other:?}"),
             Out::Ok(Val::End(e)) => format!("{} {:?} done={}", o.kind.name(), e.state, e.done),
             Out::Ok(Val::Stock(_)) => "restock ok".into(),
             Out::Fail(e) => format!(

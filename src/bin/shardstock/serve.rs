@@ -463,6 +463,7 @@ async fn reserve<S: Store>(
             StatusCode::OK,
             &json!({ "outcome": "not_held", "reason": d.kind(), "deduction": d }),
         ),
+        Ok(other) => ok(StatusCode::OK, &other),
         // `ttl` is the body's `ttl_ms`.
         Err(Error::InvalidInput {
             field: "ttl",
@@ -473,10 +474,11 @@ async fn reserve<S: Store>(
 }
 
 async fn end_reservation<S: Store>(engine: Engine<S>, id: String, confirm: bool) -> ApiResult {
+    let rid: shardstock::ReservationId = id.parse()?;
     let r = if confirm {
-        engine.confirm(&id).await?
+        engine.confirm(&rid).await?
     } else {
-        engine.cancel(&id).await?
+        engine.cancel(&rid).await?
     };
     if r.state.is_none() {
         return Err(ApiError::new(

@@ -407,8 +407,8 @@ pub(crate) async fn run_sim<S: Store>(
                             Ok(shardstock::Reserved::Held { id, parts }) => {
                                 let units: u64 = parts.iter().map(|p| p.units).sum();
                                 // Second draw decides the reservation's fate.
-                                let fate = (shardstock::segments::fnv1a(id.as_bytes()) % 10_000)
-                                    as f64
+                                let fate = (shardstock::segments::fnv1a(id.to_string().as_bytes())
+                                    % 10_000) as f64
                                     / 10_000.0;
                                 if fate < confirm_ratio {
                                     match engine.confirm(&id).await {
@@ -436,6 +436,9 @@ pub(crate) async fn run_sim<S: Store>(
                                 Ok(Deduction::Replayed { parts })
                             }
                             Ok(shardstock::Reserved::NotHeld(d)) => Ok(d),
+                            Ok(other) => Err(shardstock::Error::Protocol(format!(
+                                "unknown reservation outcome {other:?}"
+                            ))),
                             Err(e) => Err(e),
                         }
                     }
