@@ -182,8 +182,9 @@ impl<S: Store> Engine<S> {
     /// [`cancel`](Self::cancel) — and by themselves, exactly once, when `ttl` passes
     /// unconfirmed (on the store's clock). Idempotent by request id like [`deduct`](Self::deduct);
     /// counts against the per-user limit until cancelled or expired. A reservation is held in
-    /// one segment (so its expiry and its units are decided atomically); a quantity no single
-    /// segment holds is answered `Insufficient`.
+    /// one segment (so its expiry and its units are decided atomically): a quantity no
+    /// segment holds now is answered [`Insufficient`](Deduction::Insufficient), one larger
+    /// than any segment is [`TooLargeToHold`](Deduction::TooLargeToHold).
     ///
     /// # Errors
     /// As [`deduct`](Self::deduct); [`Error::Config`] when the store's strategy is an unsafe

@@ -587,8 +587,12 @@ fn got_deduct(r: &Result<Deduction>) -> Got {
     match r {
         Ok(Deduction::Applied { .. }) => Got::Applied,
         Ok(Deduction::Replayed { .. }) => Got::Replayed,
-        Ok(Deduction::LimitReached { limit }) => Got::LimitReached(*limit),
-        Ok(Deduction::SoldOut | Deduction::Insufficient { .. }) => Got::NoStock,
+        Ok(Deduction::LimitReached { limit } | Deduction::OverLimit { limit }) => {
+            Got::LimitReached(*limit)
+        }
+        Ok(
+            Deduction::SoldOut | Deduction::Insufficient { .. } | Deduction::TooLargeToHold { .. },
+        ) => Got::NoStock,
         Err(Error::Sealed(_)) => Got::Sealed,
         _ => Got::Other,
     }

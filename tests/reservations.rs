@@ -113,6 +113,56 @@ async fn reservation_lifecycle_both_stores() {
     lifecycle(e).await;
 }
 
+/// "Never" and "not now" are told apart: a reservation larger than any segment, and a
+/// quantity above the per-user limit, are final; a reservation no segment holds *now* (units
+/// may come back to one) is insufficient, as is a purchase above the stock left.
+async fn never_and_not_now<S: Store>(e: Engine<S>) {
+    let sku = Sku::new("never").unwrap();
+    // Segments of 3, 3, 2, 2 units.
+    e.load(&sku, 10, LoadOptions::new(4).per_user_limit(4))
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(60);
+    let d = |user: &str, qty, rid: &str| Deduct::new("never", user, qty, rid).unwrap();
+    let r = e.reserve(&d("ann", 4, "n1"), ttl).await.unwrap();
+    let Reserved::NotHeld(no) = r else {
+        panic!("4 units reserved over segments of at most 3: {r:?}")
+    };
+    assert_eq!(no, Deduction::TooLargeToHold { largest_segment: 3 });
+    assert!(no.is_final());
+    let d5 = e.deduct(&d("bob", 5, "n2")).await.unwrap();
+    assert_eq!(d5, Deduction::OverLimit { limit: 4 });
+    assert!(d5.is_final());
+    // Nothing was held or sold by the refusals; a sale of 4 is served across segments.
+    assert_eq!(audit_ok(&e, &sku).await.remaining, 10);
+    for (user, rid) in [("bob", "n3"), ("eve", "n4")] {
+        let bought = e.deduct(&d(user, 4, rid)).await.unwrap();
+        assert_eq!(bought.units_applied(), 4, "{bought:?}");
+        assert!(!bought.is_final());
+    }
+    let more = e.deduct(&d("dan", 4, "n5")).await.unwrap();
+    assert_eq!(more, Deduction::Insufficient { available: 2 });
+    assert!(!more.is_final());
+    // 2 units left: a reservation of 2 fits a segment's size; held when one segment has both,
+    // else not now (units may come back to one segment).
+    match e.reserve(&d("cat", 2, "n6"), ttl).await.unwrap() {
+        Reserved::Held { .. } => {}
+        Reserved::NotHeld(d) => {
+            assert_eq!(d, Deduction::Insufficient { available: 2 });
+            assert!(!d.is_final());
+        }
+        other => panic!("{other:?}"),
+    }
+    audit_ok(&e, &sku).await;
+}
+
+#[tokio::test]
+async fn never_possible_answers_are_final_both_stores() {
+    never_and_not_now(memory_engine(Engine::builder())).await;
+    let srv = RedisServer::start();
+    never_and_not_now(redis_engine(&srv, Engine::builder()).await).await;
+}
+
 /// 1000 confirms racing their own expiry (TTL 2 s, confirms at 2 s ± 50 ms): each reservation
 /// ends in exactly one state, no unit is sold twice or lost.
 async fn confirms_race_expiry<S: Store>(e: Engine<S>) {

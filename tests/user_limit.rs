@@ -127,7 +127,8 @@ async fn failed_attempt_keeps_the_chance<S: Store>(e: Engine<S>) {
         .deduct(&Deduct::new("later", "bob", 2, "b1").unwrap())
         .await
         .unwrap();
-    assert_eq!(d, Deduction::LimitReached { limit: 1 });
+    assert_eq!(d, Deduction::OverLimit { limit: 1 });
+    assert!(d.is_final(), "{d:?}");
     let a = e.audit(&sku).await.unwrap();
     assert!(a.ok && a.sold == 1 && a.remaining == 1, "{a:?}");
 }

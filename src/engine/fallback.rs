@@ -44,6 +44,7 @@ impl<S: Store> Engine<S> {
 
         // 2. Read everything; then one segment if any can, else all or nothing across several.
         let mut available = 0;
+        let mut too_large = None;
         for _ in 0..self.inner.opts.fallback_rounds {
             let segs = self.read_segments(l).await?;
             let Some(stocks) = l.observe(&segs) else {
@@ -59,8 +60,20 @@ impl<S: Store> Engine<S> {
             let plan = match single {
                 Some(j) => vec![(j, qty)],
                 // A reservation lives in one segment, so that its expiry and its units are
-                // decided in one atomic step (see reserve_end.lua).
-                None if a.intent.hold_ms() > 0 => break,
+                // decided in one atomic step (see reserve_end.lua). Larger than any segment
+                // is (its load and restocks): never; else units may come back to one.
+                None if a.intent.hold_ms() > 0 => {
+                    let largest_segment = segs
+                        .iter()
+                        .flatten()
+                        .map(|s| s.loaded + s.restocked)
+                        .max()
+                        .unwrap_or(0);
+                    if qty > largest_segment {
+                        too_large = Some(largest_segment);
+                    }
+                    break;
+                }
                 None => plan_split(&stocks, qty).unwrap_or_default(),
             };
             let mut parts = Vec::with_capacity(plan.len());
@@ -109,7 +122,9 @@ impl<S: Store> Engine<S> {
             SettleReply::Applied(parts) => return Ok(Done(Deduction::Replayed { parts })),
             SettleReply::Superseded => return Ok(Done(Deduction::InFlight)),
         }
-        Ok(Done(if available == 0 {
+        Ok(Done(if let Some(largest_segment) = too_large {
+            Deduction::TooLargeToHold { largest_segment }
+        } else if available == 0 {
             Deduction::SoldOut
         } else {
             Deduction::Insufficient { available }

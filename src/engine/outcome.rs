@@ -3,6 +3,11 @@
 use crate::segments::Part;
 
 /// The outcome of a deduction. Business outcomes are values, not errors.
+///
+/// Refusals come in two sorts: *not now* (sold out, insufficient, limit reached, in flight,
+/// user busy: asking again later may succeed) and *never* ([`OverLimit`](Self::OverLimit),
+/// [`TooLargeToHold`](Self::TooLargeToHold): the request as asked cannot be served while the
+/// SKU keeps its load; ask for fewer units). [`is_final`](Self::is_final) tells them apart.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -37,6 +42,20 @@ pub enum Deduction {
     /// click), or elsewhere (a pending per-user claim not yet settled) with the limit counted
     /// against it; nothing was done. The user holds fewer units than the limit: retry shortly.
     UserBusy,
+    /// The quantity alone is above the SKU's per-user limit: this request can never apply
+    /// (unless the SKU is reloaded with a higher limit). Final.
+    OverLimit {
+        /// The SKU's per-user limit.
+        limit: u64,
+    },
+    /// A reservation is held in one segment (so that its expiry and its units are decided in
+    /// one atomic step), and no segment of this SKU is that large: this reservation can never
+    /// be held (unless a restock or reload makes a segment larger). Final: reserve fewer units,
+    /// or buy them.
+    TooLargeToHold {
+        /// The most units one segment can hold (its share of the load and of restocks).
+        largest_segment: u64,
+    },
 }
 
 impl Deduction {
@@ -48,8 +67,19 @@ impl Deduction {
         }
     }
 
-    /// A short name: `applied`, `replayed`, `sold_out`, `insufficient`, `in_flight`,
-    /// `limit_reached`, `user_busy`.
+    /// True for the refusals no retry can turn into a sale while the SKU keeps its load
+    /// ([`OverLimit`](Self::OverLimit), [`TooLargeToHold`](Self::TooLargeToHold)); false for
+    /// successes and for "not now" refusals.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Deduction::OverLimit { .. } | Deduction::TooLargeToHold { .. }
+        )
+    }
+
+    /// A short name (the `outcome` field of its JSON form): `applied`, `replayed`, `sold_out`,
+    /// `insufficient`, `in_flight`, `limit_reached`, `user_busy`, `over_limit`,
+    /// `too_large_to_hold`.
     pub fn kind(&self) -> &'static str {
         match self {
             Deduction::Applied { .. } => "applied",
@@ -59,6 +89,8 @@ impl Deduction {
             Deduction::InFlight => "in_flight",
             Deduction::LimitReached { .. } => "limit_reached",
             Deduction::UserBusy => "user_busy",
+            Deduction::OverLimit { .. } => "over_limit",
+            Deduction::TooLargeToHold { .. } => "too_large_to_hold",
         }
     }
 }

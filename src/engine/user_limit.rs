@@ -63,7 +63,7 @@ impl<S: Store> Engine<S> {
             // Answered from the cached layout alone: make sure it is still the SKU's (a
             // reload may have changed the limit).
             return Ok(if self.is_current(l).await? {
-                Done(Deduction::LimitReached { limit })
+                Done(Deduction::OverLimit { limit })
             } else {
                 Stale
             });
@@ -216,9 +216,12 @@ impl<S: Store> Engine<S> {
                 Some(UserFinish::Reserved)
             }
             Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(UserFinish::Sold),
-            Done(Deduction::SoldOut | Deduction::Insufficient { .. }) | Refused(_) => {
-                Some(UserFinish::Void)
-            }
+            Done(
+                Deduction::SoldOut
+                | Deduction::Insufficient { .. }
+                | Deduction::TooLargeToHold { .. },
+            )
+            | Refused(_) => Some(UserFinish::Void),
             // In flight, restarted or stale: the entry stays pending (verified if it lingers).
             _ => None,
         };

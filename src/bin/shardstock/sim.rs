@@ -147,11 +147,15 @@ impl Tally {
                 self.sold_units += d.units_applied();
                 *self.per_user.entry(user).or_default() += d.units_applied();
             }
-            Ok(Deduction::LimitReached { .. }) => self.limit_reached += 1,
+            Ok(Deduction::LimitReached { .. } | Deduction::OverLimit { .. }) => {
+                self.limit_reached += 1
+            }
             Ok(Deduction::UserBusy) => self.user_busy += 1,
             Ok(Deduction::Replayed { .. }) => self.replayed += 1,
             Ok(Deduction::SoldOut) => self.sold_out += 1,
-            Ok(Deduction::Insufficient { .. }) => self.insufficient += 1,
+            Ok(Deduction::Insufficient { .. } | Deduction::TooLargeToHold { .. }) => {
+                self.insufficient += 1
+            }
             Ok(Deduction::InFlight) => self.in_flight += 1,
             Ok(other) => self.error(format!("unknown outcome {:?}", other.kind()), first_error),
             Err(e) => self.error(e.to_string(), first_error),
