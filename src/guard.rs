@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// What the local guard says about an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Local {
+pub(crate) enum Local {
     /// Go on to the store; call [`LocalGuard::finish`] with the outcome afterwards.
     Pass,
     /// This user already has an attempt on this SKU in flight in this process.
@@ -48,20 +48,20 @@ struct Entry {
 
 /// Counters of the local guard.
 #[derive(Debug, Default)]
-pub struct GuardStats {
+pub(crate) struct GuardStats {
     /// Attempts turned away locally (in flight or limit).
-    pub hits: AtomicU64,
+    pub(crate) hits: AtomicU64,
     /// Attempts passed on to the store.
-    pub misses: AtomicU64,
+    pub(crate) misses: AtomicU64,
     /// Entries dropped to honour the cap.
-    pub evictions: AtomicU64,
+    pub(crate) evictions: AtomicU64,
     /// Entries dropped because they expired.
-    pub expirations: AtomicU64,
+    pub(crate) expirations: AtomicU64,
 }
 
 /// The in-process guard. See the module docs.
 #[derive(Debug)]
-pub struct LocalGuard {
+pub(crate) struct LocalGuard {
     map: DashMap<(Sku, UserId), Entry>,
     ttl: Duration,
     cap: usize,
@@ -70,7 +70,7 @@ pub struct LocalGuard {
 
 impl LocalGuard {
     /// A guard whose entries live `ttl` and which holds at most `cap` entries.
-    pub fn new(ttl: Duration, cap: usize) -> Self {
+    pub(crate) fn new(ttl: Duration, cap: usize) -> Self {
         Self {
             map: DashMap::new(),
             ttl,
@@ -80,29 +80,25 @@ impl LocalGuard {
     }
 
     /// Entries held now (never more than the cap).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     /// Counters.
-    pub fn stats(&self) -> &GuardStats {
+    pub(crate) fn stats(&self) -> &GuardStats {
         &self.stats
     }
 
     /// Checks an attempt of `qty` units against `limit` (0 = no limit) and, on `Pass`, marks
     /// the user busy until [`finish`](Self::finish).
-    pub fn begin(&self, sku: &Sku, user: &UserId, rid: &RequestId, qty: u64, limit: u64) -> Local {
+    #[cfg(test)]
+    fn begin(&self, sku: &Sku, user: &UserId, rid: &RequestId, qty: u64, limit: u64) -> Local {
         self.begin_in(0, sku, user, rid, qty, limit)
     }
 
     /// [`begin`](Self::begin) for load generation `generation` of the SKU: what the guard
     /// knew about an older generation is forgotten (a reload starts a fresh ledger).
-    pub fn begin_in(
+    pub(crate) fn begin_in(
         &self,
         generation: u64,
         sku: &Sku,
@@ -170,7 +166,7 @@ impl LocalGuard {
 
     /// Ends an attempt that passed: `applied_units` > 0 when the store sold or reserved units
     /// for `rid` (now or in an earlier call), 0 otherwise (the chance is not used up).
-    pub fn finish(&self, sku: &Sku, user: &UserId, rid: &RequestId, applied_units: u64) {
+    pub(crate) fn finish(&self, sku: &Sku, user: &UserId, rid: &RequestId, applied_units: u64) {
         if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
             e.busy = false;
             e.at = Instant::now();
@@ -187,7 +183,7 @@ impl LocalGuard {
     ///
     /// # Errors
     /// The refusal ([`Local::InFlight`] or [`Local::LimitReached`]) when not [`Local::Pass`].
-    pub fn enter<'a>(
+    pub(crate) fn enter<'a>(
         &'a self,
         generation: u64,
         sku: &Sku,
@@ -208,7 +204,7 @@ impl LocalGuard {
     /// Tells the guard the store answered "limit reached" with `final_units` sold for good to
     /// this user: later attempts that would pass the limit on top of those units are turned
     /// away locally until the entry expires (an attempt for fewer units still goes on).
-    pub fn saturate(&self, sku: &Sku, user: &UserId, final_units: u64) {
+    pub(crate) fn saturate(&self, sku: &Sku, user: &UserId, final_units: u64) {
         if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
             e.busy = false;
             e.held_for_good = e.held_for_good.max(final_units);
@@ -216,7 +212,7 @@ impl LocalGuard {
     }
 
     /// Forgets a user (e.g. after a cancelled reservation gave units back).
-    pub fn forget(&self, sku: &Sku, user: &UserId) {
+    pub(crate) fn forget(&self, sku: &Sku, user: &UserId) {
         self.map.remove(&(sku.clone(), user.clone()));
     }
 
@@ -257,7 +253,7 @@ impl LocalGuard {
 /// A running attempt that passed the guard (see [`LocalGuard::enter`]); dropping it unfinished
 /// ends it as if nothing was bought.
 #[derive(Debug)]
-pub struct Attempt<'a> {
+pub(crate) struct Attempt<'a> {
     guard: &'a LocalGuard,
     key: Option<(Sku, UserId, RequestId)>,
 }
@@ -265,7 +261,7 @@ pub struct Attempt<'a> {
 impl Attempt<'_> {
     /// Ends the attempt: `sold_units` > 0 when the store sold units for good for this request
     /// (now or earlier). Reserved units are not remembered here — a reservation may go back.
-    pub fn finish(mut self, sold_units: u64) {
+    pub(crate) fn finish(mut self, sold_units: u64) {
         if let Some((sku, user, rid)) = self.key.take() {
             self.guard.finish(&sku, &user, &rid, sold_units);
         }
@@ -273,7 +269,7 @@ impl Attempt<'_> {
 
     /// Ends the attempt after the store answered "limit reached" with `final_units` sold for
     /// good to this user.
-    pub fn saturate(mut self, final_units: u64) {
+    pub(crate) fn saturate(mut self, final_units: u64) {
         if let Some((sku, user, _)) = self.key.take() {
             self.guard.saturate(&sku, &user, final_units);
         }

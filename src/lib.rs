@@ -6,7 +6,7 @@
 //! - [`store`]: the backend trait; [`RedisStore`] (fred + Lua in `src/scripts/`) and
 //!   [`MemoryStore`] (embedded, and the oracle of the differential tests).
 //! - [`segments`]: pure maths — splitting stock, home segments, key names and hash tags.
-//! - [`router`]: fallback order and "known short" hints.
+//! - `router` (crate-private): fallback order and "known short" hints.
 //! - [`ids`]: validated SKU / user / request ids and bounds.
 //! - [`config`]: TOML + environment configuration.
 //! - [`error`]: the one error enum.
@@ -17,16 +17,18 @@ pub mod audit;
 pub mod config;
 pub mod engine;
 pub mod error;
-pub mod guard;
 pub mod ids;
 pub mod lock;
 pub mod metrics;
 pub mod reservation;
-pub mod router;
 pub mod segments;
-mod shared_read;
 pub mod store;
 pub mod strategy;
+
+// Internal: the engine's helpers, not part of the API.
+mod guard;
+mod router;
+mod shared_read;
 
 pub use audit::{Audit, SegmentAudit};
 pub use config::Config;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// Per-SKU hints: last observed stock of each segment.
 #[derive(Debug)]
-pub struct Hints {
+pub(crate) struct Hints {
     stock: Vec<AtomicU64>,
     /// Observation time in ms since `origin`, plus one (0 = never observed).
     at: Vec<AtomicU64>,
@@ -21,7 +21,7 @@ pub struct Hints {
 
 impl Hints {
     /// Hints for `segments` segments that expire after `ttl` (zero disables skipping).
-    pub fn new(segments: u32, ttl: Duration) -> Self {
+    pub(crate) fn new(segments: u32, ttl: Duration) -> Self {
         Self {
             stock: (0..segments).map(|_| AtomicU64::new(0)).collect(),
             at: (0..segments).map(|_| AtomicU64::new(0)).collect(),
@@ -35,7 +35,7 @@ impl Hints {
     }
 
     /// Records that segment `i` held `stock` units just now.
-    pub fn observe(&self, i: u32, stock: u64) {
+    pub(crate) fn observe(&self, i: u32, stock: u64) {
         if let (Some(s), Some(a)) = (self.stock.get(i as usize), self.at.get(i as usize)) {
             s.store(stock, Relaxed);
             a.store(self.now(), Relaxed);
@@ -43,14 +43,14 @@ impl Hints {
     }
 
     /// Forgets what was seen of segment `i` (e.g. stock just came back to it).
-    pub fn forget(&self, i: u32) {
+    pub(crate) fn forget(&self, i: u32) {
         if let Some(a) = self.at.get(i as usize) {
             a.store(0, Relaxed);
         }
     }
 
     /// True when segment `i` was recently seen with fewer than `qty` units: worth skipping.
-    pub fn likely_short(&self, i: u32, qty: u64) -> bool {
+    pub(crate) fn likely_short(&self, i: u32, qty: u64) -> bool {
         let (Some(s), Some(a)) = (self.stock.get(i as usize), self.at.get(i as usize)) else {
             return false;
         };
@@ -59,7 +59,7 @@ impl Hints {
     }
 
     /// The last observed stock of every segment (0 where never observed).
-    pub fn observed(&self) -> Vec<u64> {
+    pub(crate) fn observed(&self) -> Vec<u64> {
         self.stock
             .iter()
             .zip(&self.at)
@@ -72,28 +72,18 @@ impl Hints {
             })
             .collect()
     }
-
-    /// Number of segments.
-    pub fn len(&self) -> u32 {
-        self.stock.len() as u32
-    }
-
-    /// True when there are no segments.
-    pub fn is_empty(&self) -> bool {
-        self.stock.is_empty()
-    }
 }
 
 /// The other segments in the order a request with home `home` tries them: a rotation starting
 /// after `home`. Since homes are spread by hashing request ids, so are fallbacks.
-pub fn others(home: u32, segments: u32) -> impl Iterator<Item = u32> {
+pub(crate) fn others(home: u32, segments: u32) -> impl Iterator<Item = u32> {
     (1..segments).map(move |k| (home + k) % segments)
 }
 
 /// Plans an all-or-nothing multi-segment take of `need` units from `stocks` (units per
 /// segment, by index): the fullest segments first, so as few segments as possible are
 /// touched. `None` when the stock in total is short.
-pub fn plan_split(stocks: &[u64], need: u64) -> Option<Vec<(u32, u64)>> {
+pub(crate) fn plan_split(stocks: &[u64], need: u64) -> Option<Vec<(u32, u64)>> {
     let mut by_stock: Vec<(u32, u64)> = (0u32..)
         .zip(stocks.iter().copied())
         .filter(|(_, s)| *s > 0)

@@ -4,7 +4,6 @@
 mod common;
 use common::*;
 use futures::future::join_all;
-use shardstock::guard::LocalGuard;
 use shardstock::store::{HomeReply, ReqArgs, SegAddr, UserClaim};
 use shardstock::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -277,20 +276,27 @@ async fn guard_memory_is_bounded() {
     assert!(max <= cap + 4, "guard held {max} entries with cap {cap}");
     assert_eq!(e.audit(&sku).await.unwrap().sold, 100_000);
 
-    // Bytes per entry, on a guard alone (no engine noise).
-    let g = LocalGuard::new(Duration::from_secs(600), 200_000);
-    let s = Sku::new("crowd").unwrap();
-    let before = LIVE.load(Ordering::Relaxed);
+    // Bytes per entry: what dropping an engine whose guard holds 100,000 entries frees (its
+    // store, shared with a clone kept here, stays), so no store memory is counted.
+    let store = MemoryStore::new();
+    let e = Engine::builder()
+        .guard(Duration::from_secs(600), 200_000)
+        .build(store.clone())
+        .unwrap();
+    let s = Sku::new("crowd2").unwrap();
+    e.load(&s, 100_000, LoadOptions::new(1).per_user_limit(1))
+        .await
+        .unwrap();
     for i in 0..100_000 {
-        let u = UserId::new(format!("user-{i:06}")).unwrap();
-        let r = RequestId::new(format!("q{i}")).unwrap();
-        g.begin(&s, &u, &r, 1, 1);
-        g.finish(&s, &u, &r, 1);
+        let d = Deduct::new("crowd2", &format!("user-{i:06}"), 1, &format!("q{i}")).unwrap();
+        assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1);
     }
-    let per_entry = (LIVE.load(Ordering::Relaxed) - before) as f64 / 100_000.0;
+    assert_eq!(e.guard_len(), 100_000);
+    let before = LIVE.load(Ordering::Relaxed);
+    drop(e);
+    let per_entry = (before - LIVE.load(Ordering::Relaxed)) as f64 / 100_000.0;
     eprintln!(
         "in-process guard: {per_entry:.0} bytes per entry (user ids of 11 bytes, one applied request id)"
     );
-    assert_eq!(g.len(), 100_000);
     assert!(per_entry > 50.0 && per_entry < 1024.0, "{per_entry}");
 }
