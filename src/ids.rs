@@ -4,8 +4,10 @@
 //! hash tag. Only the text between the first `{` and the next `}` is hashed, so a SKU such as
 //! `a}x{b` would land in SKU `a`'s slot and `{}` would make keys hash whole (CROSSSLOT errors).
 //! Rather than escaping, ids are whitelisted: ASCII letters, digits and `_ . : -` (SKUs also
-//! exclude `:` and `#`, which the key layout uses as separators). Anything else — braces,
-//! spaces, control characters, non-ASCII, empty or over-long ids — is rejected before any I/O.
+//! exclude `:`). Anything else — braces, spaces, control characters, non-ASCII, empty or
+//! over-long ids — is rejected before any I/O; so `#` and `@` (hash-tag separators in key
+//! names, see [`crate::segments`]) and `~` (the separator of a
+//! [`ReservationId`](crate::ReservationId)) never occur in an id.
 
 use crate::error::{Error, Result};
 use std::fmt;

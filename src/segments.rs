@@ -4,15 +4,23 @@
 //!
 //! # Key layout (Redis-Cluster-ready)
 //! ```text
-//! <prefix>:{<sku>}:meta                          SKU metadata: generation, segments, loaded, state
-//! <prefix>:{<sku>#<i>}:seg                       segment i: generation, stock, sold, loaded, restocked
-//! <prefix>:{<sku>#<i>}:g<generation>:rq:<request id>    deduction record kept beside segment i
-//! <prefix>:{<sku>#<i>}:g<generation>:rs:<request id>    restock record kept beside segment i
+//! <prefix>:{<sku>}:meta                           SKU metadata: generation, segments, units
+//!                                                 loaded, per-user limit, state
+//! <prefix>:{<sku>#<i>}:seg                        segment i: generation, stock, sold, reserved,
+//!                                                 loaded, restocked
+//! <prefix>:{<sku>#<i>}:g<generation>:rq:<req id>  a request's record (outcome, claim, or the
+//!                                                 part it took) kept beside segment i
+//! <prefix>:{<sku>#<i>}:g<generation>:rs:<req id>  restock record kept beside segment i
+//! <prefix>:{<sku>#<i>}:g<generation>:resv         segment i's reservations, by expiry
+//! <prefix>:{<sku>#<i>}:g<generation>:claims       segment i's fallback claims, by lease end
+//! <prefix>:{<sku>#<i>}:lock                       segment i's lock (lock strategies)
+//! <prefix>:{<sku>@<user>}:g<generation>:user      a user's per-user record for the SKU
 //! ```
 //! Every key of one segment shares the hash tag `{<sku>#<i>}`, so one script touching them is
 //! atomic on a Redis Cluster; different segments have different tags and spread over slots;
-//! the metadata has a tag of its own. `#` cannot occur in a SKU, so tags never collide.
-//! Records carry the load generation, so a reload starts with a clean ledger.
+//! the metadata and each user's record have tags of their own. `#` and `@` cannot occur in a
+//! SKU, so tags never collide. Records carry the load generation, so a reload starts with a
+//! clean ledger.
 
 use crate::ids::{RequestId, Sku};
 
