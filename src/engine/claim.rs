@@ -22,7 +22,7 @@ const CLAIMS_PER_SWEEP: usize = 64;
 
 /// What a takeover does with a request the old holder left incomplete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unfinished {
+pub(super) enum Unfinished {
     /// Refund its parts and serve the request afresh (a retry of the request took over).
     ServeAfresh,
     /// Refund its parts and seal the request id, so it never applies (a verified-void
@@ -34,7 +34,7 @@ impl<S: Store> Engine<S> {
     /// Takes over the fallback claims at segment `index` (their home) whose lease ran out, and
     /// settles or refunds and seals them (see [`sweep`](Self::sweep)). Returns how many it
     /// recovered.
-    pub(crate) async fn recover_claims(&self, l: &Arc<Layout>, index: u32) -> Result<usize> {
+    pub(super) async fn recover_claims(&self, l: &Arc<Layout>, index: u32) -> Result<usize> {
         let store = &self.inner.store;
         let mut recovered = 0;
         // One more lease of grace: holders do not renew, and a slow live one should finish
@@ -93,7 +93,7 @@ impl<S: Store> Engine<S> {
 
     /// Another call holds this request's claim: wait for it to finish, or take it over once
     /// its lease ran out on the store's clock.
-    pub(crate) async fn wait_for_claim(&self, a: &Attempt<'_>) -> Result<Flow> {
+    pub(super) async fn wait_for_claim(&self, a: &Attempt<'_>) -> Result<Flow> {
         let store = &self.inner.store;
         let deadline = Instant::now() + self.inner.opts.pending_wait;
         let mut pause = Duration::from_millis(1);
@@ -126,7 +126,7 @@ impl<S: Store> Engine<S> {
     /// After a takeover with `epoch`: shut older epochs out of every other segment, count what
     /// the previous holders took (`home_part` at home), and either settle it (it was complete)
     /// or refund it and go on as `unfinished` says.
-    pub(crate) async fn reconcile(
+    pub(super) async fn reconcile(
         &self,
         a: &Attempt<'_>,
         epoch: u64,

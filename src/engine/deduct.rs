@@ -18,27 +18,27 @@ use std::time::Instant;
 
 /// Metrics bookkeeping of one call (an atomic so the futures stay `Send`).
 #[derive(Debug, Default)]
-pub(crate) struct Trace {
+pub(super) struct Trace {
     /// Segment scripts sent that could take units.
     tries: AtomicU32,
 }
 
 impl Trace {
     /// Counts one segment script that could take units.
-    pub(crate) fn tried(&self) {
+    pub(super) fn tried(&self) {
         self.tries.fetch_add(1, Relaxed);
     }
 }
 
 /// How many times a call re-reads a SKU's layout after `Stale` before giving up.
-pub(crate) const STALE_RETRIES: usize = 4;
+pub(super) const STALE_RETRIES: usize = 4;
 
 /// How many times a call starts afresh after the twin it waited for released the claim,
 /// before answering `InFlight`.
 const MAX_RESTARTS: usize = 16;
 
 /// What a fresh read says before anything is claimed.
-pub(crate) enum Short {
+pub(super) enum Short {
     /// Replayed, sold out or insufficient: answer this, nothing to do.
     Decided(Deduction),
     /// The request's fallback claim is held by someone.
@@ -52,7 +52,7 @@ pub(crate) enum Short {
 }
 
 /// A step's result, or why the call cannot answer in this layout.
-pub(crate) enum Flow {
+pub(super) enum Flow {
     /// The answer.
     Done(Deduction),
     /// The layout changed under us: read it again and start over.
@@ -65,11 +65,11 @@ pub(crate) enum Flow {
     Refused(Error),
 }
 
-pub(crate) use Flow::{Done, Refused, Restart, Stale};
+pub(super) use Flow::{Done, Refused, Restart, Stale};
 
 impl Flow {
     /// The outcome's name, for logs.
-    pub(crate) fn name(&self) -> &'static str {
+    pub(super) fn name(&self) -> &'static str {
         match self {
             Done(d) => d.kind(),
             Stale => "stale",
@@ -144,7 +144,7 @@ impl<S: Store> Engine<S> {
 
     /// Layer 4, stock: the whole quantity at the home segment (claiming the request when
     /// the home is short), then the fallback; or, when a twin holds the claim, waiting for it.
-    pub(crate) async fn take_units(&self, a: &Attempt<'_>) -> Result<Flow> {
+    pub(super) async fn take_units(&self, a: &Attempt<'_>) -> Result<Flow> {
         let l = a.layout;
         if l.hints.likely_short(a.home, a.req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
@@ -193,7 +193,7 @@ impl<S: Store> Engine<S> {
 
     /// Reads every segment (shared read) and this request's home record: enough to answer a
     /// replay, sold out or insufficient without writing anything.
-    pub(crate) async fn check_short(&self, a: &Attempt<'_>) -> Result<Short> {
+    pub(super) async fn check_short(&self, a: &Attempt<'_>) -> Result<Short> {
         let (segs, rec) = futures::join!(
             self.read_segments(a.layout),
             self.inner.store.record(a.home_at(), &a.req.request_id)

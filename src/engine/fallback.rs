@@ -13,7 +13,7 @@ use crate::store::{SettleAs, SettleReply, Store, TakeReply, TakeoverReply};
 impl<S: Store> Engine<S> {
     /// The claim holder's path: other segments, then a fresh read, then an all-or-nothing
     /// multi-segment take. Ends by settling (applied) or releasing the claim.
-    pub(crate) async fn fallback(&self, a: &Attempt<'_>, epoch: u64) -> Result<Flow> {
+    pub(super) async fn fallback(&self, a: &Attempt<'_>, epoch: u64) -> Result<Flow> {
         let store = &self.inner.store;
         let (l, qty) = (a.layout, a.req.qty);
 
@@ -132,7 +132,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// Gives back every part taken under the claim with `epoch` (or an older one).
-    pub(crate) async fn refund_all(
+    pub(super) async fn refund_all(
         &self,
         a: &Attempt<'_>,
         epoch: u64,
@@ -152,7 +152,7 @@ impl<S: Store> Engine<S> {
     /// The claim holder met a live part of another request under this id at some segment
     /// (its request id is taken): refund what it took, end the claim `how` (released; or
     /// sealed, when an older holder of it must never complete it), refuse.
-    pub(crate) async fn give_up(
+    pub(super) async fn give_up(
         &self,
         a: &Attempt<'_>,
         epoch: u64,

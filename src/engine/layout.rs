@@ -36,7 +36,7 @@ impl Layout {
 
     /// Feeds a read of every segment into the hints and returns each segment's stock; `None`
     /// when a segment is missing (the layout changed).
-    pub(crate) fn observe(&self, segs: &[Option<SegmentState>]) -> Option<Vec<u64>> {
+    pub(super) fn observe(&self, segs: &[Option<SegmentState>]) -> Option<Vec<u64>> {
         let mut out = Vec::with_capacity(segs.len());
         for (i, s) in segs.iter().enumerate() {
             let s = s.as_ref()?;
@@ -49,7 +49,7 @@ impl Layout {
 
 impl<S: Store> Engine<S> {
     /// The SKU's layout: cached, or read from its metadata.
-    pub(crate) async fn layout(&self, sku: &Sku) -> Result<Arc<Layout>> {
+    pub(super) async fn layout(&self, sku: &Sku) -> Result<Arc<Layout>> {
         if let Some(l) = self.inner.layouts.get(sku) {
             return Ok(Arc::clone(&l));
         }
@@ -79,7 +79,7 @@ impl<S: Store> Engine<S> {
     /// Every segment of the SKU, from a read that started after this call (shared with
     /// concurrent callers; see [`crate::shared_read`]). Falls back to a read of its own when
     /// the shared one failed, so errors come back typed.
-    pub(crate) async fn read_segments(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
+    pub(super) async fn read_segments(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
         let (inner, sku) = (Arc::clone(&self.inner), l.sku.clone());
         let (generation, segments) = (l.generation, l.segments);
         let shared = l
@@ -101,7 +101,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// True when `l` is still the SKU's layout in the store (one metadata read).
-    pub(crate) async fn is_current(&self, l: &Layout) -> Result<bool> {
+    pub(super) async fn is_current(&self, l: &Layout) -> Result<bool> {
         Ok(self
             .inner
             .store
@@ -112,14 +112,14 @@ impl<S: Store> Engine<S> {
 
     /// Drops `l` from the cache (unless a newer layout replaced it already): the next call
     /// reads the SKU's metadata afresh.
-    pub(crate) fn forget(&self, l: &Layout) {
+    pub(super) fn forget(&self, l: &Layout) {
         self.inner
             .layouts
             .remove_if(&l.sku, |_, cached| cached.generation == l.generation);
     }
 
     /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
-    pub(crate) fn maybe_gauges(&self, l: &Layout) {
+    pub(super) fn maybe_gauges(&self, l: &Layout) {
         let now = l.born.elapsed().as_millis() as u64 + 100;
         let last = l.gauges_at.load(Relaxed);
         if now < last + 100

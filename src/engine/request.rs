@@ -90,7 +90,7 @@ pub(crate) struct Attempt<'a> {
 
 impl<'a> Attempt<'a> {
     /// This attempt, with its segment tries counted in `trace`.
-    pub(crate) fn traced(self, trace: &'a Trace) -> Self {
+    pub(super) fn traced(self, trace: &'a Trace) -> Self {
         Self {
             trace: Some(trace),
             ..self
@@ -98,7 +98,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// Counts a segment script that could take units (for metrics).
-    pub(crate) fn tried(&self) {
+    pub(super) fn tried(&self) {
         if let Some(t) = self.trace {
             t.tried();
         }
@@ -115,7 +115,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// The request id is taken by another request (its `field` differs).
-    pub(crate) fn conflict(&self, field: &'static str) -> Error {
+    pub(super) fn conflict(&self, field: &'static str) -> Error {
         Error::RequestIdConflict {
             request_id: self.req.request_id.to_string(),
             field,
@@ -123,12 +123,12 @@ impl<'a> Attempt<'a> {
     }
 
     /// The request id was sealed: this request can never apply.
-    pub(crate) fn sealed(&self) -> Error {
+    pub(super) fn sealed(&self) -> Error {
         Error::Sealed(self.req.request_id.to_string())
     }
 
     /// What the request's home record (read with [`Store::record`]) says about this request.
-    pub(crate) fn recorded(&self, rec: HomeRecord) -> Recorded {
+    pub(super) fn recorded(&self, rec: HomeRecord) -> Recorded {
         let field = if rec.user != self.req.user.as_str() {
             "user"
         } else if rec.qty != self.req.qty {
@@ -147,7 +147,7 @@ impl<'a> Attempt<'a> {
 }
 
 /// What a home record says about the request that reads it.
-pub(crate) enum Recorded {
+pub(super) enum Recorded {
     /// The record is another request's (this `field` differs): a conflict.
     Other(&'static str),
     /// This request applied with these parts.

@@ -56,7 +56,7 @@ impl<S: Store> Engine<S> {
     /// Layer 3a, the in-process guard: turns away a second attempt of the user running in
     /// this process, and users it saw at the limit (unless this request is a retry of one
     /// that applied); the rest go on to [`user_counted`](Self::user_counted).
-    pub(crate) async fn guarded(&self, a: &Attempt<'_>) -> Result<Flow> {
+    pub(super) async fn guarded(&self, a: &Attempt<'_>) -> Result<Flow> {
         let (l, req) = (a.layout, a.req);
         let limit = l.user_limit;
         if req.qty > limit {
@@ -132,7 +132,7 @@ impl<S: Store> Engine<S> {
     /// the record (see `user_claim.lua` for why this compensated two-step is exact). With a
     /// "limit reached", also the units the user holds for good (sold) when the store knows
     /// them.
-    pub(crate) async fn user_counted(&self, a: &Attempt<'_>) -> Result<(Flow, Option<u64>)> {
+    pub(super) async fn user_counted(&self, a: &Attempt<'_>) -> Result<(Flow, Option<u64>)> {
         let store = &self.inner.store;
         let (l, req) = (a.layout, a.req);
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
