@@ -77,8 +77,11 @@ impl Intent {
 /// once (the home segment, the store's view of the request).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attempt<'a> {
+    /// The request.
     pub(crate) req: &'a Deduct,
+    /// The SKU's layout this attempt runs in (a reload makes it `Stale`).
     pub(crate) layout: &'a Arc<Layout>,
+    /// What the call does with the units.
     pub(crate) intent: Intent,
     /// The request's home segment in this layout.
     pub(crate) home: u32,
