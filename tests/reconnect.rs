@@ -4,6 +4,7 @@
 //! request id is always safe. This test holds the engine to it against a real redis-server.
 
 mod common;
+use common::redis_server::kill_clients;
 use common::*;
 use shardstock::*;
 use std::collections::HashMap;
@@ -46,24 +47,7 @@ async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let out = std::process::Command::new("redis-cli")
-                    .args([
-                        "-p",
-                        &port.to_string(),
-                        "CLIENT",
-                        "KILL",
-                        "TYPE",
-                        "normal",
-                        "SKIPME",
-                        "yes",
-                    ])
-                    .output()
-                    .unwrap();
-                let n: u64 = String::from_utf8_lossy(&out.stdout)
-                    .trim()
-                    .parse()
-                    .unwrap_or(0);
-                kills.fetch_add(n, Ordering::Relaxed);
+                kills.fetch_add(kill_clients(port), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(5));
             }
         })
