@@ -3,6 +3,7 @@
 //! - [`redis_server`]: real `redis-server` processes on free loopback ports, killed on drop,
 //!   their log printed when a test panics;
 //! - [`ports`]: free loopback ports;
+//! - [`connection_killer`]: client connections killed under a running test;
 //! - [`process`]: child processes killed on drop with their log shown on panic; required tools;
 //! - [`binary`]: the `shardstock` binary run with a scrubbed environment (no `SHARDSTOCK_*`,
 //!   no `RUST_LOG`), bounded in time, and [`json`]: typed access to its `--json` output;
@@ -19,6 +20,7 @@ use shardstock::{Engine, EngineBuilder, MemoryStore, RedisStore};
 
 pub mod binary;
 pub mod cli;
+pub mod connection_killer;
 pub mod http_client;
 pub mod json;
 pub mod ports;

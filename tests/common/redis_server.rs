@@ -141,14 +141,6 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Kills every normal client connection of the server on `port` (not redis-cli's own);
-/// returns how many were killed.
-pub fn kill_clients(port: u16) -> u64 {
-    redis_cli(port, &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"])
-        .parse()
-        .unwrap_or(0)
-}
-
 fn ping(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
