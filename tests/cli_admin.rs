@@ -6,7 +6,7 @@
 mod common;
 
 use common::RedisServer;
-use common::binary::run;
+use common::binary::{run, run_line};
 use common::cli::{audit, load, sim_report_is_complete};
 use common::json::{b, s, u};
 
@@ -18,21 +18,9 @@ fn load_refuses_an_existing_sku_unless_replace() {
     let url = srv.url();
     let first = load(&srv, "dup", 100, 4);
     // Sell a little so that "fresh counters" after the replace is visible.
-    let r = run(&[
-        "sim",
-        "--redis",
-        &url,
-        "--sku",
-        "dup",
-        "--skip-load",
-        "--requests",
-        "10",
-        "--users",
-        "10",
-        "--concurrency",
-        "4",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "sim --redis {url} --sku dup --skip-load --requests 10 --users 10 --concurrency 4 --json"
+    ));
     r.expect_code(0);
     assert_eq!(u(&r.json(), "sold_units"), 10);
 
@@ -41,18 +29,9 @@ fn load_refuses_an_existing_sku_unless_replace() {
     assert_eq!(u(&before, "remaining"), 90);
     let keys_before = srv.dbsize();
 
-    let r = run(&[
-        "load",
-        "--redis",
-        &url,
-        "--sku",
-        "dup",
-        "--stock",
-        "50",
-        "--segments",
-        "2",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "load --redis {url} --sku dup --stock 50 --segments 2 --json"
+    ));
     r.expect_failure();
     assert_eq!(r.code(), Some(1), "{r:#?}");
     assert!(r.stderr.contains("--replace"), "stderr: {}", r.stderr);
@@ -68,19 +47,9 @@ fn load_refuses_an_existing_sku_unless_replace() {
     );
     assert_eq!(srv.dbsize(), keys_before);
 
-    let r = run(&[
-        "load",
-        "--redis",
-        &url,
-        "--sku",
-        "dup",
-        "--stock",
-        "50",
-        "--segments",
-        "2",
-        "--replace",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "load --redis {url} --sku dup --stock 50 --segments 2 --replace --json"
+    ));
     r.expect_code(0);
     let v = r.json();
     let second = u(&v, "generation");
@@ -224,21 +193,10 @@ fn tampered_books_fail_audit_and_sim() {
     assert!(r.stdout.contains("audit: FAILED"), "{}", r.stdout);
 
     // The sale sells the real 100 units; the books then show 105 sold of 100.
-    let r = run(&[
-        "sim",
-        "--redis",
-        &url,
-        "--sku",
-        "tamper",
-        "--skip-load",
-        "--requests",
-        "300",
-        "--users",
-        "300",
-        "--concurrency",
-        "16",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "sim --redis {url} --sku tamper --skip-load --requests 300 --users 300 --concurrency 16 \
+         --json"
+    ));
     r.expect_code(3);
     let v = r.json();
     sim_report_is_complete(&v);
@@ -261,18 +219,9 @@ fn restock_with_the_same_request_id_adds_once() {
     let url = srv.url();
     load(&srv, "rs", 100, 4);
     let restock = |qty: &str| {
-        run(&[
-            "restock",
-            "--redis",
-            &url,
-            "--sku",
-            "rs",
-            "--qty",
-            qty,
-            "--request-id",
-            "R-1",
-            "--json",
-        ])
+        run_line(&format!(
+            "restock --redis {url} --sku rs --qty {qty} --request-id R-1 --json"
+        ))
     };
 
     let r = restock("40");

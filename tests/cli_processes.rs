@@ -6,7 +6,7 @@
 mod common;
 
 use common::RedisServer;
-use common::binary::{Run, finish, run, spawn};
+use common::binary::{Run, finish, run, run_line, spawn, words};
 use common::cli::{audit, load, outcomes_add_up, sim_report_is_complete};
 use common::json::{b, s, u};
 use serde_json::Value;
@@ -18,22 +18,11 @@ fn three_concurrent_processes_sell_exactly_the_stock() {
     let url = srv.url();
     let generation = load(&srv, "multi", 3000, 16);
 
-    let args = [
-        "sim",
-        "--redis",
-        &url,
-        "--sku",
-        "multi",
-        "--skip-load",
-        "--requests",
-        "4000",
-        "--users",
-        "4000",
-        "--concurrency",
-        "32",
-        "--json",
-    ];
-    let children: Vec<_> = (0..3).map(|_| spawn(&args)).collect();
+    let line = format!(
+        "sim --redis {url} --sku multi --skip-load --requests 4000 --users 4000 --concurrency 32 \
+         --json"
+    );
+    let children: Vec<_> = (0..3).map(|_| spawn(&words(&line))).collect();
     let runs: Vec<Run> = children.into_iter().map(finish).collect();
 
     let mut sold_units = 0;
@@ -87,21 +76,11 @@ fn three_processes(
     requests: &str,
 ) -> (Vec<Value>, Value) {
     let url = srv.url();
-    let mut args = vec![
-        "sim",
-        "--redis",
-        &url,
-        "--sku",
-        sku,
-        "--skip-load",
-        "--requests",
-        requests,
-        "--users",
-        requests,
-        "--concurrency",
-        "32",
-        "--json",
-    ];
+    let line = format!(
+        "sim --redis {url} --sku {sku} --skip-load --requests {requests} --users {requests} \
+         --concurrency 32 --json"
+    );
+    let mut args = words(&line);
     args.extend_from_slice(extra);
     let children: Vec<_> = (0..3).map(|_| spawn(&args)).collect();
     let runs: Vec<Run> = children.into_iter().map(finish).collect();
@@ -123,20 +102,9 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
     for segments in [1u32, 16] {
         let sku = format!("lock3-{segments}");
         let url = srv.url();
-        let segs = segments.to_string();
-        run(&[
-            "load",
-            "--redis",
-            &url,
-            "--sku",
-            &sku,
-            "--stock",
-            "600",
-            "--segments",
-            &segs,
-            "--per-user-limit",
-            "0",
-        ])
+        run_line(&format!(
+            "load --redis {url} --sku {sku} --stock 600 --segments {segments} --per-user-limit 0"
+        ))
         .expect_code(0);
         let (reports, a) = three_processes(&srv, &sku, &["--strategy", "lock"], "400");
         let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
@@ -159,19 +127,9 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
 fn local_mutex_across_three_processes_oversells() {
     let srv = RedisServer::start();
     let url = srv.url();
-    run(&[
-        "load",
-        "--redis",
-        &url,
-        "--sku",
-        "lm3",
-        "--stock",
-        "100",
-        "--segments",
-        "1",
-        "--per-user-limit",
-        "0",
-    ])
+    run_line(&format!(
+        "load --redis {url} --sku lm3 --stock 100 --segments 1 --per-user-limit 0"
+    ))
     .expect_code(0);
     let (reports, a) = three_processes(
         &srv,
@@ -194,20 +152,9 @@ fn local_mutex_across_three_processes_oversells() {
 fn per_user_limit_holds_in_one_and_across_three_processes() {
     let srv = RedisServer::start();
     let url = srv.url();
-    let r = run(&[
-        "sim",
-        "--redis",
-        &url,
-        "--per-user-limit",
-        "1",
-        "--stock",
-        "5000",
-        "--users",
-        "1000",
-        "--requests",
-        "20000",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "sim --redis {url} --per-user-limit 1 --stock 5000 --users 1000 --requests 20000 --json"
+    ));
     r.expect_code(0);
     let v = r.json();
     assert_eq!(u(&v, "max_units_per_user"), 1, "{v}");
@@ -220,19 +167,9 @@ fn per_user_limit_holds_in_one_and_across_three_processes() {
     assert!(b(&v, "audit_ok"));
     outcomes_add_up(&v);
 
-    run(&[
-        "load",
-        "--redis",
-        &url,
-        "--sku",
-        "lim3",
-        "--stock",
-        "5000",
-        "--segments",
-        "8",
-        "--per-user-limit",
-        "1",
-    ])
+    run_line(&format!(
+        "load --redis {url} --sku lim3 --stock 5000 --segments 8 --per-user-limit 1"
+    ))
     .expect_code(0);
     let (reports, a) = three_processes(&srv, "lim3", &[], "600");
     let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
@@ -254,19 +191,9 @@ fn redlock_strategy_across_three_processes_sells_exactly_the_stock() {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let lock_nodes = urls.join(",");
     let url = srv.url();
-    run(&[
-        "load",
-        "--redis",
-        &url,
-        "--sku",
-        "red3",
-        "--stock",
-        "300",
-        "--segments",
-        "16",
-        "--per-user-limit",
-        "0",
-    ])
+    run_line(&format!(
+        "load --redis {url} --sku red3 --stock 300 --segments 16 --per-user-limit 0"
+    ))
     .expect_code(0);
     let (reports, a) = three_processes(
         &srv,

@@ -7,7 +7,7 @@
 mod common;
 
 use common::RedisServer;
-use common::binary::run;
+use common::binary::{run, run_line};
 use common::cli::{audit, outcomes_add_up, sim_report_is_complete};
 use common::json::{b, f, s, u};
 
@@ -67,22 +67,10 @@ fn sim_on_the_embedded_store_sells_exactly_the_stock() {
 fn sim_on_redis_sells_exactly_the_stock() {
     let srv = RedisServer::start();
     let url = srv.url();
-    let r = run(&[
-        "sim",
-        "--redis",
-        &url,
-        "--stock",
-        "5000",
-        "--segments",
-        "16",
-        "--users",
-        "20000",
-        "--requests",
-        "20000",
-        "--concurrency",
-        "64",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "sim --redis {url} --stock 5000 --segments 16 --users 20000 --requests 20000 \
+         --concurrency 64 --json"
+    ));
     r.expect_code(0);
     let v = r.json();
     sim_report_is_complete(&v);
@@ -118,24 +106,10 @@ fn sim_on_redis_sells_exactly_the_stock() {
 fn naive_sim_reports_its_oversell() {
     let srv = RedisServer::start();
     let url = srv.url();
-    let r = run(&[
-        "sim",
-        "--redis",
-        &url,
-        "--strategy",
-        "naive",
-        "--critical-pause-ms",
-        "1",
-        "--stock",
-        "100",
-        "--segments",
-        "1",
-        "--requests",
-        "400",
-        "--users",
-        "400",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "sim --redis {url} --strategy naive --critical-pause-ms 1 --stock 100 --segments 1 \
+         --requests 400 --users 400 --json"
+    ));
     r.expect_code(3);
     let v = r.json();
     assert_eq!(s(&v, "strategy"), "naive");
@@ -152,26 +126,10 @@ fn naive_sim_reports_its_oversell() {
 fn sim_with_reservations_returns_every_unconfirmed_unit() {
     let srv = RedisServer::start();
     let url = srv.url();
-    let r = run(&[
-        "sim",
-        "--redis",
-        &url,
-        "--stock",
-        "3000",
-        "--segments",
-        "8",
-        "--users",
-        "4000",
-        "--requests",
-        "4000",
-        "--reserve-ratio",
-        "0.7",
-        "--confirm-ratio",
-        "0.4",
-        "--ttl-ms",
-        "400",
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "sim --redis {url} --stock 3000 --segments 8 --users 4000 --requests 4000 --reserve-ratio \
+         0.7 --confirm-ratio 0.4 --ttl-ms 400 --json"
+    ));
     r.expect_code(0);
     let v = r.json();
     assert!(

@@ -127,3 +127,14 @@ pub fn finish((mut child, what): (Child, String)) -> Run {
 pub fn run(args: &[&str]) -> Run {
     finish(spawn(args))
 }
+
+/// The arguments of a command line written as in a shell (split at whitespace; no quoting), so
+/// a test reads like the README's commands.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// Runs `shardstock <line>` to completion (see [`words`]).
+pub fn run_line(line: &str) -> Run {
+    run(&words(line))
+}

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::RedisServer;
-use super::binary::run;
+use super::binary::{run, run_line};
 use super::json::{b, f, s, u};
 
 /// `audit --json` of `sku`, expecting exit code `code`.
@@ -18,19 +18,9 @@ pub fn audit(srv: &RedisServer, sku: &str, code: i32) -> Value {
 /// `load --json` of a new SKU; returns the reported generation.
 pub fn load(srv: &RedisServer, sku: &str, stock: u64, segments: u32) -> u64 {
     let url = srv.url();
-    let (stock_s, segs_s) = (stock.to_string(), segments.to_string());
-    let r = run(&[
-        "load",
-        "--redis",
-        &url,
-        "--sku",
-        sku,
-        "--stock",
-        &stock_s,
-        "--segments",
-        &segs_s,
-        "--json",
-    ]);
+    let r = run_line(&format!(
+        "load --redis {url} --sku {sku} --stock {stock} --segments {segments} --json"
+    ));
     r.expect_code(0);
     let v = r.json();
     assert_eq!(s(&v, "sku"), sku);
