@@ -1,13 +1,15 @@
 //! Every metric the library emits: names, help texts and units in one place, so the Grafana
-//! dashboard can be checked against this list (and vice versa).
+//! dashboard can be checked against this list (and vice versa). The lock metrics are the one
+//! exception: their names live with the locks (`lock::metric_names`); [`describe`] describes
+//! them too.
 //!
 //! The library only *records* through the [`metrics`] facade; it never installs a recorder —
 //! the binary (or your service) decides where metrics go. Without a recorder every call here
 //! is a cheap no-op.
 //!
-//! Label cardinality is bounded by construction: labels are outcomes, strategies and store
-//! names (small fixed sets) and, for per-SKU gauges, only SKUs the service opted in to (see
-//! [`SkuLabels`]); never a user or request id.
+//! Label cardinality is bounded by construction: labels are outcomes, strategies, error kinds,
+//! script names and reservation events (small fixed sets), segment indexes and, for per-SKU
+//! gauges, only SKUs the service opted in to (see [`SkuLabels`]); never a user or request id.
 
 use metrics::{
     Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
@@ -29,7 +31,8 @@ pub const EMPTY_SKIPS: &str = "shardstock_known_empty_skips_total";
 pub const REPLAYS: &str = "shardstock_request_replays_total";
 /// Deductions served across several segments (counter).
 pub const MULTI_SEGMENT: &str = "shardstock_multi_segment_deductions_total";
-/// Units left per opted-in SKU (gauge, label `sku`; other SKUs fold into `sku="other"`).
+/// Units left per opted-in SKU (gauge, label `sku`; SKUs not opted in are not reported, see
+/// [`SkuLabels`]).
 pub const REMAINING_UNITS: &str = "shardstock_remaining_units";
 /// Units left per segment of opted-in SKUs (gauge, labels `sku`, `segment`).
 pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
@@ -98,7 +101,7 @@ pub fn describe() {
     describe_gauge!(
         REMAINING_UNITS,
         Unit::Count,
-        "Units left per SKU (opted-in SKUs; the rest fold into sku=\"other\")."
+        "Units left per SKU (opted-in SKUs only)."
     );
     describe_gauge!(
         SEGMENT_REMAINING_UNITS,
@@ -168,7 +171,9 @@ pub struct SkuLabels {
 }
 
 impl SkuLabels {
-    /// Label these SKUs, plus up to `cap` more on first sight; the rest become `"other"`.
+    /// Label these SKUs, plus up to `cap` more on first sight; the rest get `"other"`, for which
+    /// the per-SKU gauges report nothing (a figure summed over unrelated SKUs would mean
+    /// nothing).
     pub fn new(allow: Vec<String>, cap: usize) -> Self {
         Self {
             allow,
@@ -177,7 +182,7 @@ impl SkuLabels {
         }
     }
 
-    /// The label value for `sku`.
+    /// The label value for `sku`: the SKU itself, or `"other"` when it is not opted in.
     pub fn label(&self, sku: &str) -> String {
         if self.allow.iter().any(|a| a == sku) || self.seen.contains(sku) {
             return sku.to_string();
