@@ -204,7 +204,7 @@ struct Report {
     sku: String,
     store: &'static str,
     strategy: shardstock::Strategy,
-    /// False for the baselines kept to show overselling (naive, local-mutex).
+    /// False for the baselines kept to show overselling (naive, local-mutex, decr-compensate).
     strategy_safe: bool,
     /// Lock figures for lock/redlock (null otherwise).
     lock: Option<shardstock::lock::LockFigures>,
@@ -225,7 +225,8 @@ struct Report {
     replayed: u64,
     /// Requests refused by the per-user limit.
     limit_reached: u64,
-    /// Requests refused because the same user had one in flight in this process.
+    /// Requests refused because the same user had an attempt running (in this process, or a
+    /// pending per-user claim elsewhere).
     user_busy: u64,
     /// Most units any one user bought in this run (this process).
     max_units_per_user: u64,
