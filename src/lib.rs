@@ -18,6 +18,8 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod guard;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod ids;
 pub mod lock;
 pub mod metrics;
@@ -31,7 +33,7 @@ pub use engine::{
     Audit, Deduct, Deduction, Engine, EngineBuilder, EngineOptions, Remaining, ReservationEnd,
     Reserved, Restocked, Sweeper,
 };
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use ids::{RequestId, Sku, UserId};
 pub use segments::Part;
 pub use store::Store;

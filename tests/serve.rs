@@ -1,15 +1,110 @@
-//! `shardstock serve` end to end: the HTTP API over a real redis-server, error codes, a small
-//! version of the three-instance experiment, and graceful shutdown.
+//! The HTTP API (`shardstock::http`) over a real redis-server: every route and error code, and
+//! Redis failures, with the API served in this process on `127.0.0.1:0`; then what is about the
+//! `shardstock serve` binary: a small version of the three-instance experiment (three processes)
+//! and graceful shutdown on SIGTERM.
 
 mod common;
 
 use common::RedisServer;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
+use shardstock::http::ApiOptions;
+use shardstock::{Engine, RedisStore};
+use std::future::Future;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// This test process's metrics recorder (one per process), rendered by `GET /metrics`.
+fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .expect("install the metrics recorder")
+    })
+}
+
+/// The API served in this process on `127.0.0.1:0`, on a runtime of its own, over a Redis
+/// store on a given server. Dropping it completes the shutdown future and waits for the server
+/// to return.
+struct Api {
+    base: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Api {
+    /// `shardstock::http::serve_with` with this process's metrics recorder.
+    fn start(redis: &RedisServer) -> Self {
+        Self::start_with(redis, |listener, engine, stop| {
+            let options = ApiOptions::default().metrics(|| recorder().render());
+            shardstock::http::serve_with(listener, engine, options, async move {
+                let _ = stop.await;
+            })
+        })
+    }
+
+    /// Runs the server future `serve` makes of a listener on `127.0.0.1:0`, an engine over a
+    /// Redis store on `redis`, and the shutdown signal (complete when it resolves).
+    fn start_with<F>(
+        redis: &RedisServer,
+        serve: impl FnOnce(TcpListener, Engine<RedisStore>, oneshot::Receiver<()>) -> F,
+    ) -> Self
+    where
+        F: Future<Output = std::io::Result<()>> + Send + 'static,
+    {
+        recorder();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let engine = rt.block_on(common::redis_engine(redis, Engine::builder()));
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel();
+        let served = rt.spawn(serve(listener, engine, rx));
+        Self {
+            base,
+            shutdown: Some(tx),
+            served: Some(served),
+            rt,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Completes the shutdown future; returns what the server returned.
+    fn stop(&mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.served.take() {
+            Some(h) => self
+                .rt
+                .block_on(async { tokio::time::timeout(Duration::from_secs(10), h).await })
+                .expect("serve returns after its shutdown future completes")
+                .expect("the server task does not panic"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            self.stop().expect("serve ends without an error");
+        }
+    }
+}
 
 /// A running `shardstock serve`, killed on drop.
 struct Serve {
@@ -156,7 +251,7 @@ fn expect_error(r: &Reply, status: u16, field: &str) {
 #[test]
 fn every_route_answers_with_the_documented_codes() {
     let srv = RedisServer::start();
-    let s = Serve::start(&srv.url(), &[]);
+    let s = Api::start(&srv);
     let a = agent();
 
     let h = get(&a, &s.url("/healthz"));
@@ -489,7 +584,7 @@ fn every_route_answers_with_the_documented_codes() {
 #[test]
 fn redis_failure_is_a_503_with_retry_after() {
     let srv = RedisServer::start();
-    let s = Serve::start(&srv.url(), &[]);
+    let s = Api::start(&srv);
     let a = agent();
     assert_eq!(
         put(&a, &s.url("/skus/x"), json!({"stock": 5, "segments": 1})).status,
@@ -506,6 +601,70 @@ fn redis_failure_is_a_503_with_retry_after() {
     assert!(r.retry_after.is_some(), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(15));
     assert_eq!(get(&a, &s.url("/healthz")).status, 200);
+}
+
+/// The routes mounted under a prefix in another axum app, next to a route of its own: both
+/// answer, and the API's JSON 404s stay inside its prefix. Without a metrics renderer,
+/// `/metrics` is a 404 saying so.
+#[test]
+fn the_routes_mount_in_another_app() {
+    let srv = RedisServer::start();
+    let s = Api::start_with(&srv, |listener, engine, stop| async move {
+        let app = axum::Router::new()
+            .route("/own", axum::routing::get(|| async { "mine" }))
+            .nest("/api", shardstock::http::router(engine));
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.await;
+            })
+            .await
+    });
+    let a = agent();
+    let r = put(
+        &a,
+        &s.url("/api/skus/mounted"),
+        json!({"stock": 3, "segments": 1, "per_user_limit": 0}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let r = post(
+        &a,
+        &s.url("/api/skus/mounted/deduct"),
+        json!({"user": "u1", "request_id": "r1"}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &json!("applied")),
+        "{r:?}"
+    );
+    let mut own = a.get(&s.url("/own")).call().unwrap();
+    assert_eq!(own.status().as_u16(), 200);
+    assert_eq!(own.body_mut().read_to_string().unwrap(), "mine");
+    let r = get(&a, &s.url("/api/metrics"));
+    assert_eq!(r.status, 404, "{r:?}");
+    assert!(
+        r.body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("metrics")),
+        "{r:?}"
+    );
+    let r = get(&a, &s.url("/api/nothing"));
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(r.body["error"], "no such route", "{r:?}");
+}
+
+/// `serve` returns `Ok` once the shutdown future it was given completes, and the port then
+/// refuses connections.
+#[test]
+fn serve_returns_when_its_shutdown_future_completes() {
+    let srv = RedisServer::start();
+    let mut s = Api::start(&srv);
+    let a = agent();
+    assert_eq!(get(&a, &s.url("/healthz")).status, 200);
+    s.stop().expect("serve returns Ok");
+    assert!(
+        a.get(&s.url("/healthz")).call().is_err(),
+        "still answering after shutdown"
+    );
 }
 
 /// Fires `threads` threads at each instance, each sending `per_thread` deducts with unique
