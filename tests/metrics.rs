@@ -450,7 +450,7 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let log = dir.path().join("sim.stderr");
     let out_path = dir.path().join("sim.stdout");
     let duration = SALE_SECONDS.to_string();
-    let child = shardstock(&[
+    let mut cmd = shardstock(&[
         "sim",
         "--redis",
         &redis.url(),
@@ -483,17 +483,10 @@ fn every_panel_query_returns_series_from_a_live_sale() {
         "--duration",
         &duration,
         "--json",
-    ])
-    .env("RUST_BACKTRACE", "1")
-    .stdout(std::fs::File::create(&out_path).unwrap())
-    .stderr(std::fs::File::create(&log).unwrap())
-    .spawn()
-    .unwrap();
-    let mut sim = Proc {
-        name: "shardstock sim".to_string(),
-        child,
-        log,
-    };
+    ]);
+    cmd.env("RUST_BACKTRACE", "1")
+        .stdout(std::fs::File::create(&out_path).unwrap());
+    let mut sim = Proc::spawn("shardstock sim", &mut cmd, log);
 
     // First data in Prometheus.
     let deadline = Instant::now() + Duration::from_secs(SALE_SECONDS);

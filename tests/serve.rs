@@ -6,13 +6,16 @@
 mod common;
 
 use common::RedisServer;
+use common::binary::shardstock;
+use common::http_client;
+use common::process::Proc;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use shardstock::http::ApiOptions;
 use shardstock::{Engine, RedisStore};
 use std::future::Future;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::Command;
 use std::sync::{OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -106,38 +109,26 @@ impl Drop for Api {
     }
 }
 
-/// A running `shardstock serve`, killed on drop.
+/// A running `shardstock serve`, killed on drop (its stderr printed when the test panics).
 struct Serve {
-    child: Child,
+    /// Declared before `_dir`: the process goes before the directory holding its log.
+    proc: Proc,
     base: String,
-    stderr: Option<thread::JoinHandle<String>>,
+    _dir: tempfile::TempDir,
 }
 
 impl Serve {
     /// Starts `serve --listen 127.0.0.1:0 --redis URL <extra>` and waits for its address.
     fn start(redis: &str, extra: &[&str]) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("SHARDSTOCK_") {
-                cmd.env_remove(&k);
-            }
-        }
-        let mut child = cmd
-            .env_remove("RUST_LOG")
-            .args(["serve", "--listen", "127.0.0.1:0", "--redis", redis])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start shardstock serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let stderr = thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--redis", redis];
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn(
+            "shardstock serve",
+            &mut shardstock(&args),
+            dir.path().join("serve.stderr"),
+        );
+        let stdout = proc.child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -146,22 +137,18 @@ impl Serve {
             }
             for _ in lines {}
         });
-        let line = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not start: {}", stderr.join().unwrap());
-            }
-        };
+        // On failure `proc` is dropped while panicking: killed, its stderr printed.
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("serve did not start"));
         let base = line
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_string();
         Self {
-            child,
+            proc,
             base,
-            stderr: Some(stderr),
+            _dir: dir,
         }
     }
 
@@ -170,24 +157,9 @@ impl Serve {
     }
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if thread::panicking()
-            && let Some(h) = self.stderr.take()
-        {
-            eprintln!("--- serve {} stderr ---\n{}", self.base, h.join().unwrap());
-        }
-    }
-}
-
+/// An agent for the API: every status an answer, slow calls (a Redis timeout) allowed 20 s.
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(20)))
-        .build()
-        .into()
+    http_client::agent_with_timeout(Duration::from_secs(20))
 }
 
 /// A reply: status, JSON body (Null when not JSON), Retry-After header.
@@ -573,9 +545,8 @@ fn every_route_answers_with_the_documented_codes() {
     );
 
     // Metrics and unknown routes.
-    let mut m = a.get(&s.url("/metrics")).call().unwrap();
-    assert_eq!(m.status().as_u16(), 200);
-    let text = m.body_mut().read_to_string().unwrap();
+    let (status, text) = http_client::get(&a, &s.url("/metrics"), &[]).unwrap();
+    assert_eq!(status, 200);
     assert!(text.contains("shardstock_deductions_total"), "{text}");
     assert_eq!(get(&a, &s.url("/nothing")).status, 404);
 }
@@ -636,9 +607,9 @@ fn the_routes_mount_in_another_app() {
         (200, &json!("applied")),
         "{r:?}"
     );
-    let mut own = a.get(&s.url("/own")).call().unwrap();
-    assert_eq!(own.status().as_u16(), 200);
-    assert_eq!(own.body_mut().read_to_string().unwrap(), "mine");
+    let (status, own) = http_client::get(&a, &s.url("/own"), &[]).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(own, "mine");
     let r = get(&a, &s.url("/api/metrics"));
     assert_eq!(r.status, 404, "{r:?}");
     assert!(
@@ -662,7 +633,7 @@ fn serve_returns_when_its_shutdown_future_completes() {
     assert_eq!(get(&a, &s.url("/healthz")).status, 200);
     s.stop().expect("serve returns Ok");
     assert!(
-        a.get(&s.url("/healthz")).call().is_err(),
+        http_client::get(&a, &s.url("/healthz"), &[]).is_err(),
         "still answering after shutdown"
     );
 }
@@ -760,7 +731,7 @@ fn sigterm_lets_the_in_flight_request_finish() {
     let slow =
         thread::spawn(move || post(&agent(), &url, json!({"user": "u1", "request_id": "r1"})));
     thread::sleep(Duration::from_millis(500));
-    let pid = s.child.id().to_string();
+    let pid = s.proc.child.id().to_string();
     let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(st.success());
     let r = slow.join().unwrap();
@@ -771,7 +742,7 @@ fn sigterm_lets_the_in_flight_request_finish() {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
+        if let Some(st) = s.proc.child.try_wait().unwrap() {
             break st;
         }
         assert!(

@@ -5,9 +5,15 @@ use std::time::Duration;
 
 /// An agent that returns 4xx/5xx responses instead of errors and gives up after 10 s.
 pub fn agent() -> ureq::Agent {
+    agent_with_timeout(Duration::from_secs(10))
+}
+
+/// The same, giving up after `timeout` (for calls a test expects to be slow, such as one
+/// waiting for Redis to time out).
+pub fn agent_with_timeout(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
+        .timeout_global(Some(timeout))
         .build()
         .new_agent()
 }

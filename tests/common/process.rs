@@ -14,6 +14,21 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Starts `cmd` with its stderr written to `log`, named `name` in the printed log.
+    pub fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Self {
+        let stderr = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log.display()));
+        let child = cmd
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Self {
+            name: name.to_string(),
+            child,
+            log,
+        }
+    }
+
     /// The last `lines` lines of the log, after any panic messages found anywhere in it.
     pub fn log_tail(&self, lines: usize) -> String {
         let log = std::fs::read_to_string(&self.log).unwrap_or_default();

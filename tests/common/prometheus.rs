@@ -27,23 +27,19 @@ impl Prometheus {
             std::fs::write(&cfg, config).unwrap();
             let log = dir.path().join("prometheus.log");
             let port = free_port();
-            let child = Command::new("prometheus")
-                .arg(format!("--config.file={}", cfg.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("tsdb").display()
-                ))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--log.level=warn")
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("prometheus must be installed (scripts/test.sh installs it)");
-            let mut proc = Proc {
-                name: "prometheus".to_string(),
-                child,
+            let mut proc = Proc::spawn(
+                "prometheus",
+                Command::new("prometheus")
+                    .arg(format!("--config.file={}", cfg.display()))
+                    .arg(format!(
+                        "--storage.tsdb.path={}",
+                        dir.path().join("tsdb").display()
+                    ))
+                    .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                    .arg("--log.level=warn")
+                    .stdout(Stdio::null()),
                 log,
-            };
+            );
             let base = format!("http://127.0.0.1:{port}");
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline {
