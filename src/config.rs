@@ -6,6 +6,8 @@
 
 use crate::engine::EngineOptions;
 use crate::error::{Error, Result};
+use crate::lock::LockOptions;
+use crate::store::redis::{RedisStore, RedisStoreBuilder};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -15,6 +17,7 @@ use std::time::Duration;
 /// Where stock lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct StoreConfig {
     /// `redis://host:port[/db]`; empty = the embedded [`crate::MemoryStore`].
     pub redis_url: String,
@@ -69,17 +72,45 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// The coalescing options, or None when `coalesce` is off.
     pub fn coalescing(&self) -> Option<crate::Coalescing> {
-        self.coalesce.then(|| crate::Coalescing {
-            max_batch: self.coalesce_max_batch,
-            window: Duration::from_micros(self.coalesce_window_us),
-            max_in_flight: self.coalesce_max_in_flight,
+        self.coalesce.then(|| {
+            crate::Coalescing::default()
+                .max_batch(self.coalesce_max_batch)
+                .window(Duration::from_micros(self.coalesce_window_us))
+                .max_in_flight(self.coalesce_max_in_flight)
         })
+    }
+
+    /// The lock options these settings stand for.
+    pub fn lock_options(&self) -> LockOptions {
+        LockOptions::default()
+            .lease(Duration::from_millis(self.lock_lease_ms))
+            .wait(Duration::from_millis(self.lock_wait_ms))
+    }
+
+    /// The configured Redis URL, trimmed; `None` when empty (the embedded
+    /// [`crate::MemoryStore`] is meant).
+    pub fn redis_url(&self) -> Option<&str> {
+        Some(self.redis_url.trim()).filter(|u| !u.is_empty())
+    }
+
+    /// A [`RedisStore`] builder with every store setting (URL, pool, prefix, timeout,
+    /// strategy, lock options and nodes, request coalescing).
+    pub fn redis_builder(&self) -> RedisStoreBuilder {
+        RedisStore::builder(self.redis_url.trim())
+            .pool_size(self.pool_size)
+            .key_prefix(self.key_prefix.clone())
+            .command_timeout(Duration::from_millis(self.command_timeout_ms))
+            .strategy(self.strategy)
+            .lock_options(self.lock_options())
+            .lock_nodes(self.lock_nodes.iter().cloned())
+            .coalescing(self.coalescing())
     }
 }
 
 /// Engine tunables in config form (milliseconds); see [`EngineOptions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// [`EngineOptions::request_ttl`].
     pub request_ttl_ms: u64,
@@ -152,6 +183,7 @@ impl EngineConfig {
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Config {
     /// Store settings.
     pub store: StoreConfig,
@@ -160,13 +192,25 @@ pub struct Config {
 }
 
 impl Config {
-    /// The lock options these settings stand for.
-    pub fn lock_options(&self) -> crate::lock::LockOptions {
-        crate::lock::LockOptions {
-            lease: Duration::from_millis(self.store.lock_lease_ms),
-            wait: Duration::from_millis(self.store.lock_wait_ms),
-            ..crate::lock::LockOptions::default()
+    /// The lock options these settings stand for (see [`StoreConfig::lock_options`]).
+    pub fn lock_options(&self) -> LockOptions {
+        self.store.lock_options()
+    }
+
+    /// Connects the Redis store these settings describe ([`StoreConfig::redis_builder`]).
+    /// A configuration without a Redis URL means the embedded store: build a
+    /// [`crate::MemoryStore`] instead (the strategy must then be `lua`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when no Redis URL is configured or the store options contradict each
+    /// other; what [`RedisStoreBuilder::connect`] returns otherwise.
+    pub async fn build_store(&self) -> Result<RedisStore> {
+        if self.store.redis_url().is_none() {
+            return Err(Error::Config(
+                "store.redis_url is empty: the embedded store is meant (MemoryStore)".into(),
+            ));
         }
+        self.store.redis_builder().connect().await
     }
 
     /// Reads defaults, then `file` (when given), then `SHARDSTOCK_*` environment variables,

@@ -388,10 +388,13 @@ async fn redlock_strategy_conserves_stock_for_1_and_16_segments() {
         if kill_one {
             drop(nodes.pop()); // a minority of lock nodes is down
         }
-        let store = RedisStore::connect(&srv.url(), 2, "t")
-            .await
-            .unwrap()
-            .with_strategy(Strategy::Redlock, lock_opts(2000, 5000), &urls)
+        let store = RedisStore::builder(srv.url())
+            .pool_size(2)
+            .key_prefix("t")
+            .strategy(Strategy::Redlock)
+            .lock_options(lock_opts(2000, 5000))
+            .lock_nodes(&urls)
+            .connect()
             .await
             .unwrap();
         let e = Engine::builder().per_user_limit(0).build(store).unwrap();

@@ -4,6 +4,8 @@
 -- script first reclaims what has expired (server clock) and then decides: a confirm racing
 -- its own expiry ends in exactly one state, and a unit is never both sold and returned.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  record holding it     <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
 -- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv

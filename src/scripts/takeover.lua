@@ -6,6 +6,8 @@
 -- engine's sweeper — wins the claim with a higher epoch and then reconciles (fence.lua on
 -- every other segment).
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
 -- KEYS[2]  claim index           <prefix>:{<sku>#<home>}:g<gen>:claims
 -- ARGV[1]  user
