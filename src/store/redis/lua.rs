@@ -50,7 +50,7 @@
 //! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
 //! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
 //! | decrement token `<segment key>:dt:<nonce>` | `decr-compensate` only: a decrement given back once |
-//! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P|R|S>:<expiry ms>:<s|r>` |
+//! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P\|R\|S>:<expiry ms>:<s\|r>` |
 //! | lock `<prefix>:{<sku>#<i>}:lock` | the holder's owner token |
 //! | RedLock quarantine marker `shardstock:redlock:quarantine` (per node) | end of the node's quarantine, ms |
 //!
