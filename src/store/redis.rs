@@ -112,6 +112,14 @@ impl RedisStore {
     fn at<'a>(&'a self, seg: SegAddr<'a>) -> SegmentKeys<'a> {
         self.conn.at(seg)
     }
+
+    fn users<'a>(&'a self, sku: &'a Sku, generation: u64) -> user::Users<'a> {
+        user::Users {
+            keys: &self.conn.keys,
+            sku,
+            generation,
+        }
+    }
 }
 
 impl Store for RedisStore {
@@ -281,9 +289,7 @@ impl Store for RedisStore {
         claim_ttl_ms: u64,
     ) -> Result<UserClaim> {
         let call = user::UserClaim {
-            keys: &self.conn.keys,
-            sku,
-            generation,
+            users: self.users(sku, generation),
             req,
             limit,
             claim_ttl_ms,
@@ -299,9 +305,7 @@ impl Store for RedisStore {
         how: UserFinish,
     ) -> Result<()> {
         let call = user::UserFinish {
-            keys: &self.conn.keys,
-            sku,
-            generation,
+            users: self.users(sku, generation),
             req,
             how,
         };

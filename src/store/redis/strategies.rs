@@ -131,43 +131,31 @@ impl Runner {
             // decides atomically — so a twin that also decremented replays instead of selling.
             Mode::DecrCompensate => match deduct(OnShort::Report, Check::RecordOnly).await? {
                 HomeReply::Short { .. } => match decr(c, &seg, req.qty).await? {
-                    Some(_) => {
-                        let nonce = fastrand::u64(1..1_000_000_000_000_000);
-                        deduct(on_short, Check::Decremented { nonce }).await
-                    }
+                    Some(_) => deduct(on_short, Check::decremented()).await,
                     None => deduct(on_short, Check::RecordOnly).await,
                 },
                 other => Ok(other),
             },
             Mode::Locked(locker) => {
-                let key = c.at(seg).lock();
-                let Some(guard) = locker.acquire(&key).await? else {
-                    // Contended: don't queue on a hot segment; claim and let the router fall back.
-                    locker.stats().fallback();
-                    return Ok(match deduct(on_short, Check::RecordOnly).await? {
-                        HomeReply::Short { claimed, .. } => HomeReply::Short { stock: 0, claimed },
-                        other => other,
-                    });
-                };
-                let result = async {
-                    let Some(Fenced { token, stock }) = c.run(FenceRead { at: c.at(seg) }).await?
-                    else {
-                        return Ok(HomeReply::Stale);
-                    };
-                    self.pause().await;
-                    if guard.is_lost() {
-                        return Err(Error::LeaseLost(key.clone()));
-                    }
+                let write = async |Fenced { token, stock }| {
                     let check = if stock >= req.qty as i64 {
                         Check::Fenced { token }
                     } else {
                         Check::RecordOnly
                     };
-                    count_fenced(locker, deduct(on_short, check).await)
+                    deduct(on_short, check).await
+                };
+                match self
+                    .under_lock(c, locker, seg, HomeReply::Stale, write)
+                    .await?
+                {
+                    Some(reply) => Ok(reply),
+                    // Contended: don't queue on a hot segment; claim and let the router fall back.
+                    None => Ok(match deduct(on_short, Check::RecordOnly).await? {
+                        HomeReply::Short { claimed, .. } => HomeReply::Short { stock: 0, claimed },
+                        other => other,
+                    }),
                 }
-                .await;
-                let _ = guard.release().await;
-                result
             }
         }
     }
@@ -205,39 +193,59 @@ impl Runner {
                 self.naive_take(c, seg, req, part, epoch).await
             }
             Mode::DecrCompensate => match decr(c, &seg, part).await? {
-                Some(_) => {
-                    let nonce = fastrand::u64(1..1_000_000_000_000_000);
-                    take(Check::Decremented { nonce }).await
-                }
+                Some(_) => take(Check::decremented()).await,
                 None => Ok(TakeReply::Short { stock: 0 }),
             },
             Mode::Locked(locker) => {
-                let key = c.at(seg).lock();
-                let Some(guard) = locker.acquire(&key).await? else {
-                    locker.stats().fallback();
-                    return Ok(TakeReply::Short { stock: 0 });
-                };
-                let result = async {
-                    let Some(Fenced { token, stock }) = c.run(FenceRead { at: c.at(seg) }).await?
-                    else {
-                        return Ok(TakeReply::Stale);
-                    };
-                    self.pause().await;
-                    if guard.is_lost() {
-                        return Err(Error::LeaseLost(key.clone()));
-                    }
+                let write = async |Fenced { token, stock }| {
                     if stock < part as i64 {
                         return Ok(TakeReply::Short {
                             stock: stock.max(0) as u64,
                         });
                     }
-                    count_fenced(locker, take(Check::Fenced { token }).await)
-                }
-                .await;
-                let _ = guard.release().await;
-                result
+                    take(Check::Fenced { token }).await
+                };
+                let reply = self.under_lock(c, locker, seg, TakeReply::Stale, write);
+                // Contended: the router falls back to another segment.
+                Ok(reply.await?.unwrap_or(TakeReply::Short { stock: 0 }))
             }
         }
+    }
+
+    /// Runs `write` under `seg`'s lock, with the fence token and stock `fence_read.lua` gave
+    /// this holder (`stale` when the segment is missing or of another generation). `None` when
+    /// the lock stayed taken (contended: counted as a fallback).
+    async fn under_lock<T>(
+        &self,
+        c: &Conn,
+        locker: &Locker,
+        seg: SegAddr<'_>,
+        stale: T,
+        write: impl AsyncFnOnce(Fenced) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let key = c.at(seg).lock();
+        let Some(guard) = locker.acquire(&key).await? else {
+            locker.stats().fallback();
+            return Ok(None);
+        };
+        let result = async {
+            let Some(fenced) = c.run(FenceRead { at: c.at(seg) }).await? else {
+                return Ok(stale);
+            };
+            self.pause().await;
+            if guard.is_lost() {
+                return Err(Error::LeaseLost(key.clone()));
+            }
+            let written = write(fenced).await;
+            // A fenced write refused because a newer holder bumped the fence token.
+            if let Err(Error::LeaseLost(_)) = &written {
+                locker.stats().fenced();
+            }
+            written
+        }
+        .await;
+        let _ = guard.release().await;
+        result.map(Some)
     }
 
     /// Naive read-decide-write at the home segment (records are checked, non-atomically).
@@ -264,16 +272,8 @@ impl Runner {
             return deduct(on_short).await;
         }
         self.pause().await;
-        let after = stock - req.qty as i64;
-        let _: i64 = c
-            .pool
-            .next()
-            .hset(c.at(seg).segment(), ("stock", after))
-            .await?;
-        record_sale(c, &seg, &req, req.qty, 0, SegmentRole::Home).await?;
-        Ok(HomeReply::Applied {
-            stock_after: after as u64,
-        })
+        let stock_after = write_back(c, &seg, &req, stock, req.qty, 0, SegmentRole::Home).await?;
+        Ok(HomeReply::Applied { stock_after })
     }
 
     async fn naive_take(
@@ -293,27 +293,10 @@ impl Runner {
             });
         }
         self.pause().await;
-        let after = stock - part as i64;
-        let _: i64 = c
-            .pool
-            .next()
-            .hset(c.at(seg).segment(), ("stock", after))
-            .await?;
-        record_sale(c, &seg, &req, part, epoch, SegmentRole::Fallback).await?;
-        Ok(TakeReply::Taken {
-            stock_after: after as u64,
-            part,
-        })
+        let role = SegmentRole::Fallback;
+        let stock_after = write_back(c, &seg, &req, stock, part, epoch, role).await?;
+        Ok(TakeReply::Taken { stock_after, part })
     }
-}
-
-/// A fenced write refused because a newer lock holder bumped the fence token
-/// ([`Error::LeaseLost`] from the script) counts in the locker's figures.
-fn count_fenced<T>(locker: &Locker, r: Result<T>) -> Result<T> {
-    if let Err(Error::LeaseLost(_)) = &r {
-        locker.stats().fenced();
-    }
-    r
 }
 
 async fn read_stock(c: &Conn, seg: &SegAddr<'_>) -> Result<Option<i64>> {
@@ -328,18 +311,22 @@ async fn read_stock(c: &Conn, seg: &SegAddr<'_>) -> Result<Option<i64>> {
     })
 }
 
-/// The baselines' non-atomic sale: counters and record with separate commands (the record's
-/// fields and letters as the scripts write them, see the tables in `lua`).
-async fn record_sale(
+/// The baselines' non-atomic sale of `units` from the `stock` the caller read: the stock
+/// written back, then `sold` and the record, each a separate command (the record's fields and
+/// letters as the scripts write them, see the tables in `lua`). Returns the stock written.
+async fn write_back(
     c: &Conn,
     seg: &SegAddr<'_>,
     req: &ReqArgs<'_>,
+    stock: i64,
     units: u64,
     epoch: u64,
     role: SegmentRole,
-) -> Result<()> {
+) -> Result<u64> {
     let client = c.pool.next();
     let at = c.at(*seg);
+    let after = stock - units as i64;
+    let _: i64 = client.hset(at.segment(), ("stock", after)).await?;
     let rq = at.record(req.request_id);
     let _: i64 = client.hincrby(at.segment(), "sold", units as i64).await?;
     let mut fields: Vec<(String, String)> = vec![
@@ -356,7 +343,7 @@ async fn record_sale(
     }
     let _: i64 = client.hset(&rq, fields).await?;
     let _: bool = client.pexpire(&rq, req.ttl_ms as i64, None).await?;
-    Ok(())
+    Ok(after as u64)
 }
 
 /// DECRBY first; add back when it went below zero.

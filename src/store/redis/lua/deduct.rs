@@ -30,6 +30,13 @@ pub(crate) enum Check {
 }
 
 impl Check {
+    /// [`Check::Decremented`] with a fresh nonce.
+    pub(crate) fn decremented() -> Self {
+        Check::Decremented {
+            nonce: fastrand::u64(1..1_000_000_000_000_000),
+        }
+    }
+
     fn mode(self) -> &'static str {
         match self {
             Check::Stock => "lua",

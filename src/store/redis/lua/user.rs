@@ -2,21 +2,29 @@
 
 use super::{Call, Reply, Script, argv};
 use crate::error::Result;
-use crate::ids::{RequestId, Sku};
+use crate::ids::{RequestId, Sku, UserId};
 use crate::segments::Keyspace;
 use crate::store::{self, ReqArgs, RequestKind, StaleEntry, UserFinish as How};
 use fred::types::Value;
 
-/// The user record of `req.user` for `sku` in `generation`.
-fn record(keys: &Keyspace, sku: &Sku, generation: u64, req: &ReqArgs<'_>) -> String {
-    keys.user(sku, generation, req.user)
+/// The user records of a SKU's generation (each in its own slot, tag `{<sku>@<user>}`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Users<'a> {
+    pub(crate) keys: &'a Keyspace,
+    pub(crate) sku: &'a Sku,
+    pub(crate) generation: u64,
+}
+
+impl Users<'_> {
+    /// `user`'s record.
+    fn record(&self, user: &UserId) -> String {
+        self.keys.user(self.sku, self.generation, user)
+    }
 }
 
 /// `user_claim.lua`: counts `req.qty` units against `limit` for `req.user`.
 pub(crate) struct UserClaim<'a> {
-    pub(crate) keys: &'a Keyspace,
-    pub(crate) sku: &'a Sku,
-    pub(crate) generation: u64,
+    pub(crate) users: Users<'a>,
     pub(crate) req: ReqArgs<'a>,
     pub(crate) limit: u64,
     pub(crate) claim_ttl_ms: u64,
@@ -28,7 +36,7 @@ impl Call for UserClaim<'_> {
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let req = &self.req;
-        let keys = vec![record(self.keys, self.sku, self.generation, req)];
+        let keys = vec![self.users.record(req.user)];
         let args = argv![
             req.request_id,
             req.qty,
@@ -84,9 +92,7 @@ impl Call for UserClaim<'_> {
 
 /// `user_finish.lua`: marks `req`'s entry sold or reserved, or removes it.
 pub(crate) struct UserFinish<'a> {
-    pub(crate) keys: &'a Keyspace,
-    pub(crate) sku: &'a Sku,
-    pub(crate) generation: u64,
+    pub(crate) users: Users<'a>,
     pub(crate) req: ReqArgs<'a>,
     pub(crate) how: How,
 }
@@ -102,7 +108,7 @@ impl Call for UserFinish<'_> {
             How::Void => "void",
         };
         let req = &self.req;
-        let keys = vec![record(self.keys, self.sku, self.generation, req)];
+        let keys = vec![self.users.record(req.user)];
         let args = argv![req.request_id, action, req.qty, req.kind.code(), req.ttl_ms];
         (keys, args)
     }
