@@ -3,6 +3,9 @@
 //! Precedence: defaults < `config/*.toml` file < environment. Environment variables are
 //! `SHARDSTOCK_<SECTION>__<KEY>`, e.g. `SHARDSTOCK_STORE__REDIS_URL=redis://127.0.0.1:6379`
 //! or `SHARDSTOCK_ENGINE__MAX_QTY=5`.
+//!
+//! [`Config::build_store`] connects the Redis store the `[store]` section describes;
+//! [`EngineConfig::options`] gives the engine's options.
 
 use crate::engine::EngineOptions;
 use crate::error::{Error, Result};
@@ -192,11 +195,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// The lock options these settings stand for (see [`StoreConfig::lock_options`]).
-    pub fn lock_options(&self) -> LockOptions {
-        self.store.lock_options()
-    }
-
     /// Connects the Redis store these settings describe ([`StoreConfig::redis_builder`]).
     /// A configuration without a Redis URL means the embedded store: build a
     /// [`crate::MemoryStore`] instead (the strategy must then be `lua`).
@@ -248,7 +246,7 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         crate::ids::check_prefix(&self.store.key_prefix)
             .map_err(|e| Error::Config(format!("store.key_prefix: {e}")))?;
-        self.lock_options().validate()?;
+        self.store.lock_options().validate()?;
         if self.store.command_timeout_ms == 0 {
             return Err(Error::Config(
                 "store.command_timeout_ms must be at least 1".into(),
@@ -310,6 +308,20 @@ mod tests {
             assert!(e.to_string().contains("max_qtty"), "{e}");
             Ok(())
         });
+    }
+
+    #[tokio::test]
+    async fn no_redis_url_builds_no_redis_store() {
+        let mut c = Config::default();
+        c.store.redis_url = "  ".into();
+        assert_eq!(c.store.redis_url(), None);
+        assert!(matches!(c.build_store().await, Err(Error::Config(_))));
+        c.store.redis_url = " redis://127.0.0.1:1 ".into();
+        assert_eq!(c.store.redis_url(), Some("redis://127.0.0.1:1"));
+        // Contradictions are named before any connection is tried.
+        c.store.lock_nodes = vec!["redis://127.0.0.1:2".into()];
+        let e = c.build_store().await.unwrap_err();
+        assert!(e.to_string().contains("only used by the redlock"), "{e}");
     }
 
     #[test]
