@@ -117,6 +117,7 @@ pub struct LockStats {
 
 /// A snapshot of [`LockStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct LockFigures {
     /// Successful acquisitions.
     pub acquired: u64,

@@ -1,6 +1,7 @@
 -- deduct.lua — the hot path: one request at its home segment, all or nothing.
 -- (prelude.lua and deduct_core.lua are prepended; deduct_batch.lua runs the same core for many
 -- requests in one call.)
+--
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg   (fields gen, stock, sold, loaded, restocked,

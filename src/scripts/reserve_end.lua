@@ -1,4 +1,4 @@
--- reserve_end.lua — confirm or cancel a reservation, exactly once.
+-- reserve_end.lua — confirm or cancel a reservation, exactly once (or read its state).
 --
 -- The reservation lives on the record holding its units, in the segment's slot, so this
 -- script first reclaims what has expired (server clock) and then decides: a confirm racing
@@ -13,7 +13,8 @@
 -- ARGV[2]  action   "confirm" (units become sold) | "cancel" (units go back to stock) |
 --                   "peek" (only reclaim and report the state)
 --
--- Reply: {"done", state, user, units} with state C (confirmed) or K (cancelled) — also when
+-- Reply (state: the record's `rs` letter):
+--        {"done", state, user, units} with state C (confirmed) or K (cancelled) — also when
 --        it was already in that state (idempotent) | {"ended", state, user, units} when it had
 --        already ended otherwise (X expired, C confirmed, K cancelled) | {"unknown"} |
 --        {"stale", gen_or_missing}

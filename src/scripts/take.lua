@@ -5,6 +5,7 @@
 -- part record is written. Part records carry the claim's epoch, so a claim holder that was
 -- taken over (see takeover.lua / shut_out.lua) can never take stock after the new holder shut
 -- its epoch out.
+--
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
