@@ -7,13 +7,14 @@
 //! `.await` (every step is synchronous).
 //!
 //! This file holds the maps and the locking; `segment` holds a segment's state and the steps
-//! on it, `users` the per-user limit.
+//! on it, `records` its request records, `users` the per-user limit.
 
 use super::*;
 use std::collections::HashMap as StdHashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod records;
 mod segment;
 mod users;
 
