@@ -681,7 +681,19 @@ impl<S: Store> Engine<S> {
         }
         let store = &self.inner.store;
         let (generation, old) = match store
-            .load_begin(sku, segments, total, replace, per_user_limit)
+            .load_begin(
+                sku,
+                LoadSpec {
+                    segments,
+                    total,
+                    if_loaded: if replace {
+                        IfLoaded::Replace
+                    } else {
+                        IfLoaded::Refuse
+                    },
+                    user_limit: per_user_limit,
+                },
+            )
             .await?
         {
             LoadBegin::Exists { generation } => {
@@ -879,7 +891,15 @@ impl<S: Store> Engine<S> {
         let (state, changed, user, units) = match self
             .inner
             .store
-            .reserve_end(at, &rid, Some(confirm))
+            .reserve_end(
+                at,
+                &rid,
+                if confirm {
+                    ReservationAction::Confirm
+                } else {
+                    ReservationAction::Cancel
+                },
+            )
             .await?
         {
             ReserveEnd::Done { state, user, units } => (state, true, user, units),
@@ -1478,10 +1498,17 @@ impl<S: Store> Engine<S> {
             generation: l.generation,
             index: part.segment,
         };
-        Ok(match self.inner.store.reserve_end(at, rid, None).await? {
-            ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),
-            ReserveEnd::Unknown | ReserveEnd::Stale => None,
-        })
+        Ok(
+            match self
+                .inner
+                .store
+                .reserve_end(at, rid, ReservationAction::Inspect)
+                .await?
+            {
+                ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),
+                ReserveEnd::Unknown | ReserveEnd::Stale => None,
+            },
+        )
     }
 
     /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
@@ -1554,7 +1581,7 @@ impl<S: Store> Engine<S> {
         }
 
         tr.attempt();
-        match store.deduct_home(home_at, args, true).await? {
+        match store.deduct_home(home_at, args, OnShort::Claim).await? {
             HomeReply::Applied { stock_after } => {
                 l.hints.observe(home, stock_after);
                 Ok(Done(Deduction::Applied {
@@ -1676,8 +1703,12 @@ impl<S: Store> Engine<S> {
         let args = self.args(req, tr);
         let home_at = self.home_of(l, req);
         let home = home_at.index;
-        let fences = others(home, l.segments)
-            .map(|j| async move { (j, store.fence(self.seg(l, &req.sku, j), args, epoch).await) });
+        let fences = others(home, l.segments).map(|j| async move {
+            (
+                j,
+                store.shut_out(self.seg(l, &req.sku, j), args, epoch).await,
+            )
+        });
         let mut parts = Vec::new();
         if home_part > 0 {
             parts.push(Part {
@@ -1688,14 +1719,14 @@ impl<S: Store> Engine<S> {
         let mut taken_by_other = None;
         for (j, r) in futures::future::join_all(fences).await {
             match r? {
-                FenceReply::Clear => {}
-                FenceReply::Applied { part } if part > 0 => parts.push(Part {
+                ShutOutReply::Clear => {}
+                ShutOutReply::Applied { part } if part > 0 => parts.push(Part {
                     segment: j,
                     units: part,
                 }),
-                FenceReply::Applied { .. } => {}
-                FenceReply::Fenced => return Ok(Done(Deduction::InFlight)),
-                FenceReply::Mismatch(f) => taken_by_other = Some(f),
+                ShutOutReply::Applied { .. } => {}
+                ShutOutReply::Superseded => return Ok(Done(Deduction::InFlight)),
+                ShutOutReply::Mismatch(f) => taken_by_other = Some(f),
             }
         }
         if let Some(f) = taken_by_other {
@@ -1749,7 +1780,7 @@ impl<S: Store> Engine<S> {
                 self.seg(l, &req.sku, p.segment),
                 args,
                 epoch,
-                p.segment == home,
+                SegmentRole::of(p.segment, home),
             )
         });
         let back = futures::future::try_join_all(refunds).await?;
@@ -1782,7 +1813,10 @@ impl<S: Store> Engine<S> {
                 continue;
             }
             tr.attempt();
-            match store.take(at(j), args, qty, epoch, false).await? {
+            match store
+                .take(at(j), args, qty, epoch, SegmentRole::Fallback)
+                .await?
+            {
                 TakeReply::Taken { stock_after, part } => {
                     l.hints.observe(j, stock_after);
                     let parts = [Part {
@@ -1792,7 +1826,7 @@ impl<S: Store> Engine<S> {
                     return self.settle(l, req, epoch, &parts, tr).await;
                 }
                 TakeReply::Short { stock } => l.hints.observe(j, stock),
-                TakeReply::Fenced => return self.superseded(l, req, tr).await,
+                TakeReply::Superseded => return self.superseded(l, req, tr).await,
                 TakeReply::Mismatch(f) => {
                     return self
                         .give_up(l, req, epoch, &[], tr, f, SettleAs::Release)
@@ -1830,7 +1864,10 @@ impl<S: Store> Engine<S> {
             }
             for (j, want) in plan {
                 tr.attempt();
-                match store.take(at(j), args, want, epoch, j == home).await? {
+                match store
+                    .take(at(j), args, want, epoch, SegmentRole::of(j, home))
+                    .await?
+                {
                     TakeReply::Taken { stock_after, part } => {
                         l.hints.observe(j, stock_after);
                         parts.push(Part {
@@ -1843,7 +1880,7 @@ impl<S: Store> Engine<S> {
                         complete = false;
                         break;
                     }
-                    TakeReply::Fenced => return self.superseded(l, req, tr).await,
+                    TakeReply::Superseded => return self.superseded(l, req, tr).await,
                     TakeReply::Mismatch(f) => {
                         return self
                             .give_up(l, req, epoch, &parts, tr, f, SettleAs::Release)

@@ -30,9 +30,20 @@ pub mod redis_server;
 
 pub use redis_server::RedisServer;
 
+/// The store settings of the test engines: `server`, 2 clients, keys under `prefix`, no
+/// request coalescing.
+pub fn redis_config(server: &RedisServer, prefix: &str) -> shardstock::Config {
+    let mut config = shardstock::Config::default();
+    config.store.redis_url = server.url();
+    config.store.pool_size = 2;
+    config.store.key_prefix = prefix.into();
+    config.store.coalesce = false;
+    config
+}
+
 /// An engine over a fresh Redis store on `server`.
 pub async fn redis_engine(server: &RedisServer, builder: EngineBuilder) -> Engine<RedisStore> {
-    let store = RedisStore::connect(&server.url(), 2, "t").await.unwrap();
+    let store = redis_config(server, "t").build_store().await.unwrap();
     builder.build(store).unwrap()
 }
 
@@ -44,10 +55,12 @@ pub async fn coalesced_engine(
     opts: shardstock::Coalescing,
     prefix: &str,
 ) -> Engine<RedisStore> {
-    let store = RedisStore::connect(&server.url(), 2, prefix)
+    let store = redis_config(server, prefix)
+        .store
+        .redis_builder()
+        .coalescing(Some(opts))
+        .connect()
         .await
-        .unwrap()
-        .with_coalescing(Some(opts))
         .unwrap();
     builder.build(store).unwrap()
 }
@@ -59,10 +72,12 @@ pub async fn strategy_engine(
     strategy: shardstock::Strategy,
     lock: shardstock::lock::LockOptions,
 ) -> Engine<RedisStore> {
-    let store = RedisStore::connect(&server.url(), 2, "t")
-        .await
-        .unwrap()
-        .with_strategy(strategy, lock, &[])
+    let store = redis_config(server, "t")
+        .store
+        .redis_builder()
+        .strategy(strategy)
+        .lock_options(lock)
+        .connect()
         .await
         .unwrap();
     builder.build(store).unwrap()

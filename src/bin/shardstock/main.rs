@@ -18,7 +18,7 @@ mod sim;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shardstock::{Config, Engine, EngineBuilder, ErrorKind, MemoryStore, RedisStore, Store};
+use shardstock::{Config, Engine, EngineBuilder, ErrorKind, MemoryStore, Store};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -286,21 +286,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         let engine = builder.build(MemoryStore::new())?;
         dispatch(engine, cli.command, cli.json).await
     } else {
-        let store = RedisStore::connect_with(
-            url,
-            config.store.pool_size,
-            &config.store.key_prefix,
-            std::time::Duration::from_millis(config.store.command_timeout_ms),
-        )
-        .await
-        .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?
-        .with_strategy(
-            config.store.strategy,
-            config.lock_options(),
-            &config.store.lock_nodes,
-        )
-        .await?
-        .with_coalescing(config.store.coalescing())?;
+        let store = config.build_store().await.map_err(|e| match e {
+            e @ shardstock::Error::Redis(_) => {
+                Failure::new(format!("cannot use Redis at {}: {e}", redact(url)))
+            }
+            e => Failure::from(e),
+        })?;
         store.set_critical_section_pause(std::time::Duration::from_millis(cli.critical_pause_ms));
         if !config.store.strategy.exactly_once() && !cli.json {
             eprintln!(
