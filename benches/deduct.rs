@@ -16,7 +16,6 @@ mod common;
 
 use common::RedisServer;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use shardstock::lock::LockOptions;
 use shardstock::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,13 +65,19 @@ fn builder() -> EngineBuilder {
         .request_ttl(Duration::from_secs(600))
 }
 
-/// Lock options for the bench: a hot single segment at 256 tasks queues for long, so the wait
-/// is generous (no timeouts) and the lease comfortably above a critical section.
-fn lock_options() -> LockOptions {
-    let mut o = LockOptions::default();
-    o.lease = Duration::from_secs(5);
-    o.wait = Duration::from_secs(120);
-    o
+/// The store settings of one bench group: 4 clients, keys under `bench`. Lock options: a hot
+/// single segment at 256 tasks queues for long, so the wait is generous (no timeouts) and the
+/// lease comfortably above a critical section.
+fn config(server: &RedisServer, strategy: Strategy, coalesce: bool) -> Config {
+    let mut c = Config::default();
+    c.store.redis_url = server.url();
+    c.store.pool_size = 4;
+    c.store.key_prefix = "bench".into();
+    c.store.strategy = strategy;
+    c.store.lock_lease_ms = 5_000;
+    c.store.lock_wait_ms = 120_000;
+    c.store.coalesce = coalesce;
+    c
 }
 
 fn report_missed(what: &str) {
@@ -114,11 +119,12 @@ fn bench(c: &mut Criterion) {
         report_missed("memory");
     }
 
-    // Redis, one group per strategy; `lua_coalesced` is lua with request coalescing on.
+    // Redis, one group per strategy; `lua_coalesced` is lua with request coalescing on (its
+    // default options).
     for (name, strategy, coalesce) in [
-        ("lua", Strategy::Lua, None),
-        ("lua_coalesced", Strategy::Lua, Some(Coalescing::default())),
-        ("lock", Strategy::Lock, None),
+        ("lua", Strategy::Lua, false),
+        ("lua_coalesced", Strategy::Lua, true),
+        ("lock", Strategy::Lock, false),
     ] {
         let mut group = c.benchmark_group(name);
         group
@@ -127,13 +133,9 @@ fn bench(c: &mut Criterion) {
             .warm_up_time(Duration::from_millis(500))
             .measurement_time(Duration::from_secs(2));
         let engine = rt.block_on(async {
-            let store = RedisStore::connect(&server.url(), 4, "bench")
+            let store = config(&server, strategy, coalesce)
+                .build_store()
                 .await
-                .unwrap()
-                .with_strategy(strategy, lock_options(), &[])
-                .await
-                .unwrap()
-                .with_coalescing(coalesce)
                 .unwrap();
             builder().build(store).unwrap()
         });

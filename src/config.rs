@@ -3,9 +3,14 @@
 //! Precedence: defaults < `config/*.toml` file < environment. Environment variables are
 //! `SHARDSTOCK_<SECTION>__<KEY>`, e.g. `SHARDSTOCK_STORE__REDIS_URL=redis://127.0.0.1:6379`
 //! or `SHARDSTOCK_ENGINE__MAX_QTY=5`.
+//!
+//! [`Config::build_store`] connects the Redis store the `[store]` section describes;
+//! [`EngineConfig::options`] gives the engine's options.
 
 use crate::engine::EngineOptions;
 use crate::error::{Error, Result};
+use crate::lock::LockOptions;
+use crate::store::redis::{RedisStore, RedisStoreBuilder};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
@@ -15,6 +20,7 @@ use std::time::Duration;
 /// Where stock lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct StoreConfig {
     /// `redis://host:port[/db]`; empty = the embedded [`crate::MemoryStore`].
     pub redis_url: String,
@@ -69,17 +75,45 @@ impl Default for StoreConfig {
 impl StoreConfig {
     /// The coalescing options, or None when `coalesce` is off.
     pub fn coalescing(&self) -> Option<crate::Coalescing> {
-        self.coalesce.then(|| crate::Coalescing {
-            max_batch: self.coalesce_max_batch,
-            window: Duration::from_micros(self.coalesce_window_us),
-            max_in_flight: self.coalesce_max_in_flight,
+        self.coalesce.then(|| {
+            crate::Coalescing::default()
+                .max_batch(self.coalesce_max_batch)
+                .window(Duration::from_micros(self.coalesce_window_us))
+                .max_in_flight(self.coalesce_max_in_flight)
         })
+    }
+
+    /// The lock options these settings stand for.
+    pub fn lock_options(&self) -> LockOptions {
+        LockOptions::default()
+            .lease(Duration::from_millis(self.lock_lease_ms))
+            .wait(Duration::from_millis(self.lock_wait_ms))
+    }
+
+    /// The configured Redis URL, trimmed; `None` when empty (the embedded
+    /// [`crate::MemoryStore`] is meant).
+    pub fn redis_url(&self) -> Option<&str> {
+        Some(self.redis_url.trim()).filter(|u| !u.is_empty())
+    }
+
+    /// A [`RedisStore`] builder with every store setting (URL, pool, prefix, timeout,
+    /// strategy, lock options and nodes, request coalescing).
+    pub fn redis_builder(&self) -> RedisStoreBuilder {
+        RedisStore::builder(self.redis_url.trim())
+            .pool_size(self.pool_size)
+            .key_prefix(self.key_prefix.clone())
+            .command_timeout(Duration::from_millis(self.command_timeout_ms))
+            .strategy(self.strategy)
+            .lock_options(self.lock_options())
+            .lock_nodes(self.lock_nodes.iter().cloned())
+            .coalescing(self.coalescing())
     }
 }
 
 /// Engine tunables in config form (milliseconds); see [`EngineOptions`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// [`EngineOptions::request_ttl`].
     pub request_ttl_ms: u64,
@@ -152,6 +186,7 @@ impl EngineConfig {
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Config {
     /// Store settings.
     pub store: StoreConfig,
@@ -160,13 +195,20 @@ pub struct Config {
 }
 
 impl Config {
-    /// The lock options these settings stand for.
-    pub fn lock_options(&self) -> crate::lock::LockOptions {
-        crate::lock::LockOptions {
-            lease: Duration::from_millis(self.store.lock_lease_ms),
-            wait: Duration::from_millis(self.store.lock_wait_ms),
-            ..crate::lock::LockOptions::default()
+    /// Connects the Redis store these settings describe ([`StoreConfig::redis_builder`]).
+    /// A configuration without a Redis URL means the embedded store: build a
+    /// [`crate::MemoryStore`] instead (the strategy must then be `lua`).
+    ///
+    /// # Errors
+    /// [`Error::Config`] when no Redis URL is configured or the store options contradict each
+    /// other; what [`RedisStoreBuilder::connect`] returns otherwise.
+    pub async fn build_store(&self) -> Result<RedisStore> {
+        if self.store.redis_url().is_none() {
+            return Err(Error::Config(
+                "store.redis_url is empty: the embedded store is meant (MemoryStore)".into(),
+            ));
         }
+        self.store.redis_builder().connect().await
     }
 
     /// Reads defaults, then `file` (when given), then `SHARDSTOCK_*` environment variables,
@@ -204,7 +246,7 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         crate::ids::check_prefix(&self.store.key_prefix)
             .map_err(|e| Error::Config(format!("store.key_prefix: {e}")))?;
-        self.lock_options().validate()?;
+        self.store.lock_options().validate()?;
         if self.store.command_timeout_ms == 0 {
             return Err(Error::Config(
                 "store.command_timeout_ms must be at least 1".into(),
@@ -266,6 +308,20 @@ mod tests {
             assert!(e.to_string().contains("max_qtty"), "{e}");
             Ok(())
         });
+    }
+
+    #[tokio::test]
+    async fn no_redis_url_builds_no_redis_store() {
+        let mut c = Config::default();
+        c.store.redis_url = "  ".into();
+        assert_eq!(c.store.redis_url(), None);
+        assert!(matches!(c.build_store().await, Err(Error::Config(_))));
+        c.store.redis_url = " redis://127.0.0.1:1 ".into();
+        assert_eq!(c.store.redis_url(), Some("redis://127.0.0.1:1"));
+        // Contradictions are named before any connection is tried.
+        c.store.lock_nodes = vec!["redis://127.0.0.1:2".into()];
+        let e = c.build_store().await.unwrap_err();
+        assert!(e.to_string().contains("only used by the redlock"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,12 @@
 //! The one error type of the crate.
 //!
-//! Errors are for invalid input and infrastructure failures only. Business outcomes — sold out,
+//! Errors are for requests that cannot be served as asked (invalid input, an unknown SKU, a
+//! reused request id, ...) and infrastructure failures. Business outcomes — sold out,
 //! insufficient stock, a replayed request — are values of [`crate::Deduction`], never errors.
+//!
+//! [`Error::kind`] classifies an error once for everyone: the `kind` label of
+//! [`crate::metrics::ERRORS`], the HTTP status of the `http` module and a caller's retry
+//! decision ([`Error::is_retryable`]) all derive from it.
 
 /// Everything that can go wrong, by cause. Each variant's doc says how to fix it.
 #[derive(Debug, thiserror::Error)]
@@ -75,5 +80,174 @@ impl Error {
             field,
             reason: reason.into(),
         }
+    }
+
+    /// What kind of failure this is: the one classification of errors that metrics, the HTTP
+    /// layer and callers share.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::NotLoaded(_) => ErrorKind::NotLoaded,
+            Error::AlreadyLoaded { .. } => ErrorKind::AlreadyLoaded,
+            Error::NotReady(_) => ErrorKind::NotReady,
+            Error::RequestIdConflict { .. } => ErrorKind::RequestIdConflict,
+            Error::LeaseLost(_) => ErrorKind::LeaseLost,
+            Error::Sealed(_) => ErrorKind::Sealed,
+            Error::Config(_) => ErrorKind::Config,
+            Error::Redis(_) => ErrorKind::Redis,
+            Error::Protocol(_) => ErrorKind::Protocol,
+        }
+    }
+
+    /// True when sending the same request again, **with the same request id**, is safe and may
+    /// succeed. See [`ErrorKind::is_retryable`] for each kind.
+    pub fn is_retryable(&self) -> bool {
+        self.kind().is_retryable()
+    }
+
+    /// The input to blame, when one is: the argument that failed validation
+    /// ([`InvalidInput`](Error::InvalidInput)), the parameter that differs from the request id's
+    /// first use ([`RequestIdConflict`](Error::RequestIdConflict)), `sku` for
+    /// [`NotLoaded`](Error::NotLoaded) and [`AlreadyLoaded`](Error::AlreadyLoaded), and
+    /// `request_id` for [`Sealed`](Error::Sealed). `None` for failures no input caused.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Error::InvalidInput { field, .. } | Error::RequestIdConflict { field, .. } => {
+                Some(field)
+            }
+            Error::NotLoaded(_) | Error::AlreadyLoaded { .. } => Some("sku"),
+            Error::Sealed(_) => Some("request_id"),
+            _ => None,
+        }
+    }
+}
+
+/// The kind of an [`Error`], without its details: what a caller (or a metric, or an HTTP status)
+/// needs to decide what to do next. One kind per [`Error`] variant; new variants bring new kinds,
+/// hence `#[non_exhaustive]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::InvalidInput`]: fix the named field. Not retryable.
+    InvalidInput,
+    /// [`Error::NotLoaded`]: load the SKU first. Not retryable (a retry fails the same way
+    /// until someone loads the SKU).
+    NotLoaded,
+    /// [`Error::AlreadyLoaded`]: reload explicitly to start a new generation. Not retryable.
+    AlreadyLoaded,
+    /// [`Error::NotReady`]: the SKU is mid-(re)load. Retryable: the load finishes shortly.
+    NotReady,
+    /// [`Error::RequestIdConflict`]: the request id belongs to another request. Not retryable:
+    /// the same parameters under this id can never apply.
+    RequestIdConflict,
+    /// [`Error::LeaseLost`]: a lock strategy's fenced write was refused and nothing was written.
+    /// Retryable with the same request id.
+    LeaseLost,
+    /// [`Error::Sealed`]: the request id can never apply. Not retryable with this id; a new
+    /// purchase needs a new request id.
+    Sealed,
+    /// [`Error::Config`]: the configuration (or the configured strategy) cannot serve this.
+    /// Not retryable.
+    Config,
+    /// [`Error::Redis`]: connection, timeout or server error; the outcome of a mutating call is
+    /// unknown. Retryable with the same request id, which is what makes the retry safe.
+    Redis,
+    /// [`Error::Protocol`]: the store answered something this version does not understand (a
+    /// bug, or a foreign writer on our keys). Not retryable: the same answer would come back.
+    Protocol,
+}
+
+impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::InvalidInput,
+        ErrorKind::NotLoaded,
+        ErrorKind::AlreadyLoaded,
+        ErrorKind::NotReady,
+        ErrorKind::RequestIdConflict,
+        ErrorKind::LeaseLost,
+        ErrorKind::Sealed,
+        ErrorKind::Config,
+        ErrorKind::Redis,
+        ErrorKind::Protocol,
+    ];
+
+    /// A stable lowercase name, for logs and machine-readable output.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::NotLoaded => "not_loaded",
+            ErrorKind::AlreadyLoaded => "already_loaded",
+            ErrorKind::NotReady => "not_ready",
+            ErrorKind::RequestIdConflict => "request_id_conflict",
+            ErrorKind::LeaseLost => "lease_lost",
+            ErrorKind::Sealed => "sealed",
+            ErrorKind::Config => "config",
+            ErrorKind::Redis => "redis",
+            ErrorKind::Protocol => "protocol",
+        }
+    }
+
+    /// True when the same request, sent again with the same request id, is safe and may
+    /// succeed: the failure was transient and the request id makes a repeat exactly-once.
+    /// False when a retry would fail the same way (the input, the request id or the setup must
+    /// change first).
+    pub const fn is_retryable(self) -> bool {
+        match self {
+            ErrorKind::NotReady | ErrorKind::LeaseLost | ErrorKind::Redis => true,
+            ErrorKind::InvalidInput
+            | ErrorKind::NotLoaded
+            | ErrorKind::AlreadyLoaded
+            | ErrorKind::RequestIdConflict
+            | ErrorKind::Sealed
+            | ErrorKind::Config
+            | ErrorKind::Protocol => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, ErrorKind};
+
+    #[test]
+    fn all_lists_every_kind_once_with_distinct_names() {
+        let mut names: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+    }
+
+    #[test]
+    fn only_transient_failures_are_retryable() {
+        let retryable: Vec<ErrorKind> = ErrorKind::ALL
+            .into_iter()
+            .filter(|k| k.is_retryable())
+            .collect();
+        assert_eq!(
+            retryable,
+            [ErrorKind::NotReady, ErrorKind::LeaseLost, ErrorKind::Redis]
+        );
+        assert!(Error::NotReady("s".into()).is_retryable());
+        assert!(!Error::Sealed("r".into()).is_retryable());
+    }
+
+    #[test]
+    fn field_names_the_input_to_blame() {
+        let conflict = Error::RequestIdConflict {
+            request_id: "r".into(),
+            field: "qty",
+        };
+        assert_eq!(conflict.field(), Some("qty"));
+        assert_eq!(Error::invalid("user", "empty").field(), Some("user"));
+        assert_eq!(Error::NotLoaded("s".into()).field(), Some("sku"));
+        assert_eq!(Error::Sealed("r".into()).field(), Some("request_id"));
+        assert_eq!(Error::Config("x".into()).field(), None);
     }
 }

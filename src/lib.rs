@@ -17,6 +17,8 @@ pub mod audit;
 pub mod config;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod ids;
 pub mod lock;
 pub mod metrics;
@@ -36,7 +38,7 @@ pub use engine::{
     Deduct, Deduction, Engine, EngineBuilder, EngineOptions, LoadOptions, Remaining, Restocked,
     Sweeper,
 };
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use ids::{RequestId, Sku, UserId};
 pub use reservation::{ReservationEnd, ReservationId, Reserved};
 pub use segments::Part;

@@ -10,25 +10,33 @@
 //! stops the watchdog at once and releases the lock in the background.
 //!
 //! A lock alone cannot stop a holder that was paused past its lease (GC, `SIGSTOP`, a slow
-//! downstream call) from writing after someone else took over. That is what the **fence**
-//! is for: every acquisition bumps a number stored with the segment, and the write script
-//! applies only while the number is still the holder's (see `take.lua` / `deduct.lua`).
+//! downstream call) from writing after someone else took over. That is what the **fence
+//! token** is for: every acquisition bumps a number stored with the segment (its `fence`
+//! field, `fence_read.lua`), and the write script applies only while the number is still the
+//! holder's (`take.lua` / `deduct.lua`, mode `fenced`). (A fence token is the lock's; a
+//! fallback claim's *epoch* is another thing, see [`crate::store::Store::shut_out`].)
 //!
 //! Backends: one Redis (the store's own; the lock key shares the segment's hash tag) or
-//! [`redlock::RedLock`] over several independent nodes.
+//! [`redlock::RedLock`] over several independent nodes. Their scripts (`lock_renew.lua`,
+//! `lock_release.lua`, `redlock_acquire.lua`) run through the store's one Lua layer
+//! ([`crate::store::redis::lua`]), so a `NOSCRIPT` reload of a lock script is counted like any
+//! other.
 
 pub mod redlock;
 
 use crate::error::{Error, Result};
-use fred::prelude::{Client, KeysInterface, Pool};
-use fred::types::scripts::Script;
-use fred::types::{Expiration, SetOptions, Value};
+use crate::store::redis::lua::{
+    self,
+    lock::{LockRelease, LockRenew},
+};
+use fred::prelude::{KeysInterface, Pool};
+use fred::types::{Expiration, SetOptions};
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-/// Lock tunables.
+/// Lock tunables: `LockOptions::default().lease(..).wait(..)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockOptions {
@@ -54,6 +62,28 @@ impl Default for LockOptions {
 }
 
 impl LockOptions {
+    /// Sets [`lease`](Self::lease).
+    #[must_use]
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = d;
+        self
+    }
+
+    /// Sets [`wait`](Self::wait).
+    #[must_use]
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = d;
+        self
+    }
+
+    /// Sets [`backoff_min`](Self::backoff_min) and [`backoff_max`](Self::backoff_max).
+    #[must_use]
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max;
+        self
+    }
+
     /// Checks the options.
     ///
     /// # Errors
@@ -87,6 +117,7 @@ pub struct LockStats {
 
 /// A snapshot of [`LockStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct LockFigures {
     /// Successful acquisitions.
     pub acquired: u64,
@@ -98,7 +129,7 @@ pub struct LockFigures {
     pub renewals: u64,
     /// Leases found lost (by a watchdog or at write time).
     pub leases_lost: u64,
-    /// Writes the fence rejected (the holder was no longer current).
+    /// Writes the fence token rejected (the holder was no longer current).
     pub fenced_rejected: u64,
     /// Requests that moved on to another segment because this one was locked.
     pub fallbacks: u64,
@@ -153,7 +184,7 @@ pub mod metric_names {
     pub const RENEWALS: &str = "shardstock_lock_renewals_total";
     /// Leases found lost (counter).
     pub const LEASES_LOST: &str = "shardstock_lock_leases_lost_total";
-    /// Writes refused by the fence (counter).
+    /// Writes refused by the fence token (counter).
     pub const FENCED: &str = "shardstock_lock_fenced_writes_rejected_total";
 }
 
@@ -189,39 +220,23 @@ pub(crate) fn describe_metrics() {
     describe_counter!(
         FENCED,
         Unit::Count,
-        "Writes refused because a newer lock holder bumped the fence."
+        "Writes refused because a newer lock holder bumped the fence token."
     );
-}
-
-fn script(body: &'static str) -> Script {
-    Script::from_lua(format!("{}{}", include_str!("scripts/prelude.lua"), body))
 }
 
 /// Where locks live.
 pub(crate) enum Backend {
     /// The store's own Redis: the lock key shares the segment's hash tag.
-    Single {
-        pool: Pool,
-        renew: Script,
-        release: Script,
-    },
+    Single(Pool),
     /// A quorum of independent nodes.
     Red(redlock::RedLock),
 }
 
 impl Backend {
-    pub(crate) fn single(pool: Pool) -> Self {
-        Backend::Single {
-            pool,
-            renew: script(include_str!("scripts/lock_renew.lua")),
-            release: script(include_str!("scripts/lock_release.lua")),
-        }
-    }
-
     /// One attempt; `Some(validity)` when acquired.
     async fn try_lock(&self, key: &str, token: &str, lease: Duration) -> Result<Option<Duration>> {
         match self {
-            Backend::Single { pool, .. } => {
+            Backend::Single(pool) => {
                 let r: Option<String> = pool
                     .next()
                     .set(
@@ -240,41 +255,20 @@ impl Backend {
 
     async fn renew(&self, key: &str, token: &str, lease: Duration) -> Result<bool> {
         match self {
-            Backend::Single { pool, renew, .. } => {
-                let n: i64 = eval(
-                    pool.next(),
-                    renew,
-                    key,
-                    vec![token.to_string(), lease.as_millis().to_string()],
-                )
-                .await?;
-                Ok(n == 1)
-            }
+            Backend::Single(pool) => lua::run(pool.next(), LockRenew { key, token, lease }).await,
             Backend::Red(r) => r.renew(key, token, lease).await,
         }
     }
 
     async fn unlock(&self, key: &str, token: &str) -> Result<()> {
         match self {
-            Backend::Single { pool, release, .. } => {
-                let _: i64 = eval(pool.next(), release, key, vec![token.to_string()]).await?;
+            Backend::Single(pool) => {
+                lua::run(pool.next(), LockRelease { key, token }).await?;
                 Ok(())
             }
             Backend::Red(r) => r.unlock(key, token).await,
         }
     }
-}
-
-async fn eval<R: fred::types::FromValue>(
-    client: &Client,
-    s: &Script,
-    key: &str,
-    args: Vec<String>,
-) -> Result<R> {
-    let v: Value = s
-        .evalsha_with_reload(client, vec![key.to_string()], args)
-        .await?;
-    Ok(R::from_value(v)?)
 }
 
 /// Acquires locks; cheap to clone.
@@ -339,7 +333,7 @@ impl Locker {
 
     /// A locker on one Redis (the pool's), e.g. the store's own.
     pub fn single(pool: Pool, opts: LockOptions) -> Self {
-        Self::new(Backend::single(pool), opts)
+        Self::new(Backend::Single(pool), opts)
     }
 
     /// A RedLock locker over independent nodes (`redis://...` URLs; 3 or 5 is usual).
@@ -491,7 +485,7 @@ pub struct LockGuard {
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Backend::Single { .. } => "Single",
+            Backend::Single(_) => "Single",
             Backend::Red(_) => "RedLock",
         })
     }

@@ -1,13 +1,15 @@
 //! Every metric the library emits: names, help texts and units in one place, so the Grafana
-//! dashboard can be checked against this list (and vice versa).
+//! dashboard can be checked against this list (and vice versa). The lock metrics are the one
+//! exception: their names live with the locks (`lock::metric_names`); [`describe`] describes
+//! them too.
 //!
 //! The library only *records* through the [`metrics`] facade; it never installs a recorder —
 //! the binary (or your service) decides where metrics go. Without a recorder every call here
 //! is a cheap no-op.
 //!
-//! Label cardinality is bounded by construction: labels are outcomes, strategies and store
-//! names (small fixed sets) and, for per-SKU gauges, only SKUs the service opted in to (see
-//! [`SkuLabels`]); never a user or request id.
+//! Label cardinality is bounded by construction: labels are outcomes, strategies, error kinds,
+//! script names and reservation events (small fixed sets), segment indexes and, for per-SKU
+//! gauges, only SKUs the service opted in to (see [`SkuLabels`]); never a user or request id.
 
 use metrics::{
     Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
@@ -29,7 +31,8 @@ pub const EMPTY_SKIPS: &str = "shardstock_known_empty_skips_total";
 pub const REPLAYS: &str = "shardstock_request_replays_total";
 /// Deductions served across several segments (counter).
 pub const MULTI_SEGMENT: &str = "shardstock_multi_segment_deductions_total";
-/// Units left per opted-in SKU (gauge, label `sku`; other SKUs fold into `sku="other"`).
+/// Units left per opted-in SKU (gauge, label `sku`; SKUs not opted in are not reported, see
+/// [`SkuLabels`]).
 pub const REMAINING_UNITS: &str = "shardstock_remaining_units";
 /// Units left per segment of opted-in SKUs (gauge, labels `sku`, `segment`).
 pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
@@ -54,7 +57,8 @@ pub const RESERVATIONS: &str = "shardstock_reservations_total";
 pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
 /// Units held by live reservations per opted-in SKU (gauge, label `sku`; set by the sweeper).
 pub const RESERVED_UNITS: &str = "shardstock_reserved_units";
-/// Errors by kind (`redis`, `lease_lost`, `conflict`, `invalid`, `sealed`, `other`) (counter).
+/// Errors returned to callers of a deduction or reservation, by kind (counter, label `kind`:
+/// one of [`ERROR_KINDS`], see [`error_label`]).
 pub const ERRORS: &str = "shardstock_errors_total";
 
 /// Registers help texts and units with the installed recorder. Call once after installing it.
@@ -62,7 +66,7 @@ pub fn describe() {
     describe_counter!(
         DEDUCTIONS,
         Unit::Count,
-        "Deductions by outcome (applied, replayed, sold_out, insufficient, in_flight) and strategy."
+        "Deductions by outcome (applied, replayed, sold_out, insufficient, limit_reached, ...: the outcome's short name) and strategy."
     );
     describe_histogram!(
         DEDUCT_SECONDS,
@@ -97,7 +101,7 @@ pub fn describe() {
     describe_gauge!(
         REMAINING_UNITS,
         Unit::Count,
-        "Units left per SKU (opted-in SKUs; the rest fold into sku=\"other\")."
+        "Units left per SKU (opted-in SKUs only)."
     );
     describe_gauge!(
         SEGMENT_REMAINING_UNITS,
@@ -167,7 +171,9 @@ pub struct SkuLabels {
 }
 
 impl SkuLabels {
-    /// Label these SKUs, plus up to `cap` more on first sight; the rest become `"other"`.
+    /// Label these SKUs, plus up to `cap` more on first sight; the rest get `"other"`, for which
+    /// the per-SKU gauges report nothing (a figure summed over unrelated SKUs would mean
+    /// nothing).
     pub fn new(allow: Vec<String>, cap: usize) -> Self {
         Self {
             allow,
@@ -176,7 +182,7 @@ impl SkuLabels {
         }
     }
 
-    /// The label value for `sku`.
+    /// The label value for `sku`: the SKU itself, or `"other"` when it is not opted in.
     pub fn label(&self, sku: &str) -> String {
         if self.allow.iter().any(|a| a == sku) || self.seen.contains(sku) {
             return sku.to_string();
@@ -213,16 +219,24 @@ pub const ERROR_KINDS: [&str; 6] = [
     "other",
 ];
 
+/// The `kind` label of [`ERRORS`] for an error of kind `kind`: one of [`ERROR_KINDS`]. The
+/// label set is coarser than [`ErrorKind`](crate::error::ErrorKind) (the rare kinds share
+/// `other`) and its names predate it; both are kept so existing dashboards and alerts go on
+/// matching.
+pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
+    use crate::error::ErrorKind as K;
+    match kind {
+        K::Redis => "redis",
+        K::LeaseLost => "lease_lost",
+        K::RequestIdConflict => "conflict",
+        K::InvalidInput => "invalid",
+        K::Sealed => "sealed",
+        K::NotLoaded | K::AlreadyLoaded | K::NotReady | K::Config | K::Protocol => "other",
+    }
+}
+
 pub(crate) fn error(e: &crate::Error) {
-    let kind = match e {
-        crate::Error::Redis(_) => "redis",
-        crate::Error::LeaseLost(_) => "lease_lost",
-        crate::Error::RequestIdConflict { .. } => "conflict",
-        crate::Error::InvalidInput { .. } => "invalid",
-        crate::Error::Sealed(_) => "sealed",
-        _ => "other",
-    };
-    counter!(ERRORS, "kind" => kind).increment(1);
+    counter!(ERRORS, "kind" => error_label(e.kind())).increment(1);
 }
 
 pub(crate) fn coalesced_batch(requests: usize) {
@@ -274,8 +288,8 @@ pub(crate) fn empty_skip() {
 
 pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
     if per_segment.contains(&u64::MAX) {
-        // A hint of u64::MAX means "stock came back, amount unknown" (the engine sets it after
-        // a refund): no figure to report this time (and summing it would overflow).
+        // u64::MAX is no count of units (older engines used it for "stock came back, amount
+        // unknown"; hints now forget instead): report nothing rather than overflow the sum.
         return;
     }
     let label = labels.label(sku);
@@ -292,8 +306,26 @@ pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn every_error_kind_has_a_listed_label() {
+        for kind in crate::error::ErrorKind::ALL {
+            assert!(
+                super::ERROR_KINDS.contains(&super::error_label(kind)),
+                "{kind}"
+            );
+        }
+        for label in super::ERROR_KINDS {
+            assert!(
+                crate::error::ErrorKind::ALL
+                    .iter()
+                    .any(|k| super::error_label(*k) == label),
+                "{label} is never used"
+            );
+        }
+    }
+
+    #[test]
     fn an_unknown_segment_hint_is_not_summed() {
-        // u64::MAX is the engine's "stock came back" hint; it used to overflow the sum.
+        // u64::MAX was the engine's "stock came back" hint; it used to overflow the sum.
         let labels = super::SkuLabels::new(vec!["s".into()], 0);
         super::remaining(&labels, "s", &[3, u64::MAX, 4]);
         super::remaining(&labels, "s", &[3, 4]);

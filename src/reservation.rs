@@ -6,7 +6,9 @@ use crate::engine::{Attempt, Deduct, Deduction, Engine, Intent, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId};
 use crate::segments::Part;
-use crate::store::{RecordState, RequestKind, ReserveEnd, ResvState, SegAddr, Store, UserFinish};
+use crate::store::{
+    RecordState, RequestKind, ReservationAction, ReserveEnd, ResvState, SegAddr, Store, UserFinish,
+};
 use std::time::Duration;
 
 /// A reservation's id: where its units are held (SKU, load generation, segment) and the
@@ -167,6 +169,14 @@ impl Ending {
         }
     }
 
+    /// What the store is asked to do.
+    fn action(self) -> ReservationAction {
+        match self {
+            Ending::Confirm => ReservationAction::Confirm,
+            Ending::Cancel => ReservationAction::Cancel,
+        }
+    }
+
     /// The `event` label of the reservations metric.
     fn event(self) -> &'static str {
         match self {
@@ -251,10 +261,9 @@ impl<S: Store> Engine<S> {
     }
 
     async fn end_reservation(&self, id: &ReservationId, how: Ending) -> Result<ReservationEnd> {
-        let confirm = how == Ending::Confirm;
         let (state, changed, user, units) = match self
             .store()
-            .reserve_end(id.addr(), &id.request_id, Some(confirm))
+            .reserve_end(id.addr(), &id.request_id, how.action())
             .await?
         {
             ReserveEnd::Done { state, user, units } => (state, true, user, units),
@@ -328,7 +337,7 @@ impl<S: Store> Engine<S> {
         Ok(
             match self
                 .store()
-                .reserve_end(a.at(part.segment), rid, None)
+                .reserve_end(a.at(part.segment), rid, ReservationAction::Inspect)
                 .await?
             {
                 ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),

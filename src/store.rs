@@ -4,7 +4,11 @@
 //! metadata; the [`crate::Engine`] composes them into deductions with fallback. Two
 //! implementations share one contract, pinned down by the Lua scripts' headers:
 //! [`RedisStore`](redis::RedisStore) (the real thing) and [`MemoryStore`](memory::MemoryStore)
-//! (embedded; also the oracle of the differential tests).
+//! (embedded; also the oracle of the differential tests). What the scripts store, letter by
+//! letter, is tabled in [`redis::lua`].
+//!
+//! This module holds the trait and the arguments of its steps; the replies are in `reply`
+//! (re-exported here).
 
 use crate::error::Result;
 use crate::ids::{RequestId, Sku, UserId};
@@ -13,6 +17,9 @@ use std::future::Future;
 
 pub mod memory;
 pub mod redis;
+mod reply;
+
+pub use reply::*;
 
 /// Which segment: SKU, load generation, index.
 #[derive(Debug, Clone, Copy)]
@@ -29,6 +36,7 @@ pub struct SegAddr<'a> {
 /// reservation under the same id conflict ([`crate::Error::RequestIdConflict`] with field
 /// `kind`); they never replay each other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum RequestKind {
     /// A sale: the units are sold for good.
     Sale,
@@ -76,121 +84,76 @@ pub struct ReqArgs<'a> {
     pub kind: RequestKind,
 }
 
-/// Reply of [`Store::deduct_home`] (`deduct.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HomeReply {
-    /// Taken here in full.
-    Applied {
-        /// Segment stock after the deduction.
-        stock_after: u64,
-    },
-    /// Not enough here.
-    Short {
-        /// Segment stock.
-        stock: u64,
-        /// A fallback claim (epoch 1) was written for the caller.
-        claimed: bool,
-    },
-    /// The request id was applied before.
-    Replay(Vec<Part>),
-    /// Another caller holds the fallback claim.
-    Pending {
-        /// The claim's epoch.
-        epoch: u64,
-        /// Lease left on the store's clock.
-        lease_left_ms: u64,
-    },
-    /// Same request id, other parameters (`user`, `qty` or `kind`).
-    Mismatch(&'static str),
-    /// Segment missing or of another generation.
-    Stale,
-    /// The request id was sealed: its per-user claim expired and was verified void, or its
-    /// abandoned fallback claim was recovered by the sweeper.
-    Sealed,
+/// What [`Store::deduct_home`] does when the home segment is short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnShort {
+    /// Claim the request (a pending record, epoch 1) for a fallback across segments.
+    Claim,
+    /// Only report the shortage.
+    Report,
 }
 
-/// Reply of [`Store::take`] (`take.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TakeReply {
-    /// `part` units are taken (now, or earlier by the same epoch).
-    Taken {
-        /// Segment stock after.
-        stock_after: u64,
-        /// Units taken.
-        part: u64,
-    },
-    /// Not enough here.
-    Short {
-        /// Segment stock.
-        stock: u64,
-    },
-    /// The caller's claim was superseded.
-    Fenced,
-    /// Same request id, other parameters.
-    Mismatch(&'static str),
-    /// Segment missing or of another generation.
-    Stale,
+/// Where a step runs, seen from the request: its home segment or a fallback segment. At home
+/// a claimed request's part lives in the claim itself; elsewhere in a part record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SegmentRole {
+    /// The request's home segment.
+    Home,
+    /// Any other segment.
+    Fallback,
 }
 
-/// Reply of [`Store::settle`] (`settle.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SettleReply {
-    /// Settled.
-    Ok,
-    /// Someone else settled it as applied with these parts.
-    Applied(Vec<Part>),
-    /// Someone else holds the claim now (or sealed it).
-    Superseded,
-    /// The record is gone: a newer holder released it (or it expired).
-    Gone,
+impl SegmentRole {
+    /// The role of segment `index` for a request whose home is `home`.
+    pub fn of(index: u32, home: u32) -> Self {
+        if index == home {
+            SegmentRole::Home
+        } else {
+            SegmentRole::Fallback
+        }
+    }
 }
 
-/// Reply of [`Store::fence`] (`fence.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FenceReply {
-    /// Nothing was taken here; the segment is now fenced for older epochs.
-    Clear,
-    /// An older epoch took `part` units here (now re-stamped with the caller's epoch).
-    Applied {
-        /// Units.
-        part: u64,
-    },
-    /// A newer epoch is already here: the caller was superseded.
-    Fenced,
-    /// Same request id, other parameters.
-    Mismatch(&'static str),
+/// What [`Store::reserve_end`] does with a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReservationAction {
+    /// Confirm it: the units become sold.
+    Confirm,
+    /// Cancel it: the units go back to stock.
+    Cancel,
+    /// Only read its state (after returning what has expired).
+    Inspect,
 }
 
-/// Reply of [`Store::takeover`] (`takeover.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TakeoverReply {
-    /// The caller now holds the claim with `epoch`; `home_part` units were already taken at
-    /// the home segment by the previous holder.
-    Won {
-        /// New epoch.
-        epoch: u64,
-        /// Units the previous holder took at home.
-        home_part: u64,
-    },
-    /// The lease has not run out.
-    Pending {
-        /// The claim's epoch.
-        epoch: u64,
-        /// Lease left.
-        lease_left_ms: u64,
-    },
-    /// Applied meanwhile.
-    Replay(Vec<Part>),
-    /// No record.
-    Gone,
-    /// The request id was sealed.
-    Sealed,
-    /// Same request id, other parameters.
-    Mismatch(&'static str),
+/// What [`Store::load_begin`] does when the SKU is loaded already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IfLoaded {
+    /// Leave it, answer [`LoadBegin::Exists`].
+    Refuse,
+    /// Start a new generation over it.
+    Replace,
+}
+
+/// A (re)load as [`Store::load_begin`] records it in the SKU metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadSpec {
+    /// Number of segments.
+    pub segments: u32,
+    /// Units loaded.
+    pub total: u64,
+    /// When the SKU exists.
+    pub if_loaded: IfLoaded,
+    /// Units one user may buy (0 = no limit).
+    pub user_limit: u64,
 }
 
 /// How [`Store::settle`] ends a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SettleAs<'a> {
     /// Applied with these parts.
     Applied(&'a [Part]),
@@ -200,50 +163,9 @@ pub enum SettleAs<'a> {
     Seal,
 }
 
-/// A per-user entry to verify (see [`UserClaim::Limit`]).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct StaleEntry {
-    /// The request it counts.
-    pub request_id: RequestId,
-    /// Its units.
-    pub qty: u64,
-    /// The entry says "reserved" (the request held units; they may have gone back since);
-    /// false: it is pending past its expiry (its claimer presumed dead).
-    pub reserved: bool,
-    /// What the request was.
-    pub kind: RequestKind,
-}
-
-/// Reply of [`Store::user_claim`] (`user_claim.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UserClaim {
-    /// Counted as pending.
-    Ok,
-    /// This request id is already counted (`sold`: for good).
-    Dup {
-        /// The entry is final.
-        sold: bool,
-    },
-    /// Same request id, other quantity or kind (the field).
-    Mismatch(&'static str),
-    /// The limit would be exceeded.
-    Limit {
-        /// Units counted now.
-        used: u64,
-        /// Of those, units sold for good (they never come back).
-        final_used: u64,
-        /// Of those, units of pending entries not yet past their expiry: attempts in flight,
-        /// which may still give their units back. A user over the limit only because of these
-        /// is busy, not at the limit.
-        fresh_pending: u64,
-        /// Entries to verify: pending ones past their expiry, and reservations (they may have
-        /// expired or been cancelled).
-        stale: Vec<StaleEntry>,
-    },
-}
-
 /// What [`Store::user_finish`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UserFinish {
     /// The units are the user's for good.
     Sold,
@@ -251,183 +173,6 @@ pub enum UserFinish {
     Reserved,
     /// Nothing was (or will be) sold: the entry goes.
     Void,
-}
-
-/// A reservation's state (`rs` on the record holding its units).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ResvState {
-    /// Held, not yet confirmed.
-    Reserved,
-    /// Confirmed: the units are sold.
-    Confirmed,
-    /// Cancelled: the units went back.
-    Cancelled,
-    /// Expired unconfirmed: the units went back.
-    Expired,
-}
-
-/// Reply of [`Store::reserve_end`] (`reserve_end.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReserveEnd {
-    /// Now (or already) in the asked state.
-    Done {
-        /// The state reached.
-        state: ResvState,
-        /// Its user.
-        user: String,
-        /// Its units.
-        units: u64,
-    },
-    /// It had ended otherwise (or, for a peek, this is its state).
-    Ended {
-        /// The state it is in.
-        state: ResvState,
-        /// Its user.
-        user: String,
-        /// Its units.
-        units: u64,
-    },
-    /// No such reservation.
-    Unknown,
-    /// Segment missing or of another generation.
-    Stale,
-}
-
-/// Reply of [`Store::seal`] (`seal.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SealReply {
-    /// It never applied and now cannot.
-    Sealed,
-    /// It applied.
-    Applied,
-    /// A fallback claim of it is in progress.
-    Pending {
-        /// Claim lease left.
-        lease_left_ms: u64,
-    },
-    /// Same request id, other parameters.
-    Mismatch(&'static str),
-}
-
-/// Reply of [`Store::restock`] (`restock.lua`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RestockReply {
-    /// Added.
-    Restocked {
-        /// Segment stock after.
-        stock_after: u64,
-    },
-    /// This request id restocked this segment before; nothing changed.
-    Replay {
-        /// Segment stock now.
-        stock: u64,
-    },
-    /// Same request id, other quantity.
-    Mismatch,
-    /// Segment missing or of another generation.
-    Stale,
-}
-
-/// Reply of [`Store::load_begin`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadBegin {
-    /// The SKU exists and `replace` was false.
-    Exists {
-        /// Its generation.
-        generation: u64,
-    },
-    /// A new generation was started.
-    Started {
-        /// The new generation.
-        generation: u64,
-        /// How many segments the previous generation had (0 when new).
-        old_segments: u32,
-    },
-}
-
-/// SKU metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Meta {
-    /// Load generation.
-    pub generation: u64,
-    /// Number of segments.
-    pub segments: u32,
-    /// Units loaded in this generation.
-    pub loaded: u64,
-    /// All segments are written.
-    pub ready: bool,
-    /// Units one user may buy of this SKU (0 = no limit).
-    pub user_limit: u64,
-}
-
-/// One segment's counters. Invariant: `loaded + restocked = stock + reserved + sold`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct SegmentState {
-    /// Units left.
-    pub stock: u64,
-    /// Units sold.
-    pub sold: u64,
-    /// Units loaded.
-    pub loaded: u64,
-    /// Units restocked.
-    pub restocked: u64,
-    /// Units held by live reservations.
-    pub reserved: u64,
-}
-
-/// The state of a request's record at its home segment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordState {
-    /// Applied with these parts.
-    Applied(Vec<Part>),
-    /// A fallback claim is held.
-    Pending {
-        /// Epoch.
-        epoch: u64,
-    },
-    /// Sealed: the request never applied and never can.
-    Sealed,
-}
-
-/// A fallback claim whose lease ran out, as [`Store::claims_due`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DueClaim {
-    /// The claimed request.
-    pub request_id: RequestId,
-    /// Its user.
-    pub user: UserId,
-    /// Its quantity.
-    pub qty: u64,
-    /// Its kind.
-    pub kind: RequestKind,
-}
-
-/// One segment as the audit reads it (`held.lua`): counters and what live reservations hold,
-/// in one atomic read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct HeldState {
-    /// The segment's counters.
-    pub state: SegmentState,
-    /// Units held by live reservations (the sum over the reservation index).
-    pub held: u64,
-    /// Live reservations.
-    pub live: u64,
-    /// Index entries whose record is gone or no longer reserved.
-    pub orphans: u64,
-}
-
-/// A request's record at its home segment, as [`Store::record`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HomeRecord {
-    /// User it was made for.
-    pub user: String,
-    /// Quantity it was made for.
-    pub qty: u64,
-    /// Kind it was made for.
-    pub kind: RequestKind,
-    /// State.
-    pub state: RecordState,
 }
 
 /// A storage backend: atomic per-segment steps. See the module docs.
@@ -454,14 +199,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Starts a (re)load: bumps the generation unless the SKU exists and `replace` is false.
+    /// Starts a (re)load: bumps the generation unless the SKU exists and `spec` says
+    /// [`IfLoaded::Refuse`].
     fn load_begin(
         &self,
         sku: &Sku,
-        segments: u32,
-        total: u64,
-        replace: bool,
-        user_limit: u64,
+        spec: LoadSpec,
     ) -> impl Future<Output = Result<LoadBegin>> + Send;
     /// Writes segment `seg` of generation `seg.generation` with `units`, replacing an older
     /// generation; `false` (nothing written) when a newer generation is there already.
@@ -478,21 +221,22 @@ pub trait Store: Send + Sync + 'static {
     /// Reads the SKU metadata.
     fn meta(&self, sku: &Sku) -> impl Future<Output = Result<Option<Meta>>> + Send;
 
-    /// `deduct.lua`: the whole request at its home segment; optionally claims it when short.
+    /// `deduct.lua`: the whole request at its home segment; claims it when short if
+    /// `on_short` says so.
     fn deduct_home(
         &self,
         seg: SegAddr<'_>,
         req: ReqArgs<'_>,
-        claim: bool,
+        on_short: OnShort,
     ) -> impl Future<Output = Result<HomeReply>> + Send;
-    /// `take.lua`: a part of a claimed request at one segment.
+    /// `take.lua`: a part of a claimed request (claim epoch `epoch`) at one segment.
     fn take(
         &self,
         seg: SegAddr<'_>,
         req: ReqArgs<'_>,
         part: u64,
         epoch: u64,
-        is_home: bool,
+        role: SegmentRole,
     ) -> impl Future<Output = Result<TakeReply>> + Send;
     /// `settle.lua`: ends a claim as applied, released or sealed.
     fn settle(
@@ -508,15 +252,15 @@ pub trait Store: Send + Sync + 'static {
         seg: SegAddr<'_>,
         req: ReqArgs<'_>,
         epoch: u64,
-        is_home: bool,
+        role: SegmentRole,
     ) -> impl Future<Output = Result<u64>> + Send;
-    /// `fence.lua`: shuts epochs older than `epoch` out of a (non-home) segment.
-    fn fence(
+    /// `shut_out.lua`: shuts claim epochs older than `epoch` out of a fallback segment.
+    fn shut_out(
         &self,
         seg: SegAddr<'_>,
         req: ReqArgs<'_>,
         epoch: u64,
-    ) -> impl Future<Output = Result<FenceReply>> + Send;
+    ) -> impl Future<Output = Result<ShutOutReply>> + Send;
     /// `takeover.lua`: takes over a claim whose lease ran out.
     fn takeover(
         &self,
@@ -561,13 +305,13 @@ pub trait Store: Send + Sync + 'static {
         req: ReqArgs<'_>,
         how: UserFinish,
     ) -> impl Future<Output = Result<()>> + Send;
-    /// `reserve_end.lua`: confirms (`Some(true)`), cancels (`Some(false)`) or reads (`None`)
-    /// the reservation held on `request_id`'s record at `seg`.
+    /// `reserve_end.lua`: confirms, cancels or inspects the reservation held on
+    /// `request_id`'s record at `seg`.
     fn reserve_end(
         &self,
         seg: SegAddr<'_>,
         request_id: &RequestId,
-        confirm: Option<bool>,
+        action: ReservationAction,
     ) -> impl Future<Output = Result<ReserveEnd>> + Send;
     /// `reclaim.lua`: returns `seg`'s expired reservations; (units returned, units still
     /// reserved in the segment).

@@ -10,7 +10,7 @@
 //! | `local-mutex` | **no** | naive inside an in-process mutex — oversells across processes |
 //! | `decr-compensate` | no oversell, **not exactly-once** | DECRBY, then the record (or INCRBY back) |
 //!
-//! \* RedLock's safety rests on timing assumptions; the fence at the stock store is what
+//! \* RedLock's safety rests on timing assumptions; the fence token at the stock store is what
 //! actually stops a paused holder (see [`crate::lock::redlock`]).
 
 use crate::error::{Error, Result};
@@ -22,6 +22,7 @@ use std::str::FromStr;
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Strategy {
     /// Atomic Lua check-and-decrement (default).
     #[default]

@@ -17,11 +17,10 @@ fn evalsha_calls(srv: &RedisServer) -> u64 {
 }
 
 fn opts(max_batch: usize, window_us: u64, max_in_flight: usize) -> Coalescing {
-    Coalescing {
-        max_batch,
-        window: Duration::from_micros(window_us),
-        max_in_flight,
-    }
+    Coalescing::default()
+        .max_batch(max_batch)
+        .window(Duration::from_micros(window_us))
+        .max_in_flight(max_in_flight)
 }
 
 /// `tasks` buyers run `n` one-unit (or `qty`-unit) deductions with distinct ids and users.
@@ -234,10 +233,12 @@ async fn coalescing_options_are_checked() {
         opts(8, 0, 0),
         opts(8, 200_000, 1),
     ] {
-        let store = RedisStore::connect(&srv.url(), 1, "t").await.unwrap();
-        assert!(matches!(
-            store.with_coalescing(Some(bad)),
-            Err(Error::Config(_))
-        ));
+        let store = RedisStore::builder(srv.url())
+            .pool_size(1)
+            .key_prefix("t")
+            .coalescing(Some(bad))
+            .connect()
+            .await;
+        assert!(matches!(store, Err(Error::Config(_))));
     }
 }

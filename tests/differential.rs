@@ -192,7 +192,9 @@ fn memory_and_redis_agree() {
 // ---------------------------------------------------------------------------------------------
 
 use shardstock::segments::home;
-use shardstock::store::{HomeReply, ReqArgs, ResvState, SegAddr, TakeReply, UserClaim};
+use shardstock::store::{
+    HomeReply, OnShort, ReqArgs, ResvState, SegAddr, SegmentRole, TakeReply, UserClaim,
+};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -1177,7 +1179,12 @@ impl<S: Store> World<S> {
             index,
         };
         let fallback = matches!(act, Act::CrashFallback { .. });
-        let r = store.deduct_home(at(h), args, fallback).await;
+        let on_short = if fallback {
+            OnShort::Claim
+        } else {
+            OnShort::Report
+        };
+        let r = store.deduct_home(at(h), args, on_short).await;
         self.check_error(what, &r);
         match &r {
             // The lease left depends on timing.
@@ -1200,7 +1207,13 @@ impl<S: Store> World<S> {
                 let mut taken = 0;
                 if n > 1 {
                     let t = store
-                        .take(at((h + 1) % n), args, part.min(qty), 1, false)
+                        .take(
+                            at((h + 1) % n),
+                            args,
+                            part.min(qty),
+                            1,
+                            SegmentRole::Fallback,
+                        )
                         .await;
                     self.check_error(what, &t);
                     log += &format!(" take {t:?}");
@@ -1661,16 +1674,23 @@ impl Worlds {
         let mem = MemoryStore::new();
         let m = [b().build(mem.clone()).unwrap(), b().build(mem).unwrap()];
         let url = srv.url();
-        let redis = || RedisStore::connect(&url, 2, "t");
+        let redis = || {
+            RedisStore::builder(&url)
+                .pool_size(2)
+                .key_prefix("t")
+                .connect()
+        };
         let r = [
             b().build(redis().await.unwrap()).unwrap(),
             b().build(redis().await.unwrap()).unwrap(),
         ];
         let coalesced = || async {
-            RedisStore::connect(&url, 2, "c")
+            RedisStore::builder(&url)
+                .pool_size(2)
+                .key_prefix("c")
+                .coalescing(Some(Coalescing::default()))
+                .connect()
                 .await
-                .unwrap()
-                .with_coalescing(Some(Coalescing::default()))
                 .unwrap()
         };
         let c = [

@@ -12,7 +12,8 @@ use futures::future::{BoxFuture, join_all};
 use futures::{FutureExt, poll};
 use shardstock::segments::home;
 use shardstock::store::{
-    HomeReply, RecordState, ReqArgs, RequestKind, SealReply, SegAddr, TakeReply, UserClaim,
+    HomeReply, OnShort, RecordState, ReqArgs, RequestKind, SealReply, SegAddr, SegmentRole,
+    TakeReply, UserClaim,
 };
 use shardstock::*;
 use std::panic::AssertUnwindSafe;
@@ -630,12 +631,18 @@ async fn e05_simulated<S: Store>(e: Engine<S>, tag: &'static str) {
     let (x, hx) = (rid("h-x"), uid("hx"));
     let (h, o) = (home(&x, 2), 1 - home(&x, 2));
     let ax = args(&e, &x, &hx, 3, 0);
-    let r = store.deduct_home(at(&s, g, h), ax, true).await.unwrap();
+    let r = store
+        .deduct_home(at(&s, g, h), ax, OnShort::Claim)
+        .await
+        .unwrap();
     assert!(
         matches!(r, HomeReply::Short { claimed: true, .. }),
         "[{tag}] {r:?}"
     );
-    let r = store.take(at(&s, g, o), ax, 2, 1, false).await.unwrap();
+    let r = store
+        .take(at(&s, g, o), ax, 2, 1, SegmentRole::Fallback)
+        .await
+        .unwrap();
     assert!(
         matches!(r, TakeReply::Taken { part: 2, .. }),
         "[{tag}] {r:?}"
@@ -650,16 +657,16 @@ async fn e05_simulated<S: Store>(e: Engine<S>, tag: &'static str) {
     let (y, fy) = (rid("f-y"), uid("fy"));
     let (hy, oy) = (home(&y, 2), 1 - home(&y, 2));
     let ay = args(&e, &y, &fy, 4, 0);
-    let r = store.deduct_home(at(&f, gf, hy), ay, true).await.unwrap();
+    let r = store
+        .deduct_home(at(&f, gf, hy), ay, OnShort::Claim)
+        .await
+        .unwrap();
     assert!(
         matches!(r, HomeReply::Short { claimed: true, .. }),
         "[{tag}] {r:?}"
     );
-    for (seg, is_home) in [(hy, true), (oy, false)] {
-        let r = store
-            .take(at(&f, gf, seg), ay, 2, 1, is_home)
-            .await
-            .unwrap();
+    for (seg, role) in [(hy, SegmentRole::Home), (oy, SegmentRole::Fallback)] {
+        let r = store.take(at(&f, gf, seg), ay, 2, 1, role).await.unwrap();
         assert!(
             matches!(r, TakeReply::Taken { part: 2, .. }),
             "[{tag}] {r:?}"
@@ -819,7 +826,7 @@ async fn e06<S: Store>(e: Engine<S>, tag: &'static str) {
         .deduct_home(
             at(&s, generation, home(&r1, 2)),
             args(&e, &r1, &u, 1, resv_ms),
-            false,
+            OnShort::Report,
         )
         .await
         .unwrap();
@@ -1615,7 +1622,7 @@ async fn twin_voided_entry<S: Store>(e: Engine<S>, tag: &'static str) {
         .unwrap();
     // Twin 2 (paused until now) sells and records it.
     let placed = st
-        .deduct_home(at(&s, generation, home(&x1, 1)), a, true)
+        .deduct_home(at(&s, generation, home(&x1, 1)), a, OnShort::Claim)
         .await
         .unwrap();
     assert!(

@@ -17,12 +17,16 @@ mod common;
 // never skipped). scripts/test.sh installs them (Debian packages prometheus, docker-compose).
 
 use common::RedisServer;
+use common::binary::shardstock;
+use common::http_client::{agent, get};
+use common::ports::free_port;
+use common::process::{Proc, require};
+use common::prometheus::Prometheus;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Prometheus scrapes every second; Grafana's `$__rate_interval` is then
@@ -297,20 +301,6 @@ fn dashboard_is_provisionable() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-fn require(tool: &str) {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    assert!(
-        found,
-        "`{tool}` is not installed; scripts/test.sh installs it (apt-get install prometheus \
-         docker-compose). This test is never skipped."
-    );
-}
-
 #[test]
 fn promtool_accepts_the_prometheus_config() {
     require("promtool");
@@ -346,148 +336,14 @@ fn docker_compose_file_is_valid() {
 // ---------------------------------------------------------------------------------------
 // The live test.
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed on drop; on a panic its log is printed.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    /// The last `lines` lines of the log, after any panic messages found anywhere in it.
-    fn log_tail(&self, lines: usize) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        let mut out = Vec::new();
-        for (i, l) in all.iter().enumerate() {
-            if l.contains("panicked at") {
-                out.extend(all[i..all.len().min(i + 40)].iter().copied());
-                out.push("...");
-            }
-        }
-        out.extend(all[all.len().saturating_sub(lines)..].iter().copied());
-        out.join("\n")
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- {} log (last lines) ---\n{}",
-                self.name,
-                self.log_tail(40)
-            );
-        }
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .new_agent()
-}
-
-fn get(agent: &ureq::Agent, url: &str, query: &[(&str, &str)]) -> Result<(u16, String), String> {
-    let mut req = agent.get(url);
-    for (k, v) in query {
-        req = req.query(*k, *v);
-    }
-    let mut resp = req.call().map_err(|e| e.to_string())?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .body_mut()
-        .read_to_string()
-        .map_err(|e| e.to_string())?;
-    Ok((status, body))
-}
-
-struct Prometheus {
-    _proc: Proc,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Prometheus {
-    /// Debian's Prometheus on a free loopback port, scraping `target` every second with
-    /// config/prometheus.yml (its target replaced), its own TSDB in a temporary directory.
-    fn start(target: &str) -> Self {
-        require("prometheus");
-        let shipped = std::fs::read_to_string(root().join("config/prometheus.yml")).unwrap();
-        assert!(
-            shipped.contains("\"127.0.0.1:9898\"") && shipped.contains("scrape_interval: 1s"),
-            "config/prometheus.yml should scrape 127.0.0.1:9898 every 1s (this test relies on it)"
-        );
-        let config = shipped.replace("\"127.0.0.1:9898\"", &format!("\"{target}\""));
-        let agent = agent();
-        for _ in 0..3 {
-            let dir = tempfile::tempdir().unwrap();
-            let cfg = dir.path().join("prometheus.yml");
-            std::fs::write(&cfg, &config).unwrap();
-            let log = dir.path().join("prometheus.log");
-            let port = free_port();
-            let child = Command::new("prometheus")
-                .arg(format!("--config.file={}", cfg.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("tsdb").display()
-                ))
-                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-                .arg("--log.level=warn")
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("prometheus must be installed (scripts/test.sh installs it)");
-            let mut proc = Proc {
-                name: "prometheus",
-                child,
-                log,
-            };
-            let base = format!("http://127.0.0.1:{port}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = proc.child.try_wait() {
-                    break; // port taken between probe and bind: try another
-                }
-                if let Ok((200, _)) = get(&agent, &format!("{base}/-/ready"), &[]) {
-                    return Self {
-                        _proc: proc,
-                        base,
-                        _dir: dir,
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            eprintln!("prometheus did not start:\n{}", proc.log_tail(20));
-        }
-        panic!("could not start prometheus");
-    }
-
-    /// Instant query; the `result` array.
-    fn query(&self, agent: &ureq::Agent, expr: &str) -> Result<Vec<Value>, String> {
-        let (status, body) = get(
-            agent,
-            &format!("{}/api/v1/query", self.base),
-            &[("query", expr)],
-        )?;
-        let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-        if status != 200 || v["status"] != "success" {
-            return Err(format!("HTTP {status}: {}", v["error"]));
-        }
-        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
-    }
+/// Prometheus with config/prometheus.yml, its scrape target replaced by `target` (the sim).
+fn prometheus_scraping(target: &str) -> Prometheus {
+    let shipped = std::fs::read_to_string(root().join("config/prometheus.yml")).unwrap();
+    assert!(
+        shipped.contains("\"127.0.0.1:9898\"") && shipped.contains("scrape_interval: 1s"),
+        "config/prometheus.yml should scrape 127.0.0.1:9898 every 1s (this test relies on it)"
+    );
+    Prometheus::start(&shipped.replace("\"127.0.0.1:9898\"", &format!("\"{target}\"")))
 }
 
 /// Grafana's formatting of a multi-value variable inside `=~"..."`: regex metacharacters
@@ -583,7 +439,7 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let t0 = Instant::now();
     let redis = RedisServer::start();
     let metrics_addr = format!("127.0.0.1:{}", free_port());
-    let prom = Prometheus::start(&metrics_addr);
+    let prom = prometheus_scraping(&metrics_addr);
     eprintln!("prometheus ready after {:.1}s", t0.elapsed().as_secs_f64());
     let agent = agent();
 
@@ -594,58 +450,43 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let log = dir.path().join("sim.stderr");
     let out_path = dir.path().join("sim.stdout");
     let duration = SALE_SECONDS.to_string();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SHARDSTOCK_") {
-            cmd.env_remove(&k);
-        }
-    }
-    let child = cmd
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "1")
-        .args([
-            "sim",
-            "--redis",
-            &redis.url(),
-            "--strategy",
-            "lock",
-            "--metrics-addr",
-            &metrics_addr,
-            "--sku",
-            SKU,
-            "--stock",
-            "100",
-            "--segments",
-            "8",
-            "--qty",
-            "2",
-            "--users",
-            "3000",
-            "--per-user-limit",
-            "2",
-            "--reserve-ratio",
-            "0.3",
-            "--ttl-ms",
-            "300",
-            "--concurrency",
-            "16",
-            "--rate",
-            "1000",
-            "--restock-every",
-            "1",
-            "--duration",
-            &duration,
-            "--json",
-        ])
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut sim = Proc {
-        name: "shardstock sim",
-        child,
-        log,
-    };
+    let mut cmd = shardstock(&[
+        "sim",
+        "--redis",
+        &redis.url(),
+        "--strategy",
+        "lock",
+        "--metrics-addr",
+        &metrics_addr,
+        "--sku",
+        SKU,
+        "--stock",
+        "100",
+        "--segments",
+        "8",
+        "--qty",
+        "2",
+        "--users",
+        "3000",
+        "--per-user-limit",
+        "2",
+        "--reserve-ratio",
+        "0.3",
+        "--ttl-ms",
+        "300",
+        "--concurrency",
+        "16",
+        "--rate",
+        "1000",
+        "--restock-every",
+        "1",
+        "--duration",
+        &duration,
+        "--json",
+    ]);
+    cmd.env("RUST_BACKTRACE", "1")
+        .stdout(std::fs::File::create(&out_path).unwrap());
+    let mut sim = Proc::spawn("shardstock sim", &mut cmd, log);
 
     // First data in Prometheus.
     let deadline = Instant::now() + Duration::from_secs(SALE_SECONDS);

@@ -4,11 +4,12 @@
 //! request id is always safe. This test holds the engine to it against a real redis-server.
 
 mod common;
+use common::connection_killer::ConnectionKiller;
 use common::*;
 use shardstock::*;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -36,38 +37,8 @@ async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
     let sku = Sku::new("kill").unwrap();
     e.load(&sku, 12_000, LoadOptions::new(8)).await.unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let kills = Arc::new(AtomicU64::new(0));
-    let killer = {
-        let (stop, kills, port) = (stop.clone(), kills.clone(), srv.port);
-        std::thread::spawn(move || {
-            // Bounded: at most 400 rounds of 5 ms.
-            for _ in 0..400 {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let out = std::process::Command::new("redis-cli")
-                    .args([
-                        "-p",
-                        &port.to_string(),
-                        "CLIENT",
-                        "KILL",
-                        "TYPE",
-                        "normal",
-                        "SKIPME",
-                        "yes",
-                    ])
-                    .output()
-                    .unwrap();
-                let n: u64 = String::from_utf8_lossy(&out.stdout)
-                    .trim()
-                    .parse()
-                    .unwrap_or(0);
-                kills.fetch_add(n, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        })
-    };
+    // Bounded: at most 400 rounds of 5 ms.
+    let killer = ConnectionKiller::start(srv.port, 400);
 
     let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -121,8 +92,7 @@ async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    killer.join().unwrap();
+    let kills = killer.stop();
 
     let a = e.audit(&sku).await.unwrap();
     assert!(a.ok, "{a:?}");
@@ -130,13 +100,9 @@ async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
     assert!(a.sold <= 12_000);
     assert_eq!(a.loaded + a.restocked, a.remaining + a.reserved + a.sold);
     assert!(a.remaining <= 1, "stock left unsold: {}", a.remaining);
-    assert!(
-        kills.load(Ordering::Relaxed) > 0,
-        "the killer never hit a connection"
-    );
+    assert!(kills > 0, "the killer never hit a connection");
     eprintln!(
-        "connections killed: {}, errors retried: {}, replays seen: {replayed}",
-        kills.load(Ordering::Relaxed),
+        "connections killed: {kills}, errors retried: {}, replays seen: {replayed}",
         errors.load(Ordering::Relaxed)
     );
 }

@@ -8,8 +8,6 @@ use shardstock::Error;
 use shardstock::lock::redlock::QUARANTINE_KEY;
 use shardstock::lock::{LockGuard, LockOptions, Locker};
 use std::future::Future;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -32,14 +30,6 @@ fn opts(lease: Duration, wait: Duration) -> LockOptions {
 
 fn urls_of(servers: &[&RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url()).collect()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Fresh nodes quarantine themselves for 3 × lease on first contact: wait that out once by
@@ -94,109 +84,11 @@ fn start_marked(n: usize) -> Vec<RedisServer> {
 }
 
 /// How many of the given nodes hold `key` (any token).
-fn holders(nodes: &[&dyn Cli], key: &str) -> usize {
+fn holders(nodes: &[&RedisServer], key: &str) -> usize {
     nodes
         .iter()
-        .filter(|n| n.run(&["EXISTS", key]) == "1")
+        .filter(|n| n.cli(&["EXISTS", key]) == "1")
         .count()
-}
-
-trait Cli {
-    fn run(&self, args: &[&str]) -> String;
-}
-
-impl Cli for RedisServer {
-    fn run(&self, args: &[&str]) -> String {
-        self.cli(args)
-    }
-}
-
-impl Cli for LocalNode {
-    fn run(&self, args: &[&str]) -> String {
-        self.cli(args)
-    }
-}
-
-/// A redis-server on a fixed port that can be stopped and started again **empty** on the same
-/// port (the shared harness picks a new port per server).
-struct LocalNode {
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl LocalNode {
-    /// A port for a node that is not running (yet).
-    fn reserve() -> Self {
-        Self {
-            port: free_port(),
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-        }
-    }
-
-    fn started() -> Self {
-        let mut n = Self::reserve();
-        n.start();
-        n
-    }
-
-    fn start(&mut self) {
-        assert!(self.child.is_none(), "already running");
-        let log = self.dir.path().join("redis.log");
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--maxmemory-policy", "noeviction"])
-            .args(["--logfile", log.to_str().unwrap()])
-            .args(["--dir", self.dir.path().to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.cli(&["PING"]) != "PONG" {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on :{} did not start",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Kill and start again on the same port, with no data (no persistence).
-    fn restart_empty(&mut self) {
-        self.stop();
-        self.start();
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for LocalNode {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -274,12 +166,12 @@ async fn mutual_exclusion(nodes: usize, key: &str) {
     assert_eq!(counter.load(SeqCst), 320, "lost update");
     // Released everywhere (a release whose answer was lost is retried in the background for
     // about 0.3 s; the 2 s lease would hide a leak only after that).
-    let refs: Vec<&dyn Cli> = servers.iter().map(|s| s as &dyn Cli).collect();
+    let refs: Vec<&RedisServer> = servers.iter().collect();
     let t = Instant::now();
     while holders(&refs, key) != 0 {
         let left: Vec<String> = refs
             .iter()
-            .map(|n| format!("{} pttl {}", n.run(&["GET", key]), n.run(&["PTTL", key])))
+            .map(|n| format!("{} pttl {}", n.cli(&["GET", key]), n.cli(&["PTTL", key])))
             .collect();
         assert!(
             t.elapsed() < Duration::from_secs(1),
@@ -383,7 +275,7 @@ async fn minority_down_5_nodes() {
 async fn node_down_at_connect() {
     bounded(Duration::from_secs(30), async {
         let (a, b) = (RedisServer::start(), RedisServer::start());
-        let mut c = LocalNode::reserve(); // nothing listens there yet
+        let mut c = RedisServer::reserved(); // nothing listens there yet
         let urls = vec![a.url(), b.url(), c.url()];
         let t = Instant::now();
         let locker = Locker::redlock(
@@ -404,9 +296,9 @@ async fn node_down_at_connect() {
         g.release().await.unwrap();
         // The node comes up later: the client connects in the background and it votes after
         // its own first-contact quarantine.
-        c.start();
+        c.boot();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while c.run(&["EXISTS", QUARANTINE_KEY]) != "1" {
+        while c.cli(&["EXISTS", QUARANTINE_KEY]) != "1" {
             assert!(Instant::now() < deadline, "late node never contacted");
             let g = acquire(&locker, "rl:down-at-connect")
                 .await
@@ -447,7 +339,7 @@ async fn majority_down(nodes: usize, kill: usize, key: &str) {
         }
     }
     // Nothing was left behind on the live nodes.
-    let live: Vec<&dyn Cli> = servers.iter().flatten().map(|s| s as &dyn Cli).collect();
+    let live: Vec<&RedisServer> = servers.iter().flatten().collect();
     assert_eq!(holders(&live, key), 0);
     assert_eq!(locker.stats().figures().watchdogs_running, 0);
 }
@@ -472,8 +364,8 @@ async fn restarted_empty_node_is_quarantined() {
         let lease = Duration::from_secs(1);
         let quarantine = lease * 3;
         let a = RedisServer::start();
-        let mut b = LocalNode::started();
-        let mut c = LocalNode::reserve();
+        let mut b = RedisServer::start();
+        let mut c = RedisServer::reserved();
         let urls = vec![a.url(), b.url(), c.url()];
         let holder1 = Locker::redlock(&urls, opts(lease, Duration::from_secs(5)))
             .await
@@ -481,31 +373,31 @@ async fn restarted_empty_node_is_quarantined() {
         warm_up(&holder1).await; // A and B leave their first-contact quarantine
 
         let g1 = acquire(&holder1, key).await.expect("holder 1 on A and B");
-        assert_eq!(a.run(&["GET", key]), g1.token());
-        assert_eq!(b.run(&["GET", key]), g1.token());
+        assert_eq!(a.cli(&["GET", key]), g1.token());
+        assert_eq!(b.cli(&["GET", key]), g1.token());
 
-        c.start();
+        c.boot();
         b.restart_empty();
-        assert_eq!(b.run(&["EXISTS", key]), "0");
-        assert_eq!(c.run(&["EXISTS", key]), "0");
+        assert_eq!(b.cli(&["EXISTS", key]), "0");
+        assert_eq!(c.cli(&["EXISTS", key]), "0");
 
         let holder2 = Locker::redlock(&urls, opts(lease, Duration::from_millis(300)))
             .await
             .unwrap();
         // Holder 1 still holds A; without the quarantine, empty B and C would make a quorum.
-        assert_eq!(a.run(&["GET", key]), g1.token(), "holder 1's lease on A");
+        assert_eq!(a.cli(&["GET", key]), g1.token(), "holder 1's lease on A");
         let t = Instant::now();
         let r = acquire(&holder2, key).await;
         assert!(r.is_none(), "holder 2 got in while holder 1 held A: {r:?}");
         eprintln!(
             "holder 2 refused in {:?}; A holds {:?} (holder 1: {})",
             t.elapsed(),
-            a.run(&["GET", key]),
+            a.cli(&["GET", key]),
             g1.token()
         );
-        for n in [&b as &dyn Cli, &c] {
-            assert_eq!(n.run(&["EXISTS", key]), "0", "a quarantined node granted");
-            assert_eq!(n.run(&["EXISTS", QUARANTINE_KEY]), "1");
+        for n in [&b, &c] {
+            assert_eq!(n.cli(&["EXISTS", key]), "0", "a quarantined node granted");
+            assert_eq!(n.cli(&["EXISTS", QUARANTINE_KEY]), "1");
         }
 
         // Holder 1's watchdog cannot renew on a quorum (B forgot it): it reports the loss.
@@ -518,7 +410,7 @@ async fn restarted_empty_node_is_quarantined() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         g1.release().await.unwrap();
-        assert_eq!(a.run(&["EXISTS", key]), "0");
+        assert_eq!(a.cli(&["EXISTS", key]), "0");
 
         // A is free now, but B and C are still quarantined: no quorum yet.
         assert!(
@@ -543,10 +435,10 @@ async fn restarted_empty_node_is_quarantined() {
             waited + Duration::from_millis(100) >= quarantine,
             "quarantine too short: {waited:?}"
         );
-        let nodes: [&dyn Cli; 3] = [&a, &b, &c];
+        let nodes: [&RedisServer; 3] = [&a, &b, &c];
         let owned = nodes
             .iter()
-            .filter(|n| n.run(&["GET", key]) == g2.token())
+            .filter(|n| n.cli(&["GET", key]) == g2.token())
             .count();
         assert!(owned >= 2, "holder 2 holds {owned} nodes");
         g2.release().await.unwrap();
@@ -736,7 +628,7 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
         let (c, a) = (cancelled.load(SeqCst), acquired.load(SeqCst));
         eprintln!("400 acquisitions: {c} cancelled, {a} acquired");
 
-        let nodes: [&dyn Cli; 3] = [&servers[0], &servers[1], &servers[2]];
+        let nodes: [&RedisServer; 3] = [&servers[0], &servers[1], &servers[2]];
         let t = Instant::now();
         loop {
             let left = holders(&nodes, key);

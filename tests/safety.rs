@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use fred::prelude::LuaInterface;
 use fred::types::Value;
-use shardstock::store::{HomeReply, ReqArgs, SegAddr, TakeReply};
+use shardstock::store::{HomeReply, OnShort, ReqArgs, SegAddr, SegmentRole, TakeReply};
 use shardstock::*;
 use std::time::Duration;
 
@@ -377,12 +377,14 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
         kind: shardstock::store::RequestKind::Sale,
     };
     assert!(matches!(
-        st.deduct_home(at(home), fa, false).await.unwrap(),
+        st.deduct_home(at(home), fa, OnShort::Report).await.unwrap(),
         HomeReply::Applied { .. }
     ));
     // The doomed holder: claims, then takes 1 (or 2 = complete) units at other segments.
     assert_eq!(
-        st.deduct_home(at(home), args, true).await.unwrap(),
+        st.deduct_home(at(home), args, OnShort::Claim)
+            .await
+            .unwrap(),
         HomeReply::Short {
             stock: 0,
             claimed: true
@@ -391,12 +393,16 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     // The other segments, in the order the engine falls back to them.
     let others: Vec<u32> = (1..4).map(|k| (home + k) % 4).collect();
     assert!(matches!(
-        st.take(at(others[0]), args, 1, 1, false).await.unwrap(),
+        st.take(at(others[0]), args, 1, 1, SegmentRole::Fallback)
+            .await
+            .unwrap(),
         TakeReply::Taken { part: 1, .. }
     ));
     if complete {
         assert!(matches!(
-            st.take(at(others[1]), args, 1, 1, false).await.unwrap(),
+            st.take(at(others[1]), args, 1, 1, SegmentRole::Fallback)
+                .await
+                .unwrap(),
             TakeReply::Taken { part: 1, .. }
         ));
     }
@@ -422,10 +428,17 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     }
     // The zombie wakes: its epoch-1 takes are fenced and its refunds do nothing.
     assert_eq!(
-        st.take(at(others[2]), args, 1, 1, false).await.unwrap(),
-        TakeReply::Fenced
+        st.take(at(others[2]), args, 1, 1, SegmentRole::Fallback)
+            .await
+            .unwrap(),
+        TakeReply::Superseded
     );
-    assert_eq!(st.refund(at(others[0]), args, 1, false).await.unwrap(), 0);
+    assert_eq!(
+        st.refund(at(others[0]), args, 1, SegmentRole::Fallback)
+            .await
+            .unwrap(),
+        0
+    );
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok, "{a:?}");
     assert_eq!(
@@ -492,7 +505,10 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
         kind: shardstock::store::RequestKind::Sale,
     };
     assert!(matches!(
-        e.store().deduct_home(at, args, true).await.unwrap(),
+        e.store()
+            .deduct_home(at, args, OnShort::Claim)
+            .await
+            .unwrap(),
         HomeReply::Short { claimed: true, .. }
     ));
     let d = e

@@ -1,48 +1,134 @@
-//! `shardstock serve` end to end: the HTTP API over a real redis-server, error codes, a small
-//! version of the three-instance experiment, and graceful shutdown.
+//! The HTTP API (`shardstock::http`) over a real redis-server: every route and error code, and
+//! Redis failures, with the API served in this process on `127.0.0.1:0`; then what is about the
+//! `shardstock serve` binary: a small version of the three-instance experiment (three processes)
+//! and graceful shutdown on SIGTERM.
 
 mod common;
 
 use common::RedisServer;
+use common::binary::shardstock;
+use common::http_client;
+use common::process::Proc;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use shardstock::http::ApiOptions;
+use shardstock::{Engine, RedisStore};
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::process::Command;
+use std::sync::{OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
 
-/// A running `shardstock serve`, killed on drop.
-struct Serve {
-    child: Child,
+/// This test process's metrics recorder (one per process), rendered by `GET /metrics`.
+fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .expect("install the metrics recorder")
+    })
+}
+
+/// The API served in this process on `127.0.0.1:0`, on a runtime of its own, over a Redis
+/// store on a given server. Dropping it completes the shutdown future and waits for the server
+/// to return.
+struct Api {
     base: String,
-    stderr: Option<thread::JoinHandle<String>>,
+    shutdown: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Api {
+    /// `shardstock::http::serve_with` with this process's metrics recorder.
+    fn start(redis: &RedisServer) -> Self {
+        Self::start_with(redis, |listener, engine, stop| {
+            let options = ApiOptions::default().metrics(|| recorder().render());
+            shardstock::http::serve_with(listener, engine, options, async move {
+                let _ = stop.await;
+            })
+        })
+    }
+
+    /// Runs the server future `serve` makes of a listener on `127.0.0.1:0`, an engine over a
+    /// Redis store on `redis`, and the shutdown signal (complete when it resolves).
+    fn start_with<F>(
+        redis: &RedisServer,
+        serve: impl FnOnce(TcpListener, Engine<RedisStore>, oneshot::Receiver<()>) -> F,
+    ) -> Self
+    where
+        F: Future<Output = std::io::Result<()>> + Send + 'static,
+    {
+        recorder();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let engine = rt.block_on(common::redis_engine(redis, Engine::builder()));
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel();
+        let served = rt.spawn(serve(listener, engine, rx));
+        Self {
+            base,
+            shutdown: Some(tx),
+            served: Some(served),
+            rt,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Completes the shutdown future; returns what the server returned.
+    fn stop(&mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.served.take() {
+            Some(h) => self
+                .rt
+                .block_on(async { tokio::time::timeout(Duration::from_secs(10), h).await })
+                .expect("serve returns after its shutdown future completes")
+                .expect("the server task does not panic"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            self.stop().expect("serve ends without an error");
+        }
+    }
+}
+
+/// A running `shardstock serve`, killed on drop (its stderr printed when the test panics).
+struct Serve {
+    /// Declared before `_dir`: the process goes before the directory holding its log.
+    proc: Proc,
+    base: String,
+    _dir: tempfile::TempDir,
 }
 
 impl Serve {
     /// Starts `serve --listen 127.0.0.1:0 --redis URL <extra>` and waits for its address.
     fn start(redis: &str, extra: &[&str]) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("SHARDSTOCK_") {
-                cmd.env_remove(&k);
-            }
-        }
-        let mut child = cmd
-            .env_remove("RUST_LOG")
-            .args(["serve", "--listen", "127.0.0.1:0", "--redis", redis])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start shardstock serve");
-        let stdout = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let stderr = thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--redis", redis];
+        args.extend_from_slice(extra);
+        let mut proc = Proc::spawn(
+            "shardstock serve",
+            &mut shardstock(&args),
+            dir.path().join("serve.stderr"),
+        );
+        let stdout = proc.child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -51,22 +137,18 @@ impl Serve {
             }
             for _ in lines {}
         });
-        let line = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(l) => l,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("serve did not start: {}", stderr.join().unwrap());
-            }
-        };
+        // On failure `proc` is dropped while panicking: killed, its stderr printed.
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("serve did not start"));
         let base = line
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_string();
         Self {
-            child,
+            proc,
             base,
-            stderr: Some(stderr),
+            _dir: dir,
         }
     }
 
@@ -75,24 +157,9 @@ impl Serve {
     }
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if thread::panicking()
-            && let Some(h) = self.stderr.take()
-        {
-            eprintln!("--- serve {} stderr ---\n{}", self.base, h.join().unwrap());
-        }
-    }
-}
-
+/// An agent for the API: every status an answer, slow calls (a Redis timeout) allowed 20 s.
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(20)))
-        .build()
-        .into()
+    http_client::agent_with_timeout(Duration::from_secs(20))
 }
 
 /// A reply: status, JSON body (Null when not JSON), Retry-After header.
@@ -156,7 +223,7 @@ fn expect_error(r: &Reply, status: u16, field: &str) {
 #[test]
 fn every_route_answers_with_the_documented_codes() {
     let srv = RedisServer::start();
-    let s = Serve::start(&srv.url(), &[]);
+    let s = Api::start(&srv);
     let a = agent();
 
     let h = get(&a, &s.url("/healthz"));
@@ -478,9 +545,8 @@ fn every_route_answers_with_the_documented_codes() {
     );
 
     // Metrics and unknown routes.
-    let mut m = a.get(&s.url("/metrics")).call().unwrap();
-    assert_eq!(m.status().as_u16(), 200);
-    let text = m.body_mut().read_to_string().unwrap();
+    let (status, text) = http_client::get(&a, &s.url("/metrics"), &[]).unwrap();
+    assert_eq!(status, 200);
     assert!(text.contains("shardstock_deductions_total"), "{text}");
     assert_eq!(get(&a, &s.url("/nothing")).status, 404);
 }
@@ -489,7 +555,7 @@ fn every_route_answers_with_the_documented_codes() {
 #[test]
 fn redis_failure_is_a_503_with_retry_after() {
     let srv = RedisServer::start();
-    let s = Serve::start(&srv.url(), &[]);
+    let s = Api::start(&srv);
     let a = agent();
     assert_eq!(
         put(&a, &s.url("/skus/x"), json!({"stock": 5, "segments": 1})).status,
@@ -506,6 +572,70 @@ fn redis_failure_is_a_503_with_retry_after() {
     assert!(r.retry_after.is_some(), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(15));
     assert_eq!(get(&a, &s.url("/healthz")).status, 200);
+}
+
+/// The routes mounted under a prefix in another axum app, next to a route of its own: both
+/// answer, and the API's JSON 404s stay inside its prefix. Without a metrics renderer,
+/// `/metrics` is a 404 saying so.
+#[test]
+fn the_routes_mount_in_another_app() {
+    let srv = RedisServer::start();
+    let s = Api::start_with(&srv, |listener, engine, stop| async move {
+        let app = axum::Router::new()
+            .route("/own", axum::routing::get(|| async { "mine" }))
+            .nest("/api", shardstock::http::router(engine));
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.await;
+            })
+            .await
+    });
+    let a = agent();
+    let r = put(
+        &a,
+        &s.url("/api/skus/mounted"),
+        json!({"stock": 3, "segments": 1, "per_user_limit": 0}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let r = post(
+        &a,
+        &s.url("/api/skus/mounted/deduct"),
+        json!({"user": "u1", "request_id": "r1"}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"]),
+        (200, &json!("applied")),
+        "{r:?}"
+    );
+    let (status, own) = http_client::get(&a, &s.url("/own"), &[]).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(own, "mine");
+    let r = get(&a, &s.url("/api/metrics"));
+    assert_eq!(r.status, 404, "{r:?}");
+    assert!(
+        r.body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("metrics")),
+        "{r:?}"
+    );
+    let r = get(&a, &s.url("/api/nothing"));
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(r.body["error"], "no such route", "{r:?}");
+}
+
+/// `serve` returns `Ok` once the shutdown future it was given completes, and the port then
+/// refuses connections.
+#[test]
+fn serve_returns_when_its_shutdown_future_completes() {
+    let srv = RedisServer::start();
+    let mut s = Api::start(&srv);
+    let a = agent();
+    assert_eq!(get(&a, &s.url("/healthz")).status, 200);
+    s.stop().expect("serve returns Ok");
+    assert!(
+        http_client::get(&a, &s.url("/healthz"), &[]).is_err(),
+        "still answering after shutdown"
+    );
 }
 
 /// Fires `threads` threads at each instance, each sending `per_thread` deducts with unique
@@ -601,7 +731,7 @@ fn sigterm_lets_the_in_flight_request_finish() {
     let slow =
         thread::spawn(move || post(&agent(), &url, json!({"user": "u1", "request_id": "r1"})));
     thread::sleep(Duration::from_millis(500));
-    let pid = s.child.id().to_string();
+    let pid = s.proc.child.id().to_string();
     let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(st.success());
     let r = slow.join().unwrap();
@@ -612,7 +742,7 @@ fn sigterm_lets_the_in_flight_request_finish() {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
+        if let Some(st) = s.proc.child.try_wait().unwrap() {
             break st;
         }
         assert!(

@@ -388,10 +388,13 @@ async fn redlock_strategy_conserves_stock_for_1_and_16_segments() {
         if kill_one {
             drop(nodes.pop()); // a minority of lock nodes is down
         }
-        let store = RedisStore::connect(&srv.url(), 2, "t")
-            .await
-            .unwrap()
-            .with_strategy(Strategy::Redlock, lock_opts(2000, 5000), &urls)
+        let store = RedisStore::builder(srv.url())
+            .pool_size(2)
+            .key_prefix("t")
+            .strategy(Strategy::Redlock)
+            .lock_options(lock_opts(2000, 5000))
+            .lock_nodes(&urls)
+            .connect()
             .await
             .unwrap();
         let e = Engine::builder().per_user_limit(0).build(store).unwrap();
@@ -411,4 +414,65 @@ async fn redlock_strategy_conserves_stock_for_1_and_16_segments() {
         assert_eq!(e.store().strategy(), Strategy::Redlock);
         assert!(e.store().lock_figures().unwrap().acquired >= 100);
     }
+}
+
+/// Acquires `key`, holds it until the watchdog renewed the lease once, releases it.
+async fn hold_until_renewed(locker: &shardstock::lock::Locker, key: &str) {
+    let guard = locker.acquire(key).await.unwrap().expect("a free lock");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while locker.stats().figures().renewals == 0 {
+        assert!(Instant::now() < deadline, "the watchdog never renewed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    guard.release().await.unwrap();
+}
+
+/// Lock scripts run through the store's one Lua layer: after `SCRIPT FLUSH` (what a restart or
+/// a failover does to the script cache) their `NOSCRIPT` reloads are counted in
+/// `shardstock_script_reloads_total{script=...}` like every other script's — on the store's
+/// own Redis (`lock`: watchdog renewal, release) and on each RedLock node (acquire, renewal,
+/// release).
+#[test]
+fn lock_script_reloads_are_counted() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let reloads = |script: &str| -> u64 {
+        let line = format!("shardstock_script_reloads_total{{script=\"{script}\"}} ");
+        handle
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(&line).map(|n| n.trim().parse().unwrap()))
+            .unwrap_or(0)
+    };
+    // A local recorder on a current-thread runtime: every task of this test (watchdogs too)
+    // records here, and nothing of the other tests does.
+    ::metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // One Redis: the store loaded every script at connect, lock scripts included.
+            let srv = RedisServer::start();
+            let store = redis_config(&srv, "t").build_store().await.unwrap();
+            assert_eq!(reloads("lock_renew") + reloads("lock_release"), 0);
+            assert_eq!(srv.cli(&["SCRIPT", "FLUSH"]), "OK");
+            let single =
+                shardstock::lock::Locker::single(store.pool().clone(), lock_opts(90, 1000));
+            hold_until_renewed(&single, "t:{reload#0}:lock").await;
+            assert_eq!((reloads("lock_renew"), reloads("lock_release")), (1, 1));
+
+            // RedLock: each node reloads on its own.
+            let (nodes, urls) = lock_nodes();
+            let red = shardstock::lock::Locker::redlock(&urls, lock_opts(90, 1000))
+                .await
+                .unwrap();
+            for n in &nodes {
+                assert_eq!(n.cli(&["SCRIPT", "FLUSH"]), "OK");
+            }
+            hold_until_renewed(&red, "t:{reload#0}:lock").await;
+            assert_eq!(reloads("redlock_acquire"), 3);
+            assert_eq!((reloads("lock_renew"), reloads("lock_release")), (4, 4));
+        });
+    });
 }

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use futures::future::join_all;
-use shardstock::store::{HomeReply, ReqArgs, SegAddr, UserClaim};
+use shardstock::store::{HomeReply, OnShort, ReqArgs, SegAddr, UserClaim};
 use shardstock::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -221,7 +221,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         index: home,
     };
     assert!(matches!(
-        st.deduct_home(at, args, true).await.unwrap(),
+        st.deduct_home(at, args, OnShort::Claim).await.unwrap(),
         HomeReply::Applied { .. }
     ));
     tokio::time::sleep(Duration::from_millis(250)).await;

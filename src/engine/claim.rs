@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::router::others;
 use crate::segments::Part;
 use crate::store::{
-    FenceReply, RequestKind, SettleAs, SettleReply, Store, TakeoverReply, UserFinish,
+    RequestKind, SettleAs, SettleReply, ShutOutReply, Store, TakeoverReply, UserFinish,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,7 +135,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<Flow> {
         let store = &self.inner.store;
         let shut_outs = others(a.home, a.layout.segments)
-            .map(|j| async move { (j, store.fence(a.at(j), a.args, epoch).await) });
+            .map(|j| async move { (j, store.shut_out(a.at(j), a.args, epoch).await) });
         let mut parts = Vec::new();
         if home_part > 0 {
             parts.push(Part {
@@ -146,15 +146,15 @@ impl<S: Store> Engine<S> {
         let mut taken_by_other = None;
         for (j, r) in futures::future::join_all(shut_outs).await {
             match r? {
-                FenceReply::Clear => {}
-                FenceReply::Applied { part } if part > 0 => parts.push(Part {
+                ShutOutReply::Clear => {}
+                ShutOutReply::Applied { part } if part > 0 => parts.push(Part {
                     segment: j,
                     units: part,
                 }),
-                FenceReply::Applied { .. } => {}
+                ShutOutReply::Applied { .. } => {}
                 // A newer epoch is there already: this call was superseded.
-                FenceReply::Fenced => return Ok(Done(Deduction::InFlight)),
-                FenceReply::Mismatch(f) => taken_by_other = Some(f),
+                ShutOutReply::Superseded => return Ok(Done(Deduction::InFlight)),
+                ShutOutReply::Mismatch(f) => taken_by_other = Some(f),
             }
         }
         if let Some(f) = taken_by_other {

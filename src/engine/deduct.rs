@@ -12,7 +12,7 @@ use super::{Attempt, Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};
 use crate::ids::check_qty;
 use crate::segments::Part;
-use crate::store::{HomeReply, Store};
+use crate::store::{HomeReply, OnShort, Store};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -162,7 +162,7 @@ impl<S: Store> Engine<S> {
         match self
             .inner
             .store
-            .deduct_home(a.home_at(), a.args, true)
+            .deduct_home(a.home_at(), a.args, OnShort::Claim)
             .await?
         {
             HomeReply::Applied { stock_after } => {

@@ -8,7 +8,7 @@ use super::{Attempt, Deduction, Engine};
 use crate::error::Result;
 use crate::router::{others, plan_split};
 use crate::segments::Part;
-use crate::store::{SettleAs, SettleReply, Store, TakeReply, TakeoverReply};
+use crate::store::{SegmentRole, SettleAs, SettleReply, Store, TakeReply, TakeoverReply};
 
 impl<S: Store> Engine<S> {
     /// The claim holder's path: other segments, then a fresh read, then an all-or-nothing
@@ -24,7 +24,10 @@ impl<S: Store> Engine<S> {
                 continue;
             }
             a.tried();
-            match store.take(a.at(j), a.args, qty, epoch, false).await? {
+            match store
+                .take(a.at(j), a.args, qty, epoch, SegmentRole::Fallback)
+                .await?
+            {
                 TakeReply::Taken { stock_after, part } => {
                     l.hints.observe(j, stock_after);
                     let parts = [Part {
@@ -34,7 +37,7 @@ impl<S: Store> Engine<S> {
                     return self.settle(a, epoch, &parts).await;
                 }
                 TakeReply::Short { stock } => l.hints.observe(j, stock),
-                TakeReply::Fenced => return self.superseded(a).await,
+                TakeReply::Superseded => return self.superseded(a).await,
                 TakeReply::Mismatch(f) => {
                     return self.give_up(a, epoch, &[], f, SettleAs::Release).await;
                 }
@@ -84,7 +87,7 @@ impl<S: Store> Engine<S> {
             for (j, want) in plan {
                 a.tried();
                 match store
-                    .take(a.at(j), a.args, want, epoch, j == a.home)
+                    .take(a.at(j), a.args, want, epoch, SegmentRole::of(j, a.home))
                     .await?
                 {
                     TakeReply::Taken { stock_after, part } => {
@@ -99,7 +102,7 @@ impl<S: Store> Engine<S> {
                         complete = false;
                         break;
                     }
-                    TakeReply::Fenced => return self.superseded(a).await,
+                    TakeReply::Superseded => return self.superseded(a).await,
                     TakeReply::Mismatch(f) => {
                         return self.give_up(a, epoch, &parts, f, SettleAs::Release).await;
                     }
@@ -139,9 +142,14 @@ impl<S: Store> Engine<S> {
         parts: &[Part],
     ) -> Result<()> {
         let store = &self.inner.store;
-        let refunds = parts
-            .iter()
-            .map(|p| store.refund(a.at(p.segment), a.args, epoch, p.segment == a.home));
+        let refunds = parts.iter().map(|p| {
+            store.refund(
+                a.at(p.segment),
+                a.args,
+                epoch,
+                SegmentRole::of(p.segment, a.home),
+            )
+        });
         let back = futures::future::try_join_all(refunds).await?;
         for (p, _) in parts.iter().zip(back) {
             a.layout.hints.forget(p.segment); // stock came back: don't skip it

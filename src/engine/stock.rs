@@ -6,7 +6,7 @@ use super::{Engine, LoadOptions, Restocked, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, check_qty};
 use crate::segments::{home, split};
-use crate::store::{LoadBegin, RestockReply, Store};
+use crate::store::{IfLoaded, LoadBegin, LoadSpec, RestockReply, Store};
 
 impl<S: Store> Engine<S> {
     /// Loads `sku` with `total` units split over `opts.segments` (sizes differ by at most
@@ -44,7 +44,19 @@ impl<S: Store> Engine<S> {
         }
         let store = &self.inner.store;
         let (generation, old) = match store
-            .load_begin(sku, segments, total, replace, per_user_limit)
+            .load_begin(
+                sku,
+                LoadSpec {
+                    segments,
+                    total,
+                    if_loaded: if replace {
+                        IfLoaded::Replace
+                    } else {
+                        IfLoaded::Refuse
+                    },
+                    user_limit: per_user_limit,
+                },
+            )
             .await?
         {
             LoadBegin::Exists { generation } => {

@@ -25,10 +25,11 @@
 //! stepped forward expires keys early; and RedLock hands out no fencing token that a resource
 //! could check. No lock service can stop a paused client. That is why shardstock treats the
 //! lock as an efficiency device only and **fences writes at the stock store**: each acquisition
-//! bumps a fence number stored with the segment, and the write scripts apply only while the
-//! number is still the holder's (`take.lua` / `deduct.lua`, mode `fenced`). Redisson reached
+//! bumps a fence token stored with the segment, and the write scripts apply only while the
+//! token is still the holder's (`take.lua` / `deduct.lua`, mode `fenced`). Redisson reached
 //! the same verdict and deprecated its `RedissonRedLock`; prefer the single-Redis backend
-//! unless you need the lock to survive the loss of one Redis, and keep the fence either way.
+//! unless you need the lock to survive the loss of one Redis, and keep the fence token either
+//! way.
 //!
 //! # Restarted nodes: quarantine
 //! A node restarted without its data (no persistence, `FLUSHALL`, a fresh replacement) has
@@ -68,11 +69,14 @@
 //! hold up the quorum, and a single attempt per command (fred must not silently re-send a lock
 //! `SET` after a reconnect). A node that is down when connecting is not an error; a node that
 //! is not connected is not even asked (no command queued behind a reconnection can land late).
+//! The scripts run through the store's Lua layer ([`crate::store::redis::lua`]) on each node's
+//! client: a `NOSCRIPT` (a restarted node) reloads them there, counted like every reload.
 use crate::error::{Error, Result};
+use crate::store::redis::lua::lock::{LockRelease, LockRenew, RedlockAcquire, Vote};
+use crate::store::redis::lua::{self, Call, Script};
 use fred::error::{Error as FredError, ErrorKind};
 use fred::prelude::{Builder, Client, ClientLike, Config, ReconnectPolicy};
-use fred::types::scripts::Script;
-use fred::types::{ConnectHandle, Value};
+use fred::types::ConnectHandle;
 use futures::future::join_all;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,13 +95,12 @@ const COMMAND_TIMEOUT: Duration = Duration::from_millis(100);
 /// Bound of one script call on one node (EVALSHA, and on NOSCRIPT: SCRIPT LOAD + EVALSHA).
 const CALL_TIMEOUT: Duration = Duration::from_millis(250);
 
-fn script(body: &'static str) -> Script {
-    Script::from_lua(format!(
-        "{}{}",
-        include_str!("../scripts/prelude.lua"),
-        body
-    ))
-}
+/// The scripts the nodes run (preloaded where reachable at connect).
+const SCRIPTS: [Script; 3] = [
+    Script::RedlockAcquire,
+    Script::LockRenew,
+    Script::LockRelease,
+];
 
 /// One node's client (cheap to clone: background release retries keep a copy).
 #[derive(Clone)]
@@ -115,9 +118,6 @@ struct Node {
 pub struct RedLock {
     nodes: Vec<Node>,
     quorum: usize,
-    acquire: Script,
-    renew: Script,
-    release: Script,
 }
 
 impl std::fmt::Debug for RedLock {
@@ -133,12 +133,12 @@ impl std::fmt::Debug for RedLock {
 }
 
 /// One node's answer to an acquisition.
-enum Vote {
+enum Ballot {
     Granted,
     Refused,
     /// Unknown outcome (error, timeout, unexpected reply) or not asked (disconnected).
     Failed {
-        error: FredError,
+        error: Error,
         sent: bool,
     },
 }
@@ -195,12 +195,9 @@ impl RedLock {
                 })
                 .collect(),
             quorum: urls.len() / 2 + 1,
-            acquire: script(include_str!("../scripts/redlock_acquire.lua")),
-            renew: script(include_str!("../scripts/lock_renew.lua")),
-            release: script(include_str!("../scripts/lock_release.lua")),
         };
         // Wait briefly for the nodes (concurrently) and preload the scripts where reachable;
-        // `evalsha_with_reload` covers the rest (late nodes, restarts).
+        // the Lua layer's reload on NOSCRIPT covers the rest (late nodes, restarts).
         join_all(red.nodes.iter().map(|n| async {
             let _ = tokio::time::timeout(CONNECT_TIMEOUT, async {
                 // Poll rather than `wait_for_connect` (which can miss a connection that
@@ -208,10 +205,7 @@ impl RedLock {
                 while !n.peer.client.is_connected() {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
-                for s in [&red.acquire, &red.renew, &red.release] {
-                    s.load(&n.peer.client).await?;
-                }
-                Ok::<_, FredError>(())
+                lua::load(&n.peer.client, &SCRIPTS).await
             })
             .await;
         }))
@@ -219,26 +213,13 @@ impl RedLock {
         Ok(red)
     }
 
-    /// Runs `script` on every node concurrently; results in node order.
-    async fn on_all(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        args: &[String],
-    ) -> Vec<(Result<Value, FredError>, bool)> {
-        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
-        join_all(
-            self.nodes
-                .iter()
-                .map(|n| call(&n.peer, script, keys.clone(), args.to_vec())),
-        )
-        .await
-    }
-
     /// The error for "so many nodes failed that no quorum is possible".
-    fn no_quorum(&self, what: &str, failed: usize, first: Option<&FredError>) -> Error {
-        let kind = first.map_or(ErrorKind::IO, |e| e.kind().clone());
-        let cause = first.map_or_else(String::new, |e| format!("; first: {e}"));
+    fn no_quorum(&self, what: &str, failed: usize, first: Option<&Error>) -> Error {
+        let (kind, cause) = match first {
+            Some(Error::Redis(e)) => (e.kind().clone(), format!("; first: {e}")),
+            Some(e) => (ErrorKind::Protocol, format!("; first: {e}")),
+            None => (ErrorKind::IO, String::new()),
+        };
         Error::Redis(FredError::new(
             kind,
             format!(
@@ -256,39 +237,34 @@ impl RedLock {
         lease: Duration,
     ) -> Result<Option<Duration>> {
         let lease_ms = lease.as_millis().max(1);
-        let args = [
-            token.to_string(),
-            lease_ms.to_string(),
-            (lease_ms * u128::from(QUARANTINE_LEASES)).to_string(),
-        ];
+        let call = RedlockAcquire {
+            key,
+            marker: QUARANTINE_KEY,
+            token,
+            lease_ms,
+            quarantine_ms: lease_ms * u128::from(QUARANTINE_LEASES),
+        };
         let start = Instant::now();
-        let votes: Vec<Vote> = self
-            .on_all(&self.acquire, &[key, QUARANTINE_KEY], &args)
+        let votes: Vec<Ballot> = join_all(self.nodes.iter().map(|n| ask(&n.peer, call)))
             .await
             .into_iter()
             .zip(&self.nodes)
             .map(|((r, sent), node)| match r {
-                Err(error) => Vote::Failed { error, sent },
-                Ok(v) => match tag(&v).as_deref() {
-                    Some("ok") => Vote::Granted,
-                    Some("taken") => Vote::Refused,
-                    Some("quarantine") => {
-                        let url = &node.peer.url;
-                        tracing::debug!(node = %url, reply = ?v, "redlock node in quarantine");
-                        Vote::Refused
-                    }
-                    _ => Vote::Failed {
-                        error: FredError::new(
-                            ErrorKind::Protocol,
-                            format!("redlock: unexpected reply {v:?}"),
-                        ),
-                        sent,
-                    },
-                },
+                Err(error) => Ballot::Failed { error, sent },
+                Ok(Vote::Granted) => Ballot::Granted,
+                Ok(Vote::Taken) => Ballot::Refused,
+                Ok(Vote::Quarantined { ms_left }) => {
+                    let url = &node.peer.url;
+                    tracing::debug!(node = %url, ms_left, "redlock node in quarantine");
+                    Ballot::Refused
+                }
             })
             .collect();
         let elapsed = start.elapsed();
-        let granted = votes.iter().filter(|v| matches!(v, Vote::Granted)).count();
+        let granted = votes
+            .iter()
+            .filter(|v| matches!(v, Ballot::Granted))
+            .count();
         let drift = lease / 100 + Duration::from_millis(2);
         let validity = lease.saturating_sub(elapsed + drift);
         if granted >= self.quorum && !validity.is_zero() {
@@ -299,12 +275,12 @@ impl RedLock {
             .nodes
             .iter()
             .zip(&votes)
-            .filter(|(_, v)| matches!(v, Vote::Granted | Vote::Failed { sent: true, .. }))
+            .filter(|(_, v)| matches!(v, Ballot::Granted | Ballot::Failed { sent: true, .. }))
             .map(|(n, _)| &n.peer)
             .collect();
         self.release_on(undo, key, token).await;
         let mut failures = votes.iter().filter_map(|v| match v {
-            Vote::Failed { error, .. } => Some(error),
+            Ballot::Failed { error, .. } => Some(error),
             _ => None,
         });
         let first = failures.next();
@@ -321,24 +297,17 @@ impl RedLock {
     /// the end). Renewing late is safe: a node renews only while it still holds this token.
     pub(crate) async fn renew(&self, key: &str, token: &str, lease: Duration) -> Result<bool> {
         let deadline = Instant::now() + lease / 3;
-        let (keys, args) = (
-            vec![key.to_string()],
-            vec![token.to_string(), lease.as_millis().max(1).to_string()],
-        );
-        let mut ask: Vec<&Peer> = self.nodes.iter().map(|n| &n.peer).collect();
+        let call = LockRenew { key, token, lease };
+        let mut pending: Vec<&Peer> = self.nodes.iter().map(|n| &n.peer).collect();
         let mut renewed = 0;
         loop {
-            let results = join_all(
-                ask.iter()
-                    .map(|p| call(p, &self.renew, keys.clone(), args.clone())),
-            )
-            .await;
+            let results = join_all(pending.iter().map(|p| ask(p, call))).await;
             let mut failed = Vec::new();
             let mut first = None;
-            for (p, (r, _)) in ask.into_iter().zip(results) {
+            for (p, (r, _)) in pending.into_iter().zip(results) {
                 match r {
-                    Ok(Value::Integer(1)) => renewed += 1,
-                    Ok(_) => {} // not (or no longer) held by this token there
+                    Ok(true) => renewed += 1,
+                    Ok(false) => {} // not (or no longer) held by this token there
                     Err(e) => {
                         first.get_or_insert(e);
                         failed.push(p);
@@ -356,7 +325,7 @@ impl RedLock {
                 return Ok(false);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
-            ask = failed;
+            pending = failed;
         }
     }
 
@@ -374,13 +343,8 @@ impl RedLock {
         if peers.is_empty() {
             return;
         }
-        let (keys, args) = (vec![key.to_string()], vec![token.to_string()]);
-        let results = join_all(
-            peers
-                .iter()
-                .map(|p| call(p, &self.release, keys.clone(), args.clone())),
-        )
-        .await;
+        let call = LockRelease { key, token };
+        let results = join_all(peers.iter().map(|p| ask(p, call))).await;
         let unknown: Vec<Peer> = peers
             .into_iter()
             .zip(results)
@@ -391,23 +355,22 @@ impl RedLock {
             return;
         }
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(retry_release(self.release.clone(), unknown, keys, args));
+            rt.spawn(retry_release(unknown, key.to_string(), token.to_string()));
         }
     }
 }
 
 /// Background retries of a release whose outcome is unknown on some nodes (about 0.3 s).
-async fn retry_release(script: Script, mut peers: Vec<Peer>, keys: Vec<String>, args: Vec<String>) {
+async fn retry_release(mut peers: Vec<Peer>, key: String, token: String) {
+    let call = LockRelease {
+        key: &key,
+        token: &token,
+    };
     let mut delay = Duration::from_millis(20);
     for _ in 0..4 {
         tokio::time::sleep(delay).await;
         delay *= 2;
-        let results = join_all(
-            peers
-                .iter()
-                .map(|p| call(p, &script, keys.clone(), args.clone())),
-        )
-        .await;
+        let results = join_all(peers.iter().map(|p| ask(p, call))).await;
         peers = peers
             .into_iter()
             .zip(results)
@@ -419,46 +382,27 @@ async fn retry_release(script: Script, mut peers: Vec<Peer>, keys: Vec<String>, 
         }
     }
     for p in &peers {
-        let (node, key) = (&p.url, &keys[0]);
+        let node = &p.url;
         tracing::debug!(%node, %key, "redlock release unconfirmed; the lease expires it");
     }
 }
 
-/// Runs `script` on one node, bounded in time. A disconnected node is not asked (nothing is
-/// queued behind its reconnection to land late); the flag tells whether the command was sent.
-async fn call(
-    peer: &Peer,
-    script: &Script,
-    keys: Vec<String>,
-    args: Vec<String>,
-) -> (Result<Value, FredError>, bool) {
+/// Runs `call` on one node through the Lua layer, bounded in time. A disconnected node is not
+/// asked (nothing is queued behind its reconnection to land late); the flag tells whether the
+/// command was sent.
+async fn ask<C: Call>(peer: &Peer, call: C) -> (Result<C::Output>, bool) {
     if !peer.client.is_connected() {
         let e = FredError::new(ErrorKind::IO, format!("{} is not connected", peer.url));
-        return (Err(e), false);
+        return (Err(Error::Redis(e)), false);
     }
-    let r = tokio::time::timeout(
-        CALL_TIMEOUT,
-        script.evalsha_with_reload(&peer.client, keys, args),
-    )
-    .await;
+    let r = tokio::time::timeout(CALL_TIMEOUT, lua::run(&peer.client, call)).await;
     let r = r.unwrap_or_else(|_| {
-        Err(FredError::new(
+        Err(Error::Redis(FredError::new(
             ErrorKind::Timeout,
             format!("{} timed out", peer.url),
-        ))
+        )))
     });
     (r, true)
-}
-
-/// The tag (first element) of a script reply.
-fn tag(v: &Value) -> Option<String> {
-    match v {
-        Value::Array(items) => items
-            .first()
-            .and_then(|t| t.as_str())
-            .map(|s| s.into_owned()),
-        _ => None,
-    }
 }
 
 impl Drop for RedLock {

@@ -7,6 +7,8 @@
 -- never does. The engine's sweeper lists them here and takes them over (takeover.lua), then
 -- settles what was complete or refunds and seals the rest.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  claim index   <prefix>:{<sku>#<i>}:g<gen>:claims (ZSET of claim records by lease end)
 -- ARGV[1]  max     most claims to return (1..1000)
 -- ARGV[2]  grace_ms  how long past its lease a claim must be: holders do not renew their

@@ -2,7 +2,10 @@
 -- (prelude.lua and deduct_core.lua are prepended; deduct_batch.lua runs the same core for many
 -- requests in one call.)
 --
--- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg            (fields gen, stock, sold, loaded, restocked)
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
+-- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg   (fields gen, stock, sold, loaded, restocked,
+--                                                      reserved; fence: the lock fence token)
 -- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
 -- KEYS[3]  reservation index <prefix>:{<sku>#<i>}:g<gen>:resv (ZSET of record keys by expiry)
 -- KEYS[4]  claim index       <prefix>:{<sku>#<i>}:g<gen>:claims (ZSET of claim records by lease end)
@@ -17,10 +20,11 @@
 -- ARGV[8]  mode       "lua": check stock >= qty here (the atomic strategy)
 --                     "claim": only check the record and claim (the caller saw the segment short)
 --                     "fenced": lock strategies — the caller read the stock under a lock and
---                     decided; apply only while the segment's fence still equals ARGV[9]
+--                     decided; apply only while the segment's fence token still equals ARGV[9]
 --                     "decr": decr-compensate — the caller already decremented the stock by
 --                     qty with HINCRBY; it is given back and the request decided as "lua"
--- ARGV[9]  fence      the fence number the caller's lock acquisition got (mode "fenced")
+-- ARGV[9]  fence_token  mode "fenced": the fence token the caller's lock acquisition got
+--                     (fence_read.lua); mode "decr": the nonce naming KEYS[5]; otherwise 0
 -- ARGV[10] resv_ttl_ms 0: sell; > 0: reserve the units for this long (server clock), they go
 --                     to `reserved` instead of `sold` and return by themselves when unconfirmed.
 --                     It also sets the request's kind: a reservation ('r') or a sale ('s'); a
@@ -35,7 +39,8 @@
 --   {"mismatch", field}                 this request id was used with another user, qty or kind
 --   {"stale", gen_or_missing}           the segment is missing or of another generation
 --   {"sealed"}                          the request id was sealed (its per-user claim expired and
---                                       was verified void): it can never apply
+--                                       was verified void, or the sweeper recovered its abandoned
+--                                       fallback claim): it can never apply
 --   {"lock_lost"}                       mode "fenced": a newer lock holder exists; nothing written
 --   {"invariant", stock}                mode "fenced": the decision was stale (stock < qty);
 --                                       refused rather than oversold — a locking bug signal
@@ -51,7 +56,7 @@ local claim = ARGV[7]
 if claim ~= '0' and claim ~= '1' then bad('claim') end
 local mode = ARGV[8]
 if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' and mode ~= 'decr' then bad('mode') end
-local fence = uint('fence', ARGV[9])
+local fence_token = uint('fence_token', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 
 if mode == 'decr' then
@@ -64,7 +69,7 @@ end
 local st, other = open_segment(KEYS[1], KEYS[3], gen)
 if not st then return { 'stale', other } end
 local reply = decide(st, KEYS[1], { rk = KEYS[2], u = user, qty = qty, q = ARGV[3],
-  index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode, fence = fence,
-  resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' })
+  index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode,
+  fence_token = fence_token, resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' })
 commit(st, KEYS[1], KEYS[3], KEYS[4])
 return reply

@@ -8,6 +8,8 @@
 -- dispatch, reading the segment and checking its generation, TIME, the reservation reclaim,
 -- and the two counter writes (stock, sold).
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]     segment hash        <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]     reservation index   <prefix>:{<sku>#<i>}:g<gen>:resv
 -- KEYS[3]     claim index         <prefix>:{<sku>#<i>}:g<gen>:claims
@@ -40,7 +42,7 @@ if n > 1000 or #KEYS ~= n + 3 or #ARGV ~= 5 + 4 * n then bad('n') end
 local function parse(j)
   local b = 5 + 4 * (j - 1)
   local r = { rk = KEYS[3 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
-    fence = 0 }
+    fence_token = 0 }
   r.u = ident('user', ARGV[b + 1])
   r.q = ARGV[b + 2]
   r.qty = posint('qty', r.q)

@@ -13,7 +13,8 @@
 -- `st` is the segment as this call sees it: st.stock (including lazy reclaim), st.fresh
 -- (records decided earlier in this call, by key: a request id repeated within one batch sees
 -- its twin exactly as if the twin had been written), and the server clock, read at most once
--- per call and only when needed (clock(st)).
+-- per call and only when needed (clock(st)). Record letters and fields: the tables in
+-- src/store/redis/lua.rs.
 --
 -- Cost notes (scripts/profile.sh measures them): Redis formats every Lua number handed to
 -- redis.call with printf, so the hot path passes the canonical ARGV strings instead; TIME and
@@ -42,7 +43,7 @@ end
 
 -- Phase 1 for one request. Returns its reply; queues its write in st.acts.
 -- `r` = { rk, u (user), qty (number), q (canonical qty string), index (string), ttl_s
--- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence, resv_ttl,
+-- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence_token, resv_ttl,
 -- k (kind: 'r' when resv_ttl > 0, else 's') }.
 -- Once decided, `r` itself becomes the fresh record (fields s, u, q, parts / e, l as in a
 -- stored record) and the queued write: no further tables per request.
@@ -60,7 +61,7 @@ local function decide(st, seg, r)
   end
 
   if r.mode == 'fenced' then
-    if tonumber(redis.call('HGET', seg, 'fence') or '0') ~= r.fence then return { 'lock_lost' } end
+    if tonumber(redis.call('HGET', seg, 'fence') or '0') ~= r.fence_token then return { 'lock_lost' } end
     if st.stock < r.qty then return { 'invariant', st.stock } end
   end
 

@@ -3,6 +3,8 @@
 -- Only a segment of an older generation than the caller's is deleted: a concurrent load of a
 -- newer generation may already have written this index, and it must keep it.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg
 -- ARGV[1]  gen     the dropping load's generation
 --

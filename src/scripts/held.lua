@@ -6,6 +6,8 @@
 -- what `reserved` may hold. A unit counted in `reserved` that no live reservation holds would
 -- never come back (a leak); the audit names it.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
 -- ARGV[1]  gen

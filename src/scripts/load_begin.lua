@@ -1,5 +1,7 @@
 -- load_begin.lua — start (re)loading a SKU: bump its generation in the metadata hash.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta   (fields gen, segments, loaded, limit, state)
 -- ARGV[1]  segments (> 0)
 -- ARGV[2]  total    units loaded

@@ -1,5 +1,7 @@
 -- load_commit.lua — mark a load generation ready once all its segments are written.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta
 -- ARGV[1]  gen
 --

@@ -5,6 +5,8 @@
 -- a newer one (its load_commit then answers "superseded"), so the generation that wins the
 -- metadata always finds all of its segments.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg
 -- ARGV[1]  gen
 -- ARGV[2]  units

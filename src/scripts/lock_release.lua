@@ -2,6 +2,8 @@
 --
 -- A plain DEL would release somebody else's lock when ours already expired and they took it.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
 --

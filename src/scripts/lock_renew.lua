@@ -1,5 +1,7 @@
 -- lock_renew.lua — extend a lock's lease, only for its owner (watchdog renewal).
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
 -- ARGV[2]  lease_ms (> 0)

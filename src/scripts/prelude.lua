@@ -3,6 +3,8 @@
 -- Redis scripts have no rollback: a write made before a runtime error stays applied. Every
 -- script therefore validates *all* of its arguments with these strict helpers before its first
 -- write. `tonumber` alone is not enough: it accepts "0x10", "1e3", " 5 ", "5.9" and "inf".
+--
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 
 -- Abort the script with an error reply naming the offending argument.
 local function bad(name)

@@ -2,7 +2,9 @@
 --
 -- The same reclaim runs lazily inside every deduct/take/confirm/cancel on the segment, so
 -- stock comes back even when no sweeper runs; a reservation is returned at most once however
--- many sweepers and scripts race (its state moves R -> X inside one atomic script).
+-- many sweepers and scripts race (its record's `rs` moves R -> X inside one atomic script).
+--
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv

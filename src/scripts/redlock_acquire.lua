@@ -8,6 +8,8 @@
 -- quarantine of `quarantine_ms` (longer than any lease it may have forgotten can still run) and
 -- refuses to vote until it ends. Afterwards it votes with `SET key token NX PX lease`.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  lock key
 -- KEYS[2]  quarantine marker   shardstock:redlock:quarantine   (no TTL; value: end of quarantine,
 --                              server-clock ms; an operator may set "0" on a node known to be new)

@@ -2,6 +2,8 @@
 --
 -- Idempotent: a part is refunded at most once (the record moves to "R" / hp back to 0).
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
 -- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv

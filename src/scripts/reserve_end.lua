@@ -1,8 +1,10 @@
--- reserve_end.lua — confirm or cancel a reservation, exactly once.
+-- reserve_end.lua — confirm or cancel a reservation, exactly once (or read its state).
 --
 -- The reservation lives on the record holding its units, in the segment's slot, so this
 -- script first reclaims what has expired (server clock) and then decides: a confirm racing
 -- its own expiry ends in exactly one state, and a unit is never both sold and returned.
+--
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  record holding it     <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
@@ -11,7 +13,8 @@
 -- ARGV[2]  action   "confirm" (units become sold) | "cancel" (units go back to stock) |
 --                   "peek" (only reclaim and report the state)
 --
--- Reply: {"done", state, user, units} with state C (confirmed) or K (cancelled) — also when
+-- Reply (state: the record's `rs` letter):
+--        {"done", state, user, units} with state C (confirmed) or K (cancelled) — also when
 --        it was already in that state (idempotent) | {"ended", state, user, units} when it had
 --        already ended otherwise (X expired, C confirmed, K cancelled) | {"unknown"} |
 --        {"stale", gen_or_missing}

@@ -1,5 +1,7 @@
 -- restock.lua — add units to one segment, once per request id.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  restock record        <prefix>:{<sku>#<i>}:g<gen>:rs:<request id>
 -- ARGV[1]  gen

@@ -1,6 +1,8 @@
 -- seal.lua — decide, at a request's home segment, whether a request that a per-user claim is
 -- waiting for can still apply; if it has not, make sure it never will.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  request record at the home segment   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
 -- ARGV[1]  user
 -- ARGV[2]  qty

@@ -1,31 +1,34 @@
 -- settle.lua — end a fallback claim at the home segment.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
 -- KEYS[2]  claim index           <prefix>:{<sku>#<home>}:g<gen>:claims
 -- ARGV[1]  epoch     the caller's claim epoch
--- ARGV[2]  outcome   "A": applied with `parts`; "X": release (nothing was sold, the request id
---                    stays free so a later retry is a fresh attempt); "S": seal (nothing was
---                    sold and the request id may never apply — a verified-void per-user claim,
---                    or a claim abandoned by its holder and recovered by the sweeper)
--- ARGV[3]  parts     "<segment>:<units>[,<segment>:<units>...]" for "A", "" for "X"
+-- ARGV[2]  outcome   "applied": applied with `parts`; "release": nothing was sold, the record
+--                    goes and the request id stays free (a later retry is a fresh attempt);
+--                    "seal": nothing was sold and the request id may never apply (record
+--                    state 'X') — a verified-void per-user claim, or a claim abandoned by its
+--                    holder and recovered by the sweeper
+-- ARGV[3]  parts     "<segment>:<units>[,<segment>:<units>...]" for "applied", "" otherwise
 -- ARGV[4]  ttl_ms    the record lives at least this long from now (never shortened: a record
 --                    holding a live reservation keeps its longer life)
 --
 -- Reply:
 --   {"ok"}                           settled as asked
---   {"superseded", state, detail}    the claim is no longer the caller's: state "A" (detail =
---                                    parts of the applied outcome), "P" (detail = epoch) or
---                                    "X" (sealed)
+--   {"superseded", state, detail}    the claim is no longer the caller's: the record's state
+--                                    letter "A" (detail = parts of the applied outcome), "P"
+--                                    (detail = epoch) or "X" (sealed)
 --   {"gone"}                         no record (released by a newer holder, or expired)
 local epoch = posint('epoch', ARGV[1])
 local outcome = ARGV[2]
 local parts = ARGV[3]
 posint('ttl_ms', ARGV[4])
-if outcome == 'A' then
+if outcome == 'applied' then
   if type(parts) ~= 'string' or #parts > 20000 or not string.match(parts, '^[0-9]+:[0-9]+[0-9:,]*$') then
     bad('parts')
   end
-elseif outcome == 'X' or outcome == 'S' then
+elseif outcome == 'release' or outcome == 'seal' then
   if parts ~= '' then bad('parts') end
 else
   bad('outcome')
@@ -38,11 +41,11 @@ if rec.s ~= 'P' or tonumber(rec.e) ~= epoch then
   return { 'superseded', rec.s, rec.e }
 end
 redis.call('ZREM', KEYS[2], KEYS[1])
-if outcome == 'A' then
+if outcome == 'applied' then
   redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
-elseif outcome == 'S' then
+elseif outcome == 'seal' then
   redis.call('HSET', KEYS[1], 's', 'X')
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')

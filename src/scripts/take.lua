@@ -3,7 +3,10 @@
 -- Used after deduct.lua answered "short" and claimed the request at its home segment. At the
 -- home segment the part is written into the claim itself (field hp); at any other segment a
 -- part record is written. Part records carry the claim's epoch, so a claim holder that was
--- taken over (see takeover.lua / fence.lua) can never take stock after the new holder fenced it.
+-- taken over (see takeover.lua / shut_out.lua) can never take stock after the new holder shut
+-- its epoch out.
+--
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
@@ -17,17 +20,18 @@
 -- ARGV[6]  ttl_ms
 -- ARGV[7]  is_home   "1" when KEYS[1] is the request's home segment
 -- ARGV[8]  mode      "lua" (check stock here) | "fenced" (lock strategies: the caller decided
---                    under a lock; apply only while the segment's fence equals ARGV[9]) |
+--                    under a lock; apply only while the segment's fence token equals ARGV[9]) |
 --                    "decr" (decr-compensate: the caller already took `part` off the stock
 --                    with HINCRBY; it is given back here and the part decided as "lua")
--- ARGV[9]  fence
+-- ARGV[9]  fence_token  mode "fenced": the lock fence token (fence_read.lua); mode "decr": the
+--                    nonce naming KEYS[4]; otherwise 0
 -- ARGV[10] resv_ttl_ms   0: sell; > 0: reserve the part (see deduct.lua); also the kind
 --                        ('r' / 's') the records must carry
 --
 -- Reply:
 --   {"taken", stock_after, part}   units taken now, or already taken by this epoch (idempotent)
 --   {"short", stock}               fewer than `part` units here; nothing changed
---   {"fenced"}                     the caller's claim was superseded; nothing changed
+--   {"superseded"}                 the caller's claim epoch was superseded; nothing changed
 --   {"mismatch", field}
 --   {"stale", gen_or_missing}
 --   {"invariant", stock}           mode "fenced": stock < part despite the lock; refused
@@ -44,7 +48,7 @@ if is_home ~= '0' and is_home ~= '1' then bad('is_home') end
 if part > qty then bad('part') end
 local mode = ARGV[8]
 if mode ~= 'lua' and mode ~= 'fenced' and mode ~= 'decr' then bad('mode') end
-local fence = uint('fence', ARGV[9])
+local fence_token = uint('fence_token', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 local kind = resv_ttl > 0 and 'r' or 's'
 
@@ -61,7 +65,7 @@ local rec = record(KEYS[2])
 if rec then
   local f = conflict(rec, user, qty, kind)
   if f then
-    -- Away from home, a refunded ('R') or fence ('V') record of another request is what an
+    -- Away from home, a refunded ('R') or shut-out ('V') record of another request is what an
     -- earlier request under this id left when it ended without selling here (released at
     -- home, so the id was free to claim again): the caller's claim at home is the authority
     -- now, and the record is treated as absent. A part that is live ('A') still conflicts.
@@ -70,7 +74,7 @@ if rec then
   end
 end
 if mode == 'fenced' then
-  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
+  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence_token then return { 'lock_lost' } end
 end
 -- Under a lock the caller already decided; a short segment here means the lock failed.
 local function short()
@@ -79,7 +83,7 @@ local function short()
 end
 
 if is_home == '1' then
-  if not rec or rec.s ~= 'P' or tonumber(rec.e) ~= epoch then return { 'fenced' } end
+  if not rec or rec.s ~= 'P' or tonumber(rec.e) ~= epoch then return { 'superseded' } end
   local hp = tonumber(rec.hp)
   if hp > 0 then return { 'taken', stock, hp } end
   if stock < part then return short() end
@@ -97,10 +101,10 @@ if rec then
   local e = tonumber(rec.e)
   if rec.s == 'A' then
     if e == epoch then return { 'taken', stock, tonumber(rec.p) } end
-    return { 'fenced' }
+    return { 'superseded' }
   end
-  -- 'V' (fence) or 'R' (refunded part): only an equal or newer epoch may go on.
-  if e > epoch then return { 'fenced' } end
+  -- 'V' (shut-out marker) or 'R' (refunded part): only an equal or newer epoch may go on.
+  if e > epoch then return { 'superseded' } end
 end
 
 if stock < part then return short() end

@@ -3,8 +3,10 @@
 -- A process can die (or drop the call's future) between claiming a request (deduct.lua,
 -- "short") and settling it. The claim stays, so duplicates of the request wait instead of
 -- deducting twice; once its lease has passed on the Redis clock, one caller — a retry, or the
--- engine's sweeper — wins the claim with a higher epoch and then reconciles (fence.lua on
+-- engine's sweeper — wins the claim with a higher epoch and then reconciles (shut_out.lua on
 -- every other segment).
+--
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
 -- KEYS[2]  claim index           <prefix>:{<sku>#<home>}:g<gen>:claims

@@ -14,6 +14,8 @@
 -- entry is never dropped while its units might still be sold: no user exceeds the limit, and
 -- no user stays locked out by a dead process.
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  user record   <prefix>:{<sku>@<user>}:g<gen>:user   (fields r:<request id>)
 -- ARGV[1]  request id
 -- ARGV[2]  qty (> 0)

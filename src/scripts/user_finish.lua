@@ -1,5 +1,7 @@
 -- user_finish.lua — second step of the per-user limit (see user_claim.lua).
 --
+-- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
+--
 -- KEYS[1]  user record   <prefix>:{<sku>@<user>}:g<gen>:user
 -- ARGV[1]  request id
 -- ARGV[2]  action   "sold": the request's units are the user's for good (entry -> S)

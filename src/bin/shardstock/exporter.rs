@@ -1,7 +1,8 @@
-//! Prometheus `/metrics` endpoint of the binary (`--metrics-addr`).
+//! The binary's Prometheus recorder: for `sim`, with the exporter's own HTTP listener on
+//! `--metrics-addr`; for `serve`, as a handle that its `GET /metrics` renders.
 //!
-//! The library only records through the `metrics` facade; this module installs the recorder:
-//! `metrics-exporter-prometheus` with its HTTP listener. Histograms get explicit buckets — an
+//! The library only records through the `metrics` facade; this module installs the recorder
+//! (`metrics-exporter-prometheus`). Histograms get explicit buckets — an
 //! exporter histogram *without* buckets is rendered as a summary, and a summary cannot be
 //! aggregated across instances by `histogram_quantile`. The bucket matchers use the names
 //! exactly as passed to `histogram!()` (the exporter adds no unit suffix by default).
@@ -10,6 +11,7 @@ use crate::Failure;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use shardstock::lock::metric_names as lock_names;
 use shardstock::metrics as names;
+use shardstock::metrics::ERROR_KINDS;
 use std::net::SocketAddr;
 
 /// Latency buckets in seconds, 50 µs – 1 s (deduction latency and lock wait).
@@ -20,9 +22,6 @@ pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
 
 /// Buckets for segment attempts per deduction (1 = served by the home segment).
 pub(crate) const ATTEMPT_BUCKETS: [f64; 9] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0];
-
-/// Error kinds of `shardstock_errors_total` (the `kind` label set by the library).
-use shardstock::metrics::ERROR_KINDS;
 
 /// Installs the global recorder and serves `/metrics` on `addr` (any path answers).
 ///

@@ -1,20 +1,24 @@
 //! `shardstock`: command-line front end of the sharded inventory engine.
 //!
-//! Commands: `load`, `restock`, `audit` and `sim` (a flash-sale load generator). The store is
-//! Redis when a URL is given (`--redis`, `store.redis_url` in the config file, or
+//! Commands: `load`, `restock`, `status`, `audit` (`admin.rs`), `sim` (a flash-sale load
+//! generator, `sim.rs`) and `serve` (the HTTP API of [`shardstock::http`], `serve.rs`); the
+//! Prometheus recorder they share is set up in `exporter.rs`. This file reads the command line
+//! and the configuration, builds the store and the engine, and dispatches. The store is Redis
+//! when a URL is given (`--redis`, `store.redis_url` in the config file, or
 //! `SHARDSTOCK_STORE__REDIS_URL`), else the embedded in-memory store, which lives only as long
 //! as the process.
 //!
 //! Exit codes: 0 success; 1 error (message on stderr); 2 `audit` found a conservation problem
 //! (also clap's code for a usage error); 3 `sim` saw overselling or a failed audit.
 
+mod admin;
 mod exporter;
 mod serve;
 mod sim;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shardstock::{Config, Engine, EngineBuilder, MemoryStore, RedisStore, RequestId, Sku, Store};
+use shardstock::{Config, Engine, EngineBuilder, ErrorKind, MemoryStore, Store};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,10 +27,7 @@ use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// Exit code of `audit` when a check failed.
-const EXIT_AUDIT_FAILED: u8 = 2;
-
-/// Sharded flash-sale inventory: load stock, restock, audit and simulate a sale.
+/// Sharded flash-sale inventory: load stock, restock, audit, simulate a sale, serve an HTTP API.
 ///
 /// Stock lives in Redis when a URL is configured (--redis, store.redis_url in the config file,
 /// or the SHARDSTOCK_STORE__REDIS_URL environment variable); otherwise in an embedded
@@ -122,17 +123,17 @@ enum Command {
     /// Load a SKU with stock split evenly over segments.
     ///
     /// Refuses a SKU that is already loaded unless --replace is given.
-    Load(LoadArgs),
+    Load(admin::LoadArgs),
     /// Add units to a loaded SKU, spread evenly over its segments.
     ///
     /// Idempotent per request id: re-running with the same --request-id adds nothing.
-    Restock(RestockArgs),
+    Restock(admin::RestockArgs),
     /// Check a SKU's books: loaded + restocked = remaining + reserved + sold.
     ///
     /// Prints totals and one row per segment. Exits with code 2 when a check fails.
-    Audit(AuditArgs),
+    Audit(admin::AuditArgs),
     /// Show a SKU's stock: remaining in total and per segment, reserved and sold.
-    Status(AuditArgs),
+    Status(admin::AuditArgs),
     /// Simulate a flash sale: many concurrent buyers against one SKU.
     ///
     /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests (or sells for
@@ -151,49 +152,6 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
-#[derive(Debug, Args)]
-struct LoadArgs {
-    /// SKU id (ASCII letters, digits, '_', '.', '-'; at most 64 bytes).
-    #[arg(long)]
-    sku: String,
-    /// Total units to load.
-    #[arg(long, value_name = "N")]
-    stock: u64,
-    /// Number of segments to split the stock over (1..=1024). More segments spread hot-key
-    /// load; each holds stock/segments units.
-    #[arg(long, value_name = "K")]
-    segments: u32,
-    /// Replace an existing SKU: starts a new generation; its old stock, counters and request
-    /// records no longer count.
-    #[arg(long)]
-    replace: bool,
-    /// Units one user may buy of this SKU (0 = no limit). Default: engine.per_user_limit
-    /// from the configuration (1 = one order per user).
-    #[arg(long, value_name = "N")]
-    per_user_limit: Option<u64>,
-}
-
-#[derive(Debug, Args)]
-struct RestockArgs {
-    /// SKU id.
-    #[arg(long)]
-    sku: String,
-    /// Units to add (spread evenly over the segments).
-    #[arg(long, value_name = "N")]
-    qty: u64,
-    /// Idempotency key; re-use it to retry safely. Default: a fresh id from the process id and
-    /// the current time.
-    #[arg(long, value_name = "R")]
-    request_id: Option<String>,
-}
-
-#[derive(Debug, Args)]
-struct AuditArgs {
-    /// SKU id.
-    #[arg(long)]
-    sku: String,
-}
-
 /// A failure to report: the message goes to stderr, the process exits with code 1.
 #[derive(Debug)]
 pub(crate) struct Failure(String);
@@ -206,11 +164,11 @@ impl Failure {
 
 impl From<shardstock::Error> for Failure {
     fn from(e: shardstock::Error) -> Self {
-        let hint = match &e {
-            shardstock::Error::AlreadyLoaded { .. } => {
+        let hint = match e.kind() {
+            ErrorKind::AlreadyLoaded => {
                 " (the old stock, counters and request records then stop counting)"
             }
-            shardstock::Error::NotLoaded(_) => {
+            ErrorKind::NotLoaded => {
                 "; load it first with `shardstock load --sku ... --stock ... --segments ...`"
             }
             _ => "",
@@ -328,21 +286,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
         let engine = builder.build(MemoryStore::new())?;
         dispatch(engine, cli.command, cli.json).await
     } else {
-        let store = RedisStore::connect_with(
-            url,
-            config.store.pool_size,
-            &config.store.key_prefix,
-            std::time::Duration::from_millis(config.store.command_timeout_ms),
-        )
-        .await
-        .map_err(|e| Failure::new(format!("cannot use Redis at {}: {e}", redact(url))))?
-        .with_strategy(
-            config.store.strategy,
-            config.lock_options(),
-            &config.store.lock_nodes,
-        )
-        .await?
-        .with_coalescing(config.store.coalescing())?;
+        let store = config.build_store().await.map_err(|e| match e {
+            e @ shardstock::Error::Redis(_) => {
+                Failure::new(format!("cannot use Redis at {}: {e}", redact(url)))
+            }
+            e => Failure::from(e),
+        })?;
         store.set_critical_section_pause(std::time::Duration::from_millis(cli.critical_pause_ms));
         if !config.store.strategy.exactly_once() && !cli.json {
             eprintln!(
@@ -364,10 +313,10 @@ async fn dispatch<S: Store>(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     match command {
-        Command::Load(a) => run_load(engine, a, json).await,
-        Command::Restock(a) => run_restock(engine, a, json).await,
-        Command::Audit(a) => run_audit(engine, a, json).await,
-        Command::Status(a) => run_status(engine, a, json).await,
+        Command::Load(a) => admin::run_load(engine, a, json).await,
+        Command::Restock(a) => admin::run_restock(engine, a, json).await,
+        Command::Audit(a) => admin::run_audit(engine, a, json).await,
+        Command::Status(a) => admin::run_status(engine, a, json).await,
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
         Command::Serve(a) => serve::run_serve(engine, a).await,
     }
@@ -379,197 +328,4 @@ pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
         .map_err(|e| Failure::new(format!("cannot encode JSON: {e}")))?;
     println!("{s}");
     Ok(())
-}
-
-async fn run_load<S: Store>(
-    engine: Engine<S>,
-    a: LoadArgs,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let sku = Sku::new(&a.sku)?;
-    let limit = a.per_user_limit.unwrap_or(engine.options().per_user_limit);
-    let generation = engine
-        .load(
-            &sku,
-            a.stock,
-            shardstock::LoadOptions::new(a.segments)
-                .replace(a.replace)
-                .per_user_limit(limit),
-        )
-        .await?;
-    let store = engine.store().name();
-    if json {
-        #[derive(Serialize)]
-        struct Loaded<'a> {
-            sku: &'a str,
-            generation: u64,
-            stock: u64,
-            segments: u32,
-            store: &'static str,
-        }
-        print_json(&Loaded {
-            sku: sku.as_str(),
-            generation,
-            stock: a.stock,
-            segments: a.segments,
-            store,
-        })?;
-    } else {
-        println!(
-            "loaded {sku}: {} units in {} segments (generation {generation}, {store} store)",
-            a.stock, a.segments
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn run_restock<S: Store>(
-    engine: Engine<S>,
-    a: RestockArgs,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let sku = Sku::new(&a.sku)?;
-    let request_id = match &a.request_id {
-        Some(r) => RequestId::new(r)?,
-        None => RequestId::new(format!("restock-{}", unique_stem()))?,
-    };
-    let r = engine.restock(&sku, a.qty, &request_id).await?;
-    if json {
-        #[derive(Serialize)]
-        struct Out<'a> {
-            sku: &'a str,
-            request_id: &'a str,
-            qty: u64,
-            added: u64,
-            replayed: bool,
-            store: &'static str,
-        }
-        print_json(&Out {
-            sku: sku.as_str(),
-            request_id: request_id.as_str(),
-            qty: a.qty,
-            added: r.added,
-            replayed: r.replayed,
-            store: engine.store().name(),
-        })?;
-    } else if r.replayed {
-        println!("restock {request_id} of {sku} was applied before: nothing added");
-    } else if r.added < a.qty {
-        println!(
-            "restocked {sku}: added {} of {} units (request {request_id}; the rest was applied before)",
-            r.added, a.qty
-        );
-    } else {
-        println!(
-            "restocked {sku}: added {} units (request {request_id})",
-            r.added
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn run_status<S: Store>(
-    engine: Engine<S>,
-    a: AuditArgs,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let sku = Sku::new(&a.sku)?;
-    let remaining = engine.remaining(&sku).await?;
-    let audit = engine.audit(&sku).await?;
-    #[derive(serde::Serialize)]
-    struct Status<'a> {
-        sku: &'a str,
-        store: &'static str,
-        strategy: shardstock::Strategy,
-        generation: u64,
-        remaining: u64,
-        remaining_per_segment: &'a [u64],
-        reserved: u64,
-        sold: u64,
-        loaded: u64,
-        restocked: u64,
-    }
-    let st = Status {
-        sku: sku.as_str(),
-        store: engine.store().name(),
-        strategy: engine.store().strategy(),
-        generation: audit.generation,
-        remaining: remaining.total,
-        remaining_per_segment: &remaining.per_segment,
-        reserved: audit.reserved,
-        sold: audit.sold,
-        loaded: audit.loaded,
-        restocked: audit.restocked,
-    };
-    if json {
-        print_json(&st)?;
-    } else {
-        println!(
-            "{} (generation {}, {} store, strategy {}): remaining {}, reserved {}, sold {} of {} loaded + {} restocked",
-            st.sku,
-            st.generation,
-            st.store,
-            st.strategy,
-            st.remaining,
-            st.reserved,
-            st.sold,
-            st.loaded,
-            st.restocked
-        );
-        for (i, units) in remaining.per_segment.iter().enumerate() {
-            println!("  segment {i:>4}: {units}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn run_audit<S: Store>(
-    engine: Engine<S>,
-    a: AuditArgs,
-    json: bool,
-) -> Result<ExitCode, Failure> {
-    let sku = Sku::new(&a.sku)?;
-    let audit = engine.audit(&sku).await?;
-    if json {
-        print_json(&audit)?;
-    } else {
-        println!(
-            "sku {}  generation {}  ({} store)",
-            audit.sku,
-            audit.generation,
-            engine.store().name()
-        );
-        println!(
-            "loaded {}  restocked {}  remaining {}  reserved {}  sold {}",
-            audit.loaded, audit.restocked, audit.remaining, audit.reserved, audit.sold
-        );
-        println!(
-            "{:>7} {:>12} {:>12} {:>12} {:>12}  ok",
-            "segment", "loaded", "restocked", "remaining", "sold"
-        );
-        for s in &audit.segments {
-            println!(
-                "{:>7} {:>12} {:>12} {:>12} {:>12}  {}",
-                s.index,
-                s.state.loaded,
-                s.state.restocked,
-                s.state.stock,
-                s.state.sold,
-                if s.ok { "yes" } else { "NO" }
-            );
-        }
-        if audit.ok {
-            println!("audit: ok");
-        } else {
-            println!("audit: FAILED");
-            for p in &audit.problems {
-                println!("  - {p}");
-            }
-        }
-    }
-    Ok(if audit.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_AUDIT_FAILED)
-    })
 }

@@ -1,10 +1,12 @@
 //! `shardstock sim`: a flash sale against one SKU, with outcome counts, latency percentiles
 //! and an oversell check from the store's own books.
 
+mod report;
+
 use crate::{Failure, print_json, unique_stem};
 use clap::Args;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use report::{CoalescingReport, Report, print_human};
 use shardstock::{Deduct, Deduction, Engine, RequestId, Sku, Store};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -188,74 +190,6 @@ impl Tally {
             *self.per_user.entry(*u).or_default() += n;
         }
     }
-}
-
-/// Coalescing settings as reported.
-#[derive(Debug, Serialize)]
-struct CoalescingReport {
-    max_batch: usize,
-    window_us: u64,
-    max_in_flight: usize,
-    /// Coalesced script calls sent during the run (and deductions they carried).
-    calls: u64,
-    requests: u64,
-    mean_batch: f64,
-}
-
-/// The `--json` report.
-#[derive(Debug, Serialize)]
-struct Report {
-    sku: String,
-    store: &'static str,
-    strategy: shardstock::Strategy,
-    /// False for the baselines kept to show overselling (naive, local-mutex).
-    strategy_safe: bool,
-    /// Lock figures for lock/redlock (null otherwise).
-    lock: Option<shardstock::lock::LockFigures>,
-    /// Request coalescing (lua on Redis): null = one script call per request.
-    coalescing: Option<CoalescingReport>,
-    run_id: String,
-    generation: u64,
-    segments: usize,
-    requests: u64,
-    users: u64,
-    qty: u64,
-    concurrency: u64,
-    applied: u64,
-    sold_units: u64,
-    sold_out: u64,
-    insufficient: u64,
-    in_flight: u64,
-    replayed: u64,
-    /// Requests refused by the per-user limit.
-    limit_reached: u64,
-    /// Requests refused because the same user had one in flight in this process.
-    user_busy: u64,
-    /// Most units any one user bought in this run (this process).
-    max_units_per_user: u64,
-    /// Reserved units this run confirmed (counted in sold_units too), cancelled, and left to
-    /// expire (returned before the audit).
-    reservations_confirmed_units: u64,
-    reservations_cancelled_units: u64,
-    reservations_expired_units: u64,
-    /// Units held by live reservations after the run (0 once expiries were swept).
-    reserved: u64,
-    errors: u64,
-    first_error: Option<String>,
-    remaining: u64,
-    remaining_per_segment: Vec<u64>,
-    loaded: u64,
-    restocked: u64,
-    sold: u64,
-    oversold: u64,
-    audit_ok: bool,
-    audit_problems: Vec<String>,
-    elapsed_s: f64,
-    throughput_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
-    max_ms: f64,
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -591,98 +525,4 @@ async fn restock_loop<S: Store>(
             tracing::warn!(error = %e, "restock failed (the sale goes on)");
         }
     }
-}
-
-fn print_human(r: &Report) {
-    println!(
-        "flash sale of {} ({} store, generation {}, {} segments, run {})",
-        r.sku, r.store, r.generation, r.segments, r.run_id
-    );
-    println!(
-        "strategy: {}{} — {}",
-        r.strategy,
-        if r.strategy_safe {
-            ""
-        } else {
-            " (UNSAFE baseline: not exactly-once)"
-        },
-        r.strategy.summary()
-    );
-    if let Some(c) = &r.coalescing {
-        println!(
-            "request coalescing: {} deductions in {} script calls (mean {:.1}); up to {} per call, window {} µs, {} in flight per segment",
-            c.requests, c.calls, c.mean_batch, c.max_batch, c.window_us, c.max_in_flight
-        );
-    }
-    println!(
-        "requests: {} from {} users, qty {}, {} concurrent workers",
-        r.requests, r.users, r.qty, r.concurrency
-    );
-    if let Some(l) = &r.lock {
-        println!(
-            "locks: acquired {}, contended {}, timeouts {}, fallbacks {}, renewals {}, leases lost {}, fenced writes rejected {}",
-            l.acquired,
-            l.contended,
-            l.timeouts,
-            l.fallbacks,
-            l.renewals,
-            l.leases_lost,
-            l.fenced_rejected
-        );
-    }
-    // The outcome table: sold, sold out, rejected by reason.
-    let rows: [(&str, u64); 9] = [
-        ("sold (requests)", r.applied),
-        ("sold (units)", r.sold_units),
-        ("sold out", r.sold_out),
-        ("rejected: insufficient", r.insufficient),
-        ("rejected: limit reached", r.limit_reached),
-        ("rejected: user busy", r.user_busy),
-        ("in flight elsewhere", r.in_flight),
-        ("replayed", r.replayed),
-        ("errors", r.errors),
-    ];
-    println!("  {:<26} {:>12}", "outcome", "count");
-    for (name, n) in rows {
-        println!("  {name:<26} {n:>12}");
-    }
-    if r.reservations_confirmed_units
-        + r.reservations_cancelled_units
-        + r.reservations_expired_units
-        > 0
-    {
-        println!(
-            "  reservations (units): confirmed {}, cancelled {}, expired {}, still reserved {}",
-            r.reservations_confirmed_units,
-            r.reservations_cancelled_units,
-            r.reservations_expired_units,
-            r.reserved
-        );
-    }
-    if let Some(e) = &r.first_error {
-        println!("first error: {e}");
-    }
-    println!(
-        "stock: loaded {}, restocked {}, sold {}, remaining {}",
-        r.loaded, r.restocked, r.sold, r.remaining
-    );
-    let per: Vec<String> = r.remaining_per_segment.iter().map(u64::to_string).collect();
-    println!("remaining per segment: [{}]", per.join(", "));
-    println!("oversold: {}", r.oversold);
-    if r.audit_ok {
-        println!("audit: ok");
-    } else {
-        println!("audit: FAILED");
-        for p in &r.audit_problems {
-            println!("  - {p}");
-        }
-    }
-    println!(
-        "throughput: {:.1} requests/s ({:.3} s)",
-        r.throughput_per_s, r.elapsed_s
-    );
-    println!(
-        "latency: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
-        r.p50_ms, r.p99_ms, r.p999_ms, r.max_ms
-    );
 }

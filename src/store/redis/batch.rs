@@ -1,4 +1,5 @@
-//! Request coalescing: concurrent deductions bound for one segment share one script call.
+//! Request coalescing (batching of requests, not to be confused with the engine's sharing of
+//! reads): concurrent deductions bound for one segment share one script call.
 //!
 //! A Lua call costs far more inside Redis than the work it does (script dispatch, argument
 //! conversion, reading the segment and reclaiming expired reservations), and every call is one
@@ -19,16 +20,30 @@
 //! request that applied. A caller that stops waiting cannot withdraw a queued request — like a
 //! written command, its outcome is then unknown and its request id settles it.
 
-use super::{HomeReply, RedisStore, ReqArgs, SegAddr};
+use super::Conn;
+use super::lua::deduct::{BatchItem, DeductBatch};
 use crate::error::{Error, Result};
+use crate::ids::Sku;
+use crate::store::{HomeReply, OnShort, ReqArgs, SegAddr};
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Tuning of request coalescing (see the module docs of `store::redis::batch`).
+/// Tuning of request coalescing: concurrent `lua` deductions bound for one segment go to Redis
+/// as one `deduct_batch.lua` call, each request keeping its own record, checks and reply.
+///
+/// A segment's queue sends at once when it has nothing in flight; whatever arrives while a
+/// call is out goes in the next call (group commit), so an idle segment adds no latency.
+///
+/// ```
+/// use shardstock::Coalescing;
+/// let c = Coalescing::default().max_batch(128).max_in_flight(4);
+/// assert!(c.validate().is_ok());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Coalescing {
     /// Most requests in one script call (1..=1000).
     pub max_batch: usize,
@@ -51,6 +66,27 @@ impl Default for Coalescing {
 }
 
 impl Coalescing {
+    /// Sets [`max_batch`](Self::max_batch).
+    #[must_use]
+    pub fn max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n;
+        self
+    }
+
+    /// Sets [`window`](Self::window).
+    #[must_use]
+    pub fn window(mut self, d: Duration) -> Self {
+        self.window = d;
+        self
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight).
+    #[must_use]
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
     /// Checks the bounds.
     ///
     /// # Errors
@@ -75,6 +111,7 @@ impl Coalescing {
 
 /// Request coalescing as configured, with what it did so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CoalesceStats {
     /// The options in force.
     pub options: Coalescing,
@@ -84,13 +121,9 @@ pub struct CoalesceStats {
     pub requests: u64,
 }
 
-/// One queued deduction (strategy `lua`: check the stock here; claim when short if `claim`).
+/// One queued deduction and where its reply goes.
 struct Item {
-    record: String,
-    user: String,
-    qty: u64,
-    claim: bool,
-    resv_ttl_ms: u64,
+    call: BatchItem,
     tx: oneshot::Sender<Result<HomeReply>>,
 }
 
@@ -104,8 +137,7 @@ struct LaneState {
 /// segment: an engine uses one TTL and one lease.
 struct Lane {
     key: LaneKey,
-    reservations: String,
-    claims: String,
+    sku: Sku,
     index: u32,
     state: Mutex<LaneState>,
 }
@@ -177,25 +209,20 @@ impl Batcher {
     /// Queues one request as `deduct.lua` in mode "lua" would run it and waits for its reply.
     pub(super) async fn submit(
         self: &Arc<Self>,
-        store: &RedisStore,
+        conn: &Conn,
         seg: SegAddr<'_>,
         req: ReqArgs<'_>,
-        claim: bool,
+        on_short: OnShort,
     ) -> Result<HomeReply> {
-        let key = (
-            store.seg_key(&seg),
-            seg.generation,
-            req.ttl_ms,
-            req.lease_ms,
-        );
+        let at = conn.at(seg);
+        let key = (at.segment(), seg.generation, req.ttl_ms, req.lease_ms);
         let lane = self
             .lanes
             .entry(key.clone())
             .or_insert_with(|| {
                 Arc::new(Lane {
                     key,
-                    reservations: store.keys.reservations(seg.sku, seg.index, seg.generation),
-                    claims: store.keys.claims(seg.sku, seg.index, seg.generation),
+                    sku: seg.sku.clone(),
                     index: seg.index,
                     state: Mutex::default(),
                 })
@@ -203,11 +230,13 @@ impl Batcher {
             .clone();
         let (tx, rx) = oneshot::channel();
         let item = Item {
-            record: store.rq_key(&seg, req.request_id),
-            user: req.user.to_string(),
-            qty: req.qty,
-            claim,
-            resv_ttl_ms: req.resv_ttl_ms,
+            call: BatchItem {
+                record: at.record(req.request_id),
+                user: req.user.to_string(),
+                qty: req.qty,
+                on_short,
+                resv_ttl_ms: req.resv_ttl_ms,
+            },
             tx,
         };
         let start = {
@@ -230,18 +259,18 @@ impl Batcher {
         };
         if start {
             let sender = Sender { lane, done: false };
-            tokio::spawn(Self::send_loop(self.clone(), store.clone(), sender));
+            tokio::spawn(Self::send_loop(self.clone(), conn.clone(), sender));
         }
         rx.await
             .map_err(|_| Error::Protocol("coalesced deduction: sender dropped".into()))?
     }
 
     /// Sends what the lane has queued, call after call, until the queue is empty.
-    async fn send_loop(self: Arc<Self>, store: RedisStore, mut sender: Sender) {
+    async fn send_loop(self: Arc<Self>, conn: Conn, mut sender: Sender) {
         let lane = sender.lane.clone();
         loop {
             self.wait_window(&lane).await;
-            let mut batch: Vec<Item> = {
+            let batch: Vec<Item> = {
                 let mut st = lane.lock();
                 if st.queue.is_empty() {
                     st.in_flight -= 1;
@@ -262,22 +291,35 @@ impl Batcher {
             crate::metrics::coalesced_batch(batch.len());
             self.calls.fetch_add(1, Relaxed);
             self.requests.fetch_add(batch.len() as u64, Relaxed);
-            let replies = store.eval_batch(&lane, &mut batch).await;
-            match replies {
+            let (items, txs): (Vec<BatchItem>, Vec<_>) =
+                batch.into_iter().map(|i| (i.call, i.tx)).unzip();
+            let (_, generation, ttl_ms, lease_ms) = lane.key;
+            let seg = SegAddr {
+                sku: &lane.sku,
+                generation,
+                index: lane.index,
+            };
+            let call = DeductBatch {
+                at: conn.at(seg),
+                ttl_ms,
+                lease_ms,
+                items,
+            };
+            match conn.run(call).await {
                 Ok(replies) => {
-                    for (item, reply) in batch.into_iter().zip(replies) {
-                        let _ = item.tx.send(reply);
+                    for (tx, reply) in txs.into_iter().zip(replies) {
+                        let _ = tx.send(reply);
                     }
                 }
                 Err(e) => {
                     // The whole call failed (connection, timeout): every request in it has an
                     // unknown outcome, exactly like a lone call that failed, and gets the error.
-                    for item in batch {
+                    for tx in txs {
                         let err = match &e {
                             Error::Redis(r) => Error::Redis(r.clone()),
                             other => Error::Protocol(other.to_string()),
                         };
-                        let _ = item.tx.send(Err(err));
+                        let _ = tx.send(Err(err));
                     }
                 }
             }
@@ -300,47 +342,5 @@ impl Batcher {
                 tokio::time::sleep(Duration::from_micros(250).min(deadline - Instant::now())).await;
             }
         }
-    }
-}
-
-impl RedisStore {
-    /// One `deduct_batch.lua` call for `batch` (all in `lane`); one reply per item, in order.
-    /// (Takes the items' key and user strings.)
-    async fn eval_batch(&self, lane: &Lane, batch: &mut [Item]) -> Result<Vec<Result<HomeReply>>> {
-        let mut keys = Vec::with_capacity(batch.len() + 3);
-        let (segment, generation, ttl_ms, lease_ms) = &lane.key;
-        keys.push(segment.clone());
-        keys.push(lane.reservations.clone());
-        keys.push(lane.claims.clone());
-        let mut args = Vec::with_capacity(5 + 4 * batch.len());
-        args.push(generation.to_string());
-        args.push(lane.index.to_string());
-        args.push(ttl_ms.to_string());
-        args.push(lease_ms.to_string());
-        args.push(batch.len().to_string());
-        for it in batch.iter_mut() {
-            keys.push(std::mem::take(&mut it.record));
-            args.push(std::mem::take(&mut it.user));
-            args.push(it.qty.to_string());
-            args.push(if it.claim { "1" } else { "0" }.to_string());
-            args.push(it.resv_ttl_ms.to_string());
-        }
-        let v = self
-            .eval_raw(&self.scripts.deduct_batch, "deduct_batch", keys, args)
-            .await?;
-        let fred::types::Value::Array(replies) = v else {
-            return Err(Error::Protocol(format!("deduct_batch: reply {v:?}")));
-        };
-        if replies.len() != batch.len() {
-            return Err(Error::Protocol(format!(
-                "deduct_batch: {} replies for {} requests",
-                replies.len(),
-                batch.len()
-            )));
-        }
-        Ok(replies
-            .into_iter()
-            .map(|r| super::Reply::parse(r, "deduct_batch").and_then(|r| self.home_reply(r, None)))
-            .collect())
     }
 }

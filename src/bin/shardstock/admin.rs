@@ -1,0 +1,246 @@
+//! The one-shot commands that administer a SKU's stock: `load`, `restock`, `status`, `audit`.
+
+use crate::{Failure, print_json, unique_stem};
+use clap::Args;
+use serde::Serialize;
+use shardstock::{Engine, RequestId, Sku, Store};
+use std::process::ExitCode;
+
+/// Exit code of `audit` when a check failed.
+pub(crate) const EXIT_AUDIT_FAILED: u8 = 2;
+
+#[derive(Debug, Args)]
+pub(crate) struct LoadArgs {
+    /// SKU id (ASCII letters, digits, '_', '.', '-'; at most 64 bytes).
+    #[arg(long)]
+    sku: String,
+    /// Total units to load.
+    #[arg(long, value_name = "N")]
+    stock: u64,
+    /// Number of segments to split the stock over (1..=1024). More segments spread hot-key
+    /// load; each holds stock/segments units.
+    #[arg(long, value_name = "K")]
+    segments: u32,
+    /// Replace an existing SKU: starts a new generation; its old stock, counters and request
+    /// records no longer count.
+    #[arg(long)]
+    replace: bool,
+    /// Units one user may buy of this SKU (0 = no limit). Default: engine.per_user_limit
+    /// from the configuration (1 = one order per user).
+    #[arg(long, value_name = "N")]
+    per_user_limit: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RestockArgs {
+    /// SKU id.
+    #[arg(long)]
+    sku: String,
+    /// Units to add (spread evenly over the segments).
+    #[arg(long, value_name = "N")]
+    qty: u64,
+    /// Idempotency key; re-use it to retry safely. Default: a fresh id from the process id and
+    /// the current time.
+    #[arg(long, value_name = "R")]
+    request_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// SKU id.
+    #[arg(long)]
+    sku: String,
+}
+
+pub(crate) async fn run_load<S: Store>(
+    engine: Engine<S>,
+    a: LoadArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let limit = a.per_user_limit.unwrap_or(engine.options().per_user_limit);
+    let generation = engine
+        .load(
+            &sku,
+            a.stock,
+            shardstock::LoadOptions::new(a.segments)
+                .replace(a.replace)
+                .per_user_limit(limit),
+        )
+        .await?;
+    let store = engine.store().name();
+    if json {
+        #[derive(Serialize)]
+        struct Loaded<'a> {
+            sku: &'a str,
+            generation: u64,
+            stock: u64,
+            segments: u32,
+            store: &'static str,
+        }
+        print_json(&Loaded {
+            sku: sku.as_str(),
+            generation,
+            stock: a.stock,
+            segments: a.segments,
+            store,
+        })?;
+    } else {
+        println!(
+            "loaded {sku}: {} units in {} segments (generation {generation}, {store} store)",
+            a.stock, a.segments
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn run_restock<S: Store>(
+    engine: Engine<S>,
+    a: RestockArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let request_id = match &a.request_id {
+        Some(r) => RequestId::new(r)?,
+        None => RequestId::new(format!("restock-{}", unique_stem()))?,
+    };
+    let r = engine.restock(&sku, a.qty, &request_id).await?;
+    if json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            sku: &'a str,
+            request_id: &'a str,
+            qty: u64,
+            added: u64,
+            replayed: bool,
+            store: &'static str,
+        }
+        print_json(&Out {
+            sku: sku.as_str(),
+            request_id: request_id.as_str(),
+            qty: a.qty,
+            added: r.added,
+            replayed: r.replayed,
+            store: engine.store().name(),
+        })?;
+    } else if r.replayed {
+        println!("restock {request_id} of {sku} was applied before: nothing added");
+    } else if r.added < a.qty {
+        println!(
+            "restocked {sku}: added {} of {} units (request {request_id}; the rest was applied before)",
+            r.added, a.qty
+        );
+    } else {
+        println!(
+            "restocked {sku}: added {} units (request {request_id})",
+            r.added
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn run_status<S: Store>(
+    engine: Engine<S>,
+    a: AuditArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let remaining = engine.remaining(&sku).await?;
+    let audit = engine.audit(&sku).await?;
+    #[derive(serde::Serialize)]
+    struct Status<'a> {
+        sku: &'a str,
+        store: &'static str,
+        strategy: shardstock::Strategy,
+        generation: u64,
+        remaining: u64,
+        remaining_per_segment: &'a [u64],
+        reserved: u64,
+        sold: u64,
+        loaded: u64,
+        restocked: u64,
+    }
+    let st = Status {
+        sku: sku.as_str(),
+        store: engine.store().name(),
+        strategy: engine.store().strategy(),
+        generation: audit.generation,
+        remaining: remaining.total,
+        remaining_per_segment: &remaining.per_segment,
+        reserved: audit.reserved,
+        sold: audit.sold,
+        loaded: audit.loaded,
+        restocked: audit.restocked,
+    };
+    if json {
+        print_json(&st)?;
+    } else {
+        println!(
+            "{} (generation {}, {} store, strategy {}): remaining {}, reserved {}, sold {} of {} loaded + {} restocked",
+            st.sku,
+            st.generation,
+            st.store,
+            st.strategy,
+            st.remaining,
+            st.reserved,
+            st.sold,
+            st.loaded,
+            st.restocked
+        );
+        for (i, units) in remaining.per_segment.iter().enumerate() {
+            println!("  segment {i:>4}: {units}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn run_audit<S: Store>(
+    engine: Engine<S>,
+    a: AuditArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    let sku = Sku::new(&a.sku)?;
+    let audit = engine.audit(&sku).await?;
+    if json {
+        print_json(&audit)?;
+    } else {
+        println!(
+            "sku {}  generation {}  ({} store)",
+            audit.sku,
+            audit.generation,
+            engine.store().name()
+        );
+        println!(
+            "loaded {}  restocked {}  remaining {}  reserved {}  sold {}",
+            audit.loaded, audit.restocked, audit.remaining, audit.reserved, audit.sold
+        );
+        println!(
+            "{:>7} {:>12} {:>12} {:>12} {:>12}  ok",
+            "segment", "loaded", "restocked", "remaining", "sold"
+        );
+        for s in &audit.segments {
+            println!(
+                "{:>7} {:>12} {:>12} {:>12} {:>12}  {}",
+                s.index,
+                s.state.loaded,
+                s.state.restocked,
+                s.state.stock,
+                s.state.sold,
+                if s.ok { "yes" } else { "NO" }
+            );
+        }
+        if audit.ok {
+            println!("audit: ok");
+        } else {
+            println!("audit: FAILED");
+            for p in &audit.problems {
+                println!("  - {p}");
+            }
+        }
+    }
+    Ok(if audit.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_AUDIT_FAILED)
+    })
+}

@@ -1,0 +1,163 @@
+//! [`RedisStoreBuilder`]: connection, strategy and request coalescing of a [`RedisStore`].
+
+use super::strategies::Runner;
+use super::{Coalescing, Conn, RedisStore, lua};
+use crate::error::{Error, Result};
+use crate::lock::LockOptions;
+use crate::segments::Keyspace;
+use crate::strategy::Strategy;
+use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Builds a [`RedisStore`]:
+///
+/// ```no_run
+/// # async fn demo() -> shardstock::Result<()> {
+/// use shardstock::{Coalescing, RedisStore};
+/// let store = RedisStore::builder("redis://127.0.0.1:6379")
+///     .pool_size(4)
+///     .key_prefix("shop")
+///     .coalescing(Some(Coalescing::default()))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// Defaults: 4 clients, key prefix `ss`, a 5 s command timeout, strategy `lua`, no request
+/// coalescing (one script call per request). [`crate::Config::build_store`] builds the store a
+/// configuration describes.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct RedisStoreBuilder {
+    url: String,
+    pool_size: usize,
+    key_prefix: String,
+    command_timeout: Duration,
+    strategy: Strategy,
+    lock_options: LockOptions,
+    lock_nodes: Vec<String>,
+    coalescing: Option<Coalescing>,
+}
+
+impl RedisStoreBuilder {
+    pub(super) fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            pool_size: 4,
+            key_prefix: "ss".into(),
+            command_timeout: Duration::from_secs(5),
+            strategy: Strategy::Lua,
+            lock_options: LockOptions::default(),
+            lock_nodes: Vec::new(),
+            coalescing: None,
+        }
+    }
+
+    /// fred clients in the pool (each one connection; fred pipelines across tasks). At
+    /// least 1.
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.pool_size = n;
+        self
+    }
+
+    /// Namespace in front of every key.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// A command that cannot complete within this time fails with [`Error::Redis`]: its
+    /// outcome is then unknown and the caller retries with the same request id.
+    pub fn command_timeout(mut self, d: Duration) -> Self {
+        self.command_timeout = d;
+        self
+    }
+
+    /// The deduction strategy (default `lua`).
+    pub fn strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    /// Lock tunables of the `lock` and `redlock` strategies.
+    pub fn lock_options(mut self, opts: LockOptions) -> Self {
+        self.lock_options = opts;
+        self
+    }
+
+    /// The independent nodes of the `redlock` strategy (3 or 5 `redis://` URLs); `lock` uses
+    /// the store's own Redis and no nodes.
+    pub fn lock_nodes(mut self, urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.lock_nodes = urls.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Request coalescing of `lua` deductions (`None`: one script call per request). See
+    /// [`Coalescing`].
+    pub fn coalescing(mut self, opts: Option<Coalescing>) -> Self {
+        self.coalescing = opts;
+        self
+    }
+
+    /// Checks the options, connects and loads the scripts.
+    ///
+    /// Connections that drop are re-established forever with exponential backoff (10 ms to
+    /// 1 s), and fred re-sends commands that were in flight (at most 3 attempts each).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for bad lock or coalescing options, or lock nodes that do not fit the
+    /// strategy; [`Error::InvalidInput`] for a bad key prefix; [`Error::Redis`] when a URL is
+    /// invalid or Redis is unreachable.
+    pub async fn connect(self) -> Result<RedisStore> {
+        crate::ids::check_prefix(&self.key_prefix)?;
+        self.check()?;
+        let config = Config::from_url(&self.url)?;
+        let pool = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = Duration::from_secs(5);
+                c.max_command_attempts = 3;
+            })
+            .with_performance_config(|p| {
+                p.default_command_timeout = self.command_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 10, 1000, 2))
+            .build_pool(self.pool_size.max(1))?;
+        pool.init().await?;
+        lua::load(pool.next(), lua::Script::ALL).await?;
+        let runner = Runner::new(
+            self.strategy,
+            &pool,
+            self.lock_options,
+            &self.lock_nodes,
+            self.coalescing,
+        )
+        .await?;
+        Ok(RedisStore {
+            conn: Conn {
+                pool,
+                keys: Keyspace::new(self.key_prefix),
+            },
+            runner: Arc::new(runner),
+        })
+    }
+
+    /// Option checks that need no connection.
+    fn check(&self) -> Result<()> {
+        self.lock_options.validate()?;
+        if self.strategy == Strategy::Redlock && self.lock_nodes.is_empty() {
+            return Err(Error::Config(
+                "the redlock strategy needs lock nodes (--lock-nodes URL,URL,URL)".into(),
+            ));
+        }
+        if self.strategy != Strategy::Redlock && !self.lock_nodes.is_empty() {
+            return Err(Error::Config(
+                "lock nodes are only used by the redlock strategy".into(),
+            ));
+        }
+        if let Some(c) = &self.coalescing {
+            c.validate()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,423 @@
+//! The Lua layer: every script shardstock runs on Redis, how each is called, and what the
+//! scripts store.
+//!
+//! One list (the `scripts!` invocation below) declares every script — the store's and the
+//! locks' alike — and the same list enumerates them for `SCRIPT LOAD`: adding a script is one
+//! line there plus its `.lua` file. Every call goes through one path, `run`: a typed call
+//! builds its KEYS and ARGV, `EVALSHA` runs it, a `NOSCRIPT` answer (the script cache is empty
+//! after a restart, a failover or `SCRIPT FLUSH`) loads the script and retries once, counted in
+//! `shardstock_script_reloads_total{script=<name>}`, and the typed call decodes the reply. Each
+//! script's call type (KEYS/ARGV building and reply decoding) sits in one place, in the
+//! submodule of its concern: `deduct` (taking stock), `claim` (fallback claims), `segment`
+//! (loading, restocking, reservations, audit reads), `user` (per-user limit), `lock` (lock
+//! scripts, also run on RedLock's independent nodes: the call takes the client to run on).
+//!
+//! Each script starts with `prelude.lua` (strict argument checks, shared helpers); the two
+//! deduction scripts also share `deduct_core.lua`. A script's header states its KEYS, ARGV and
+//! replies; the letters and fields it stores are in the tables below, which every header
+//! points to.
+//!
+//! # Stored letters
+//!
+//! Hashes keep states as one-letter codes. The same letter means different things in different
+//! fields (`X`: sealed in a record's `s`, expired in its `rs`; `R`: refunded in `s`, reserved
+//! in `rs` and in a user entry), so read a letter together with its field:
+//!
+//! | key (field) | letter | meaning | written by |
+//! |---|---|---|---|
+//! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e` | deduct, take, settle |
+//! | | `P` | pending fallback claim (home only): epoch `e`, lease end `l`, part taken at home `hp` | deduct (when short) |
+//! | | `X` | sealed: the request never applied and never can | seal, settle (seal) |
+//! | | `V` | shut-out marker (fallback segment): nothing taken here; claim epochs below `e` are refused | shut_out |
+//! | | `R` | refunded part (fallback segment): its units went back | refund |
+//! | request record (`k`), user entry, `claims_due` reply | `s` / `r` | a sale / a reservation (missing: a sale, written before kinds existed) | every writer |
+//! | request record (`rs`) | `R` | reserved: `rq` units held until `exp` (ms, server clock) | deduct, take (`hold` in the prelude) |
+//! | | `C` | confirmed: the units are sold | reserve_end |
+//! | | `K` | cancelled: the units went back | reserve_end, refund |
+//! | | `X` | expired unconfirmed: the units went back | reclaim (prelude) |
+//! | user entry (field `r:<request id>` of the user record) | `P` | pending: counted while its request is in flight, verified after its expiry | user_claim |
+//! | | `R` | reserved: counted, verified when the user is at the limit | user_finish |
+//! | | `S` | sold: counts for good | user_finish |
+//!
+//! # Stored fields
+//!
+//! | key | fields |
+//! |---|---|
+//! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`) |
+//! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition) |
+//! | request record `…:g<gen>:rq:<request id>` (segment's tag) | `s`, `u` (user), `q` (the request's qty), `k`, `e` (claim epoch), `l`, `hp`, `parts` (`<segment>:<units>,…`), `p` (part here), `rs`, `rq`, `exp` |
+//! | reservation index `…:g<gen>:resv` | ZSET of request records holding a live reservation, by expiry |
+//! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
+//! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
+//! | decrement token `<segment key>:dt:<nonce>` | `decr-compensate` only: a decrement given back once |
+//! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P\|R\|S>:<expiry ms>:<s\|r>` |
+//! | lock `<prefix>:{<sku>#<i>}:lock` | the holder's owner token |
+//! | RedLock quarantine marker `shardstock:redlock:quarantine` (per node) | end of the node's quarantine, ms |
+//!
+//! Two words are kept apart: a claim **epoch** (a fallback claim's generation of holders; a
+//! newer holder *shuts* older epochs *out* of the other segments, `shut_out.lua`) and a lock
+//! **fence token** (the segment's `fence` field; a lock holder's write applies only while the
+//! token is still its own).
+
+use crate::error::{Error, Result};
+use crate::ids::RequestId;
+use crate::segments::{Keyspace, decode_parts};
+use crate::store::{Part, SegAddr};
+use fred::prelude::{Client, LuaInterface};
+use fred::types::Value;
+use fred::types::scripts::Script as FredScript;
+use std::sync::LazyLock;
+
+pub(crate) mod claim;
+pub(crate) mod deduct;
+pub(crate) mod lock;
+pub(crate) mod segment;
+pub(crate) mod user;
+
+/// Declares the scripts: `Variant "name" [after "shared.lua", ...]` runs `prelude.lua`, the
+/// shared parts, then `name.lua`; `name` is also the `script` label of the reload counter.
+macro_rules! scripts {
+    ($( $(#[$doc:meta])* $id:ident $name:literal $(after [$($shared:literal),+])? ),+ $(,)?) => {
+        /// A script, by name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Script {
+            $( $(#[$doc])* $id, )+
+        }
+
+        impl Script {
+            /// Every script, in declaration order (for `SCRIPT LOAD`).
+            pub(crate) const ALL: &'static [Script] = &[$(Script::$id),+];
+
+            /// The file stem, also the `script` label of the reload counter.
+            pub(crate) fn name(self) -> &'static str {
+                match self {
+                    $(Script::$id => $name,)+
+                }
+            }
+
+            /// The Lua source as sent to Redis.
+            fn source(self) -> &'static str {
+                match self {
+                    $(Script::$id => concat!(
+                        include_str!("../../scripts/prelude.lua"),
+                        $($(include_str!(concat!("../../scripts/", $shared)),)+)?
+                        include_str!(concat!("../../scripts/", $name, ".lua"))
+                    ),)+
+                }
+            }
+        }
+    };
+}
+
+scripts! {
+    /// One deduction at its home segment (the hot path).
+    Deduct "deduct" after ["deduct_core.lua"],
+    /// Many deductions bound for one segment (request coalescing).
+    DeductBatch "deduct_batch" after ["deduct_core.lua"],
+    /// A part of a claimed request at one segment.
+    Take "take",
+    /// Ends a fallback claim.
+    Settle "settle",
+    /// Gives back a part of a claim that could not complete.
+    Refund "refund",
+    /// A new claim holder shuts older epochs out of a segment.
+    ShutOut "shut_out",
+    /// Takes over a claim whose lease ran out.
+    Takeover "takeover",
+    /// Seals a request that never applied.
+    Seal "seal",
+    /// Fallback claims whose lease ran out (sweeper).
+    ClaimsDue "claims_due",
+    /// Adds units to a segment once per request id.
+    Restock "restock",
+    /// Starts a (re)load.
+    LoadBegin "load_begin",
+    /// Writes one segment of a load.
+    LoadSegment "load_segment",
+    /// Marks a load ready.
+    LoadCommit "load_commit",
+    /// Deletes a segment left from an older generation.
+    DropSegment "drop_segment",
+    /// Confirms, cancels or inspects a reservation.
+    ReserveEnd "reserve_end",
+    /// Returns expired reservations (sweeper).
+    Reclaim "reclaim",
+    /// The audit's atomic read of a segment.
+    Held "held",
+    /// Counts a request against its user's limit.
+    UserClaim "user_claim",
+    /// Marks a user entry sold or reserved, or removes it.
+    UserFinish "user_finish",
+    /// Lock strategies: bumps the segment's fence token and reads the stock.
+    FenceRead "fence_read",
+    /// Renews a lock's lease for its owner (watchdog).
+    LockRenew "lock_renew",
+    /// Releases a lock for its owner (compare-and-delete).
+    LockRelease "lock_release",
+    /// One node's vote in a RedLock acquisition.
+    RedlockAcquire "redlock_acquire",
+}
+
+/// The scripts with their SHA1s, computed once per process.
+static REGISTRY: LazyLock<Vec<FredScript>> = LazyLock::new(|| {
+    Script::ALL
+        .iter()
+        .map(|s| FredScript::from_lua(s.source()))
+        .collect()
+});
+
+impl Script {
+    fn fred(self) -> &'static FredScript {
+        &REGISTRY[self as usize]
+    }
+}
+
+/// One call of one script: its KEYS and ARGV, and how its reply decodes.
+pub(crate) trait Call {
+    /// The script it runs.
+    const SCRIPT: Script;
+    /// The decoded reply.
+    type Output;
+    /// KEYS and ARGV. (`&mut`: a call may hand over strings it owns instead of copying them.)
+    fn encode(&mut self) -> (Vec<String>, Vec<String>);
+    /// Decodes the script's reply.
+    fn decode(&self, reply: Value) -> Result<Self::Output>;
+}
+
+/// Runs `call` on `client`: encode, [`eval`], decode.
+pub(crate) async fn run<C: Call>(client: &Client, mut call: C) -> Result<C::Output> {
+    let (keys, args) = call.encode();
+    let reply = eval(client, C::SCRIPT, keys, args).await?;
+    call.decode(reply)
+}
+
+/// `EVALSHA`; on `NOSCRIPT`, `SCRIPT LOAD` (counted in `shardstock_script_reloads_total`) and
+/// once more. Argument errors of the scripts come back as [`Error::InvalidInput`].
+pub(crate) async fn eval(
+    client: &Client,
+    script: Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+) -> Result<Value> {
+    let fred = script.fred();
+    // As fred keys/values (byte buffers taken over without copying), cloning for the NOSCRIPT
+    // retry costs a reference count per argument, not a copy.
+    let keys: Vec<fred::types::Key> = keys.into_iter().map(Into::into).collect();
+    let args: Vec<Value> = args.into_iter().map(Into::into).collect();
+    match client
+        .evalsha(fred.sha1().clone(), keys.clone(), args.clone())
+        .await
+    {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            crate::metrics::script_reload(script.name());
+            fred.load(client).await.map_err(script_error)?;
+            client.evalsha(fred.sha1().clone(), keys, args).await
+        }
+        r => r,
+    }
+    .map_err(script_error)
+}
+
+/// `SCRIPT LOAD`s `scripts` on `client` (otherwise done on the first `NOSCRIPT`).
+pub(crate) async fn load(client: &Client, scripts: &[Script]) -> Result<()> {
+    for s in scripts {
+        s.fred().load(client).await?;
+    }
+    Ok(())
+}
+
+/// Maps the scripts' argument errors back to typed errors.
+fn script_error(e: fred::error::Error) -> Error {
+    bad_argument(e.details()).unwrap_or(Error::Redis(e))
+}
+
+/// "… shardstock bad argument: <name>" as [`Error::InvalidInput`] naming the field.
+fn bad_argument(d: &str) -> Option<Error> {
+    const PREFIX: &str = "shardstock bad argument: ";
+    let pos = d.find(PREFIX)?;
+    let name = d[pos + PREFIX.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap_or("");
+    let field = match name {
+        "qty" => "qty",
+        "user" => "user",
+        "part" => "part",
+        "gen" => "gen",
+        _ => "argument",
+    };
+    Some(Error::invalid(field, format!("rejected by the store: {d}")))
+}
+
+/// A tagged script reply (`{tag, field, ...}`), read field by field.
+pub(crate) struct Reply {
+    tag: String,
+    rest: Vec<Value>,
+    script: &'static str,
+}
+
+impl Reply {
+    /// Splits `v` into its tag and fields.
+    pub(crate) fn parse(v: Value, script: Script) -> Result<Self> {
+        let script = script.name();
+        let mut arr = match v {
+            Value::Array(a) if !a.is_empty() => a,
+            other => return Err(Error::Protocol(format!("{script}: reply {other:?}"))),
+        };
+        let rest = arr.split_off(1);
+        let tag = arr[0]
+            .as_string()
+            .ok_or_else(|| Error::Protocol(format!("{script}: tag {:?}", arr[0])))?;
+        Ok(Self { tag, rest, script })
+    }
+
+    pub(crate) fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    pub(crate) fn u64(&self, i: usize) -> Result<u64> {
+        self.rest
+            .get(i)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| self.bad())
+    }
+
+    /// A stock figure; the unsafe baselines can drive stock below zero for a moment, which
+    /// reads as 0 (the audit still sees the real counters).
+    pub(crate) fn stock(&self, i: usize) -> Result<u64> {
+        self.rest
+            .get(i)
+            .and_then(Value::as_i64)
+            .map(|v| v.max(0) as u64)
+            .ok_or_else(|| self.bad())
+    }
+
+    pub(crate) fn str(&self, i: usize) -> Result<String> {
+        self.rest
+            .get(i)
+            .and_then(Value::as_string)
+            .ok_or_else(|| self.bad())
+    }
+
+    pub(crate) fn parts(&self, i: usize) -> Result<Vec<Part>> {
+        decode_parts(&self.str(i)?).ok_or_else(|| self.bad())
+    }
+
+    /// The field named by a `{"mismatch", field}` reply.
+    pub(crate) fn field(&self, i: usize) -> Result<&'static str> {
+        match self.str(i)?.as_str() {
+            "user" => Ok("user"),
+            "qty" => Ok("qty"),
+            "kind" => Ok("kind"),
+            _ => Err(self.bad()),
+        }
+    }
+
+    /// The error for a reply this version does not understand.
+    pub(crate) fn bad(&self) -> Error {
+        Error::Protocol(format!(
+            "{}: reply {} {:?}",
+            self.script, self.tag, self.rest
+        ))
+    }
+
+    /// `{"bad", "ERR shardstock bad argument: <name>"}` (one request of a batch refused) as
+    /// the error a lone call would have got.
+    pub(crate) fn bad_argument(&self) -> Error {
+        match self.str(0) {
+            Ok(d) => bad_argument(&d).unwrap_or_else(|| self.bad()),
+            Err(e) => e,
+        }
+    }
+}
+
+/// The keys of one segment (all under the segment's hash tag).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentKeys<'a> {
+    /// The store's key names.
+    pub(crate) keys: &'a Keyspace,
+    /// The segment.
+    pub(crate) seg: SegAddr<'a>,
+}
+
+impl SegmentKeys<'_> {
+    /// The segment hash.
+    pub(crate) fn segment(&self) -> String {
+        self.keys.segment(self.seg.sku, self.seg.index)
+    }
+
+    /// `rid`'s request record here.
+    pub(crate) fn record(&self, rid: &RequestId) -> String {
+        let s = &self.seg;
+        self.keys.request(s.sku, s.index, s.generation, rid)
+    }
+
+    /// The reservation index.
+    pub(crate) fn reservations(&self) -> String {
+        let s = &self.seg;
+        self.keys.reservations(s.sku, s.index, s.generation)
+    }
+
+    /// The claim index.
+    pub(crate) fn claims(&self) -> String {
+        let s = &self.seg;
+        self.keys.claims(s.sku, s.index, s.generation)
+    }
+
+    /// `rid`'s restock record here.
+    pub(crate) fn restock(&self, rid: &RequestId) -> String {
+        let s = &self.seg;
+        self.keys.restock(s.sku, s.index, s.generation, rid)
+    }
+
+    /// The segment's lock (lock strategies).
+    pub(crate) fn lock(&self) -> String {
+        self.keys.lock(self.seg.sku, self.seg.index)
+    }
+
+    /// The one-time token of a decr-compensate decrement.
+    pub(crate) fn decr_token(&self, nonce: u64) -> String {
+        format!("{}:dt:{nonce}", self.segment())
+    }
+
+    /// The generation as an argument.
+    pub(crate) fn generation(&self) -> String {
+        self.seg.generation.to_string()
+    }
+}
+
+/// ARGV from values that print as the script expects them.
+macro_rules! argv {
+    ($($v:expr),* $(,)?) => {
+        vec![$($v.to_string()),*]
+    };
+}
+pub(crate) use argv;
+
+/// `"1"` / `"0"`.
+pub(crate) fn flag(v: bool) -> &'static str {
+    if v { "1" } else { "0" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_registered_once_with_its_source() {
+        let mut names: Vec<&str> = Script::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(names.len(), REGISTRY.len());
+        for (i, s) in Script::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, i);
+            assert!(s.source().starts_with("-- prelude.lua"), "{}", s.name());
+            assert!(
+                s.source().contains(&format!("-- {}.lua", s.name())),
+                "{} does not end with its own file",
+                s.name()
+            );
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Script::ALL.len());
+    }
+}

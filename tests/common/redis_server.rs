@@ -1,0 +1,155 @@
+//! Real `redis-server` processes on free loopback ports.
+//!
+//! Each [`RedisServer`] is its own process with its own port and working directory, so tests
+//! run in parallel without sharing state. It is killed on drop; when a test panics, its log is
+//! printed so a server-side cause is visible.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::ports::free_port;
+use super::process::Proc;
+
+/// A redis-server (no persistence, `noeviction`), running or stopped; it keeps its port, so
+/// it can be stopped and started again **empty** where clients expect it.
+pub struct RedisServer {
+    /// `None` while stopped. Declared before `dir`: the process goes before its directory.
+    proc: Option<Proc>,
+    pub port: u16,
+    extra: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers PING.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Same, with extra `--flag value` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            let mut server = Self::reserved_with(extra);
+            if server.launch() {
+                return server;
+            }
+            // Exited (port taken between probe and bind) or never answered: try another port.
+        }
+        panic!("could not start redis-server");
+    }
+
+    /// A port and a directory for a server that is not running yet: nothing listens there
+    /// until [`RedisServer::boot`].
+    pub fn reserved() -> Self {
+        Self::reserved_with(&[])
+    }
+
+    fn reserved_with(extra: &[&str]) -> Self {
+        Self {
+            proc: None,
+            port: free_port(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Starts the server on its port, with no data, and waits until it answers PING.
+    pub fn boot(&mut self) {
+        assert!(self.proc.is_none(), "already running");
+        assert!(
+            self.launch(),
+            "redis-server on :{} did not start",
+            self.port
+        );
+    }
+
+    /// Kills the server; its port and directory stay for a later [`RedisServer::boot`].
+    pub fn stop(&mut self) {
+        self.proc = None;
+    }
+
+    /// Kills the server and starts it again on the same port with no data (no persistence).
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        self.boot();
+    }
+
+    /// Spawns the process and waits (at most 10 s) until it answers PING; `false` (and no
+    /// process) when it exited first or never answered.
+    fn launch(&mut self) -> bool {
+        let log = self.log_path();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--maxmemory-policy", "noeviction"])
+            .args(["--logfile", log.to_str().unwrap()])
+            .args(["--dir", self.dir.path().to_str().unwrap()])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test.sh installs it)");
+        let mut proc = Proc {
+            name: format!("redis-server :{}", self.port),
+            child,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = proc.child.try_wait() {
+                return false;
+            }
+            if ping(self.port) {
+                self.proc = Some(proc);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// Runs redis-cli against this server and returns its stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
+    }
+
+    /// The number of keys (`DBSIZE`).
+    pub fn dbsize(&self) -> u64 {
+        let out = self.cli(&["DBSIZE"]);
+        out.parse()
+            .unwrap_or_else(|_| panic!("DBSIZE answered {out:?}"))
+    }
+}
+
+/// Runs redis-cli against the server on `port` and returns its stdout. For threads that
+/// cannot borrow the [`RedisServer`].
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
