@@ -23,9 +23,9 @@ pub enum Error {
     /// The SKU has never been loaded (or its metadata is gone). Load it first.
     #[error("sku {0:?} is not loaded")]
     NotLoaded(String),
-    /// `load` on a SKU that exists. Use an explicit reload (`replace = true`) to reset it.
+    /// `load` on a SKU that exists. Reload it explicitly (`LoadOptions::replace(true)`, CLI `--replace`, HTTP `"replace":true`) to start a new generation.
     #[error(
-        "sku {sku:?} is already loaded (generation {generation}); load it with replace = true (CLI: --replace) to start a new generation"
+        "sku {sku:?} is already loaded (generation {generation}); load it with replace (LoadOptions::replace(true), CLI --replace) to start a new generation"
     )]
     AlreadyLoaded {
         /// The SKU.

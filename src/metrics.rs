@@ -66,7 +66,7 @@ pub fn describe() {
     describe_counter!(
         DEDUCTIONS,
         Unit::Count,
-        "Deductions by outcome (applied, replayed, sold_out, insufficient, limit_reached, ...: the outcome's short name) and strategy."
+        "Deductions by outcome (applied, replayed, sold_out, insufficient, in_flight, limit_reached, over_limit, user_busy, too_large_to_hold: Deduction::kind) and strategy."
     );
     describe_histogram!(
         DEDUCT_SECONDS,
