@@ -12,7 +12,8 @@
 //!    served across segments **all or nothing** (parts taken one by one, refunded on failure);
 //!    a reservation is held in one segment only. The claim is settled at home as applied (with
 //!    the parts) or released.
-//! 3. **Sold out / insufficient** are answered only from that fresh read, never from hints.
+//! 3. **Sold out / insufficient** (and, for a reservation, too large to hold) are answered
+//!    only from that fresh read, never from hints.
 //!    They change nothing and are not recorded: retrying the same request id later (say after
 //!    a restock) is a fresh attempt.
 //! 4. **Crash recovery.** A claim has a lease on the store's clock and an *epoch* (1 for the

@@ -192,9 +192,12 @@ impl<S: Store> Engine<S> {
     /// [`cancel`](Self::cancel) — and by themselves, exactly once, when `ttl` passes
     /// unconfirmed (on the store's clock). Idempotent by request id like [`deduct`](Self::deduct);
     /// counts against the per-user limit until cancelled or expired. A reservation is held in
-    /// one segment (so its expiry and its units are decided atomically): a quantity no
-    /// segment holds now is answered [`Insufficient`](Deduction::Insufficient), one larger
-    /// than any segment is [`TooLargeToHold`](Deduction::TooLargeToHold).
+    /// one segment (so its expiry and its units are decided atomically): when the SKU has the
+    /// units in total but spread so that no segment holds them now, the answer is
+    /// [`Insufficient`](Deduction::Insufficient) with `available` the total (units may come
+    /// back to one segment); when no segment could ever hold them (its load plus restocks) it
+    /// is [`TooLargeToHold`](Deduction::TooLargeToHold). Fewer units left than asked answer as
+    /// for a sale.
     ///
     /// # Errors
     /// As [`deduct`](Self::deduct); [`Error::Config`] when the store's strategy is an unsafe

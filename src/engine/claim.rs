@@ -3,7 +3,7 @@
 //! sweeper's recovery of abandoned claims.
 //!
 //! Epochs: the home script claims a request with epoch 1; each takeover bumps it. A takeover
-//! shuts every other segment to older epochs (`fence.lua`), so a holder that lost its claim
+//! shuts every other segment to older epochs (`shut_out.lua`), so a holder that lost its claim
 //! can no longer take or refund anywhere; its parts are counted by the new holder.
 
 use super::deduct::{Done, Flow, Refused, Restart};

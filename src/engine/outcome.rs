@@ -6,8 +6,9 @@ use crate::segments::Part;
 ///
 /// Refusals come in two sorts: *not now* (sold out, insufficient, limit reached, in flight,
 /// user busy: asking again later may succeed) and *never* ([`OverLimit`](Self::OverLimit),
-/// [`TooLargeToHold`](Self::TooLargeToHold): the request as asked cannot be served while the
-/// SKU keeps its load; ask for fewer units). [`is_final`](Self::is_final) tells them apart.
+/// [`TooLargeToHold`](Self::TooLargeToHold): the request as asked cannot be served until the
+/// SKU is restocked or reloaded; ask for fewer units). [`is_final`](Self::is_final) tells them
+/// apart.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -51,7 +52,9 @@ pub enum Deduction {
     /// A reservation is held in one segment (so that its expiry and its units are decided in
     /// one atomic step), and no segment of this SKU is that large: this reservation can never
     /// be held (unless a restock or reload makes a segment larger). Final: reserve fewer units,
-    /// or buy them.
+    /// or buy them. Answered when the SKU has the units in total but no segment could ever hold
+    /// them; when fewer units are left than asked, the stock answer ([`SoldOut`](Self::SoldOut),
+    /// [`Insufficient`](Self::Insufficient)) comes first, as for a sale.
     TooLargeToHold {
         /// The most units one segment can hold (its share of the load and of restocks).
         largest_segment: u64,
@@ -67,9 +70,10 @@ impl Deduction {
         }
     }
 
-    /// True for the refusals no retry can turn into a sale while the SKU keeps its load
-    /// ([`OverLimit`](Self::OverLimit), [`TooLargeToHold`](Self::TooLargeToHold)); false for
-    /// successes and for "not now" refusals.
+    /// True for the refusals no retry can turn into a sale until the SKU is restocked or
+    /// reloaded ([`OverLimit`](Self::OverLimit): only a reload changes the limit;
+    /// [`TooLargeToHold`](Self::TooLargeToHold): a restock may make a segment large enough);
+    /// false for successes and for "not now" refusals.
     pub fn is_final(&self) -> bool {
         matches!(
             self,
