@@ -208,6 +208,9 @@ impl Config {
                 "store.redis_url is empty: the embedded store is meant (MemoryStore)".into(),
             ));
         }
+        // A Config built in code (not through `load`) is checked here too: a zero command
+        // timeout or an oversized pool must not reach fred.
+        self.validate()?;
         self.store.redis_builder().connect().await
     }
 

@@ -4,6 +4,7 @@
 -- other segment: from then on take.lua refuses them there, so a paused or slow old holder can
 -- never take stock it would not account for. The reply tells the new holder what the old one
 -- already took. (Claim epochs are not lock fence tokens: see fence_read.lua for those.)
+--
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  request record at the segment   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>

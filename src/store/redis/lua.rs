@@ -25,16 +25,16 @@
 //!
 //! | key (field) | letter | meaning | written by |
 //! |---|---|---|---|
-//! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e` | deduct, take, settle |
-//! | | `P` | pending fallback claim (home only): epoch `e`, lease end `l`, part taken at home `hp` | deduct (when short) |
+//! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e` | deduct, deduct_batch, take, settle; the unsafe baselines' write-back (`strategies.rs`) |
+//! | | `P` | pending fallback claim (home only): epoch `e`, lease end `l`, part taken at home `hp` | deduct, deduct_batch (when short) |
 //! | | `X` | sealed: the request never applied and never can | seal, settle (seal) |
 //! | | `V` | shut-out marker (fallback segment): nothing taken here; claim epochs below `e` are refused | shut_out |
 //! | | `R` | refunded part (fallback segment): its units went back | refund |
 //! | request record (`k`), user entry, `claims_due` reply | `s` / `r` | a sale / a reservation (missing: a sale, written before kinds existed) | every writer |
-//! | request record (`rs`) | `R` | reserved: `rq` units held until `exp` (ms, server clock) | deduct, take (`hold` in the prelude) |
+//! | request record (`rs`) | `R` | reserved: `rq` units held until `exp` (ms, server clock) | deduct, deduct_batch, take (`hold` in the prelude) |
 //! | | `C` | confirmed: the units are sold | reserve_end |
 //! | | `K` | cancelled: the units went back | reserve_end, refund |
-//! | | `X` | expired unconfirmed: the units went back | reclaim (prelude) |
+//! | | `X` | expired unconfirmed: the units went back | the prelude's reclaim, run by reclaim.lua and inside deduct, take and reserve_end |
 //! | user entry (field `r:<request id>` of the user record) | `P` | pending: counted while its request is in flight, verified after its expiry | user_claim |
 //! | | `R` | reserved: counted, verified when the user is at the limit | user_finish |
 //! | | `S` | sold: counts for good | user_finish |
