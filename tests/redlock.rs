@@ -4,9 +4,9 @@
 
 mod common;
 use common::*;
-use shardstock::Error;
 use shardstock::lock::redlock::QUARANTINE_KEY;
 use shardstock::lock::{LockGuard, LockOptions, Locker};
+use shardstock::{Error, RedisStore, Strategy};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -105,6 +105,42 @@ async fn node_count_is_validated() {
         let dup = vec![url(20_000), url(20_001), url(20_000)];
         let r = Locker::redlock(&dup, LockOptions::default()).await;
         assert!(matches!(r, Err(Error::Config(_))), "duplicate node: {r:?}");
+        let bad = vec![url(20_000), url(20_001), "redis://[::1".to_string()];
+        let r = Locker::redlock(&bad, LockOptions::default()).await;
+        assert!(
+            matches!(&r, Err(Error::Config(m)) if m.contains("[::1")),
+            "unparseable node, named: {r:?}"
+        );
+    })
+    .await;
+}
+
+/// A store builder checks its RedLock node list before it connects anything: the store's own
+/// URL points at a port nothing listens on, yet the answer is the config error, at once.
+#[tokio::test]
+async fn store_builder_checks_lock_nodes_before_connecting() {
+    bounded(Duration::from_secs(5), async {
+        let nowhere = format!("redis://127.0.0.1:{}", common::ports::free_port());
+        for nodes in [
+            vec![nowhere.clone(), nowhere.clone()],
+            vec![
+                nowhere.clone(),
+                "redis://127.0.0.1:1".into(),
+                nowhere.clone(),
+            ],
+            vec![
+                "redis://127.0.0.1:1".into(),
+                "redis://127.0.0.1:2".into(),
+                "redis://[::1".into(),
+            ],
+        ] {
+            let r = RedisStore::builder(&nowhere)
+                .strategy(Strategy::Redlock)
+                .lock_nodes(&nodes)
+                .connect()
+                .await;
+            assert!(matches!(r, Err(Error::Config(_))), "{nodes:?}: {r:?}");
+        }
     })
     .await;
 }

@@ -144,7 +144,10 @@ enum Ballot {
 }
 
 impl RedLock {
-    pub(crate) async fn connect(urls: &[String]) -> Result<Self> {
+    /// Checks a node list without connecting: an odd number ≥ 3 of distinct, parseable,
+    /// non-cluster URLs. Returns each node's client config. A bad URL is a config error that
+    /// names the node (not a Redis error about the store's server).
+    pub(crate) fn check_nodes(urls: &[String]) -> Result<Vec<Config>> {
         if urls.len() < 3 || urls.len().is_multiple_of(2) {
             return Err(Error::Config(format!(
                 "redlock needs an odd number of nodes, at least 3 (got {})",
@@ -158,14 +161,24 @@ impl RedLock {
                 )));
             }
         }
+        urls.iter()
+            .map(|url| {
+                let config = Config::from_url(url)
+                    .map_err(|e| Error::Config(format!("redlock node {url:?}: {e}")))?;
+                if config.server.is_clustered() {
+                    return Err(Error::Config(format!(
+                        "redlock node {url:?} is a cluster URL; the nodes must be independent servers"
+                    )));
+                }
+                Ok(config)
+            })
+            .collect()
+    }
+
+    pub(crate) async fn connect(urls: &[String]) -> Result<Self> {
+        let configs = Self::check_nodes(urls)?;
         let mut clients = Vec::with_capacity(urls.len());
-        for url in urls {
-            let mut config = Config::from_url(url)?;
-            if config.server.is_clustered() {
-                return Err(Error::Config(format!(
-                    "redlock node {url:?} is a cluster URL; the nodes must be independent servers"
-                )));
-            }
+        for (url, mut config) in urls.iter().zip(configs) {
             // Keep retrying a node that is down at start; it votes once it is reachable.
             config.fail_fast = false;
             let client = Builder::from_config(config)

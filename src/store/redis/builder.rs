@@ -150,6 +150,9 @@ impl RedisStoreBuilder {
                 "the redlock strategy needs lock nodes (--lock-nodes URL,URL,URL)".into(),
             ));
         }
+        if self.strategy == Strategy::Redlock {
+            crate::lock::redlock::RedLock::check_nodes(&self.lock_nodes)?;
+        }
         if self.strategy != Strategy::Redlock && !self.lock_nodes.is_empty() {
             return Err(Error::Config(
                 "lock nodes are only used by the redlock strategy".into(),
