@@ -17,19 +17,23 @@
 //! is written to `target/tmp/history-<variant>.log`.
 
 mod common;
-#[path = "common/history.rs"]
-mod history;
+/// Parts of `tests/common/` that only the history test compiles (mounted here rather than in
+/// `common/mod.rs`, so the other test binaries do not build them).
+#[path = "common"]
+mod support {
+    pub mod history;
+}
 
 use common::connection_killer::ConnectionKiller;
 use common::*;
 use fred::prelude::{ClientLike, HashesInterface};
 use futures::StreamExt;
-use history::*;
 use shardstock::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::history::*;
 
 const SKU: &str = "hist";
 const LIMIT: u64 = 2;
