@@ -59,10 +59,7 @@ fn memory_and_redis_agree() {
         Coalescing::default(),
         "c",
     ));
-    let cases = std::env::var("DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
+    let cases = env_knob("DIFF_CASES").unwrap_or(48);
     let n = std::sync::atomic::AtomicU32::new(0);
     proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() },
         |(first in (1u64..40, 1u32..8), ops in proptest::collection::vec(op(), 1..60))| {

@@ -67,10 +67,6 @@ fn builder() -> EngineBuilder {
         .max_qty(4)
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 /// A request sent earlier (for retries and reuse).
 #[derive(Debug, Clone)]
 struct Sent {
@@ -412,8 +408,8 @@ struct Variant {
 }
 
 async fn run(srv: &RedisServer, v: Variant) {
-    let seed = env_u64("HISTORY_SEED").unwrap_or_else(|| fastrand::u64(..));
-    let total = env_u64("HISTORY_OPS").unwrap_or(6000) as usize;
+    let seed = env_knob("HISTORY_SEED").unwrap_or_else(|| fastrand::u64(..));
+    let total = env_knob::<u64>("HISTORY_OPS").unwrap_or(6000) as usize;
     eprintln!(
         "[{}] HISTORY_SEED={seed} HISTORY_OPS={total} ({} lua + {} coalesced engines{})",
         v.name,
@@ -447,8 +443,8 @@ async fn run(srv: &RedisServer, v: Variant) {
         engines: engines.clone(),
         sh: Shared::default(),
         total,
-        reuse: env_u64("HISTORY_REUSE").unwrap_or(30) as u32,
-        drops: env_u64("HISTORY_DROPS").unwrap_or(12) as u32,
+        reuse: env_knob::<u64>("HISTORY_REUSE").unwrap_or(30) as u32,
+        drops: env_knob::<u64>("HISTORY_DROPS").unwrap_or(12) as u32,
     });
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| tokio::spawn(task(cx.clone(), t, seed)))

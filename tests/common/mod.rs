@@ -32,6 +32,12 @@ pub mod redis_server;
 
 pub use redis_server::RedisServer;
 
+/// A test's knob from the environment (`DIFF_CASES`, `HISTORY_OPS`, ...), parsed (surrounding
+/// spaces allowed); `None` when unset or unparsable, so the test falls back to its default.
+pub fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
 /// The store settings of the test engines: `server`, 2 clients, keys under `prefix`, no
 /// request coalescing.
 pub fn redis_config(server: &RedisServer, prefix: &str) -> shardstock::Config {

@@ -4,7 +4,7 @@
 use super::act::{Act, case};
 use super::worlds::Worlds;
 use super::{AUTO_WAIT_AFTER, SHORTEST_TIMER, TIMER_MARGIN, WAIT};
-use crate::common::RedisServer;
+use crate::common::{RedisServer, env_knob};
 use proptest::prelude::*;
 use std::time::Instant;
 
@@ -94,14 +94,8 @@ pub async fn edge_case(
 }
 
 pub fn edge_config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("DIFF_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
-    let shrink_secs: u32 = std::env::var("DIFF_SHRINK_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(60);
+    let cases = env_knob("DIFF_CASES").unwrap_or(default_cases);
+    let shrink_secs: u32 = env_knob("DIFF_SHRINK_SECS").unwrap_or(60);
     ProptestConfig {
         cases,
         failure_persistence: None,

@@ -3,7 +3,7 @@
 
 use super::edge_builder;
 use super::world::World;
-use crate::common::RedisServer;
+use crate::common::{RedisServer, env_knob};
 use shardstock::{Coalescing, MemoryStore, RedisStore};
 
 /// The three worlds of one case.
@@ -119,10 +119,7 @@ fn ignored(violation: &str, also: &[&str]) -> bool {
 }
 
 fn tail(log: &[String]) -> String {
-    let keep = std::env::var("DIFF_TAIL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
+    let keep = env_knob("DIFF_TAIL").unwrap_or(24);
     let from = log.len().saturating_sub(keep);
     log[from..].join("\n")
 }
