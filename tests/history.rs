@@ -6,9 +6,9 @@
 //! users, other kinds, other quantities) and futures dropped at random points. Every operation
 //! is recorded as invoke → ok / fail / unknown. At the end everything expires, the sweeper
 //! runs, every user below the limit tries one more purchase, and the history plus the store's
-//! records are checked (see `common/history.rs`): one effect per request id, ok sales counted
-//! once, unknown ones all or nothing, no user above the limit, one end state per reservation,
-//! conservation, and no user refused below the limit.
+//! records are checked (see `common/history.rs`, one file per check under `common/history/check/`):
+//! one effect per request id, ok sales counted once, unknown ones all or nothing, no user above
+//! the limit, one end state per reservation, conservation, and no user refused below the limit.
 //!
 //! `HISTORY_SEED` replays a seed (printed at start; thread timing still varies),
 //! `HISTORY_OPS` scales the workload (operations per variant), `HISTORY_REUSE` (percent of

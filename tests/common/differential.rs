@@ -1,6 +1,6 @@
-//! The machinery of the differential tests (`tests/differential.rs`, the properties, and
-//! `tests/differential_regressions.rs`, their shrunk failures): the same ops run on
-//! `MemoryStore` (the oracle) and on `RedisStore`, plain and with request coalescing.
+//! The machinery of the differential tests (`tests/differential.rs`: the properties and their
+//! shrunk failures): the same ops run on `MemoryStore` (the oracle) and on `RedisStore`, plain
+//! and with request coalescing.
 //!
 //! # Layout
 //! - [`plain`]: load / deduct / restock / replay sequences on one engine, as transcripts;
