@@ -6,9 +6,9 @@
 //! users, other kinds, other quantities) and futures dropped at random points. Every operation
 //! is recorded as invoke → ok / fail / unknown. At the end everything expires, the sweeper
 //! runs, every user below the limit tries one more purchase, and the history plus the store's
-//! records are checked (see `common/history.rs`): one effect per request id, ok sales counted
-//! once, unknown ones all or nothing, no user above the limit, one end state per reservation,
-//! conservation, and no user refused below the limit.
+//! records are checked (see `common/history.rs`, one file per check under `common/history/check/`):
+//! one effect per request id, ok sales counted once, unknown ones all or nothing, no user above
+//! the limit, one end state per reservation, conservation, and no user refused below the limit.
 //!
 //! `HISTORY_SEED` replays a seed (printed at start; thread timing still varies),
 //! `HISTORY_OPS` scales the workload (operations per variant), `HISTORY_REUSE` (percent of
@@ -17,19 +17,23 @@
 //! is written to `target/tmp/history-<variant>.log`.
 
 mod common;
-#[path = "common/history.rs"]
-mod history;
+/// Parts of `tests/common/` that only the history test compiles (mounted here rather than in
+/// `common/mod.rs`, so the other test binaries do not build them).
+#[path = "common"]
+mod support {
+    pub mod history;
+}
 
 use common::connection_killer::ConnectionKiller;
 use common::*;
 use fred::prelude::{ClientLike, HashesInterface};
 use futures::StreamExt;
-use history::*;
 use shardstock::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::history::*;
 
 const SKU: &str = "hist";
 const LIMIT: u64 = 2;
@@ -61,10 +65,6 @@ fn builder() -> EngineBuilder {
         .user_claim_ttl(ms(USER_CLAIM_TTL_MS))
         .pending_wait(ms(300))
         .max_qty(4)
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
 /// A request sent earlier (for retries and reuse).
@@ -408,8 +408,8 @@ struct Variant {
 }
 
 async fn run(srv: &RedisServer, v: Variant) {
-    let seed = env_u64("HISTORY_SEED").unwrap_or_else(|| fastrand::u64(..));
-    let total = env_u64("HISTORY_OPS").unwrap_or(6000) as usize;
+    let seed = env_knob("HISTORY_SEED").unwrap_or_else(|| fastrand::u64(..));
+    let total = env_knob::<u64>("HISTORY_OPS").unwrap_or(6000) as usize;
     eprintln!(
         "[{}] HISTORY_SEED={seed} HISTORY_OPS={total} ({} lua + {} coalesced engines{})",
         v.name,
@@ -443,8 +443,8 @@ async fn run(srv: &RedisServer, v: Variant) {
         engines: engines.clone(),
         sh: Shared::default(),
         total,
-        reuse: env_u64("HISTORY_REUSE").unwrap_or(30) as u32,
-        drops: env_u64("HISTORY_DROPS").unwrap_or(12) as u32,
+        reuse: env_knob::<u64>("HISTORY_REUSE").unwrap_or(30) as u32,
+        drops: env_knob::<u64>("HISTORY_DROPS").unwrap_or(12) as u32,
     });
     let tasks: Vec<_> = (0..TASKS)
         .map(|t| tokio::spawn(task(cx.clone(), t, seed)))

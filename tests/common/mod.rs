@@ -8,6 +8,7 @@
 //! - [`binary`]: the `shardstock` binary run with a scrubbed environment (no `SHARDSTOCK_*`,
 //!   no `RUST_LOG`), bounded in time, and [`json`]: typed access to its `--json` output;
 //! - [`cli`]: the CLI calls and report checks the CLI tests share;
+//! - [`edges`]: what the edge-case regression tests (`tests/edges_*.rs`) share;
 //! - [`http_client`] and [`prometheus`]: HTTP calls and a real Prometheus for the metrics test;
 //! - here: engines over fresh stores.
 //!
@@ -21,6 +22,7 @@ use shardstock::{Engine, EngineBuilder, MemoryStore, RedisStore};
 pub mod binary;
 pub mod cli;
 pub mod connection_killer;
+pub mod edges;
 pub mod http_client;
 pub mod json;
 pub mod ports;
@@ -29,6 +31,12 @@ pub mod prometheus;
 pub mod redis_server;
 
 pub use redis_server::RedisServer;
+
+/// A test's knob from the environment (`DIFF_CASES`, `HISTORY_OPS`, ...), parsed (surrounding
+/// spaces allowed); `None` when unset or unparsable, so the test falls back to its default.
+pub fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
 
 /// The store settings of the test engines: `server`, 2 clients, keys under `prefix`, no
 /// request coalescing.

@@ -1,0 +1,208 @@
+//! What the edge-case regression tests (`tests/edges_*.rs`, issue 11) share: one scenario run
+//! on every store with each store's failure named, short engine timings, request and store-call
+//! builders (to play a crash point with store-level calls), futures dropped at a chosen
+//! suspension point, and audit checks.
+
+use super::{RedisServer, coalesced_engine, memory_engine, redis_engine};
+use futures::FutureExt;
+use futures::future::{BoxFuture, join_all};
+use shardstock::segments::home;
+use shardstock::store::{ReqArgs, RequestKind, SegAddr};
+use shardstock::*;
+use std::panic::AssertUnwindSafe;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+pub fn sku(s: &str) -> Sku {
+    Sku::new(s).unwrap()
+}
+
+pub fn rid(s: &str) -> RequestId {
+    RequestId::new(s).unwrap()
+}
+
+pub fn uid(s: &str) -> UserId {
+    UserId::new(s).unwrap()
+}
+
+pub fn d(sku: &str, user: &str, qty: u64, request_id: &str) -> Deduct {
+    Deduct::new(sku, user, qty, request_id).unwrap()
+}
+
+pub fn at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
+    SegAddr {
+        sku,
+        generation,
+        index,
+    }
+}
+
+/// The store-level arguments the engine `e` would send for this request.
+pub fn args<'a, S: Store>(
+    e: &Engine<S>,
+    request_id: &'a RequestId,
+    user: &'a UserId,
+    qty: u64,
+    resv_ttl_ms: u64,
+) -> ReqArgs<'a> {
+    ReqArgs {
+        request_id,
+        user,
+        qty,
+        ttl_ms: e.options().request_ttl.as_millis() as u64,
+        lease_ms: e.options().claim_lease.as_millis() as u64,
+        resv_ttl_ms,
+        kind: if resv_ttl_ms > 0 {
+            RequestKind::Reservation
+        } else {
+            RequestKind::Sale
+        },
+    }
+}
+
+/// `n` request ids `<prefix><k>` whose home is segment `index` of `segments`.
+pub fn homed(prefix: &str, segments: u32, index: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|k| format!("{prefix}{k}"))
+        .filter(|r| home(&rid(r), segments) == index)
+        .take(n)
+        .collect()
+}
+
+pub async fn audit_ok<S: Store>(e: &Engine<S>, s: &Sku, tag: &str) -> Audit {
+    let a = e.audit(s).await.unwrap();
+    assert!(a.ok, "[{tag}] audit of {s} failed: {a:?}");
+    assert_eq!(
+        a.loaded + a.restocked,
+        a.remaining + a.reserved + a.sold,
+        "[{tag}] {a:?}"
+    );
+    a
+}
+
+pub fn held(r: Result<Reserved>, what: &str) -> (ReservationId, Vec<Part>) {
+    match r {
+        Ok(Reserved::Held { id, parts }) => (id, parts),
+        other => panic!("{what}: expected a held reservation, got {other:?}"),
+    }
+}
+
+/// The generation a reservation id `<sku>~<generation>~<segment>~<request id>` names.
+pub fn id_generation(id: &ReservationId) -> u64 {
+    id.to_string().split('~').nth(1).unwrap().parse().unwrap()
+}
+
+pub fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else {
+        "panic".to_string()
+    }
+}
+
+/// Runs every named scenario to its end (concurrently, or one after the other); returns their
+/// failures, each named.
+pub async fn run<'a>(
+    concurrent: bool,
+    cases: Vec<(&'static str, BoxFuture<'a, ()>)>,
+) -> Vec<String> {
+    let run = |(name, f): (&'static str, BoxFuture<'a, ()>)| async move {
+        (name, AssertUnwindSafe(f).catch_unwind().await)
+    };
+    let results = if concurrent {
+        join_all(cases.into_iter().map(run)).await
+    } else {
+        let mut v = Vec::new();
+        for c in cases {
+            v.push(run(c).await);
+        }
+        v
+    };
+    let failures: Vec<String> = results
+        .into_iter()
+        .filter_map(|(n, r)| {
+            r.err().map(|p| {
+                let text = panic_text(p);
+                if text.contains(&format!("[{n}]")) {
+                    text
+                } else {
+                    format!("[{n}] {text}")
+                }
+            })
+        })
+        .collect();
+    failures
+}
+
+/// Fails with every failure of [`run`].
+pub fn check(failures: Vec<String>) {
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// [`run`], then [`check`].
+pub async fn run_all<'a>(concurrent: bool, cases: Vec<(&'static str, BoxFuture<'a, ()>)>) {
+    check(run(concurrent, cases).await);
+}
+
+/// A builder with short timings (claims and leases of a few hundred ms).
+pub fn quick() -> EngineBuilder {
+    Engine::builder()
+        .request_ttl(Duration::from_secs(30))
+        .claim_lease(Duration::from_millis(200))
+        .user_claim_ttl(Duration::from_millis(300))
+        .pending_wait(Duration::from_millis(300))
+}
+
+/// The memory store, Redis, and Redis with request coalescing, all with `b`.
+pub async fn three(
+    srv: &RedisServer,
+    b: EngineBuilder,
+) -> (Engine<MemoryStore>, Engine<RedisStore>, Engine<RedisStore>) {
+    (
+        memory_engine(b.clone()),
+        redis_engine(srv, b.clone()).await,
+        coalesced_engine(srv, b, Coalescing::default(), "c").await,
+    )
+}
+
+/// Drives `fut`, but drops it at its `k`-th suspension (the `k`-th time it answers Pending:
+/// a command has been sent and its reply not yet handled — where a crash or a client
+/// disconnect leaves it). `None` when it was dropped unfinished.
+pub async fn drop_at<F: std::future::Future>(fut: F, k: usize) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut suspended = 0;
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(out) => Poll::Ready(Some(out)),
+        Poll::Pending => {
+            suspended += 1;
+            if suspended >= k {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}
+
+/// Deducts until the answer is not `UserBusy` (or `within` passed); returns the last answer
+/// and how many `UserBusy` came before it.
+pub async fn until_not_busy<S: Store>(
+    e: &Engine<S>,
+    req: &Deduct,
+    within: Duration,
+) -> (Result<Deduction>, u32) {
+    let deadline = Instant::now() + within;
+    let mut busy = 0;
+    loop {
+        let r = e.deduct(req).await;
+        if matches!(r, Ok(Deduction::UserBusy)) && Instant::now() < deadline {
+            busy += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        return (r, busy);
+    }
+}
