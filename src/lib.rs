@@ -1,15 +1,4 @@
 #![doc = include_str!("../README.md")]
-//!
-//! # Layout
-//! - [`engine`]: [`Engine`] and its builder — load, deduct (routing, fallback, claims),
-//!   restock, remaining, audit.
-//! - [`store`]: the backend trait; [`RedisStore`] (fred + Lua in `src/scripts/`) and
-//!   [`MemoryStore`] (embedded, and the oracle of the differential tests).
-//! - [`segments`]: pure maths — splitting stock, home segments, key names and hash tags.
-//! - `router` (crate-private): fallback order and "known short" hints.
-//! - [`ids`]: validated SKU / user / request ids and bounds.
-//! - [`config`]: TOML + environment configuration.
-//! - [`error`]: the one error enum.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -46,3 +35,53 @@ pub use store::Store;
 pub use store::memory::MemoryStore;
 pub use store::redis::{CoalesceStats, Coalescing, RedisStore};
 pub use strategy::Strategy;
+
+#[cfg(test)]
+mod layout {
+    use std::path::{Path, PathBuf};
+
+    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The README's `## Layout` is the crate's one layout (the crate docs are the README): every
+    /// Rust file under `src/`, `tests/`, `benches/` and `examples/` is named there, so the map
+    /// cannot silently fall behind the territory.
+    #[test]
+    fn readme_layout_names_every_file() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let layout = readme
+            .split("\n## Layout\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README has a ## Layout section");
+        let mut all = Vec::new();
+        for dir in ["src", "tests", "benches", "examples"] {
+            files(&root.join(dir), &mut all);
+        }
+        let missing: Vec<String> = all
+            .iter()
+            .map(|p| {
+                p.strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/")
+            })
+            .filter(|p| p.ends_with(".rs"))
+            .filter(|p| !layout.contains(p.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in the README's ## Layout: {missing:?}"
+        );
+        assert!(layout.contains("src/scripts/*.lua"));
+    }
+}
