@@ -388,4 +388,27 @@ mod regressions {
         }
         regression(acts, true);
     }
+
+    /// Found once on the coalesced world (at b1d24ab): u2 (limit 2) reserves 2 and cancels;
+    /// two reservations of 2 of u2 were dropped before; at the end both are resolved, each
+    /// answered `Held`, and the checker counts 4 units live for u2 (the store: reserved 2).
+    #[test]
+    fn edge_resolved_dropped_reservations_pass_the_limit() {
+        use Act::*;
+        regression(
+            vec![
+                Load { e: 0, total: 9, segments: 1, limit: 2 },
+                Reserve { e: 0, user: 2, qty: 2, rid: 15, ttl_ms: 85 },
+                Drop { e: 0, user: 1, qty: 2, us: 1899, resv: false },
+                Deduct { e: 0, user: 2, qty: 3, rid: 12 },
+                Drop { e: 1, user: 2, qty: 2, us: 2579, resv: true },
+                Deduct { e: 0, user: 2, qty: 3, rid: 14 },
+                CrashFallback { e: 1, user: 2, qty: 3, rid: 5, part: 3 },
+                Drop { e: 0, user: 2, qty: 2, us: 857, resv: true },
+                OtherKind { e: 1, nth: 43, ttl_ms: 75 },
+                Cancel { e: 1, nth: 12 },
+            ],
+            true,
+        );
+    }
 }
