@@ -411,4 +411,18 @@ mod regressions {
             true,
         );
     }
+
+    /// The same, reduced to its cause (the shrunk case above needs two drops that land between
+    /// the user claim and the reservation, which depends on build and load): reservations of 2
+    /// by u2 (limit 2) dropped at a spread of delays; at the end the first one not applied is
+    /// resolved held, the next refused until that one expired on the store's clock, then held.
+    #[test]
+    fn edge_resolve_retried_past_a_resolved_reservations_ttl() {
+        use Act::*;
+        let mut acts = vec![Load { e: 0, total: 60, segments: 1, limit: 2 }];
+        for (i, us) in (0..3000).step_by(150).enumerate() {
+            acts.push(Drop { e: (i % 2) as u8, user: 2, qty: 2, us, resv: true });
+        }
+        regression(acts, true);
+    }
 }
