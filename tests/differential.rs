@@ -389,9 +389,13 @@ mod regressions {
         regression(acts, true);
     }
 
-    /// Found once on the coalesced world (at b1d24ab): u2 (limit 2) reserves 2 and cancels;
-    /// two reservations of 2 of u2 were dropped before; at the end both are resolved, each
-    /// answered `Held`, and the checker counts 4 units live for u2 (the store: reserved 2).
+    /// Found once on the coalesced world (at b1d24ab; fails on 39a8ea2 too): u2 (limit 2)
+    /// reserves 2 and cancels; two reservations of 2 of u2 were dropped before; at the end both
+    /// are resolved, each answered `Held`, and the checker counts 4 units live for u2 (the store:
+    /// reserved 2). A checker artefact, not an engine bug: the second resolve was refused
+    /// (limit_reached) and retried until the first had expired on the store's clock (80 ms), while
+    /// the model, aged only by waits, still held it live. `finish` now waits and ages the model
+    /// like the runner does between ops.
     #[test]
     fn edge_resolved_dropped_reservations_pass_the_limit() {
         use Act::*;
