@@ -56,9 +56,15 @@ pub async fn run_edges(ws: &mut Worlds, acts: &[Act], compare: bool) -> Verdict 
             return Verdict::Fail(v);
         }
     }
-    let (a, b, c) = futures::join!(ws.m.finish(), ws.r.finish(), ws.c.finish());
+    // Each world checks right after its own finish: one that waited past its timers there must
+    // not make another look late at reservations its finish left live.
+    let (wm, wr, wc) = (&mut ws.m, &mut ws.r, &mut ws.c);
+    let ((a, sa), (b, sb), (c, sc)) = futures::join!(
+        async { (wm.finish().await, wm.check(false).await) },
+        async { (wr.finish().await, wr.check(false).await) },
+        async { (wc.finish().await, wc.check(false).await) },
+    );
     ws.push([&a, &b, &c]);
-    let (sa, sb, sc) = futures::join!(ws.m.check(false), ws.r.check(false), ws.c.check(false));
     ws.push([&sa, &sb, &sc]);
     match ws.verdict(
         acts.len() + 1,

@@ -5,7 +5,9 @@
 
 use super::act::Act;
 use super::model::*;
-use super::{BUSY_POLL, CRASH_RESV_TTL_MS, SWEEP_GRACE, WAIT};
+use super::{
+    AUTO_WAIT_AFTER, BUSY_POLL, CRASH_RESV_TTL_MS, SHORTEST_TIMER, SWEEP_GRACE, TIMER_MARGIN, WAIT,
+};
 use shardstock::*;
 use std::time::{Duration, Instant};
 

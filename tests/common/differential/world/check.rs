@@ -152,15 +152,23 @@ impl<S: Store> World<S> {
             })
             .cloned()
             .collect();
+        // A resolve answered held starts a reservation's TTL, which runs on the store's clock
+        // while retries (up to `BUSY_POLL`) and probes go on: kept out of races as the runner
+        // does between ops (`run_edges`), else the model counts a reservation the store has
+        // let expire (and a retry refused while it was live then gets the units).
+        let mut timers_since: Option<Instant> = None;
         for s in unknown {
             let start = Instant::now();
             loop {
+                self.pass_timers(&mut timers_since, AUTO_WAIT_AFTER, &mut lines)
+                    .await;
+                let t0 = Instant::now();
                 let line = self.resend(0, &s.d, s.kind, s.ttl_ms, "resolve").await;
-                let undecided = self
-                    .m
-                    .rids
-                    .get(s.d.request_id.as_str())
-                    .is_some_and(|f| f.fx == Fx::Unknown);
+                let fx = self.m.rids.get(s.d.request_id.as_str()).map(|f| &f.fx);
+                if fx == Some(&Fx::Held) {
+                    timers_since.get_or_insert(t0);
+                }
+                let undecided = fx == Some(&Fx::Unknown);
                 if !undecided || start.elapsed() > BUSY_POLL {
                     lines.push(line);
                     break;
@@ -171,6 +179,8 @@ impl<S: Store> World<S> {
         if self.m.limit > 0 {
             for i in 0..2u8 {
                 for u in 0..3u8 {
+                    self.pass_timers(&mut timers_since, AUTO_WAIT_AFTER, &mut lines)
+                        .await;
                     if self.m.holds(&format!("u{u}")) + 1 > self.m.limit {
                         continue;
                     }
@@ -200,7 +210,26 @@ impl<S: Store> World<S> {
                 }
             }
         }
+        // The check that follows (at once: `run_edges`) looks at the model: as after any op.
+        self.pass_timers(&mut timers_since, SHORTEST_TIMER - TIMER_MARGIN, &mut lines)
+            .await;
         lines.join("\n")
+    }
+
+    /// Once the first timer started `since` is `after` old: waits past every timer and ages
+    /// the model (held reservations end), as the runner does between ops.
+    async fn pass_timers(
+        &mut self,
+        since: &mut Option<Instant>,
+        after: Duration,
+        lines: &mut Vec<String>,
+    ) {
+        if since.is_some_and(|t| t.elapsed() >= after) {
+            tokio::time::sleep(WAIT).await;
+            self.m.after_wait();
+            lines.push("(wait: timers)".to_string());
+            *since = None;
+        }
     }
 }
 
