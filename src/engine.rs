@@ -27,20 +27,9 @@
 //! deduction and settled after it.
 //!
 //! # Where each part lives
-//! - `engine.rs`: [`Engine`], its shared state and the short public methods.
-//! - `engine/options.rs`: [`EngineOptions`], [`EngineBuilder`], [`LoadOptions`].
-//! - `engine/request.rs`: [`Deduct`], and the attempt context every step shares (the request,
-//!   its layout, its home segment, its store arguments).
-//! - `engine/outcome.rs`: [`Deduction`], [`Restocked`], [`Remaining`].
-//! - `engine/layout.rs`: the cache of what this process knows about a loaded SKU.
-//! - `engine/deduct.rs`: the deduction's layers, from metrics down to the home attempt.
-//! - `engine/user_limit.rs`: the per-user limit (guard, user record, verification).
-//! - `engine/fallback.rs`: the claim holder's path across segments.
-//! - `engine/claim.rs`: claims held by others: waiting, takeover, recovery.
-//! - `engine/stock.rs`: load and restock.
-//! - `engine/sweeper.rs`: the periodic sweep.
-//! - [`crate::reservation`] (reserve, confirm, cancel) and [`crate::audit`] (conservation
-//!   checks) are rooms of their own.
+//! The engine's rooms (`engine/*.rs`, [`crate::reservation`], [`crate::audit`]) are listed,
+//! one line each, in the crate's one Layout (the README's `## Layout`, which these docs
+//! render), with a deduction's path through them.
 
 use crate::error::{Error, Result};
 use crate::ids::Sku;

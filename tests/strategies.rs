@@ -84,7 +84,7 @@ async fn naive_oversells_under_concurrency() {
 
 /// `local-mutex` is safe inside one process and oversells across several (three engines with
 /// their own connections and their own in-process mutexes stand for three processes here;
-/// tests/cli.rs runs real processes).
+/// tests/cli_processes.rs runs real processes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn local_mutex_is_safe_in_one_process_only() {
     let srv = RedisServer::start();
