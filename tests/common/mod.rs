@@ -3,6 +3,7 @@
 //! - [`redis_server`]: real `redis-server` processes on free loopback ports, killed on drop,
 //!   their log printed when a test panics;
 //! - [`ports`]: free loopback ports;
+//! - [`cluster`]: a local Redis Cluster (masters + replicas) started with `redis-cli --cluster`;
 //! - [`connection_killer`]: client connections killed under a running test;
 //! - [`process`]: child processes killed on drop with their log shown on panic; required tools;
 //! - [`binary`]: the `shardstock` binary run with a scrubbed environment (no `SHARDSTOCK_*`,
@@ -21,6 +22,7 @@ use shardstock::{Engine, EngineBuilder, MemoryStore, RedisStore};
 
 pub mod binary;
 pub mod cli;
+pub mod cluster;
 pub mod connection_killer;
 pub mod edges;
 pub mod http_client;

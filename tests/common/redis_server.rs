@@ -39,6 +39,18 @@ impl RedisServer {
         panic!("could not start redis-server");
     }
 
+    /// Starts a server on `port` (chosen by the caller, e.g. a cluster node whose bus port
+    /// `port + 10000` must be free too); `None` when it could not start there.
+    pub fn start_on(port: u16, extra: &[&str]) -> Option<Self> {
+        let mut server = Self {
+            proc: None,
+            port,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        server.launch().then_some(server)
+    }
+
     /// A port and a directory for a server that is not running yet: nothing listens there
     /// until [`RedisServer::boot`].
     pub fn reserved() -> Self {

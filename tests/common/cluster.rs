@@ -1,0 +1,136 @@
+//! A local Redis Cluster: masters and replicas as real `redis-server --cluster-enabled yes`
+//! processes on loopback, joined with `redis-cli --cluster create`, killed on drop.
+//!
+//! Facts this harness respects (measured here, see `../shared/NOTES.md`): a node on port P also
+//! needs P + 10000 free (the cluster bus), so ports are drawn below 55535 with both free; the
+//! cluster is ready only when every node says `cluster_state:ok` **and** every replica's link to
+//! its master is up (a master killed before its replica synced is never replaced); a short
+//! `cluster-node-timeout` (2 s) makes a failover take seconds instead of ~16 s.
+
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::redis_server::{RedisServer, redis_cli};
+
+/// A running cluster; `nodes[..masters]` were created as masters, the rest as their replicas
+/// (roles change after a failover: ask the nodes, not this order).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    pub masters: usize,
+}
+
+/// A port P with P and P + 10000 free on loopback, P below 55535.
+fn cluster_port() -> u16 {
+    loop {
+        let p = fastrand::u16(20_000..45_000);
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(p) && free(p + 10_000) {
+            return p;
+        }
+    }
+}
+
+impl RedisCluster {
+    /// Starts `masters` masters with `replicas_per_master` replicas each and waits until the
+    /// cluster is ready (state ok on every node, every replica in sync).
+    pub fn start(masters: usize, replicas_per_master: usize) -> Self {
+        assert!(
+            masters >= 3,
+            "redis-cli --cluster create needs at least 3 masters"
+        );
+        let total = masters * (1 + replicas_per_master);
+        let mut nodes = Vec::with_capacity(total);
+        while nodes.len() < total {
+            let port = cluster_port();
+            let conf = format!("nodes-{port}.conf");
+            if let Some(node) = RedisServer::start_on(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    "2000",
+                ],
+            ) {
+                nodes.push(node);
+            }
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas_per_master.to_string()])
+            .arg("--cluster-yes")
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes, masters };
+        cluster.wait_ready(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and every replica's master link is
+    /// up; panics with the nodes' views after `timeout`.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ready = self.nodes.iter().all(|n| {
+                let info = n.cli(&["CLUSTER", "INFO"]);
+                let repl = n.cli(&["INFO", "replication"]);
+                info.contains("cluster_state:ok")
+                    && (!repl.contains("role:slave") || repl.contains("master_link_status:up"))
+            });
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster not ready after {timeout:?}: {}",
+                self.nodes[0].cli(&["CLUSTER", "NODES"])
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A `redis-cluster://` URL naming every node as a seed, so losing any one of them never
+    /// leaves the client without a node to rediscover the cluster from.
+    pub fn url(&self) -> String {
+        let mut url = format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port);
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            url.push(if i == 1 { '?' } else { '&' });
+            url.push_str(&format!("node=127.0.0.1:{}", n.port));
+        }
+        url
+    }
+
+    /// The ports of the nodes that are masters now (from `CLUSTER NODES` of a live node).
+    pub fn master_ports(&self) -> Vec<u16> {
+        let view = redis_cli(self.nodes[0].port, &["CLUSTER", "NODES"]);
+        let mut ports: Vec<u16> = view
+            .lines()
+            .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+            .filter_map(|l| {
+                let addr = l.split(' ').nth(1)?; // 127.0.0.1:P@BUS
+                addr.split('@').next()?.rsplit(':').next()?.parse().ok()
+            })
+            .collect();
+        ports.sort_unstable();
+        ports
+    }
+
+    /// The number of keys on each node now, in `nodes` order (`DBSIZE`).
+    pub fn key_counts(&self) -> Vec<u64> {
+        self.nodes.iter().map(RedisServer::dbsize).collect()
+    }
+}
