@@ -102,3 +102,51 @@ async fn a_sale_on_a_cluster_sells_exactly_the_stock() {
         masters.len()
     );
 }
+
+/// Sells `n` one-unit orders (request ids `<tag>-<i>`), retrying an order whose outcome is an
+/// error with the same request id (always safe) until `deadline`; returns the units sold.
+async fn sell(e: &Engine<RedisStore>, tag: &str, n: usize, deadline: Duration) -> u64 {
+    let until = tokio::time::Instant::now() + deadline;
+    let buyers = (0..n).map(|i| {
+        let e = e.clone();
+        let d = Deduct::new("flash", &format!("{tag}-u{i}"), 1, &format!("{tag}-{i}")).unwrap();
+        tokio::spawn(async move {
+            loop {
+                match e.deduct(&d).await {
+                    Ok(out) => return out.units_applied(),
+                    Err(err) if tokio::time::Instant::now() < until => {
+                        assert!(err.is_retryable(), "{err}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(err) => panic!("still failing after {deadline:?}: {err}"),
+                }
+            }
+        })
+    });
+    join_all(buyers).await.into_iter().map(Result::unwrap).sum()
+}
+
+/// The only seed node of the URL is a master that fails over to its replica and is then
+/// killed: the client rediscovers the cluster from the nodes it learned, and the sale
+/// finishes exactly (fred's default would ask only the dead seed, and stall for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_seed_node_does_not_stall_the_sale() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let store = RedisStore::builder(cluster.url_of(0))
+        .command_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let e = Engine::builder().per_user_limit(0).build(store).unwrap();
+    let sku = Sku::new("flash").unwrap();
+    e.load(&sku, 300, LoadOptions::new(16)).await.unwrap();
+    assert_eq!(sell(&e, "before", 100, Duration::from_secs(5)).await, 100);
+
+    cluster.fail_over(0);
+    cluster.nodes[0].stop();
+    cluster.wait_ready(Duration::from_secs(30));
+
+    assert_eq!(sell(&e, "after", 250, Duration::from_secs(30)).await, 200);
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 300 && a.remaining == 0, "{a:?}");
+}

@@ -85,7 +85,7 @@ impl RedisCluster {
     pub fn wait_ready(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            let ready = self.nodes.iter().all(|n| {
+            let ready = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
                 let info = n.cli(&["CLUSTER", "INFO"]);
                 let repl = n.cli(&["INFO", "replication"]);
                 info.contains("cluster_state:ok")
@@ -97,7 +97,7 @@ impl RedisCluster {
             assert!(
                 Instant::now() < deadline,
                 "cluster not ready after {timeout:?}: {}",
-                self.nodes[0].cli(&["CLUSTER", "NODES"])
+                self.live().cli(&["CLUSTER", "NODES"])
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -116,7 +116,7 @@ impl RedisCluster {
 
     /// The ports of the nodes that are masters now (from `CLUSTER NODES` of a live node).
     pub fn master_ports(&self) -> Vec<u16> {
-        let view = redis_cli(self.nodes[0].port, &["CLUSTER", "NODES"]);
+        let view = redis_cli(self.live().port, &["CLUSTER", "NODES"]);
         let mut ports: Vec<u16> = view
             .lines()
             .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
@@ -127,6 +127,46 @@ impl RedisCluster {
             .collect();
         ports.sort_unstable();
         ports
+    }
+
+    /// A running node.
+    fn live(&self) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("a running node")
+    }
+
+    /// A `redis-cluster://` URL naming only `nodes[i]` as its seed.
+    pub fn url_of(&self, i: usize) -> String {
+        format!("redis-cluster://127.0.0.1:{}", self.nodes[i].port)
+    }
+
+    /// Makes the replica of `nodes[master]` take over (`CLUSTER FAILOVER` on the replica: no
+    /// acknowledged write is lost) and waits until the cluster is ready with the new roles.
+    pub fn fail_over(&mut self, master: usize) {
+        let id = self.nodes[master].cli(&["CLUSTER", "MYID"]);
+        let replica = self
+            .nodes
+            .iter()
+            .find(|n| {
+                n.cli(&["INFO", "replication"])
+                    .contains(&format!("master_port:{}", self.nodes[master].port))
+            })
+            .unwrap_or_else(|| panic!("no replica of node {master} ({id})"));
+        assert_eq!(replica.cli(&["CLUSTER", "FAILOVER"]), "OK");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes[master]
+            .cli(&["INFO", "replication"])
+            .contains("role:slave")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "failover of node {master} did not happen"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ready(Duration::from_secs(30));
     }
 
     /// The number of keys on each node now, in `nodes` order (`DBSIZE`).

@@ -121,6 +121,11 @@ impl RedisServer {
         false
     }
 
+    /// Whether the process is running (not [`RedisServer::stop`]ped).
+    pub fn is_running(&self) -> bool {
+        self.proc.is_some()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

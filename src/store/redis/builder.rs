@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 use crate::lock::LockOptions;
 use crate::segments::Keyspace;
 use crate::strategy::Strategy;
-use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, ServerConfig};
+use fred::types::config::ClusterDiscoveryPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,7 +113,13 @@ impl RedisStoreBuilder {
     pub async fn connect(self) -> Result<RedisStore> {
         crate::ids::check_prefix(&self.key_prefix)?;
         self.check()?;
-        let config = Config::from_url(&self.url)?;
+        let mut config = Config::from_url(&self.url)?;
+        // On a cluster, rediscover the slot map from every node of the last known map, not
+        // only from the seeds named in the URL: a dead seed must not stall the client once the
+        // cluster has failed over (fred's default asks the configured endpoints only).
+        if let ServerConfig::Clustered { policy, .. } = &mut config.server {
+            *policy = ClusterDiscoveryPolicy::UseCache;
+        }
         let pool = Builder::from_config(config)
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
