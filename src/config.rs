@@ -329,8 +329,13 @@ mod tests {
 
     #[test]
     fn shipped_config_parses() {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shardstock.toml");
-        let c = Config::load(Some(&p)).unwrap();
-        assert_eq!(c.engine, EngineConfig::default());
+        // Inside a Jail: it holds the lock the other tests take to set `SHARDSTOCK_*`
+        // variables, so their typos (on purpose) never leak into this load.
+        figment::Jail::expect_with(|_jail| {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shardstock.toml");
+            let c = Config::load(Some(&p)).unwrap();
+            assert_eq!(c.engine, EngineConfig::default());
+            Ok(())
+        });
     }
 }
