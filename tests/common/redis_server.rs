@@ -42,12 +42,7 @@ impl RedisServer {
     /// Starts a server on `port` (chosen by the caller, e.g. a cluster node whose bus port
     /// `port + 10000` must be free too); `None` when it could not start there.
     pub fn start_on(port: u16, extra: &[&str]) -> Option<Self> {
-        let mut server = Self {
-            proc: None,
-            port,
-            extra: extra.iter().map(|a| a.to_string()).collect(),
-            dir: tempfile::tempdir().unwrap(),
-        };
+        let mut server = Self::reserved_on(port, extra);
         server.launch().then_some(server)
     }
 
@@ -58,9 +53,13 @@ impl RedisServer {
     }
 
     fn reserved_with(extra: &[&str]) -> Self {
+        Self::reserved_on(free_port(), extra)
+    }
+
+    fn reserved_on(port: u16, extra: &[&str]) -> Self {
         Self {
             proc: None,
-            port: free_port(),
+            port,
             extra: extra.iter().map(|a| a.to_string()).collect(),
             dir: tempfile::tempdir().unwrap(),
         }
