@@ -3,15 +3,28 @@
 //! keeps its keys in one slot, so a sale, fallbacks, per-user claims (their own slots),
 //! reservations and restocks all run as on one node; a script that touched two slots would
 //! fail here with CROSSSLOT.
+//!
+//! Under change (issue 13): slots holding the SKU's segments move to another master while a
+//! sale runs (MIGRATING / IMPORTING, keys moved batch by batch: clients get `ASK`, `TRYAGAIN`
+//! and `MOVED`), a master holding segments fails over mid-sale (the promoted replica's script
+//! cache is empty: `NOSCRIPT`, reloaded and counted), and after `SCRIPT FLUSH` on every master
+//! one workflow runs every script of the registry, each first use counted by name.
 
 mod common;
 
-use common::cluster::RedisCluster;
+use common::cluster::{ClusterAdmin, MigrateStep, RedisCluster};
+use common::{RedisServer, lock_opts, prefixed_engine};
 use futures::future::join_all;
-use shardstock::{
-    Coalescing, Deduct, Deduction, Engine, LoadOptions, RedisStore, RequestId, Reserved, Sku,
+use shardstock::store::{
+    HomeReply, OnShort, ReqArgs, RequestKind, SegAddr, SegmentRole, TakeReply,
 };
-use std::time::Duration;
+use shardstock::{
+    Coalescing, Deduct, Deduction, Engine, EngineBuilder, LoadOptions, RedisStore, RequestId,
+    Reserved, Sku, Store, Strategy, UserId,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::time::{Duration, Instant};
 
 async fn engine(cluster: &RedisCluster, prefix: &str, coalesce: bool) -> Engine<RedisStore> {
     let store = RedisStore::builder(cluster.url())
@@ -149,4 +162,664 @@ async fn a_dead_seed_node_does_not_stall_the_sale() {
     assert_eq!(sell(&e, "after", 250, Duration::from_secs(30)).await, 200);
     let a = e.audit(&sku).await.unwrap();
     assert!(a.ok && a.sold == 300 && a.remaining == 0, "{a:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A sale under change: resharding and failover while buyers buy.
+// ---------------------------------------------------------------------------------------------
+
+/// What a request finally got (every error retried with its request id until an answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Got {
+    /// Sold (a sale, or a reservation then confirmed), these parts: `Applied`, or `Replayed`
+    /// when an earlier attempt applied and its answer was lost.
+    Sold(Vec<shardstock::Part>),
+    /// Nothing sold (`SoldOut`, or a reservation `NotHeld(SoldOut)`).
+    NotSold,
+}
+
+/// Counters the buyers and the admin thread share.
+#[derive(Default)]
+struct Progress {
+    /// Units sold so far (as answered).
+    sold: AtomicU64,
+    /// Requests answered so far.
+    answered: AtomicUsize,
+    /// Requests numbered from here on wait (the rest of the sale after the change).
+    open_until: AtomicUsize,
+    /// Errors retried (`ASK`/`TRYAGAIN`/`MOVED` that surfaced, timeouts, ...), and a sample.
+    errors: AtomicU64,
+    sample: std::sync::Mutex<Vec<String>>,
+}
+
+impl Progress {
+    fn new(open_until: usize) -> Arc<Self> {
+        let p = Self::default();
+        p.open_until.store(open_until, SeqCst);
+        Arc::new(p)
+    }
+
+    /// Blocks (admin thread) until `sold` reaches `units`, or every opened request answered.
+    fn wait_sold(&self, units: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.sold.load(SeqCst) < units
+            && self.answered.load(SeqCst) < self.open_until.load(SeqCst)
+        {
+            assert!(Instant::now() < deadline, "the sale stalled");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Lets every request go (the change is done).
+    fn open_all(&self) {
+        self.open_until.store(usize::MAX, SeqCst);
+    }
+
+    fn error(&self, e: &shardstock::Error) {
+        assert!(e.is_retryable(), "not retryable: {e}");
+        self.errors.fetch_add(1, SeqCst);
+        let mut s = self.sample.lock().unwrap();
+        let msg = e.to_string();
+        if s.len() < 6
+            && !s
+                .iter()
+                .any(|m| m[..m.len().min(30)] == msg[..msg.len().min(30)])
+        {
+            s.push(msg);
+        }
+    }
+}
+
+/// Request `i` of a sale on `sku`: every `resv_every`-th one a reservation (then confirmed).
+fn request(sku: &str, i: usize) -> Deduct {
+    Deduct::new(sku, &format!("u{i}"), 1, &format!("{sku}-{i}")).unwrap()
+}
+
+const RESV_EVERY: usize = 10;
+const RESV_TTL: Duration = Duration::from_secs(120);
+
+/// Retries `f` while it errs (retryable) or answers "not now, in flight"; 60 s at most.
+async fn until_answered<T, F: Future<Output = shardstock::Result<T>>>(
+    p: &Progress,
+    mut f: impl FnMut() -> F,
+    in_flight: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "no answer after 60 s");
+        match f().await {
+            Ok(v) if !in_flight(&v) => return v,
+            Ok(_) => {}
+            Err(e) => p.error(&e),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One request to its final answer.
+async fn buy(e: &Engine<RedisStore>, p: &Progress, sku: &str, i: usize) -> Got {
+    let d = request(sku, i);
+    if i % RESV_EVERY != 0 {
+        let r = until_answered(p, || e.deduct(&d), |r| *r == Deduction::InFlight).await;
+        return match r {
+            Deduction::Applied { parts } | Deduction::Replayed { parts } => Got::Sold(parts),
+            Deduction::SoldOut => Got::NotSold,
+            other => panic!("{sku}-{i}: {other:?}"),
+        };
+    }
+    let r = until_answered(
+        p,
+        || e.reserve(&d, RESV_TTL),
+        |r| *r == Reserved::NotHeld(Deduction::InFlight),
+    )
+    .await;
+    match r {
+        Reserved::Held { id, parts } | Reserved::Replayed { id, parts } => {
+            let end = until_answered(p, || e.confirm(&id), |_| false).await;
+            assert!(end.done, "{sku}-{i}: confirm {end:?}");
+            Got::Sold(parts)
+        }
+        Reserved::NotHeld(Deduction::SoldOut) => Got::NotSold,
+        other => panic!("{sku}-{i}: {other:?}"),
+    }
+}
+
+/// `n` requests by `workers` buyers; request `i` waits while `i >= open_until`.
+async fn sale(
+    e: &Engine<RedisStore>,
+    p: &Arc<Progress>,
+    sku: &str,
+    n: usize,
+    workers: usize,
+) -> Vec<Got> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks = (0..workers).map(|_| {
+        let (e, p, next, sku) = (e.clone(), p.clone(), next.clone(), sku.to_string());
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let i = next.fetch_add(1, SeqCst);
+                if i >= n {
+                    return got;
+                }
+                while i >= p.open_until.load(SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let g = buy(&e, &p, &sku, i).await;
+                if let Got::Sold(parts) = &g {
+                    p.sold
+                        .fetch_add(parts.iter().map(|x| x.units).sum(), SeqCst);
+                }
+                p.answered.fetch_add(1, SeqCst);
+                got.push((i, g));
+            }
+        })
+    });
+    let mut all: Vec<(usize, Got)> = join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(Result::unwrap)
+        .collect();
+    all.sort_by_key(|(i, _)| *i);
+    assert_eq!(all.len(), n);
+    all.into_iter().map(|(_, g)| g).collect()
+}
+
+/// The end of a sale of `stock` units with more demand than stock: exactly the stock sold
+/// (what buyers were told, each request id counted once, equals the audit), nothing held,
+/// the audit ok and exact; then every request id sent again answers its first outcome and
+/// changes nothing.
+async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64, got: &[Got]) {
+    let s = Sku::new(sku).unwrap();
+    let told: u64 = got
+        .iter()
+        .map(|g| match g {
+            Got::Sold(parts) => parts.iter().map(|x| x.units).sum(),
+            Got::NotSold => 0,
+        })
+        .sum();
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok, "{sku}: audit {:?}", a.problems);
+    assert_eq!(
+        (a.sold, a.reserved, a.remaining, told),
+        (stock, 0, 0, stock),
+        "{sku}: (sold, reserved, remaining, told) {a:?}"
+    );
+    assert_eq!(a.loaded + a.restocked, a.remaining + a.reserved + a.sold);
+
+    // Exactly once: every request id again, after the change.
+    for (i, g) in got.iter().enumerate() {
+        let d = request(sku, i);
+        if i % RESV_EVERY != 0 {
+            let r = until_answered(p, || e.deduct(&d), |r| *r == Deduction::InFlight).await;
+            match g {
+                Got::Sold(parts) => assert_eq!(
+                    r,
+                    Deduction::Replayed {
+                        parts: parts.clone()
+                    },
+                    "{sku}-{i} again"
+                ),
+                Got::NotSold => assert_eq!(r, Deduction::SoldOut, "{sku}-{i} again"),
+            }
+        } else {
+            let r = until_answered(p, || e.reserve(&d, RESV_TTL), |_| false).await;
+            match (g, &r) {
+                (Got::Sold(parts), Reserved::Replayed { id, parts: p2 }) => {
+                    assert_eq!(parts, p2, "{sku}-{i} again");
+                    let end = until_answered(p, || e.confirm(id), |_| false).await;
+                    assert!(end.done, "{sku}-{i}: confirm again {end:?}");
+                }
+                (Got::NotSold, Reserved::NotHeld(Deduction::SoldOut)) => {}
+                _ => panic!("{sku}-{i} again: first {g:?}, now {r:?}"),
+            }
+        }
+    }
+    let b = e.audit(&s).await.unwrap();
+    assert!(
+        b.ok && (b.sold, b.reserved, b.remaining) == (a.sold, a.reserved, a.remaining),
+        "{sku}: the replays changed the audit: {a:?} -> {b:?}"
+    );
+}
+
+/// Engine options of the sales under change: a claim left by a failed attempt is taken over
+/// by the retry after a short lease.
+fn sale_builder(per_user_limit: u64) -> EngineBuilder {
+    Engine::builder()
+        .per_user_limit(per_user_limit)
+        .claim_lease(Duration::from_millis(300))
+        .pending_wait(Duration::from_millis(300))
+}
+
+/// A sale of 1,200 units in 16 segments to 2,400 one-unit requests (a tenth of them
+/// reservations, confirmed) by 16 buyers; at 30 % sold, every slot holding the SKU's keys on
+/// one master moves to another (`MIGRATING`/`IMPORTING`, keys moved 20 at a time with a sale
+/// step between batches, `SETSLOT NODE` on every master) while requests are in flight; the
+/// last 1,440 requests wait until the move is done. The sale sells exactly the stock, the audit
+/// is exact, and every request id sent again after the move answers its first outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resharding_mid_sale_keeps_the_sale_exact() {
+    let cluster = RedisCluster::start(3, 0);
+    let admin = cluster.admin();
+    let (stock, n) = (1200u64, 2400usize);
+    let e = prefixed_engine(&cluster, sale_builder(0), "reshard").await;
+    let sku = "moving";
+    e.load(&Sku::new(sku).unwrap(), stock, LoadOptions::new(16))
+        .await
+        .unwrap();
+    let p = Progress::new(n * 2 / 5);
+    let mover = {
+        let (admin, p) = (admin.clone(), p.clone());
+        tokio::task::spawn_blocking(move || reshard(&admin, &p, stock))
+    };
+    let got = sale(&e, &p, sku, n, 16).await;
+    let (slots, keys, from, to) = mover.await.unwrap();
+    eprintln!(
+        "moved {slots} slots ({keys} keys) from :{from} to :{to} mid-sale; {} errors retried, e.g. {:?}",
+        p.errors.load(SeqCst),
+        p.sample.lock().unwrap()
+    );
+    // Nothing of the SKU is left on the master the slots left.
+    let left: usize = admin
+        .keys_by_master("reshard:*")
+        .iter()
+        .filter(|(port, _)| *port == from)
+        .map(|(_, k)| k.len())
+        .sum();
+    assert_eq!(left, 0, "keys of the SKU left on :{from}");
+    check_sale(&e, &p, sku, stock, &got).await;
+}
+
+/// At 30 % sold: moves every slot holding keys of prefix `reshard` on the master holding the
+/// most of them to the next master, one sale step (2 more units sold) after each migration
+/// step, then opens the rest of the sale. Returns (slots, keys moved, from, to).
+fn reshard(admin: &ClusterAdmin, p: &Progress, stock: u64) -> (usize, usize, u16, u16) {
+    p.wait_sold(stock * 3 / 10);
+    let by_master = admin.keys_by_master("reshard:*");
+    let (from, keys) = by_master
+        .iter()
+        .max_by_key(|(_, k)| k.len())
+        .expect("a master")
+        .clone();
+    let masters = admin.masters();
+    let to = *masters.iter().find(|m| **m != from).unwrap();
+    let mut slots: Vec<u16> = keys.iter().map(|k| admin.keyslot(k)).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert!(!slots.is_empty(), "no keys of the SKU on :{from}");
+    let mut moved = 0;
+    for &slot in &slots {
+        moved += admin.migrate_slot_with(slot, to, 20, |step| {
+            let sold = p.sold.load(SeqCst);
+            if step != MigrateStep::Assigned {
+                p.wait_sold(sold + 2);
+            }
+        });
+        assert_eq!(admin.owner_of(slot), to);
+    }
+    p.open_all();
+    (slots.len(), moved, from, to)
+}
+
+/// `shardstock_script_reloads_total{script=...}` of one test: a Prometheus recorder set as the
+/// local recorder of every thread of the test's runtime (and of the thread blocking on it), so
+/// the test sees its own reloads and nothing of the tests running beside it.
+struct Reloads {
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+    recorder: &'static metrics_exporter_prometheus::PrometheusRecorder,
+}
+
+impl Reloads {
+    /// A multi-thread runtime recording into a fresh recorder, and the recorder's view.
+    fn runtime() -> (tokio::runtime::Runtime, Self) {
+        let recorder: &'static _ = Box::leak(Box::new(
+            metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder(),
+        ));
+        let handle = recorder.handle();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .on_thread_start(move || {
+                // For the thread's lifetime (the guard would unset it).
+                std::mem::forget(::metrics::set_default_local_recorder(recorder));
+            })
+            .build()
+            .unwrap();
+        (rt, Self { handle, recorder })
+    }
+
+    /// Runs `f` to completion on `rt` with this recorder on the calling thread too.
+    fn block_on<T>(&self, rt: &tokio::runtime::Runtime, f: impl Future<Output = T>) -> T {
+        ::metrics::with_local_recorder(self.recorder, || rt.block_on(f))
+    }
+
+    /// Reloads counted per script name.
+    fn by_script(&self) -> std::collections::BTreeMap<String, u64> {
+        self.handle
+            .render()
+            .lines()
+            .filter_map(|l| l.strip_prefix("shardstock_script_reloads_total{script=\""))
+            .filter_map(|l| {
+                let (name, n) = l.split_once("\"} ")?;
+                Some((name.to_string(), n.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn total(&self) -> u64 {
+        self.by_script().values().sum()
+    }
+}
+
+/// A sale of 1,000 units in 16 segments with one order per user (per-user claims in their own
+/// slots) on 3 masters + 1 replica each; at 30 % sold, the master holding the most of the
+/// SKU's keys fails over to its replica (`CLUSTER FAILOVER`: no acknowledged write lost) while
+/// requests are in flight; the last 1,200 requests wait until it is done. The promoted replica
+/// has no scripts: its first calls answer `NOSCRIPT`, reloaded and counted. The sale sells
+/// exactly the stock, the audit is exact, every request id sent again answers its first outcome.
+#[test]
+fn failover_mid_sale_reloads_scripts_and_keeps_the_sale_exact() {
+    let (rt, reloads) = Reloads::runtime();
+    let mut cluster = RedisCluster::start(3, 1);
+    let (stock, n) = (1000u64, 2000usize);
+    let e = reloads.block_on(&rt, async {
+        let e = prefixed_engine(&cluster, sale_builder(1), "failover").await;
+        e.load(&Sku::new("fail").unwrap(), stock, LoadOptions::new(16))
+            .await
+            .unwrap();
+        e
+    });
+    let p = Progress::new(n * 2 / 5);
+    // The sale runs on the runtime while this thread fails the master over.
+    let seller = {
+        let (e, p) = (e.clone(), p.clone());
+        rt.spawn(async move { sale(&e, &p, "fail", n, 16).await })
+    };
+    p.wait_sold(stock * 3 / 10);
+    let master_port = cluster
+        .admin()
+        .keys_by_master("failover:*")
+        .into_iter()
+        .max_by_key(|(_, k)| k.len())
+        .unwrap()
+        .0;
+    let before = reloads.total();
+    let i = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port == master_port)
+        .unwrap();
+    let t0 = Instant::now();
+    cluster.fail_over(i);
+    eprintln!(
+        "node {i} (:{master_port}) failed over in {:?}",
+        t0.elapsed()
+    );
+    p.open_all();
+    let got = reloads.block_on(&rt, async { seller.await.unwrap() });
+    eprintln!(
+        "{} errors retried, e.g. {:?}; reloads {:?}",
+        p.errors.load(SeqCst),
+        p.sample.lock().unwrap(),
+        reloads.by_script()
+    );
+    assert!(
+        reloads.total() > before,
+        "no NOSCRIPT reload counted after the failover: {:?}",
+        reloads.by_script()
+    );
+    reloads.block_on(&rt, check_sale(&e, &p, "fail", stock, &got));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every script on the cluster, each in one slot.
+// ---------------------------------------------------------------------------------------------
+
+/// The script names of the registry (the `scripts!` list of `src/store/redis/lua.rs`), read
+/// from the source so that a script added there is demanded here too.
+fn registry() -> Vec<String> {
+    let src = include_str!("../src/store/redis/lua.rs");
+    let body = &src[src.find("\nscripts! {").expect("the scripts! list")..];
+    let body = &body[..body.find("\n}").unwrap()];
+    body.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let (id, rest) = l.split_once(" \"")?;
+            (!id.starts_with("//") && id.chars().all(char::is_alphanumeric))
+                .then(|| rest.split('"').next().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// The arguments a store-level call of request `rid` takes (a simulated crash).
+fn args<'a>(e: &Engine<RedisStore>, rid: &'a RequestId, user: &'a UserId, qty: u64) -> ReqArgs<'a> {
+    let o = e.options();
+    ReqArgs {
+        request_id: rid,
+        user,
+        qty,
+        ttl_ms: o.request_ttl.as_millis() as u64,
+        lease_ms: o.claim_lease.as_millis() as u64,
+        resv_ttl_ms: 0,
+        kind: RequestKind::Sale,
+    }
+}
+
+/// After `SCRIPT FLUSH` on every master (and on RedLock's nodes), one workflow reaches every
+/// script of the registry through the engine — sale, coalesced sale, fallback across segments,
+/// an abandoned fallback claim recovered by the sweeper (claims_due, takeover, shut_out,
+/// refund, settle as sealed), a lost per-user claim verified by the user's next request
+/// (seal), reservations confirmed, cancelled and expired (reserve_end, reclaim), restock,
+/// a reload to fewer segments (drop_segment), the audit (held), the `lock` strategy (fence_read,
+/// and the lock scripts with a watchdog renewal) and `redlock` — with no error: a script whose
+/// keys spanned two slots would fail with CROSSSLOT (before it ever got to `NOSCRIPT`). Each
+/// script's first use after the flush is a `NOSCRIPT`, reloaded and counted by name: every name
+/// of the registry must be counted. (`redlock_acquire` runs only on RedLock's independent
+/// nodes, never on the store's cluster: its two keys, the lock and the node's quarantine
+/// marker, are in different slots by design.) Two simulated crashes use store-level calls (the
+/// `Store` trait), as the differential tests do: a process that dies part-way.
+#[test]
+fn every_script_runs_in_one_slot_after_a_script_flush() {
+    let (rt, reloads) = Reloads::runtime();
+    let cluster = RedisCluster::start(3, 0);
+    let lock_nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    for n in &lock_nodes {
+        assert_eq!(
+            n.cli(&["SET", shardstock::lock::redlock::QUARANTINE_KEY, "0"]),
+            "OK"
+        );
+    }
+    let builder = || {
+        Engine::builder()
+            .per_user_limit(0)
+            .claim_lease(Duration::from_millis(100))
+            .user_claim_ttl(Duration::from_millis(120))
+            .pending_wait(Duration::from_millis(5))
+    };
+    reloads.block_on(&rt, async {
+        let store = |prefix: &str| {
+            RedisStore::builder(cluster.url())
+                .pool_size(2)
+                .key_prefix(prefix)
+        };
+        let plain = builder()
+            .build(store("every").connect().await.unwrap())
+            .unwrap();
+        let coalesced = builder()
+            .build(
+                store("every")
+                    .coalescing(Some(Coalescing::default()))
+                    .connect()
+                    .await
+                    .unwrap(),
+            )
+            .unwrap();
+        let locked = builder()
+            .build(
+                store("every")
+                    .strategy(Strategy::Lock)
+                    .lock_options(lock_opts(90, 2000))
+                    .connect()
+                    .await
+                    .unwrap(),
+            )
+            .unwrap();
+        let redlocked = builder()
+            .build(
+                store("every")
+                    .strategy(Strategy::Redlock)
+                    .lock_nodes(lock_nodes.iter().map(RedisServer::url))
+                    .lock_options(lock_opts(90, 2000))
+                    .connect()
+                    .await
+                    .unwrap(),
+            )
+            .unwrap();
+        // Every store loaded every script at connect: empty the caches now.
+        cluster.admin().flush_scripts();
+        for n in &lock_nodes {
+            assert_eq!(n.cli(&["SCRIPT", "FLUSH"]), "OK");
+        }
+        assert_eq!(reloads.total(), 0);
+
+        // Load (load_begin, load_segment, load_commit): 8 units, 2 per segment.
+        let s = Sku::new("all").unwrap();
+        plain.load(&s, 8, LoadOptions::new(4)).await.unwrap();
+        let sell = |e: &Engine<RedisStore>, sku: &str, user: &str, qty: u64, rid: &str| {
+            let (e, d) = (e.clone(), Deduct::new(sku, user, qty, rid).unwrap());
+            async move { e.deduct(&d).await.unwrap() }
+        };
+        // deduct; deduct_batch; a fallback: 3 units where no segment has more than 2 (take
+        // at two segments, settle).
+        assert_eq!(sell(&plain, "all", "a", 1, "s1").await.units_applied(), 1);
+        assert_eq!(
+            sell(&coalesced, "all", "b", 1, "s2").await.units_applied(),
+            1
+        );
+        assert_eq!(sell(&plain, "all", "c", 3, "s3").await.units_applied(), 3);
+        // restock.
+        let r = plain
+            .restock(&s, 4, &RequestId::new("rs").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.added, 4);
+        // Reservations (reserve_end): one confirmed, one cancelled, one left to expire and
+        // returned by the sweeper (reclaim).
+        let hold = |user: &str, rid: &str, ttl_ms: u64| {
+            let (e, d) = (plain.clone(), Deduct::new("all", user, 1, rid).unwrap());
+            async move {
+                match e.reserve(&d, Duration::from_millis(ttl_ms)).await.unwrap() {
+                    Reserved::Held { id, .. } => id,
+                    other => panic!("not held: {other:?}"),
+                }
+            }
+        };
+        let confirmed = hold("d", "h1", 60_000).await;
+        let cancelled = hold("e", "h2", 60_000).await;
+        hold("f", "h3", 50).await;
+        assert!(plain.confirm(&confirmed).await.unwrap().done);
+        assert!(plain.cancel(&cancelled).await.unwrap().done);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        plain.sweep().await.unwrap();
+
+        // An abandoned fallback claim: home short, claimed, 1 unit taken at another segment,
+        // then the process "dies". The sweeper takes the claim over (claims_due, takeover),
+        // shuts the old epoch out of the other segments (shut_out), finds the request
+        // incomplete, refunds the unit (refund) and seals the request (settle).
+        let c = Sku::new("crash").unwrap();
+        plain.load(&c, 6, LoadOptions::new(3)).await.unwrap();
+        let store = plain.store();
+        let meta = store.meta(&c).await.unwrap().expect("loaded");
+        let (rid, user) = (
+            RequestId::new("lost-fallback").unwrap(),
+            UserId::new("g").unwrap(),
+        );
+        let a = args(&plain, &rid, &user, 3);
+        let home = shardstock::segments::home(&rid, meta.segments);
+        let at = |index| SegAddr {
+            sku: &c,
+            generation: meta.generation,
+            index,
+        };
+        let r = store
+            .deduct_home(at(home), a, OnShort::Claim)
+            .await
+            .unwrap();
+        assert!(matches!(r, HomeReply::Short { claimed: true, .. }), "{r:?}");
+        let other = (home + 1) % meta.segments;
+        let t = store
+            .take(at(other), a, 1, 1, SegmentRole::Fallback)
+            .await
+            .unwrap();
+        assert!(matches!(t, TakeReply::Taken { part: 1, .. }), "{t:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await; // lease + one lease of grace
+        plain.sweep().await.unwrap();
+        let audit = plain.audit(&c).await.unwrap();
+        assert!(
+            audit.ok && audit.remaining == 6 && audit.sold == 0,
+            "{audit:?}"
+        );
+
+        // A lost per-user claim (user_claim, then the process dies): after its TTL the user's
+        // next request finds it stale at the limit and seals its request id (seal), frees the
+        // entry (user_finish) and buys.
+        let l = Sku::new("limited").unwrap();
+        plain
+            .load(&l, 4, LoadOptions::new(2).per_user_limit(1))
+            .await
+            .unwrap();
+        let meta = store.meta(&l).await.unwrap().expect("loaded");
+        let (rid, user) = (
+            RequestId::new("lost-claim").unwrap(),
+            UserId::new("h").unwrap(),
+        );
+        let claim = store
+            .user_claim(&l, meta.generation, args(&plain, &rid, &user, 1), 1, 120)
+            .await
+            .unwrap();
+        assert_eq!(claim, shardstock::store::UserClaim::Ok);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            sell(&plain, "limited", "h", 1, "next")
+                .await
+                .units_applied(),
+            1
+        );
+
+        // The lock strategies: fence_read on the cluster; lock_renew (a critical section
+        // longer than a renewal period) and lock_release on the cluster for `lock`, on the
+        // independent nodes for `redlock` (with redlock_acquire).
+        locked
+            .store()
+            .set_critical_section_pause(Duration::from_millis(100));
+        assert_eq!(sell(&locked, "all", "i", 1, "l1").await.units_applied(), 1);
+        assert_eq!(
+            sell(&redlocked, "all", "j", 1, "l2").await.units_applied(),
+            1
+        );
+
+        // A reload to fewer segments drops the old generation's extra ones (drop_segment);
+        // the audit reads each segment atomically (held).
+        let before = plain.audit(&s).await.unwrap();
+        assert!(before.ok, "{before:?}");
+        plain
+            .load(&s, 5, LoadOptions::new(2).replace(true))
+            .await
+            .unwrap();
+        let after = plain.audit(&s).await.unwrap();
+        assert!(
+            after.ok && after.remaining == 5 && after.sold == 0,
+            "{after:?}"
+        );
+    });
+
+    let counted = reloads.by_script();
+    let names = registry();
+    assert!(names.len() >= 20, "registry parsed: {names:?}");
+    let missing: Vec<&String> = names.iter().filter(|n| !counted.contains_key(*n)).collect();
+    eprintln!("reloads after SCRIPT FLUSH: {counted:?}");
+    assert!(
+        missing.is_empty(),
+        "scripts never run after the flush: {missing:?} (counted: {counted:?})"
+    );
 }

@@ -7,13 +7,43 @@ use futures::future::join_all;
 use shardstock::*;
 use std::time::Duration;
 
-fn evalsha_calls(srv: &RedisServer) -> u64 {
-    let info = srv.cli(&["INFO", "commandstats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+/// The node(s) whose script calls a test counts: one server, or every master of a cluster.
+trait Counted: RedisAt {
+    fn ports(&self) -> Vec<u16>;
+}
+
+impl Counted for RedisServer {
+    fn ports(&self) -> Vec<u16> {
+        vec![self.port]
+    }
+}
+
+impl Counted for cluster::RedisCluster {
+    fn ports(&self) -> Vec<u16> {
+        self.master_ports()
+    }
+}
+
+/// `EVALSHA` calls since the last [`reset_stats`], summed over the nodes.
+fn evalsha_calls(srv: &impl Counted) -> u64 {
+    srv.ports()
+        .into_iter()
+        .map(|p| {
+            let info = redis_server::redis_cli(p, &["INFO", "commandstats"]);
+            info.lines()
+                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// `CONFIG RESETSTAT` on every node.
+fn reset_stats(srv: &impl Counted) {
+    for p in srv.ports() {
+        redis_server::redis_cli(p, &["CONFIG", "RESETSTAT"]);
+    }
 }
 
 fn opts(max_batch: usize, window_us: u64, max_in_flight: usize) -> Coalescing {
@@ -60,9 +90,12 @@ fn sold(answers: &[Deduction]) -> u64 {
 /// calls than deductions while stock lasted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coalesced_sale_is_exact_and_batched() {
-    let srv = RedisServer::start();
+    coalesced_sale(&RedisServer::start()).await;
+}
+
+async fn coalesced_sale(srv: &impl Counted) {
     let e = coalesced_engine(
-        &srv,
+        srv,
         Engine::builder().per_user_limit(0),
         Coalescing::default(),
         "t",
@@ -90,10 +123,10 @@ async fn coalesced_sale_is_exact_and_batched() {
     // Plenty of stock, one segment: every deduction is a home deduction.
     let sku = Sku::new("co-batched").unwrap();
     e.load(&sku, 1_000_000, LoadOptions::new(1)).await.unwrap();
-    srv.cli(&["CONFIG", "RESETSTAT"]);
+    reset_stats(srv);
     let answers = sale(&e, "co-batched", 8192, 256, |_| 1).await;
     assert_eq!(sold(&answers), 8192);
-    let calls = evalsha_calls(&srv);
+    let calls = evalsha_calls(srv);
     assert!(
         calls > 0 && calls * 4 < 8192,
         "{calls} script calls for 8192 deductions"
@@ -107,10 +140,13 @@ async fn coalesced_sale_is_exact_and_batched() {
 /// winner). The batch bound holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twins_in_one_batch_apply_once() {
-    let srv = RedisServer::start();
+    twins_in_one_batch(&RedisServer::start()).await;
+}
+
+async fn twins_in_one_batch(srv: &impl Counted) {
     // A 3 ms window and one call in flight: the burst below gathers in few calls of ≤ 16.
     let e = coalesced_engine(
-        &srv,
+        srv,
         Engine::builder().per_user_limit(0),
         opts(16, 3000, 1),
         "t",
@@ -118,7 +154,7 @@ async fn twins_in_one_batch_apply_once() {
     .await;
     let sku = Sku::new("twins").unwrap();
     e.load(&sku, 1000, LoadOptions::new(1)).await.unwrap();
-    srv.cli(&["CONFIG", "RESETSTAT"]);
+    reset_stats(srv);
     // 100 twins of (alice, 2 units) and one of (alice, 3 units), all with the same id.
     let same = (0..101u64).map(|k| {
         let e = e.clone();
@@ -164,7 +200,7 @@ async fn twins_in_one_batch_apply_once() {
         }
     }
     assert!(others.iter().all(|d| d.units_applied() == 1));
-    let calls = evalsha_calls(&srv);
+    let calls = evalsha_calls(srv);
     assert!(calls >= 161 / 16, "{calls} calls: batches bigger than 16?");
     assert!(calls < 161, "{calls} calls: nothing was coalesced");
     // Whichever twin won (the qty-3 one may), the audit counts exactly its units.
@@ -179,9 +215,12 @@ async fn twins_in_one_batch_apply_once() {
 /// back — every unit in exactly one place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn coalesced_reservations_conserve_stock() {
-    let srv = RedisServer::start();
+    coalesced_reservations(&RedisServer::start()).await;
+}
+
+async fn coalesced_reservations(srv: &impl RedisAt) {
     let e = coalesced_engine(
-        &srv,
+        srv,
         Engine::builder().per_user_limit(0),
         Coalescing::default(),
         "t",
@@ -222,6 +261,16 @@ async fn coalesced_reservations_conserve_stock() {
         (a.sold, a.reserved, a.remaining),
         (confirmed, 0, 500 - confirmed)
     );
+}
+
+/// The coalescing suites on a 3-master cluster (one cluster for all; each suite its own SKU
+/// names): script calls counted over every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn coalescing_on_a_cluster() {
+    let c = cluster::RedisCluster::start(3, 0);
+    coalesced_sale(&c).await;
+    twins_in_one_batch(&c).await;
+    coalesced_reservations(&c).await;
 }
 
 /// Bad options are refused with a typed error.

@@ -280,14 +280,17 @@ async fn fallback_no_undersell_both_stores() {
 /// instance (whose hints this one never saw) is sellable at once.
 #[tokio::test]
 async fn restock_by_another_instance_sells_at_once() {
-    let srv = RedisServer::start();
+    restock_by_another_instance(&RedisServer::start()).await;
+}
+
+async fn restock_by_another_instance(srv: &impl RedisAt) {
     let long_hints = || {
         Engine::builder()
             .per_user_limit(0)
             .hint_ttl(std::time::Duration::from_secs(3600))
     };
-    let a = redis_engine(&srv, long_hints()).await;
-    let b = redis_engine(&srv, long_hints()).await;
+    let a = redis_engine(srv, long_hints()).await;
+    let b = redis_engine(srv, long_hints()).await;
     let s = sku("restock");
     a.load(&s, 4, LoadOptions::new(4)).await.unwrap();
     for i in 0..4 {
@@ -373,4 +376,22 @@ async fn restock_spreads_both_stores() {
     restock_spreads(memory_engine(Engine::builder().per_user_limit(0))).await;
     let srv = RedisServer::start();
     restock_spreads(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
+}
+
+/// The suites above on a 3-master cluster (one cluster for all of them, one key prefix each):
+/// segments on several masters, fallbacks and multi-segment takes across them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn core_suites_on_a_cluster() {
+    let c = cluster::RedisCluster::start(3, 0);
+    let e = |prefix: &'static str| prefixed_engine(&c, Engine::builder().per_user_limit(0), prefix);
+    flash_sale(e("f1").await, 1).await;
+    flash_sale(e("f10").await, 10).await;
+    mixed_quantities(e("m1").await, 1).await;
+    mixed_quantities(e("m10").await, 10).await;
+    concurrent_replays(e("r1").await, 100, 1).await;
+    concurrent_replays(e("r3").await, 10, 3).await;
+    request_id_conflicts(e("c").await).await;
+    fallback_no_undersell(e("n").await).await;
+    restock_spreads(e("s").await).await;
+    restock_by_another_instance(&c).await;
 }

@@ -13,7 +13,9 @@
 //! 3. `cancellation_keeps_invariants`: the same worlds and ops plus calls dropped at random
 //!    points (`tokio::time::timeout` of a few µs); outcomes are timing-dependent, so only the
 //!    invariants are checked, and at the end every dropped call is resolved by a retry.
-//! 4. `regressions::*`: shrunk failures of 2 and 3 as fixed op lists, each naming what it found.
+//! 4. `memory_and_cluster_agree`: 1 and 2 again with the Redis worlds on a 3-master Redis
+//!    Cluster (fewer cases).
+//! 5. `regressions::*`: shrunk failures of 2 and 3 as fixed op lists, each naming what it found.
 //!
 //! What is checked after every step, and how timers are kept out of races: see
 //! `tests/common/differential.rs`.
@@ -38,12 +40,17 @@ use proptest::prelude::*;
 use shardstock::*;
 use std::time::Duration;
 use support::differential::plain::{Op, op, run};
-use support::differential::run::edge_property;
+use support::differential::run::{edge_property, edge_property_on};
 
 #[test]
 fn memory_and_redis_agree() {
+    agree_on(&RedisServer::start(), 48);
+}
+
+/// Property 1 with the Redis stores on `srv` (a server or a cluster); `DIFF_CASES` or
+/// `default_cases` cases.
+fn agree_on(srv: &impl RedisAt, default_cases: u32) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let srv = RedisServer::start();
     // Long hints so routing depends only on the sequence, never on timing.
     let builder = || {
         Engine::builder()
@@ -51,15 +58,10 @@ fn memory_and_redis_agree() {
             .hint_ttl(Duration::from_secs(3600))
             .max_qty(5)
     };
-    let redis = rt.block_on(redis_engine(&srv, builder()));
+    let redis = rt.block_on(redis_engine(srv, builder()));
     // The same again with request coalescing on (own key prefix on the same server).
-    let coalesced = rt.block_on(coalesced_engine(
-        &srv,
-        builder(),
-        Coalescing::default(),
-        "c",
-    ));
-    let cases = env_knob("DIFF_CASES").unwrap_or(48);
+    let coalesced = rt.block_on(coalesced_engine(srv, builder(), Coalescing::default(), "c"));
+    let cases = env_knob("DIFF_CASES").unwrap_or(default_cases);
     let n = std::sync::atomic::AtomicU32::new(0);
     proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() },
         |(first in (1u64..40, 1u32..8), ops in proptest::collection::vec(op(), 1..60))| {
@@ -84,6 +86,15 @@ fn memory_and_redis_agree_at_the_edges() {
 #[test]
 fn cancellation_keeps_invariants() {
     edge_property(true, 32, 30);
+}
+
+/// Properties 1 and 2 with the Redis worlds on a 3-master cluster (one cluster for both; fewer
+/// cases by default: the single-node runs above cover the op space, these the placement).
+#[test]
+fn memory_and_cluster_agree() {
+    let cluster = common::cluster::RedisCluster::start(3, 0);
+    agree_on(&cluster, 16);
+    edge_property_on(&cluster, false, 16, 40);
 }
 
 // ---------------------------------------------------------------------------------------------

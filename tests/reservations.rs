@@ -224,8 +224,13 @@ async fn confirms_racing_expiry_end_in_exactly_one_state() {
 /// still returns them; a restarted sweeper returns nothing twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweeper_and_lazy_reclaim_return_each_unit_once() {
-    let srv = RedisServer::start();
-    let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
+    sweeper_and_lazy_reclaim(
+        redis_engine(&RedisServer::start(), Engine::builder().per_user_limit(0)).await,
+    )
+    .await;
+}
+
+async fn sweeper_and_lazy_reclaim(e: Engine<RedisStore>) {
     let sku = Sku::new("sweep").unwrap();
     e.load(&sku, 40, LoadOptions::new(4).per_user_limit(0))
         .await
@@ -266,4 +271,18 @@ async fn sweeper_and_lazy_reclaim_return_each_unit_once() {
     tokio::time::sleep(Duration::from_millis(120)).await;
     assert_eq!(e.sweep().await.unwrap(), 0);
     assert_eq!(audit_ok(&e, &sku).await, before);
+}
+
+/// The reservation suites on a 3-master cluster (one cluster for all, one key prefix each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservations_on_a_cluster() {
+    let c = cluster::RedisCluster::start(3, 0);
+    lifecycle(prefixed_engine(&c, Engine::builder(), "life").await).await;
+    lifecycle(coalesced_engine(&c, Engine::builder(), Coalescing::default(), "c").await).await;
+    never_and_not_now(prefixed_engine(&c, Engine::builder(), "never").await).await;
+    confirms_race_expiry(prefixed_engine(&c, Engine::builder(), "race").await).await;
+    sweeper_and_lazy_reclaim(
+        prefixed_engine(&c, Engine::builder().per_user_limit(0), "sweep").await,
+    )
+    .await;
 }

@@ -29,13 +29,17 @@ static A: Counting = Counting;
 /// 1000 concurrent attempts by one user spread over 3 engine instances with their own
 /// connections: exactly `limit` units sold to that user; 60 other users unaffected.
 async fn one_user_many_instances(limit: u64, coalesce: bool) {
-    let srv = RedisServer::start();
+    one_user_many_instances_at(&RedisServer::start(), limit, coalesce, "t").await;
+}
+
+/// [`one_user_many_instances`] on `srv` (a server or a cluster), keys under `prefix`.
+async fn one_user_many_instances_at(srv: &impl RedisAt, limit: u64, coalesce: bool, prefix: &str) {
     let mut engines = Vec::new();
     for _ in 0..3 {
         engines.push(if coalesce {
-            coalesced_engine(&srv, Engine::builder(), Coalescing::default(), "t").await
+            coalesced_engine(srv, Engine::builder(), Coalescing::default(), prefix).await
         } else {
-            redis_engine(&srv, Engine::builder()).await
+            prefixed_engine(srv, Engine::builder(), prefix).await
         });
     }
     let name = format!("one-user-{limit}");
@@ -243,6 +247,18 @@ async fn dead_claimers_neither_lock_out_nor_double_sell() {
     dead_claimer(memory_engine(Engine::builder())).await;
     let srv = RedisServer::start();
     dead_claimer(redis_engine(&srv, Engine::builder()).await).await;
+}
+
+/// The per-user suites on a 3-master cluster (one cluster for all, one key prefix each): the
+/// user's record and the segments live in different slots, on different masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn per_user_limit_on_a_cluster() {
+    let c = cluster::RedisCluster::start(3, 0);
+    for (limit, coalesce, prefix) in [(1, false, "l1"), (3, false, "l3"), (1, true, "c1")] {
+        one_user_many_instances_at(&c, limit, coalesce, prefix).await;
+    }
+    failed_attempt_keeps_the_chance(prefixed_engine(&c, Engine::builder(), "failed").await).await;
+    dead_claimer(prefixed_engine(&c, Engine::builder(), "dead").await).await;
 }
 
 /// 100,000 distinct users through one engine: the in-process guard stays within its cap.

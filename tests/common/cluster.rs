@@ -174,3 +174,207 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::dbsize).collect()
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Resharding and script caches (the issue 13 tests of `tests/cluster.rs`): a slot moved to
+// another master while clients use it, and every master's script cache emptied.
+// ---------------------------------------------------------------------------------------------
+
+/// The admin side of a [`RedisCluster`] by ports only: `Send + 'static`, so a blocking thread
+/// can reshard while the test's tasks sell.
+#[derive(Debug, Clone)]
+pub struct ClusterAdmin {
+    /// Every node's port (masters and replicas, running or not).
+    pub ports: Vec<u16>,
+}
+
+/// One step of [`ClusterAdmin::migrate_slot_with`], for a test that wants work done between
+/// steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrateStep {
+    /// `CLUSTER SETSLOT IMPORTING` / `MIGRATING` are set: the slot is in flux.
+    Marked,
+    /// One batch of keys moved (`MIGRATE ... KEYS`); `moved` so far.
+    Batch { moved: usize },
+    /// `CLUSTER SETSLOT NODE` on every master: the slot is the target's.
+    Assigned,
+}
+
+/// `CLUSTER NODES` of one node, as (id, port, is master, slot ranges owned).
+fn nodes_view(port: u16) -> Vec<(String, u16, bool, Vec<(u16, u16)>)> {
+    redis_cli(port, &["CLUSTER", "NODES"])
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let p = f
+                .get(1)?
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()?;
+            let master = f.get(2)?.contains("master");
+            // "0-5460", "5461", and "[5461->-id]" / "[5461-<-id]" (migrating / importing:
+            // not an ownership) from field 8 on.
+            let ranges = f
+                .iter()
+                .skip(8)
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|a| (a, a)),
+                })
+                .collect();
+            Some((f[0].to_string(), p, master, ranges))
+        })
+        .collect()
+}
+
+fn ok(port: u16, args: &[&str]) {
+    let out = redis_cli(port, args);
+    assert_eq!(out, "OK", "redis-cli -p {port} {args:?}");
+}
+
+impl ClusterAdmin {
+    /// A node that answers.
+    fn live(&self) -> u16 {
+        *self
+            .ports
+            .iter()
+            .find(|p| redis_cli(**p, &["PING"]) == "PONG")
+            .expect("a running node")
+    }
+
+    /// The ports of the masters now.
+    pub fn masters(&self) -> Vec<u16> {
+        let mut m: Vec<u16> = nodes_view(self.live())
+            .into_iter()
+            .filter(|n| n.2 && !n.3.is_empty())
+            .map(|n| n.1)
+            .collect();
+        m.sort_unstable();
+        m
+    }
+
+    /// The slot of `key` (`CLUSTER KEYSLOT`).
+    pub fn keyslot(&self, key: &str) -> u16 {
+        let out = redis_cli(self.live(), &["CLUSTER", "KEYSLOT", key]);
+        out.parse()
+            .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT answered {out:?}"))
+    }
+
+    /// The master serving `slot` now (as one live node sees it).
+    pub fn owner_of(&self, slot: u16) -> u16 {
+        nodes_view(self.live())
+            .into_iter()
+            .find(|n| n.2 && n.3.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+            .1
+    }
+
+    /// The keys matching `pattern` on each master now (`KEYS`: test-sized data only).
+    pub fn keys_by_master(&self, pattern: &str) -> Vec<(u16, Vec<String>)> {
+        self.masters()
+            .into_iter()
+            .map(|p| {
+                let keys = redis_cli(p, &["KEYS", pattern])
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                (p, keys)
+            })
+            .collect()
+    }
+
+    /// Moves `slot` to the master on port `to` (see [`Self::migrate_slot_with`]).
+    pub fn migrate_slot(&self, slot: u16, to: u16) -> usize {
+        self.migrate_slot_with(slot, to, 50, |_| {})
+    }
+
+    /// Moves `slot` to the master on port `to` the way `redis-cli --cluster reshard` does:
+    /// `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the source, `MIGRATE` the
+    /// slot's keys `batch` at a time until `GETKEYSINSLOT` finds none, then `SETSLOT NODE` on
+    /// the target, the source and every other master. `between` runs after each step (while
+    /// clients keep using the slot: they get `ASK` / `TRYAGAIN` / `MOVED` meanwhile). Returns
+    /// the keys moved; a slot already on `to` moves nothing.
+    pub fn migrate_slot_with(
+        &self,
+        slot: u16,
+        to: u16,
+        batch: usize,
+        mut between: impl FnMut(MigrateStep),
+    ) -> usize {
+        let from = self.owner_of(slot);
+        if from == to {
+            return 0;
+        }
+        let id = |p: u16| redis_cli(p, &["CLUSTER", "MYID"]);
+        let (from_id, to_id) = (id(from), id(to));
+        let s = slot.to_string();
+        ok(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]);
+        ok(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]);
+        between(MigrateStep::Marked);
+        let mut moved = 0;
+        let assign = |p: u16| redis_cli(p, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+        loop {
+            let n = batch.to_string();
+            let keys = redis_cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, &n]);
+            let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+            if keys.is_empty() {
+                // The source refuses NODE while it still holds keys of the slot (none can be
+                // created there once it is empty: a command on missing keys is sent on).
+                assert_eq!(assign(to), "OK", "SETSLOT {slot} NODE on the target");
+                let at_source = assign(from);
+                if at_source == "OK" {
+                    break;
+                }
+                assert!(
+                    at_source.contains("still hold keys"),
+                    "SETSLOT {slot} NODE on the source: {at_source}"
+                );
+                continue;
+            }
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(&keys);
+            let out = redis_cli(from, &args);
+            assert!(
+                out == "OK" || out == "NOKEY",
+                "MIGRATE of slot {slot} to :{to}: {out}"
+            );
+            moved += keys.len();
+            between(MigrateStep::Batch { moved });
+        }
+        for p in self.masters() {
+            if p != to && p != from {
+                assert_eq!(assign(p), "OK", "SETSLOT {slot} NODE on :{p}");
+            }
+        }
+        between(MigrateStep::Assigned);
+        moved
+    }
+
+    /// `SCRIPT FLUSH` on every master (what a restart or a failover does to a script cache).
+    pub fn flush_scripts(&self) {
+        for p in self.masters() {
+            ok(p, &["SCRIPT", "FLUSH"]);
+        }
+    }
+}
+
+impl RedisCluster {
+    /// The admin handle of this cluster (ports only).
+    pub fn admin(&self) -> ClusterAdmin {
+        ClusterAdmin {
+            ports: self.nodes.iter().map(|n| n.port).collect(),
+        }
+    }
+
+    /// Moves `slot` to the master on port `to_master` ([`ClusterAdmin::migrate_slot_with`]);
+    /// returns the keys moved.
+    pub fn migrate_slot(&self, slot: u16, to_master: u16) -> usize {
+        self.admin().migrate_slot(slot, to_master)
+    }
+}

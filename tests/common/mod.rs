@@ -40,11 +40,30 @@ pub fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// Where a test's Redis store lives: one [`RedisServer`] or a [`cluster::RedisCluster`]. The
+/// engine helpers below take either, so one test body runs on a single node and on a cluster.
+pub trait RedisAt {
+    /// The store URL (`redis://` or `redis-cluster://`).
+    fn store_url(&self) -> String;
+}
+
+impl RedisAt for RedisServer {
+    fn store_url(&self) -> String {
+        self.url()
+    }
+}
+
+impl RedisAt for cluster::RedisCluster {
+    fn store_url(&self) -> String {
+        self.url()
+    }
+}
+
 /// The store settings of the test engines: `server`, 2 clients, keys under `prefix`, no
 /// request coalescing.
-pub fn redis_config(server: &RedisServer, prefix: &str) -> shardstock::Config {
+pub fn redis_config(server: &impl RedisAt, prefix: &str) -> shardstock::Config {
     let mut config = shardstock::Config::default();
-    config.store.redis_url = server.url();
+    config.store.redis_url = server.store_url();
     config.store.pool_size = 2;
     config.store.key_prefix = prefix.into();
     config.store.coalesce = false;
@@ -52,15 +71,25 @@ pub fn redis_config(server: &RedisServer, prefix: &str) -> shardstock::Config {
 }
 
 /// An engine over a fresh Redis store on `server`.
-pub async fn redis_engine(server: &RedisServer, builder: EngineBuilder) -> Engine<RedisStore> {
-    let store = redis_config(server, "t").build_store().await.unwrap();
+pub async fn redis_engine(server: &impl RedisAt, builder: EngineBuilder) -> Engine<RedisStore> {
+    prefixed_engine(server, builder, "t").await
+}
+
+/// An engine over a Redis store on `server` with keys under `prefix` (tests sharing one
+/// server or cluster keep apart by prefix).
+pub async fn prefixed_engine(
+    server: &impl RedisAt,
+    builder: EngineBuilder,
+    prefix: &str,
+) -> Engine<RedisStore> {
+    let store = redis_config(server, prefix).build_store().await.unwrap();
     builder.build(store).unwrap()
 }
 
 /// An engine over a fresh Redis store with request coalescing (`opts`) under key prefix
 /// `prefix`.
 pub async fn coalesced_engine(
-    server: &RedisServer,
+    server: &impl RedisAt,
     builder: EngineBuilder,
     opts: shardstock::Coalescing,
     prefix: &str,
@@ -77,7 +106,7 @@ pub async fn coalesced_engine(
 
 /// An engine over a Redis store running `strategy` with `lock` options.
 pub async fn strategy_engine(
-    server: &RedisServer,
+    server: &impl RedisAt,
     builder: EngineBuilder,
     strategy: shardstock::Strategy,
     lock: shardstock::lock::LockOptions,

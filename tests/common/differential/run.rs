@@ -4,7 +4,7 @@
 use super::act::{Act, case};
 use super::worlds::Worlds;
 use super::{AUTO_WAIT_AFTER, SHORTEST_TIMER, TIMER_MARGIN, WAIT};
-use crate::common::{RedisServer, env_knob};
+use crate::common::{RedisAt, RedisServer, env_knob};
 use proptest::prelude::*;
 use std::time::Instant;
 
@@ -80,7 +80,7 @@ static CASE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0)
 
 /// One case on fresh worlds (fresh SKU name), run again (up to 3 times) when it raced a timer.
 pub async fn edge_case(
-    srv: &RedisServer,
+    srv: &impl RedisAt,
     acts: &[Act],
     cancellation: bool,
     ignore: &'static [&'static str],
@@ -112,10 +112,14 @@ pub fn edge_config(default_cases: u32) -> ProptestConfig {
 }
 
 pub fn edge_property(cancellation: bool, default_cases: u32, len: usize) {
+    edge_property_on(&RedisServer::start(), cancellation, default_cases, len);
+}
+
+/// [`edge_property`] with the Redis worlds on `srv` (a server or a cluster).
+pub fn edge_property_on(srv: &impl RedisAt, cancellation: bool, default_cases: u32, len: usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let srv = RedisServer::start();
     proptest!(edge_config(default_cases), |(acts in case(cancellation, len))| {
-        match rt.block_on(edge_case(&srv, &acts, cancellation, &[])) {
+        match rt.block_on(edge_case(srv, &acts, cancellation, &[])) {
             Verdict::Pass => {}
             Verdict::Fail(why) => prop_assert!(false, "{}", why),
             Verdict::Tainted => prop_assume!(false, "raced a timer three times"),

@@ -3,7 +3,7 @@
 
 use super::edge_builder;
 use super::world::World;
-use crate::common::{RedisServer, env_knob};
+use crate::common::{RedisAt, env_knob};
 use shardstock::{Coalescing, MemoryStore, RedisStore};
 
 /// The three worlds of one case.
@@ -16,11 +16,12 @@ pub struct Worlds {
 }
 
 impl Worlds {
-    pub async fn new(srv: &RedisServer, name: &str, cancellation: bool) -> Self {
+    /// The worlds of case `name`, the Redis ones on `srv` (a server or a cluster).
+    pub async fn new(srv: &impl RedisAt, name: &str, cancellation: bool) -> Self {
         let b = edge_builder;
         let mem = MemoryStore::new();
         let m = [b().build(mem.clone()).unwrap(), b().build(mem).unwrap()];
-        let url = srv.url();
+        let url = srv.store_url();
         let redis = || {
             RedisStore::builder(&url)
                 .pool_size(2)
