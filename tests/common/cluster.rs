@@ -236,6 +236,28 @@ fn ok(port: u16, args: &[&str]) {
     assert_eq!(out, "OK", "redis-cli -p {port} {args:?}");
 }
 
+/// The slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key, mod 16384): what
+/// `CLUSTER KEYSLOT` answers, without a round trip per key.
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let tagged = b.iter().position(|c| *c == b'{').and_then(|open| {
+        let close = b[open + 1..].iter().position(|c| *c == b'}')?;
+        (close > 0).then(|| &b[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(b) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 impl ClusterAdmin {
     /// A node that answers.
     fn live(&self) -> u16 {
@@ -257,11 +279,19 @@ impl ClusterAdmin {
         m
     }
 
-    /// The slot of `key` (`CLUSTER KEYSLOT`).
+    /// The slot of `key` as the server computes it (`CLUSTER KEYSLOT`; [`key_slot`] computes
+    /// the same without a round trip).
     pub fn keyslot(&self, key: &str) -> u16 {
         let out = redis_cli(self.live(), &["CLUSTER", "KEYSLOT", key]);
         out.parse()
             .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT answered {out:?}"))
+    }
+
+    /// The number of keys `port` holds in `slot` (`CLUSTER COUNTKEYSINSLOT`).
+    pub fn keys_in_slot(&self, port: u16, slot: u16) -> u64 {
+        let out = redis_cli(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+        out.parse()
+            .unwrap_or_else(|_| panic!("COUNTKEYSINSLOT answered {out:?}"))
     }
 
     /// The master serving `slot` now (as one live node sees it).
