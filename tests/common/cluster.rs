@@ -200,8 +200,11 @@ pub enum MigrateStep {
     Assigned,
 }
 
-/// `CLUSTER NODES` of one node, as (id, port, is master, slot ranges owned).
-fn nodes_view(port: u16) -> Vec<(String, u16, bool, Vec<(u16, u16)>)> {
+/// One line of `CLUSTER NODES`: id, port, is master, slot ranges owned.
+type NodeView = (String, u16, bool, Vec<(u16, u16)>);
+
+/// `CLUSTER NODES` of one node.
+fn nodes_view(port: u16) -> Vec<NodeView> {
     redis_cli(port, &["CLUSTER", "NODES"])
         .lines()
         .filter_map(|l| {
