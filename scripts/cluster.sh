@@ -34,6 +34,7 @@ start)
     redis-server --port "$p" --bind 127.0.0.1 --daemonize yes --dir "$DIR/$p" \
       --pidfile "$DIR/$p/redis.pid" --logfile "$DIR/$p/redis.log" \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+      --cluster-announce-ip 127.0.0.1 \
       --save "" --appendonly no
     list+=("127.0.0.1:$p")
   done
