@@ -174,3 +174,39 @@ async fn status_reports_the_placement() {
     );
     assert!(text.stdout.contains(" slot "), "{}", text.stdout);
 }
+
+/// A SKU whose metadata has no placement (loaded before placement existed, or on a single
+/// Redis whose data moved to a cluster) keeps its plain tags across reloads: its keys never
+/// change under running instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unplaced_sku_stays_unplaced() {
+    let cluster = RedisCluster::start(3, 0);
+    let e = engine(&cluster, "old").await;
+    let sku = Sku::new("legacy").unwrap();
+    e.load(&sku, 40, LoadOptions::new(4)).await.unwrap();
+    // Make it what an older version wrote: no placement, segments under plain tags.
+    let store = e.store();
+    let pool = store.pool();
+    use fred::interfaces::{HashesInterface, KeysInterface};
+    let placed = e.placement(&sku).await.unwrap().unwrap();
+    for h in &placed {
+        let _: () = pool.del(store.keyspace().segment(&h.tag)).await.unwrap();
+    }
+    let _: () = pool
+        .hdel(store.keyspace().meta(&sku), "place")
+        .await
+        .unwrap();
+    e.load(&sku, 60, LoadOptions::new(6).replace(true))
+        .await
+        .unwrap();
+    let homes = e.placement(&sku).await.unwrap().unwrap();
+    for h in &homes {
+        assert_eq!(h.tag, format!("legacy#{}", h.index), "{homes:?}");
+    }
+    for i in 0..70 {
+        let d = Deduct::new("legacy", &format!("u{i}"), 1, &format!("r{i}")).unwrap();
+        e.deduct(&d).await.unwrap();
+    }
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 60 && a.remaining == 0, "{a:?}");
+}
