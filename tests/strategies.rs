@@ -20,7 +20,11 @@ async fn buyers<S: Store>(e: &Engine<S>, sku: &str, n: usize, tag: &str) -> (u64
     for r in join_all(tasks).await {
         match r.unwrap() {
             Ok(d) => told += d.units_applied(),
-            Err(_) => errors += 1,
+            Err(e) => {
+                // Shown with the failing assertion: which error, not only how many.
+                eprintln!("buyer error ({sku}): {e} (kind {:?})", e.kind());
+                errors += 1;
+            }
         }
     }
     (told, errors)
