@@ -851,10 +851,8 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
         );
         let a = args(&plain, &rid, &user, 3);
         let home = shardstock::segments::home(&rid, meta.segments);
-        let at = |index| SegAddr {
-            sku: &c,
-            generation: meta.generation,
-            index,
+        let at = |index| {
+            SegAddr::new(&c, meta.generation, index).with_suffix(meta.placement.suffix(index))
         };
         let r = store
             .deduct_home(at(home), a, OnShort::Claim)
