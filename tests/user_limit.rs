@@ -219,7 +219,9 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         kind: shardstock::store::RequestKind::Sale,
     };
     let home = shardstock::segments::home(&r, 2);
-    let at = SegAddr::new(&sku, generation, home);
+    // The segment as placed (on a cluster its hash tag carries the load's placement suffix).
+    let meta = st.meta(&sku).await.unwrap().expect("loaded");
+    let at = SegAddr::new(&sku, generation, home).with_suffix(meta.placement.suffix(home));
     assert!(matches!(
         st.deduct_home(at, args, OnShort::Claim).await.unwrap(),
         HomeReply::Applied { .. }
