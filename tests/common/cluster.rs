@@ -169,6 +169,66 @@ impl RedisCluster {
         self.wait_ready(Duration::from_secs(30));
     }
 
+    /// The index of the node replicating `nodes[master]` now.
+    pub fn replica_of(&self, master: usize) -> usize {
+        let port = self.nodes[master].port;
+        self.nodes
+            .iter()
+            .position(|n| {
+                n.is_running()
+                    && n.cli(&["INFO", "replication"])
+                        .lines()
+                        .any(|l| l.trim() == format!("master_port:{port}"))
+            })
+            .unwrap_or_else(|| panic!("no replica of node {master} (:{port})"))
+    }
+
+    /// `kill -9` of `nodes[master]` (no failover is asked for: its replica takes over once the
+    /// other masters flag it failed, `cluster-node-timeout` 2 s); returns the index of the
+    /// replica that will. Follow with [`RedisCluster::wait_failed_over`].
+    pub fn kill_master(&mut self, master: usize) -> usize {
+        let replica = self.replica_of(master);
+        self.nodes[master].stop();
+        replica
+    }
+
+    /// Waits until `nodes[replica]` has become a master and the cluster is ready again.
+    pub fn wait_failed_over(&self, replica: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes[replica]
+            .cli(&["INFO", "replication"])
+            .contains("role:master")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "node {replica} was not promoted: {}",
+                self.nodes[replica].cli(&["CLUSTER", "NODES"])
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ready(Duration::from_secs(30));
+    }
+
+    /// Starts a killed node again (empty, same port and cluster config): it learns that its
+    /// slots moved on, rejoins as a replica of the node that took them, and syncs; waits until
+    /// the cluster is ready.
+    pub fn rejoin(&mut self, node: usize) {
+        self.nodes[node].boot();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes[node]
+            .cli(&["INFO", "replication"])
+            .contains("role:slave")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "node {node} did not rejoin as a replica: {}",
+                self.nodes[node].cli(&["CLUSTER", "NODES"])
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ready(Duration::from_secs(30));
+    }
+
     /// The number of keys on each node now, in `nodes` order (`DBSIZE`).
     pub fn key_counts(&self) -> Vec<u64> {
         self.nodes.iter().map(RedisServer::dbsize).collect()
