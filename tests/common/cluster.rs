@@ -183,16 +183,23 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no replica of node {master} (:{port})"))
     }
 
-    /// `kill -9` of `nodes[master]` (no failover is asked for: its replica takes over once the
-    /// other masters flag it failed, `cluster-node-timeout` 2 s); returns the index of the
-    /// replica that will. Follow with [`RedisCluster::wait_failed_over`].
-    pub fn kill_master(&mut self, master: usize) -> usize {
-        let replica = self.replica_of(master);
-        self.nodes[master].stop();
-        replica
+    /// Freezes `nodes[i]` (`SIGSTOP`): it neither answers nor replicates until the returned
+    /// [`Frozen`] is thawed or dropped. Keep it short: frozen longer than
+    /// `cluster-node-timeout`, the others flag it failed.
+    pub fn freeze(&self, i: usize) -> Frozen {
+        let info = self.nodes[i].cli(&["INFO", "server"]);
+        let pid = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("process_id:"))
+            .unwrap_or_else(|| panic!("no process_id in INFO of node {i}"))
+            .to_string();
+        signal(&pid, "-STOP");
+        Frozen { pid }
     }
 
-    /// Waits until `nodes[replica]` has become a master and the cluster is ready again.
+    /// After a `kill -9` of a master (`nodes[i].stop()`; no failover asked for, its replica
+    /// takes over once the other masters flag it failed, `cluster-node-timeout` 2 s): waits
+    /// until `nodes[replica]` has become a master and the cluster is ready again.
     pub fn wait_failed_over(&self, replica: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.nodes[replica]
@@ -233,4 +240,28 @@ impl RedisCluster {
     pub fn key_counts(&self) -> Vec<u64> {
         self.nodes.iter().map(RedisServer::dbsize).collect()
     }
+}
+
+/// A node stopped by [`RedisCluster::freeze`]; runs again (`SIGCONT`) when dropped.
+pub struct Frozen {
+    pid: String,
+}
+
+impl Frozen {
+    /// Lets the node run again.
+    pub fn thaw(self) {}
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(&self.pid, "-CONT");
+    }
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok || std::thread::panicking(), "kill {sig} {pid}");
 }
