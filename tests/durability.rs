@@ -147,14 +147,14 @@ struct FailoverRun {
 const STOCK: u64 = 2000;
 const BUYERS: usize = 2600;
 const CONCURRENCY: usize = 64;
-/// Answers before the kill.
+/// Buyers answered before the replica is cut off (then 200 ms more of the sale, and the kill).
 const KILL_AT: usize = 300;
 
 /// 2,000 units in 16 segments, 2,600 one-unit buyers, 64 at a time (request coalescing on),
 /// each retrying a retryable error with the same request id. Once 300 buyers were answered,
-/// the replica of the master holding most keys is frozen for 300 ms (it falls behind), the
-/// master is killed (`kill -9`), its replica takes over, and the killed node rejoins as a
-/// replica; the sale runs to its end. Then the audit, and every acknowledged
+/// the replica of the master holding most keys is frozen and cut off (it falls behind); 200 ms
+/// later the master is killed (`kill -9`), its replica, thawed, takes over, and the killed
+/// node rejoins as a replica; the sale runs to its end. Then the audit, and every acknowledged
 /// request id is sent again: it must replay its sale.
 async fn failover_sale(
     cluster: &mut RedisCluster,
@@ -233,11 +233,14 @@ async fn failover_sale(
     while answered.load(Relaxed) < KILL_AT {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // The replica falls behind (frozen for 300 ms while the master goes on selling), then the
-    // master dies: what the replica had not received is gone, acknowledged or not — unless
-    // each call waited for the replica's acknowledgement.
+    // The victim's replica falls behind: frozen, and its link cut by the master (what was
+    // already sent still reaches it from its socket), it receives no more of the sale's
+    // writes. For 200 ms the master goes on selling; then it dies with them, acknowledged or
+    // not — unless each call waited for the replica's acknowledgement (then the calls on the
+    // victim's slots answer NotDurable and are retried after the failover).
     let frozen = cluster.freeze(replica);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    cluster.nodes[victim].cli(&["CLIENT", "KILL", "TYPE", "replica"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     cluster.nodes[victim].stop();
     frozen.thaw();
     let at_kill = answered.load(Relaxed);
