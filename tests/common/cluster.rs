@@ -201,18 +201,7 @@ impl RedisCluster {
     /// takes over once the other masters flag it failed, `cluster-node-timeout` 2 s): waits
     /// until `nodes[replica]` has become a master and the cluster is ready again.
     pub fn wait_failed_over(&self, replica: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.nodes[replica]
-            .cli(&["INFO", "replication"])
-            .contains("role:master")
-        {
-            assert!(
-                Instant::now() < deadline,
-                "node {replica} was not promoted: {}",
-                self.nodes[replica].cli(&["CLUSTER", "NODES"])
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_role(replica, "role:master");
         self.wait_ready(Duration::from_secs(30));
     }
 
@@ -221,19 +210,21 @@ impl RedisCluster {
     /// the cluster is ready.
     pub fn rejoin(&mut self, node: usize) {
         self.nodes[node].boot();
+        self.wait_role(node, "role:slave");
+        self.wait_ready(Duration::from_secs(30));
+    }
+
+    /// Waits (at most 30 s) until `nodes[i]` reports `role` (`role:master` / `role:slave`).
+    fn wait_role(&self, i: usize, role: &str) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.nodes[node]
-            .cli(&["INFO", "replication"])
-            .contains("role:slave")
-        {
+        while !self.nodes[i].cli(&["INFO", "replication"]).contains(role) {
             assert!(
                 Instant::now() < deadline,
-                "node {node} did not rejoin as a replica: {}",
-                self.nodes[node].cli(&["CLUSTER", "NODES"])
+                "node {i} never reported {role}: {}",
+                self.nodes[i].cli(&["CLUSTER", "NODES"])
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.wait_ready(Duration::from_secs(30));
     }
 
     /// The number of keys on each node now, in `nodes` order (`DBSIZE`).
