@@ -3,6 +3,7 @@
 # (no Docker), masters with one replica each, on 127.0.0.1.
 #
 #   scripts/cluster.sh start [MASTERS]   # default 3 masters + 3 replicas, ports 7000.. (CLUSTER_PORT)
+#                                        # REPLICAS=0 for masters only (any count, even 1 or 2)
 #   scripts/cluster.sh stop
 #   scripts/cluster.sh status
 #
@@ -23,7 +24,9 @@ start)
   command -v redis-server >/dev/null || { echo "redis-server missing: apt-get install -y redis-server"; exit 1; }
   [ -f "$DIR/ports" ] && { echo "already running ($DIR/ports); run: $0 stop"; exit 1; }
   mkdir -p "$DIR"
-  n=$((masters * 2))
+  replicas="${REPLICAS:-1}"
+  case "$replicas" in 0|1) ;; *) echo "REPLICAS must be 0 or 1"; exit 2 ;; esac
+  n=$((masters * (1 + replicas)))
   list=()
   for i in $(seq 0 $((n - 1))); do
     p=$((BASE + i))
@@ -31,6 +34,7 @@ start)
     redis-server --port "$p" --bind 127.0.0.1 --daemonize yes --dir "$DIR/$p" \
       --pidfile "$DIR/$p/redis.pid" --logfile "$DIR/$p/redis.log" \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+      --cluster-announce-ip 127.0.0.1 \
       --save "" --appendonly no
     list+=("127.0.0.1:$p")
   done
@@ -38,7 +42,18 @@ start)
   for p in $(ports); do
     until redis-cli -p "$p" PING >/dev/null 2>&1; do sleep 0.1; done
   done
-  redis-cli --cluster create "${list[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
+  if [ "$replicas" = 1 ]; then
+    redis-cli --cluster create "${list[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
+  else
+    # redis-cli --cluster create wants 3 masters at least: split the slots by hand.
+    i=0
+    for p in $(ports); do
+      lo=$((16384 * i / masters)); hi=$((16384 * (i + 1) / masters - 1))
+      redis-cli -p "$p" CLUSTER ADDSLOTSRANGE "$lo" "$hi" >/dev/null
+      [ "$p" != "$BASE" ] && redis-cli -p "$p" CLUSTER MEET 127.0.0.1 "$BASE" >/dev/null
+      i=$((i + 1))
+    done
+  fi
   # Ready: every node sees state ok and every replica is in sync with its master.
   for _ in $(seq 1 300); do
     ok=1
@@ -56,7 +71,7 @@ start)
   sep="?"
   for a in "${list[@]:1}"; do url="$url${sep}node=$a"; sep="&"; done
   echo "$url" > "$DIR/url"
-  echo "cluster ready: $masters masters + $masters replicas"
+  echo "cluster ready: $masters masters + $((masters * replicas)) replicas"
   echo "$url"
   ;;
 stop)

@@ -147,6 +147,22 @@ impl<S: Store> Engine<S> {
         Err(Error::NotReady(sku.to_string()))
     }
 
+    /// Where each segment of `sku` lives now (hash tag, slot, master) on a Redis Cluster;
+    /// `None` on a store without slots (a single Redis, the memory store).
+    ///
+    /// # Errors
+    /// [`Error::NotLoaded`], store errors.
+    pub async fn placement(&self, sku: &Sku) -> Result<Option<Vec<crate::placement::SegmentHome>>> {
+        let store = &self.inner.store;
+        let meta = store
+            .meta(sku)
+            .await?
+            .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
+        store
+            .segment_homes(sku, &meta.placement, meta.segments)
+            .await
+    }
+
     /// Checks conservation for `sku`; see [`Audit`](crate::Audit). A failed check is a report,
     /// not an error.
     ///
@@ -161,18 +177,20 @@ impl<S: Store> Engine<S> {
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
-        let reads = (0..meta.segments).map(|index| store.held(seg_at(sku, meta.generation, index)));
+        let at = |index| seg_at(sku, meta.generation, index, &meta.placement);
+        let reads = (0..meta.segments).map(|index| store.held(at(index)));
         let segs = futures::future::try_join_all(reads).await?;
         Ok(crate::Audit::check(sku, &meta, &segs))
     }
 }
 
-/// Segment `index` of `sku` in load generation `generation`: the one place a [`SegAddr`] is
-/// put together.
-pub(crate) fn seg_at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
-    SegAddr {
-        sku,
-        generation,
-        index,
-    }
+/// Segment `index` of `sku` in load generation `generation`, placed as `placement` says: the
+/// one place a [`SegAddr`] is put together.
+pub(crate) fn seg_at<'a>(
+    sku: &'a Sku,
+    generation: u64,
+    index: u32,
+    placement: &crate::placement::Placement,
+) -> SegAddr<'a> {
+    SegAddr::new(sku, generation, index).with_suffix(placement.suffix(index))
 }

@@ -2,7 +2,7 @@
 //! while; [`Engine::confirm`] sells them, [`Engine::cancel`] gives them back, and expiry gives
 //! them back by itself (lazily inside every script, and in bulk by the sweeper).
 
-use crate::engine::{Attempt, Deduct, Deduction, Engine, Intent, seg_at};
+use crate::engine::{Attempt, Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId};
 use crate::segments::Part;
@@ -61,9 +61,9 @@ impl ReservationId {
         &self.request_id
     }
 
-    /// The segment holding the units.
-    fn addr(&self) -> SegAddr<'_> {
-        seg_at(&self.sku, self.generation, self.segment)
+    /// The segment holding the units, placed with `suffix` (see [`Engine::suffix_of`]).
+    fn addr(&self, suffix: Option<u16>) -> SegAddr<'_> {
+        SegAddr::new(&self.sku, self.generation, self.segment).with_suffix(suffix)
     }
 
     fn malformed() -> Error {
@@ -264,9 +264,10 @@ impl<S: Store> Engine<S> {
     }
 
     async fn end_reservation(&self, id: &ReservationId, how: Ending) -> Result<ReservationEnd> {
+        let suffix = self.suffix_of(&id.sku, id.segment).await?;
         let (state, changed, user, units) = match self
             .store()
-            .reserve_end(id.addr(), &id.request_id, how.action())
+            .reserve_end(id.addr(suffix), &id.request_id, how.action())
             .await?
         {
             ReserveEnd::Done { state, user, units } => (state, true, user, units),

@@ -3,20 +3,23 @@
 //! No I/O here, so all of it is unit-tested without Redis.
 //!
 //! # Key layout (Redis-Cluster-ready)
+//! `<seg>` is segment i's hash tag: `<sku>#<i>` on a single Redis, `<sku>#<i>.<k>` when the SKU
+//! was loaded on a cluster (the suffix `k` places the segment on a chosen master; see
+//! [`crate::placement`]).
 //! ```text
-//! <prefix>:{<sku>}:meta                           SKU metadata: generation, segments, units
-//!                                                 loaded, per-user limit, state
-//! <prefix>:{<sku>#<i>}:seg                        segment i: generation, stock, sold, reserved,
-//!                                                 loaded, restocked
-//! <prefix>:{<sku>#<i>}:g<generation>:rq:<req id>  a request's record (outcome, claim, or the
-//!                                                 part it took) kept beside segment i
-//! <prefix>:{<sku>#<i>}:g<generation>:rs:<req id>  restock record kept beside segment i
-//! <prefix>:{<sku>#<i>}:g<generation>:resv         segment i's reservations, by expiry
-//! <prefix>:{<sku>#<i>}:g<generation>:claims       segment i's fallback claims, by lease end
-//! <prefix>:{<sku>#<i>}:lock                       segment i's lock (lock strategies)
-//! <prefix>:{<sku>@<user>}:g<generation>:user      a user's per-user record for the SKU
+//! <prefix>:{<sku>}:meta                      SKU metadata: generation, segments, units loaded,
+//!                                            per-user limit, state, placement
+//! <prefix>:{<seg>}:seg                       segment i: generation, stock, sold, reserved,
+//!                                            loaded, restocked
+//! <prefix>:{<seg>}:g<generation>:rq:<req id> a request's record (outcome, claim, or the part
+//!                                            it took) kept beside segment i
+//! <prefix>:{<seg>}:g<generation>:rs:<req id> restock record kept beside segment i
+//! <prefix>:{<seg>}:g<generation>:resv        segment i's reservations, by expiry
+//! <prefix>:{<seg>}:g<generation>:claims      segment i's fallback claims, by lease end
+//! <prefix>:{<seg>}:lock                      segment i's lock (lock strategies)
+//! <prefix>:{<sku>@<user>}:g<generation>:user a user's per-user record for the SKU
 //! ```
-//! Every key of one segment shares the hash tag `{<sku>#<i>}`, so one script touching them is
+//! Every key of one segment shares the hash tag `{<seg>}`, so one script touching them is
 //! atomic on a Redis Cluster; different segments have different tags and spread over slots;
 //! the metadata and each user's record have tags of their own. `#` and `@` cannot occur in a
 //! SKU, so tags never collide. Records carry the load generation, so a reload starts with a
@@ -105,17 +108,15 @@ impl Keyspace {
         format!("{}:{{{}}}:meta", self.prefix, sku)
     }
 
-    /// Segment `i`'s hash.
-    pub fn segment(&self, sku: &Sku, i: u32) -> String {
-        format!("{}:{{{}#{}}}:seg", self.prefix, sku, i)
+    /// The hash of the segment whose hash tag is `tag` (see [`crate::placement::tag`]:
+    /// `<sku>#<i>`, or `<sku>#<i>.<k>` when placed).
+    pub fn segment(&self, tag: &str) -> String {
+        format!("{}:{{{tag}}}:seg", self.prefix)
     }
 
-    /// The deduction record of `rid` kept beside segment `i` in generation `generation`.
-    pub fn request(&self, sku: &Sku, i: u32, generation: u64, rid: &RequestId) -> String {
-        format!(
-            "{}:{{{}#{}}}:g{}:rq:{}",
-            self.prefix, sku, i, generation, rid
-        )
+    /// The deduction record of `rid` kept beside segment `tag` in generation `generation`.
+    pub fn request(&self, tag: &str, generation: u64, rid: &RequestId) -> String {
+        format!("{}:{{{tag}}}:g{generation}:rq:{rid}", self.prefix)
     }
 
     /// The per-user record of `user` for `sku` in generation `generation` (its own slot).
@@ -123,28 +124,25 @@ impl Keyspace {
         format!("{}:{{{}@{}}}:g{}:user", self.prefix, sku, user, generation)
     }
 
-    /// Segment `i`'s reservation index (ZSET of record keys by expiry) in `generation`.
-    pub fn reservations(&self, sku: &Sku, i: u32, generation: u64) -> String {
-        format!("{}:{{{}#{}}}:g{}:resv", self.prefix, sku, i, generation)
+    /// Segment `tag`'s reservation index (ZSET of record keys by expiry) in `generation`.
+    pub fn reservations(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:resv", self.prefix)
     }
 
-    /// Segment `i`'s claim index (ZSET of pending fallback claim records by lease end) in
+    /// Segment `tag`'s claim index (ZSET of pending fallback claim records by lease end) in
     /// `generation`: the sweeper finds abandoned claims there.
-    pub fn claims(&self, sku: &Sku, i: u32, generation: u64) -> String {
-        format!("{}:{{{}#{}}}:g{}:claims", self.prefix, sku, i, generation)
+    pub fn claims(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:claims", self.prefix)
     }
 
-    /// The lock of segment `i` (lock strategies; same tag as the segment).
-    pub fn lock(&self, sku: &Sku, i: u32) -> String {
-        format!("{}:{{{}#{}}}:lock", self.prefix, sku, i)
+    /// The lock of segment `tag` (lock strategies; same tag as the segment).
+    pub fn lock(&self, tag: &str) -> String {
+        format!("{}:{{{tag}}}:lock", self.prefix)
     }
 
-    /// The restock record of `rid` kept beside segment `i` in generation `generation`.
-    pub fn restock(&self, sku: &Sku, i: u32, generation: u64, rid: &RequestId) -> String {
-        format!(
-            "{}:{{{}#{}}}:g{}:rs:{}",
-            self.prefix, sku, i, generation, rid
-        )
+    /// The restock record of `rid` kept beside segment `tag` in generation `generation`.
+    pub fn restock(&self, tag: &str, generation: u64, rid: &RequestId) -> String {
+        format!("{}:{{{tag}}}:g{generation}:rs:{rid}", self.prefix)
     }
 }
 
@@ -191,15 +189,23 @@ mod tests {
 
     #[test]
     fn keys_of_one_segment_share_a_tag_and_segments_differ() {
+        use crate::placement::tag;
         let ks = Keyspace::new("ss");
         let sku = Sku::new("phone-1").unwrap();
         let rid = RequestId::new("r:1").unwrap();
-        let seg = ks.segment(&sku, 3);
-        assert_eq!(seg, "ss:{phone-1#3}:seg");
-        assert_eq!(hash_tag(&seg), hash_tag(&ks.request(&sku, 3, 7, &rid)));
-        assert_eq!(hash_tag(&seg), hash_tag(&ks.restock(&sku, 3, 7, &rid)));
-        assert_ne!(hash_tag(&seg), hash_tag(&ks.segment(&sku, 4)));
-        assert_ne!(hash_tag(&seg), hash_tag(&ks.meta(&sku)));
+        for suffix in [None, Some(17)] {
+            let t3 = tag(&sku, 3, suffix);
+            let seg = ks.segment(&t3);
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.request(&t3, 7, &rid)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.restock(&t3, 7, &rid)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.reservations(&t3, 7)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.claims(&t3, 7)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.lock(&t3)));
+            assert_ne!(hash_tag(&seg), hash_tag(&ks.segment(&tag(&sku, 4, suffix))));
+            assert_ne!(hash_tag(&seg), hash_tag(&ks.meta(&sku)));
+        }
+        assert_eq!(ks.segment(&tag(&sku, 3, None)), "ss:{phone-1#3}:seg");
+        assert_eq!(ks.segment(&tag(&sku, 3, Some(17))), "ss:{phone-1#3.17}:seg");
         assert_eq!(hash_tag(&ks.meta(&sku)), "phone-1");
     }
 

@@ -12,6 +12,7 @@
 
 use crate::error::Result;
 use crate::ids::{RequestId, Sku, UserId};
+use crate::placement::Placement;
 use crate::segments::Part;
 use std::future::Future;
 
@@ -21,7 +22,7 @@ mod reply;
 
 pub use reply::*;
 
-/// Which segment: SKU, load generation, index.
+/// Which segment: SKU, load generation, index, and where it was placed.
 #[derive(Debug, Clone, Copy)]
 pub struct SegAddr<'a> {
     /// The SKU.
@@ -30,6 +31,32 @@ pub struct SegAddr<'a> {
     pub generation: u64,
     /// Segment index.
     pub index: u32,
+    /// The segment's placement suffix (its hash tag is `<sku>#<index>.<suffix>`), from the
+    /// SKU's [`Placement`](crate::placement::Placement); `None` for the plain tag
+    /// `<sku>#<index>` (a single Redis, the memory store, SKUs loaded before placement).
+    pub suffix: Option<u16>,
+}
+
+impl<'a> SegAddr<'a> {
+    /// Segment `index` of `sku` in `generation`, with the plain tag.
+    pub fn new(sku: &'a Sku, generation: u64, index: u32) -> Self {
+        Self {
+            sku,
+            generation,
+            index,
+            suffix: None,
+        }
+    }
+
+    /// The same segment placed with `suffix`.
+    pub fn with_suffix(self, suffix: Option<u16>) -> Self {
+        Self { suffix, ..self }
+    }
+
+    /// The segment's hash tag (without braces).
+    pub fn tag(&self) -> String {
+        crate::placement::tag(self.sku, self.index, self.suffix)
+    }
 }
 
 /// What a request id was used for. A request id names one request of one kind: a sale and a
@@ -199,6 +226,18 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Where each of the first `segments` segments of `sku` lives now (slot and master), on a
+    /// cluster; `None` for stores without slots.
+    fn segment_homes(
+        &self,
+        sku: &Sku,
+        placement: &Placement,
+        segments: u32,
+    ) -> impl Future<Output = Result<Option<Vec<crate::placement::SegmentHome>>>> + Send {
+        let _ = (sku, placement, segments);
+        async { Ok(None) }
+    }
+
     /// Starts a (re)load: bumps the generation unless the SKU exists and `spec` says
     /// [`IfLoaded::Refuse`].
     fn load_begin(
@@ -284,6 +323,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         sku: &Sku,
         generation: u64,
+        placement: &Placement,
         segments: u32,
     ) -> impl Future<Output = Result<Vec<Option<SegmentState>>>> + Send;
     /// `user_claim.lua`: counts `req.qty` units against `limit` for `req.user`.

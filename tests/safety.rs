@@ -349,11 +349,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     let rid = RequestId::new(format!("{name}-r")).unwrap();
     let user = UserId::new("carol").unwrap();
     let home = shardstock::segments::home(&rid, 4);
-    let at = |index| SegAddr {
-        sku: &s,
-        generation,
-        index,
-    };
+    let at = |index| SegAddr::new(&s, generation, index);
     let qty = 2;
     let args = ReqArgs {
         request_id: &rid,
@@ -490,11 +486,7 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
     let rid = RequestId::new("live-r").unwrap();
     let user = UserId::new("dan").unwrap();
     let home = shardstock::segments::home(&rid, 2);
-    let at = SegAddr {
-        sku: &s,
-        generation,
-        index: home,
-    };
+    let at = SegAddr::new(&s, generation, home);
     let args = ReqArgs {
         request_id: &rid,
         user: &user,

@@ -215,11 +215,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         kind: shardstock::store::RequestKind::Sale,
     };
     let home = shardstock::segments::home(&r, 2);
-    let at = SegAddr {
-        sku: &sku,
-        generation,
-        index: home,
-    };
+    let at = SegAddr::new(&sku, generation, home);
     assert!(matches!(
         st.deduct_home(at, args, OnShort::Claim).await.unwrap(),
         HomeReply::Applied { .. }

@@ -20,6 +20,8 @@ pub(crate) struct Layout {
     pub(crate) segments: u32,
     /// Units one user may hold (0 = no limit).
     pub(crate) user_limit: u64,
+    /// Where the segments live (hash tag suffixes; unplaced on a single Redis).
+    pub(crate) placement: crate::placement::Placement,
     pub(crate) hints: Hints,
     /// Shares "read every segment" between concurrent callers (see [`crate::shared_read`]).
     reads: Arc<SharedRead<Vec<Option<SegmentState>>>>,
@@ -31,7 +33,7 @@ pub(crate) struct Layout {
 impl Layout {
     /// Segment `index` of this generation.
     pub(crate) fn seg(&self, index: u32) -> SegAddr<'_> {
-        seg_at(&self.sku, self.generation, index)
+        seg_at(&self.sku, self.generation, index, &self.placement)
     }
 
     /// Feeds a read of every segment into the hints and returns each segment's stock; `None`
@@ -67,6 +69,7 @@ impl<S: Store> Engine<S> {
             generation: meta.generation,
             segments: meta.segments,
             user_limit: meta.user_limit,
+            placement: meta.placement,
             hints: Hints::new(meta.segments, self.inner.opts.hint_ttl),
             reads: SharedRead::new(),
             gauges_at: AtomicU64::new(0),
@@ -82,11 +85,16 @@ impl<S: Store> Engine<S> {
     pub(super) async fn read_segments(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
         let (inner, sku) = (Arc::clone(&self.inner), l.sku.clone());
         let (generation, segments) = (l.generation, l.segments);
+        let placement = l.placement.clone();
         let shared = l
             .reads
             .join(move || {
                 let (inner, sku) = (Arc::clone(&inner), sku.clone());
-                async move { inner.store.segments(&sku, generation, segments).await.ok() }
+                let placement = placement.clone();
+                async move {
+                    let reads = inner.store.segments(&sku, generation, &placement, segments);
+                    reads.await.ok()
+                }
             })
             .await;
         match shared {
@@ -94,10 +102,23 @@ impl<S: Store> Engine<S> {
             None => {
                 self.inner
                     .store
-                    .segments(&l.sku, generation, segments)
+                    .segments(&l.sku, generation, &l.placement, segments)
                     .await
             }
         }
+    }
+
+    /// The placement suffix of segment `index` of `sku`: from the cached layout when it knows
+    /// the index (a SKU's placement only ever grows), else from the metadata (ready or not:
+    /// a reservation ends during a reload too). `None` when unplaced or the SKU is gone.
+    pub(crate) async fn suffix_of(&self, sku: &Sku, index: u32) -> Result<Option<u16>> {
+        if let Some(l) = self.inner.layouts.get(sku)
+            && (!l.placement.is_placed() || (index as usize) < l.placement.len())
+        {
+            return Ok(l.placement.suffix(index));
+        }
+        let meta = self.inner.store.meta(sku).await?;
+        Ok(meta.and_then(|m| m.placement.suffix(index)))
     }
 
     /// True when `l` is still the SKU's layout in the store (one metadata read).

@@ -43,7 +43,7 @@ impl<S: Store> Engine<S> {
             ));
         }
         let store = &self.inner.store;
-        let (generation, old) = match store
+        let (generation, old, placement) = match store
             .load_begin(
                 sku,
                 LoadSpec {
@@ -68,11 +68,12 @@ impl<S: Store> Engine<S> {
             LoadBegin::Started {
                 generation,
                 old_segments,
-            } => (generation, old_segments),
+                placement,
+            } => (generation, old_segments, placement),
         };
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
-        let at = |index| seg_at(sku, generation, index);
+        let at = |index| seg_at(sku, generation, index, &placement);
         let writes = amounts
             .iter()
             .enumerate()

@@ -2,13 +2,21 @@
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
--- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta   (fields gen, segments, loaded, limit, state)
+-- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta
+--          (fields gen, segments, loaded, limit, state, place)
 -- ARGV[1]  segments (> 0)
 -- ARGV[2]  total    units loaded
 -- ARGV[3]  replace  "1" to replace an existing SKU, "0" to refuse
 -- ARGV[4]  limit    units one user may buy (0 = no limit)
+-- ARGV[5]  place    proposed placement: tag suffixes by segment index, comma-separated
+--                   ("" = unplaced; see src/placement.rs)
 --
--- Reply: {"exists", gen} | {"started", gen, old_segments}
+-- Reply: {"exists", gen} | {"started", gen, old_segments, place}
+--
+-- Placement is append-only: a SKU keeps every suffix it ever had (so each segment index keeps
+-- one key for the SKU's life and a reload overwrites it in place); only indexes beyond the
+-- stored list take the proposal's suffixes. A SKU that exists without a placement (loaded on a
+-- single Redis, or before placement existed) stays unplaced.
 --
 -- Generations are unique across data loss: the new one is the old one + 1, but at least the
 -- server clock in ms. A Redis that lost its data (restarted empty, flushed, failed over to an
@@ -20,10 +28,28 @@ local total = uint('total', ARGV[2])
 local replace = ARGV[3]
 if replace ~= '0' and replace ~= '1' then bad('replace') end
 local limit = uint('limit', ARGV[4])
+local proposed = ARGV[5]
+if type(proposed) ~= 'string' or (proposed ~= '' and not proposed:match('^%d+[%d,]*$'))
+  or proposed:match(",,") or proposed:match(",$") or #proposed > 6 * 1024 then
+  bad('place')
+end
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'segments')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'segments', 'place')
 if v[1] and replace == '0' then return { 'exists', tonumber(v[1]) } end
+local place = v[3] or ''
+if not v[1] then
+  place = proposed
+elseif place ~= '' then
+  -- Keep every stored suffix; take the proposal's for indexes beyond them.
+  local have = select(2, place:gsub(',', ',')) + 1
+  local i = 0
+  for k in proposed:gmatch('%d+') do
+    i = i + 1
+    if i > have then place = place .. ',' .. k end
+  end
+end
 local gen = math.max((tonumber(v[1]) or 0) + 1, now_ms())
 redis.call('HSET', KEYS[1], 'gen', int(gen), 'segments', ARGV[1], 'loaded', ARGV[2], 'limit',
   ARGV[4], 'state', 'loading')
-return { 'started', gen, tonumber(v[2]) or 0 }
+if place ~= '' then redis.call('HSET', KEYS[1], 'place', place) end
+return { 'started', gen, tonumber(v[2]) or 0, place }

@@ -10,6 +10,7 @@
 //! on it, `records` its request records, `users` the per-user limit.
 
 use super::*;
+use crate::placement::Placement;
 use std::collections::HashMap as StdHashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -114,27 +115,30 @@ impl Store for MemoryStore {
         let mut e = self.inner.metas.entry(sku.clone());
         use dashmap::Entry;
         let prev = match &mut e {
-            Entry::Occupied(o) => Some(*o.get()),
+            Entry::Occupied(o) => Some(o.get().clone()),
             Entry::Vacant(_) => None,
         };
-        if let Some(p) = prev
+        if let Some(p) = &prev
             && spec.if_loaded == IfLoaded::Refuse
         {
             return Ok(LoadBegin::Exists {
                 generation: p.generation,
             });
         }
-        let generation = next_generation(prev.map_or(0, |p| p.generation));
+        let generation = next_generation(prev.as_ref().map_or(0, |p| p.generation));
         e.insert_entry(Meta {
             generation,
             segments: spec.segments,
             loaded: spec.total,
             ready: false,
             user_limit: spec.user_limit,
+            // One process, no slots: nothing to place.
+            placement: Placement::unplaced(),
         });
         Ok(LoadBegin::Started {
             generation,
             old_segments: prev.map_or(0, |p| p.segments),
+            placement: Placement::unplaced(),
         })
     }
 
@@ -171,7 +175,7 @@ impl Store for MemoryStore {
     }
 
     async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
-        Ok(self.inner.metas.get(sku).map(|m| *m))
+        Ok(self.inner.metas.get(sku).map(|m| m.clone()))
     }
 
     async fn deduct_home(
@@ -311,15 +315,12 @@ impl Store for MemoryStore {
         &self,
         sku: &Sku,
         generation: u64,
+        _placement: &Placement,
         segments: u32,
     ) -> Result<Vec<Option<SegmentState>>> {
         Ok((0..segments)
             .map(|index| {
-                let seg = SegAddr {
-                    sku,
-                    generation,
-                    index,
-                };
+                let seg = SegAddr::new(sku, generation, index);
                 self.with_segment(seg, None, |s, _| Some(s.counters))
             })
             .collect())

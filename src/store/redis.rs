@@ -19,6 +19,7 @@
 
 use super::*;
 use crate::error::Error;
+use crate::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::segments::{Keyspace, decode_parts};
 use fred::prelude::{ClientLike, HashesInterface, Pool};
 use lua::{Call, SegmentKeys, claim, deduct, segment, user};
@@ -119,6 +120,43 @@ impl RedisStore {
         self.conn.at(seg)
     }
 
+    /// The placement a load of `sku` with `segments` proposes: on a cluster, the SKU's stored
+    /// placement extended by [`placement::extend`] over the slot map fred holds now; on a
+    /// single Redis, none. (`load_begin.lua` keeps stored suffixes whatever the proposal.)
+    async fn propose_placement(&self, sku: &Sku, segments: u32) -> Result<Placement> {
+        let Some(map) = self.slot_map() else {
+            return Ok(Placement::unplaced());
+        };
+        let v: Vec<Option<String>> = self
+            .conn
+            .pool
+            .hmget(self.conn.keys.meta(sku), vec!["gen", "place"])
+            .await?;
+        let existing = match (&v[0], &v[1]) {
+            (None, _) => Placement::unplaced(),
+            // Loaded unplaced: it stays so (its keys must not change).
+            (Some(_), None) => return Ok(Placement::unplaced()),
+            (Some(_), Some(p)) => Placement::decode(p)
+                .ok_or_else(|| Error::Protocol(format!("placement of {sku}: {p:?}")))?,
+        };
+        Ok(placement::extend(sku, &existing, segments, &map))
+    }
+
+    /// The slot map fred routes by (`None` on a single Redis).
+    fn slot_map(&self) -> Option<SlotMap> {
+        let client = self.conn.pool.next();
+        if !client.is_clustered() {
+            return None;
+        }
+        let state = fred::interfaces::ClusterInterface::cached_cluster_state(client)?;
+        Some(SlotMap::new(
+            state
+                .slots()
+                .iter()
+                .map(|r| (r.start, r.end, r.primary.to_string())),
+        ))
+    }
+
     fn users<'a>(&'a self, sku: &'a Sku, generation: u64) -> user::Users<'a> {
         user::Users {
             keys: &self.conn.keys,
@@ -145,9 +183,50 @@ impl Store for RedisStore {
         self.runner.coalescing()
     }
 
+    async fn segment_homes(
+        &self,
+        sku: &Sku,
+        placement: &Placement,
+        segments: u32,
+    ) -> Result<Option<Vec<SegmentHome>>> {
+        let client = self.conn.pool.next();
+        if !client.is_clustered() {
+            return Ok(None);
+        }
+        // The slot map as the cluster has it now, not as this client last saw it.
+        fred::interfaces::ClusterInterface::sync_cluster(client).await?;
+        let map = self.slot_map();
+        Ok(Some(
+            (0..segments)
+                .map(|index| {
+                    let tag = placement.tag(sku, index);
+                    let slot = placement::slot_of_tag(&tag);
+                    let master = map.as_ref().and_then(|m| {
+                        m.master_of(slot)
+                            .and_then(|n| m.master_name(n))
+                            .map(str::to_string)
+                    });
+                    SegmentHome {
+                        index,
+                        tag,
+                        slot,
+                        master,
+                    }
+                })
+                .collect(),
+        ))
+    }
+
     async fn load_begin(&self, sku: &Sku, spec: LoadSpec) -> Result<LoadBegin> {
+        let placement = &self.propose_placement(sku, spec.segments).await?;
         let keys = &self.conn.keys;
-        self.conn.run(segment::LoadBegin { keys, sku, spec }).await
+        let call = segment::LoadBegin {
+            keys,
+            sku,
+            spec,
+            placement,
+        };
+        self.conn.run(call).await
     }
 
     async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<bool> {
@@ -176,7 +255,7 @@ impl Store for RedisStore {
             .pool
             .hmget(
                 self.conn.keys.meta(sku),
-                vec!["gen", "segments", "loaded", "state", "limit"],
+                vec!["gen", "segments", "loaded", "state", "limit", "place"],
             )
             .await?;
         let num = |i: usize| -> Result<u64> {
@@ -193,6 +272,8 @@ impl Store for RedisStore {
             loaded: num(2)?,
             ready: v[3].as_deref() == Some("ready"),
             user_limit: v[4].as_deref().and_then(|s| s.parse().ok()).unwrap_or(0),
+            placement: Placement::decode(v[5].as_deref().unwrap_or(""))
+                .ok_or_else(|| Error::Protocol(format!("placement of {sku}: {:?}", v[5])))?,
         }))
     }
 
@@ -346,10 +427,11 @@ impl Store for RedisStore {
         &self,
         sku: &Sku,
         generation: u64,
+        placement: &Placement,
         segments: u32,
     ) -> Result<Vec<Option<SegmentState>>> {
         let reads = (0..segments).map(|i| {
-            let key = self.conn.keys.segment(sku, i);
+            let key = self.conn.keys.segment(&placement.tag(sku, i));
             async move {
                 // i64: the unsafe baselines can drive stock below zero for a moment; it reads
                 // as 0 and the audit, comparing counters, reports the hole.

@@ -249,7 +249,7 @@ pub enum RestockReply {
 }
 
 /// Reply of [`Store::load_begin`](super::Store::load_begin).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LoadBegin {
     /// The SKU exists and the load asked [`IfLoaded::Refuse`](super::IfLoaded::Refuse).
@@ -263,11 +263,13 @@ pub enum LoadBegin {
         generation: u64,
         /// How many segments the previous generation had (0 when new).
         old_segments: u32,
+        /// Where the SKU's segments live (kept from earlier loads, extended for new indexes).
+        placement: crate::placement::Placement,
     },
 }
 
 /// SKU metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
     /// Load generation.
     pub generation: u64,
@@ -279,6 +281,8 @@ pub struct Meta {
     pub ready: bool,
     /// Units one user may buy of this SKU (0 = no limit).
     pub user_limit: u64,
+    /// Where the segments live (their hash tag suffixes); unplaced on a single Redis.
+    pub placement: crate::placement::Placement,
 }
 
 /// One segment's counters. Invariant: `loaded + restocked = stock + reserved + sold`.

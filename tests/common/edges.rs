@@ -29,12 +29,9 @@ pub fn d(sku: &str, user: &str, qty: u64, request_id: &str) -> Deduct {
     Deduct::new(sku, user, qty, request_id).unwrap()
 }
 
+/// Segment `index` with the plain tag (these scenarios run on a single Redis).
 pub fn at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
-    SegAddr {
-        sku,
-        generation,
-        index,
-    }
+    SegAddr::new(sku, generation, index)
 }
 
 /// The store-level arguments the engine `e` would send for this request.

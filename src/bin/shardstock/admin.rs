@@ -147,6 +147,7 @@ pub(crate) async fn run_status<S: Store>(
     let sku = Sku::new(&a.sku)?;
     let remaining = engine.remaining(&sku).await?;
     let audit = engine.audit(&sku).await?;
+    let homes = engine.placement(&sku).await?;
     #[derive(serde::Serialize)]
     struct Status<'a> {
         sku: &'a str,
@@ -159,6 +160,9 @@ pub(crate) async fn run_status<S: Store>(
         sold: u64,
         loaded: u64,
         restocked: u64,
+        /// On a cluster: each segment's hash tag, slot and current master.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        placement: Option<&'a [shardstock::placement::SegmentHome]>,
     }
     let st = Status {
         sku: sku.as_str(),
@@ -171,6 +175,7 @@ pub(crate) async fn run_status<S: Store>(
         sold: audit.sold,
         loaded: audit.loaded,
         restocked: audit.restocked,
+        placement: homes.as_deref(),
     };
     if json {
         print_json(&st)?;
@@ -188,7 +193,24 @@ pub(crate) async fn run_status<S: Store>(
             st.restocked
         );
         for (i, units) in remaining.per_segment.iter().enumerate() {
-            println!("  segment {i:>4}: {units}");
+            match homes.as_ref().and_then(|h| h.get(i)) {
+                Some(h) => println!(
+                    "  segment {i:>4}: {units:>10}   slot {:>5} on {}   tag {{{}}}",
+                    h.slot,
+                    h.master.as_deref().unwrap_or("(no master)"),
+                    h.tag
+                ),
+                None => println!("  segment {i:>4}: {units}"),
+            }
+        }
+        if let Some(h) = &homes {
+            let mut per: std::collections::BTreeMap<&str, u32> = Default::default();
+            for s in h {
+                *per.entry(s.master.as_deref().unwrap_or("(no master)"))
+                    .or_default() += 1;
+            }
+            let spread: Vec<String> = per.iter().map(|(m, n)| format!("{m}: {n}")).collect();
+            println!("  segments per master: {}", spread.join(", "));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -139,6 +139,8 @@ struct Lane {
     key: LaneKey,
     sku: Sku,
     index: u32,
+    /// The segment's placement suffix (part of its key, so of the lane key too).
+    suffix: Option<u16>,
     state: Mutex<LaneState>,
 }
 
@@ -224,6 +226,7 @@ impl Batcher {
                     key,
                     sku: seg.sku.clone(),
                     index: seg.index,
+                    suffix: seg.suffix,
                     state: Mutex::default(),
                 })
             })
@@ -294,11 +297,7 @@ impl Batcher {
             let (items, txs): (Vec<BatchItem>, Vec<_>) =
                 batch.into_iter().map(|i| (i.call, i.tx)).unzip();
             let (_, generation, ttl_ms, lease_ms) = lane.key;
-            let seg = SegAddr {
-                sku: &lane.sku,
-                generation,
-                index: lane.index,
-            };
+            let seg = SegAddr::new(&lane.sku, generation, lane.index).with_suffix(lane.suffix);
             let call = DeductBatch {
                 at: conn.at(seg),
                 ttl_ms,

@@ -367,38 +367,39 @@ pub(crate) struct SegmentKeys<'a> {
 }
 
 impl SegmentKeys<'_> {
+    /// The segment's hash tag (placed or plain).
+    fn tag(&self) -> String {
+        self.seg.tag()
+    }
+
     /// The segment hash.
     pub(crate) fn segment(&self) -> String {
-        self.keys.segment(self.seg.sku, self.seg.index)
+        self.keys.segment(&self.tag())
     }
 
     /// `rid`'s request record here.
     pub(crate) fn record(&self, rid: &RequestId) -> String {
-        let s = &self.seg;
-        self.keys.request(s.sku, s.index, s.generation, rid)
+        self.keys.request(&self.tag(), self.seg.generation, rid)
     }
 
     /// The reservation index.
     pub(crate) fn reservations(&self) -> String {
-        let s = &self.seg;
-        self.keys.reservations(s.sku, s.index, s.generation)
+        self.keys.reservations(&self.tag(), self.seg.generation)
     }
 
     /// The claim index.
     pub(crate) fn claims(&self) -> String {
-        let s = &self.seg;
-        self.keys.claims(s.sku, s.index, s.generation)
+        self.keys.claims(&self.tag(), self.seg.generation)
     }
 
     /// `rid`'s restock record here.
     pub(crate) fn restock(&self, rid: &RequestId) -> String {
-        let s = &self.seg;
-        self.keys.restock(s.sku, s.index, s.generation, rid)
+        self.keys.restock(&self.tag(), self.seg.generation, rid)
     }
 
     /// The segment's lock (lock strategies).
     pub(crate) fn lock(&self) -> String {
-        self.keys.lock(self.seg.sku, self.seg.index)
+        self.keys.lock(&self.tag())
     }
 
     /// The one-time token of a decr-compensate decrement.

@@ -5,17 +5,20 @@
 use super::{Call, Reply, Script, SegmentKeys, argv, flag};
 use crate::error::Result;
 use crate::ids::{RequestId, Sku};
+use crate::placement::Placement;
 use crate::segments::Keyspace;
 use crate::store::{
     self, HeldState, IfLoaded, LoadSpec, ReservationAction, RestockReply, ResvState, SegmentState,
 };
 use fred::types::Value;
 
-/// `load_begin.lua`: starts a (re)load of `sku`.
+/// `load_begin.lua`: starts a (re)load of `sku`, proposing `placement` (kept where the SKU
+/// already has suffixes).
 pub(crate) struct LoadBegin<'a> {
     pub(crate) keys: &'a Keyspace,
     pub(crate) sku: &'a Sku,
     pub(crate) spec: LoadSpec,
+    pub(crate) placement: &'a Placement,
 }
 
 impl Call for LoadBegin<'_> {
@@ -29,6 +32,7 @@ impl Call for LoadBegin<'_> {
             s.total,
             flag(s.if_loaded == IfLoaded::Replace),
             s.user_limit,
+            self.placement.encode(),
         ];
         (vec![self.keys.meta(self.sku)], args)
     }
@@ -42,6 +46,7 @@ impl Call for LoadBegin<'_> {
             "started" => Ok(store::LoadBegin::Started {
                 generation: r.u64(0)?,
                 old_segments: r.u64(1)? as u32,
+                placement: Placement::decode(&r.str(2)?).ok_or_else(|| r.bad())?,
             }),
             _ => Err(r.bad()),
         }

@@ -96,10 +96,8 @@ impl<S: Store> World<S> {
         }
         let n = meta.segments;
         let h = home(&d.request_id, n);
-        let at = |index| SegAddr {
-            sku: &sku,
-            generation: meta.generation,
-            index,
+        let at = |index| {
+            SegAddr::new(&sku, meta.generation, index).with_suffix(meta.placement.suffix(index))
         };
         let fallback = matches!(act, Act::CrashFallback { .. });
         let on_short = if fallback {
