@@ -10,10 +10,13 @@
 //!
 //! `WAIT` blocks the whole connection, and a fred client multiplexes every task over one
 //! connection per node, so one `WAIT` per call would queue the calls of all tasks behind each
-//! other. Waits are therefore grouped like a group commit: per (client, slot) at most one
+//! other. Waits are therefore grouped like a group commit: per (client, node) at most one
 //! `WAIT` is out; callers whose script answered while it was out share the next one, which is
-//! sent after their writes and so covers them all. A coalesced batch (`batch`) is one script
-//! call and waits once.
+//! sent after their writes and so covers them all. The node of a slot comes from fred's cached
+//! slot map (the one that routed the script); a slot that moved in between sends the `WAIT` to
+//! its new owner, where it covers nothing of the script — the window is the one of a
+//! resharding or failover racing the call. A coalesced batch (`batch`) is one script call and
+//! waits once.
 //!
 //! Fewer acknowledgements than asked within the timeout answer [`Error::NotDurable`]
 //! (retryable; counted in `shardstock_wait_shortfalls_total`): the call ran on the master, but
@@ -23,9 +26,9 @@
 
 use crate::error::{Error, Result};
 use dashmap::DashMap;
-use fred::prelude::{Client, ClientLike, ServerInterface};
+use fred::prelude::{Client, ClientLike, ClusterInterface, ServerInterface};
 use fred::types::ClusterHash;
-use fred::types::config::Options;
+use fred::types::config::{Options, Server};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -67,7 +70,7 @@ struct LaneState {
     waiting: Vec<oneshot::Sender<Acks>>,
 }
 
-/// The waits of one (client, slot): one connection.
+/// The waits of one (client, node): one connection.
 #[derive(Default)]
 struct Lane(Mutex<LaneState>);
 
@@ -80,8 +83,9 @@ impl Lane {
 /// Idle lanes kept for reuse before idle ones are dropped.
 const MAX_IDLE_LANES: usize = 1024;
 
-/// Client id, slot (0 on a single node: one connection).
-type LaneKey = (String, u16);
+/// Client id and node (`None` on a single node, or on a cluster whose slot map fred has not
+/// loaded: then the slot routes the `WAIT`).
+type LaneKey = (String, Option<Server>, u16);
 
 /// Durability mode of one store: replicas to wait for, the timeout, the lanes.
 pub(crate) struct Durable {
@@ -142,7 +146,21 @@ impl Durable {
     /// [`Error::NotDurable`] when fewer acknowledged within the timeout; [`Error::Redis`] when
     /// the `WAIT` itself failed.
     pub(crate) async fn acked(self: &Arc<Self>, client: &Client, slot: u16) -> Result<()> {
-        let key: LaneKey = (client.id().to_owned(), slot);
+        let node = if client.is_clustered() {
+            client
+                .cached_cluster_state()
+                .and_then(|s| s.get_server(slot).cloned())
+        } else {
+            None
+        };
+        // The slot only matters when no node is known (then it routes the WAIT).
+        let slot = if node.is_some() { 0 } else { slot };
+        self.acked_on(client, (client.id().to_owned(), node, slot))
+            .await
+    }
+
+    /// [`Durable::acked`] on the lane `key`.
+    async fn acked_on(self: &Arc<Self>, client: &Client, key: LaneKey) -> Result<()> {
         let lane = self.lanes.entry(key.clone()).or_default().clone();
         let (tx, rx) = oneshot::channel();
         let start = {
@@ -170,7 +188,8 @@ impl Durable {
     /// Sends `WAIT`s for the lane's waiting callers until none is left.
     async fn send_loop(self: Arc<Self>, client: Client, key: LaneKey, mut sending: Sending) {
         let options = Options {
-            cluster_hash: Some(ClusterHash::Custom(key.1)),
+            cluster_node: key.1.clone(),
+            cluster_hash: Some(ClusterHash::Custom(key.2)),
             timeout: Some(self.call_timeout),
             max_attempts: Some(1),
             ..Default::default()
