@@ -50,6 +50,12 @@ pub struct StoreConfig {
     pub coalesce_window_us: u64,
     /// Coalesced calls one segment may have in flight at once.
     pub coalesce_max_in_flight: usize,
+    /// Durability mode: replicas that must acknowledge each mutating call before it answers
+    /// (`WAIT`); 0 = off (default), at most 16. See [`RedisStoreBuilder::wait_replicas`].
+    pub wait_replicas: u32,
+    /// How long (ms) durability mode waits for the replicas before answering
+    /// [`Error::NotDurable`] (1..=60000).
+    pub wait_timeout_ms: u64,
 }
 
 impl Default for StoreConfig {
@@ -68,6 +74,8 @@ impl Default for StoreConfig {
             coalesce_max_batch: c.max_batch,
             coalesce_window_us: c.window.as_micros() as u64,
             coalesce_max_in_flight: c.max_in_flight,
+            wait_replicas: 0,
+            wait_timeout_ms: 1000,
         }
     }
 }
@@ -97,7 +105,7 @@ impl StoreConfig {
     }
 
     /// A [`RedisStore`] builder with every store setting (URL, pool, prefix, timeout,
-    /// strategy, lock options and nodes, request coalescing).
+    /// strategy, lock options and nodes, request coalescing, durability mode).
     pub fn redis_builder(&self) -> RedisStoreBuilder {
         RedisStore::builder(self.redis_url.trim())
             .pool_size(self.pool_size)
@@ -107,6 +115,8 @@ impl StoreConfig {
             .lock_options(self.lock_options())
             .lock_nodes(self.lock_nodes.iter().cloned())
             .coalescing(self.coalescing())
+            .wait_replicas(self.wait_replicas)
+            .wait_timeout(Duration::from_millis(self.wait_timeout_ms))
     }
 }
 
@@ -261,6 +271,10 @@ impl Config {
         if let Some(c) = self.store.coalescing() {
             c.validate()?;
         }
+        crate::store::redis::check_durability(
+            self.store.wait_replicas,
+            Duration::from_millis(self.store.wait_timeout_ms),
+        )?;
         self.engine.options().validate()
     }
 }
@@ -306,6 +320,16 @@ mod tests {
             jail.create_file("prefix.toml", "[store]\nkey_prefix = \"a{b}\"\n")?;
             assert!(Config::load(Some(Path::new("prefix.toml"))).is_err());
             assert!(Config::load(Some(Path::new("missing.toml"))).is_err());
+            jail.set_env("SHARDSTOCK_STORE__WAIT_REPLICAS", "17");
+            let e = Config::load(None).unwrap_err();
+            assert!(e.to_string().contains("store.wait_replicas"), "{e}");
+            jail.set_env("SHARDSTOCK_STORE__WAIT_REPLICAS", "1");
+            jail.set_env("SHARDSTOCK_STORE__WAIT_TIMEOUT_MS", "0");
+            let e = Config::load(None).unwrap_err();
+            assert!(e.to_string().contains("store.wait_timeout_ms"), "{e}");
+            jail.set_env("SHARDSTOCK_STORE__WAIT_TIMEOUT_MS", "250");
+            let c = Config::load(None).unwrap();
+            assert_eq!((c.store.wait_replicas, c.store.wait_timeout_ms), (1, 250));
             jail.set_env("SHARDSTOCK_ENGINE__MAX_QTTY", "3");
             let e = Config::load(None).unwrap_err();
             assert!(e.to_string().contains("max_qtty"), "{e}");

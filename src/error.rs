@@ -65,6 +65,20 @@ pub enum Error {
     /// unknown: retry it with the same request id, which is always safe.
     #[error("redis: {0}")]
     Redis(#[from] fred::error::Error),
+    /// Durability mode (`store.wait_replicas`): the call ran on its master, but fewer replicas
+    /// than asked acknowledged its writes within `store.wait_timeout_ms` (a replica is down,
+    /// lagging or being resynced). Whether the outcome survives a failover of that master is
+    /// unknown. Retry with the same request id once the replicas are back: the request id
+    /// makes the retry exactly-once, and it answers the outcome the master holds.
+    #[error(
+        "not durable: {acked} of {wanted} replicas acknowledged the write in time; retry with the same request id"
+    )]
+    NotDurable {
+        /// Replicas that acknowledged within the timeout.
+        acked: u32,
+        /// Replicas asked for (`store.wait_replicas`).
+        wanted: u32,
+    },
     /// The store answered something this version does not understand (a bug or a foreign
     /// writer on our keys).
     #[error("unexpected store reply: {0}")]
@@ -95,6 +109,7 @@ impl Error {
             Error::Sealed(_) => ErrorKind::Sealed,
             Error::Config(_) => ErrorKind::Config,
             Error::Redis(_) => ErrorKind::Redis,
+            Error::NotDurable { .. } => ErrorKind::NotDurable,
             Error::Protocol(_) => ErrorKind::Protocol,
         }
     }
@@ -152,6 +167,9 @@ pub enum ErrorKind {
     /// [`Error::Redis`]: connection, timeout or server error; the outcome of a mutating call is
     /// unknown. Retryable with the same request id, which is what makes the retry safe.
     Redis,
+    /// [`Error::NotDurable`]: the write ran but too few replicas acknowledged it in time.
+    /// Retryable with the same request id (exactly-once replay).
+    NotDurable,
     /// [`Error::Protocol`]: the store answered something this version does not understand (a
     /// bug, or a foreign writer on our keys). Not retryable: the same answer would come back.
     Protocol,
@@ -159,7 +177,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::InvalidInput,
         ErrorKind::NotLoaded,
         ErrorKind::AlreadyLoaded,
@@ -169,6 +187,7 @@ impl ErrorKind {
         ErrorKind::Sealed,
         ErrorKind::Config,
         ErrorKind::Redis,
+        ErrorKind::NotDurable,
         ErrorKind::Protocol,
     ];
 
@@ -184,6 +203,7 @@ impl ErrorKind {
             ErrorKind::Sealed => "sealed",
             ErrorKind::Config => "config",
             ErrorKind::Redis => "redis",
+            ErrorKind::NotDurable => "not_durable",
             ErrorKind::Protocol => "protocol",
         }
     }
@@ -194,7 +214,10 @@ impl ErrorKind {
     /// change first).
     pub const fn is_retryable(self) -> bool {
         match self {
-            ErrorKind::NotReady | ErrorKind::LeaseLost | ErrorKind::Redis => true,
+            ErrorKind::NotReady
+            | ErrorKind::LeaseLost
+            | ErrorKind::Redis
+            | ErrorKind::NotDurable => true,
             ErrorKind::InvalidInput
             | ErrorKind::NotLoaded
             | ErrorKind::AlreadyLoaded
@@ -232,7 +255,12 @@ mod tests {
             .collect();
         assert_eq!(
             retryable,
-            [ErrorKind::NotReady, ErrorKind::LeaseLost, ErrorKind::Redis]
+            [
+                ErrorKind::NotReady,
+                ErrorKind::LeaseLost,
+                ErrorKind::Redis,
+                ErrorKind::NotDurable
+            ]
         );
         assert!(Error::NotReady("s".into()).is_retryable());
         assert!(!Error::Sealed("r".into()).is_retryable());

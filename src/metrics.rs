@@ -57,6 +57,10 @@ pub const RESERVATIONS: &str = "shardstock_reservations_total";
 pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
 /// Units held by live reservations per opted-in SKU (gauge, label `sku`; set by the sweeper).
 pub const RESERVED_UNITS: &str = "shardstock_reserved_units";
+/// Durability mode: `WAIT` calls that came back with fewer replica acknowledgements than
+/// `store.wait_replicas` within `store.wait_timeout_ms` (counter; each one answered its callers
+/// [`crate::Error::NotDurable`]).
+pub const WAIT_SHORTFALLS: &str = "shardstock_wait_shortfalls_total";
 /// Errors returned to callers of a deduction or reservation, by kind (counter, label `kind`:
 /// one of [`ERROR_KINDS`], see [`error_label`]).
 pub const ERRORS: &str = "shardstock_errors_total";
@@ -124,6 +128,11 @@ pub fn describe() {
         "Deductions carried by coalesced script calls (divide by the calls for the mean batch)."
     );
     describe_counter!(ERRORS, Unit::Count, "Errors returned to callers, by kind.");
+    describe_counter!(
+        WAIT_SHORTFALLS,
+        Unit::Count,
+        "Durability mode: WAIT calls answered by fewer replicas than store.wait_replicas in time."
+    );
     describe_gauge!(
         RESERVED_UNITS,
         Unit::Count,
@@ -210,8 +219,9 @@ pub(crate) fn deduction(
 }
 
 /// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).
-pub const ERROR_KINDS: [&str; 6] = [
+pub const ERROR_KINDS: [&str; 7] = [
     "redis",
+    "not_durable",
     "lease_lost",
     "conflict",
     "invalid",
@@ -227,6 +237,7 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
     use crate::error::ErrorKind as K;
     match kind {
         K::Redis => "redis",
+        K::NotDurable => "not_durable",
         K::LeaseLost => "lease_lost",
         K::RequestIdConflict => "conflict",
         K::InvalidInput => "invalid",
@@ -242,6 +253,10 @@ pub(crate) fn error(e: &crate::Error) {
 pub(crate) fn coalesced_batch(requests: usize) {
     counter!(COALESCED_CALLS).increment(1);
     counter!(COALESCED_REQUESTS).increment(requests as u64);
+}
+
+pub(crate) fn wait_shortfall() {
+    counter!(WAIT_SHORTFALLS).increment(1);
 }
 
 pub(crate) fn script_reload(script: &'static str) {

@@ -32,7 +32,7 @@ pub struct SegAddr<'a> {
     /// Segment index.
     pub index: u32,
     /// The segment's placement suffix (its hash tag is `<sku>#<index>.<suffix>`), from the
-    /// SKU's [`Placement`](crate::placement::Placement); `None` for the plain tag
+    /// SKU's [`Placement`]; `None` for the plain tag
     /// `<sku>#<index>` (a single Redis, the memory store, SKUs loaded before placement).
     pub suffix: Option<u16>,
 }

@@ -14,6 +14,7 @@
 //! - `builder`: [`RedisStoreBuilder`] (connection, strategy, request coalescing);
 //! - `strategies`: how `deduct_home` and `take` run under each [`crate::Strategy`];
 //! - `batch`: request coalescing of `lua` deductions ([`Coalescing`]);
+//! - `wait`: durability mode, `WAIT` for replicas after each mutating call;
 //! - [`lua`]: the script registry, the one `eval` path, each script's call, the stored letters.
 
 use super::*;
@@ -28,16 +29,20 @@ mod batch;
 mod builder;
 pub mod lua;
 mod strategies;
+mod wait;
 
 pub use batch::{CoalesceStats, Coalescing};
 pub use builder::RedisStoreBuilder;
 use strategies::Runner;
+pub(crate) use wait::check as check_durability;
 
 /// The connection and the key names: what every script call runs on.
 #[derive(Clone)]
 pub(crate) struct Conn {
     pool: Pool,
     keys: Keyspace,
+    /// Durability mode: replicas each mutating call waits for (`None`: off).
+    durable: Option<Arc<wait::Durable>>,
 }
 
 impl Conn {
@@ -49,9 +54,10 @@ impl Conn {
         }
     }
 
-    /// Runs `call` on the next client of the pool.
+    /// Runs `call` on the next client of the pool (in durability mode, with its `WAIT` on
+    /// the same client).
     async fn run<C: Call>(&self, call: C) -> Result<C::Output> {
-        lua::run(self.pool.next(), call).await
+        lua::run_durable(self.pool.next(), call, self.durable.as_ref()).await
     }
 }
 

@@ -169,6 +169,64 @@ impl RedisCluster {
         self.wait_ready(Duration::from_secs(30));
     }
 
+    /// The index of the node replicating `nodes[master]` now.
+    pub fn replica_of(&self, master: usize) -> usize {
+        let port = self.nodes[master].port;
+        self.nodes
+            .iter()
+            .position(|n| {
+                n.is_running()
+                    && n.cli(&["INFO", "replication"])
+                        .lines()
+                        .any(|l| l.trim() == format!("master_port:{port}"))
+            })
+            .unwrap_or_else(|| panic!("no replica of node {master} (:{port})"))
+    }
+
+    /// Freezes `nodes[i]` (`SIGSTOP`): it neither answers nor replicates until the returned
+    /// [`Frozen`] is thawed or dropped. Keep it short: frozen longer than
+    /// `cluster-node-timeout`, the others flag it failed.
+    pub fn freeze(&self, i: usize) -> Frozen {
+        let info = self.nodes[i].cli(&["INFO", "server"]);
+        let pid = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("process_id:"))
+            .unwrap_or_else(|| panic!("no process_id in INFO of node {i}"))
+            .to_string();
+        signal(&pid, "-STOP");
+        Frozen { pid }
+    }
+
+    /// After a `kill -9` of a master (`nodes[i].stop()`; no failover asked for, its replica
+    /// takes over once the other masters flag it failed, `cluster-node-timeout` 2 s): waits
+    /// until `nodes[replica]` has become a master and the cluster is ready again.
+    pub fn wait_failed_over(&self, replica: usize) {
+        self.wait_role(replica, "role:master");
+        self.wait_ready(Duration::from_secs(30));
+    }
+
+    /// Starts a killed node again (empty, same port and cluster config): it learns that its
+    /// slots moved on, rejoins as a replica of the node that took them, and syncs; waits until
+    /// the cluster is ready.
+    pub fn rejoin(&mut self, node: usize) {
+        self.nodes[node].boot();
+        self.wait_role(node, "role:slave");
+        self.wait_ready(Duration::from_secs(30));
+    }
+
+    /// Waits (at most 30 s) until `nodes[i]` reports `role` (`role:master` / `role:slave`).
+    fn wait_role(&self, i: usize, role: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.nodes[i].cli(&["INFO", "replication"]).contains(role) {
+            assert!(
+                Instant::now() < deadline,
+                "node {i} never reported {role}: {}",
+                self.nodes[i].cli(&["CLUSTER", "NODES"])
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The number of keys on each node now, in `nodes` order (`DBSIZE`).
     pub fn key_counts(&self) -> Vec<u64> {
         self.nodes.iter().map(RedisServer::dbsize).collect()
@@ -410,4 +468,28 @@ impl RedisCluster {
     pub fn migrate_slot(&self, slot: u16, to_master: u16) -> usize {
         self.admin().migrate_slot(slot, to_master)
     }
+}
+
+/// A node stopped by [`RedisCluster::freeze`]; runs again (`SIGCONT`) when dropped.
+pub struct Frozen {
+    pid: String,
+}
+
+impl Frozen {
+    /// Lets the node run again.
+    pub fn thaw(self) {}
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(&self.pid, "-CONT");
+    }
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok || std::thread::panicking(), "kill {sig} {pid}");
 }

@@ -81,6 +81,8 @@ fn register(strategy: shardstock::Strategy) {
     // Zero (not "No data") when coalescing is off or the strategy is not lua.
     metrics::counter!(names::COALESCED_CALLS).increment(0);
     metrics::counter!(names::COALESCED_REQUESTS).increment(0);
+    // Zero unless durability mode (store.wait_replicas) fell short.
+    metrics::counter!(names::WAIT_SHORTFALLS).increment(0);
     if strategy.uses_locks() {
         for name in [
             lock_names::TIMEOUTS,

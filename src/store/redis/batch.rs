@@ -311,11 +311,17 @@ impl Batcher {
                     }
                 }
                 Err(e) => {
-                    // The whole call failed (connection, timeout): every request in it has an
-                    // unknown outcome, exactly like a lone call that failed, and gets the error.
+                    // The whole call failed (connection, timeout), or in durability mode too
+                    // few replicas acknowledged it (one WAIT per batch): every request in it
+                    // has an unknown outcome, exactly like a lone call that failed, and gets
+                    // the error.
                     for tx in txs {
                         let err = match &e {
                             Error::Redis(r) => Error::Redis(r.clone()),
+                            Error::NotDurable { acked, wanted } => Error::NotDurable {
+                                acked: *acked,
+                                wanted: *wanted,
+                            },
                             other => Error::Protocol(other.to_string()),
                         };
                         let _ = tx.send(Err(err));

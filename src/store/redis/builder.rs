@@ -1,7 +1,7 @@
 //! [`RedisStoreBuilder`]: connection, strategy and request coalescing of a [`RedisStore`].
 
 use super::strategies::Runner;
-use super::{Coalescing, Conn, RedisStore, lua};
+use super::{Coalescing, Conn, RedisStore, lua, wait};
 use crate::error::{Error, Result};
 use crate::lock::LockOptions;
 use crate::segments::Keyspace;
@@ -26,8 +26,8 @@ use std::time::Duration;
 /// ```
 ///
 /// Defaults: 4 clients, key prefix `ss`, a 5 s command timeout, strategy `lua`, no request
-/// coalescing (one script call per request). [`crate::Config::build_store`] builds the store a
-/// configuration describes.
+/// coalescing (one script call per request), durability mode off. [`crate::Config::build_store`]
+/// builds the store a configuration describes.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct RedisStoreBuilder {
@@ -39,6 +39,8 @@ pub struct RedisStoreBuilder {
     lock_options: LockOptions,
     lock_nodes: Vec<String>,
     coalescing: Option<Coalescing>,
+    wait_replicas: u32,
+    wait_timeout: Duration,
 }
 
 impl RedisStoreBuilder {
@@ -52,6 +54,8 @@ impl RedisStoreBuilder {
             lock_options: LockOptions::default(),
             lock_nodes: Vec::new(),
             coalescing: None,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
         }
     }
 
@@ -101,13 +105,31 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Durability mode: every mutating script call (a coalesced batch is one call) answers
+    /// only after `n` replicas of its master acknowledged its writes (`WAIT n <timeout>` on
+    /// the same connection), so an acknowledged sale survives a failover to one of them. 0
+    /// (the default) = off; at most 16. A call that gets fewer acknowledgements within
+    /// [`wait_timeout`](Self::wait_timeout) fails with [`Error::NotDurable`] (retry with the
+    /// same request id). Each mutating call costs a replication round trip more.
+    pub fn wait_replicas(mut self, n: u32) -> Self {
+        self.wait_replicas = n;
+        self
+    }
+
+    /// How long a durability-mode `WAIT` waits for the replicas (1 ms ..= 60 s, whole
+    /// milliseconds; default 1 s).
+    pub fn wait_timeout(mut self, d: Duration) -> Self {
+        self.wait_timeout = d;
+        self
+    }
+
     /// Checks the options, connects and loads the scripts.
     ///
     /// Connections that drop are re-established forever with exponential backoff (10 ms to
     /// 1 s), and fred re-sends commands that were in flight (at most 3 attempts each).
     ///
     /// # Errors
-    /// [`Error::Config`] for bad lock or coalescing options, or lock nodes that do not fit the
+    /// [`Error::Config`] for bad lock, coalescing or durability options, or lock nodes that do not fit the
     /// strategy; [`Error::InvalidInput`] for a bad key prefix; [`Error::Redis`] when a URL is
     /// invalid or Redis is unreachable.
     pub async fn connect(self) -> Result<RedisStore> {
@@ -144,6 +166,11 @@ impl RedisStoreBuilder {
             conn: Conn {
                 pool,
                 keys: Keyspace::new(self.key_prefix),
+                durable: wait::Durable::new(
+                    self.wait_replicas,
+                    self.wait_timeout,
+                    self.command_timeout,
+                ),
             },
             runner: Arc::new(runner),
         })
@@ -168,6 +195,6 @@ impl RedisStoreBuilder {
         if let Some(c) = &self.coalescing {
             c.validate()?;
         }
-        Ok(())
+        wait::check(self.wait_replicas, self.wait_timeout)
     }
 }

@@ -59,6 +59,7 @@
 //! **fence token** (the segment's `fence` field; a lock holder's write applies only while the
 //! token is still its own).
 
+use super::wait::Durable;
 use crate::error::{Error, Result};
 use crate::ids::RequestId;
 use crate::segments::{Keyspace, decode_parts};
@@ -66,7 +67,7 @@ use crate::store::{Part, SegAddr};
 use fred::prelude::{Client, LuaInterface};
 use fred::types::Value;
 use fred::types::scripts::Script as FredScript;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 pub(crate) mod claim;
 pub(crate) mod deduct;
@@ -185,10 +186,35 @@ pub(crate) trait Call {
 }
 
 /// Runs `call` on `client`: encode, [`eval`], decode.
-pub(crate) async fn run<C: Call>(client: &Client, mut call: C) -> Result<C::Output> {
+pub(crate) async fn run<C: Call>(client: &Client, call: C) -> Result<C::Output> {
+    run_durable(client, call, None).await
+}
+
+/// [`run`], and in durability mode (`durable`), for a script whose writes must persist, a
+/// `WAIT` on the same client and node before the reply is decoded (see `wait`).
+pub(crate) async fn run_durable<C: Call>(
+    client: &Client,
+    mut call: C,
+    durable: Option<&Arc<Durable>>,
+) -> Result<C::Output> {
     let (keys, args) = call.encode();
+    let durable = durable
+        .filter(|_| C::SCRIPT.must_persist())
+        .map(|d| (d, Durable::slot(client, keys.first().map(String::as_str))));
     let reply = eval(client, C::SCRIPT, keys, args).await?;
+    if let Some((d, slot)) = durable {
+        d.acked(client, slot).await?;
+    }
     call.decode(reply)
+}
+
+impl Script {
+    /// Whether durability mode waits for replicas after this script: every script but the
+    /// audit's read (`held`, no write) and the sweeper's listing (`claims_due`, whose only
+    /// writes drop index entries that need nothing, so losing them loses nothing).
+    fn must_persist(self) -> bool {
+        !matches!(self, Script::Held | Script::ClaimsDue)
+    }
 }
 
 /// `EVALSHA`; on `NOSCRIPT`, `SCRIPT LOAD` (counted in `shardstock_script_reloads_total`) and
