@@ -237,16 +237,10 @@ impl Backend {
     async fn try_lock(&self, key: &str, token: &str, lease: Duration) -> Result<Option<Duration>> {
         match self {
             Backend::Single(pool) => {
-                let r: Option<String> = pool
-                    .next()
-                    .set(
-                        key,
-                        token,
-                        Some(Expiration::PX(lease.as_millis() as i64)),
-                        Some(SetOptions::NX),
-                        false,
-                    )
-                    .await?;
+                let client = pool.next();
+                let px = Some(Expiration::PX(lease.as_millis() as i64));
+                let set = || client.set(key, token, px.clone(), Some(SetOptions::NX), false);
+                let r: Option<String> = crate::store::redis::moving::follow(set).await?;
                 Ok(r.map(|_| lease))
             }
             Backend::Red(r) => r.try_lock(key, token, lease).await,

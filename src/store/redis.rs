@@ -28,6 +28,7 @@ use std::sync::Arc;
 mod batch;
 mod builder;
 pub mod lua;
+pub(crate) mod moving;
 mod strategies;
 mod wait;
 
@@ -127,11 +128,10 @@ impl RedisStore {
         let Some(map) = self.slot_map() else {
             return Ok(Placement::unplaced());
         };
-        let v: Vec<Option<String>> = self
-            .conn
-            .pool
-            .hmget(self.conn.keys.meta(sku), vec!["gen", "place"])
-            .await?;
+        let key = self.conn.keys.meta(sku);
+        let client = self.conn.pool.next();
+        let v: Vec<Option<String>> =
+            moving::follow(|| client.hmget(&key, vec!["gen", "place"])).await?;
         let existing = match (&v[0], &v[1]) {
             (None, _) => Placement::unplaced(),
             // Loaded unplaced: it stays so (its keys must not change).
@@ -250,14 +250,10 @@ impl Store for RedisStore {
     }
 
     async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
-        let v: Vec<Option<String>> = self
-            .conn
-            .pool
-            .hmget(
-                self.conn.keys.meta(sku),
-                vec!["gen", "segments", "loaded", "state", "limit", "place"],
-            )
-            .await?;
+        let key = self.conn.keys.meta(sku);
+        let client = self.conn.pool.next();
+        let fields = ["gen", "segments", "loaded", "state", "limit", "place"];
+        let v: Vec<Option<String>> = moving::follow(|| client.hmget(&key, fields.to_vec())).await?;
         let num = |i: usize| -> Result<u64> {
             v[i].as_deref()
                 .and_then(|s| s.parse().ok())
@@ -435,15 +431,10 @@ impl Store for RedisStore {
             async move {
                 // i64: the unsafe baselines can drive stock below zero for a moment; it reads
                 // as 0 and the audit, comparing counters, reports the hole.
-                let v: Vec<Option<i64>> = self
-                    .conn
-                    .pool
-                    .next()
-                    .hmget(
-                        key,
-                        vec!["gen", "stock", "sold", "loaded", "restocked", "reserved"],
-                    )
-                    .await?;
+                let client = self.conn.pool.next();
+                let fields = ["gen", "stock", "sold", "loaded", "restocked", "reserved"];
+                let v: Vec<Option<i64>> =
+                    moving::follow(|| client.hmget(&key, fields.to_vec())).await?;
                 let u = |x: &i64| (*x).max(0) as u64;
                 Ok::<_, Error>(match v.as_slice() {
                     [

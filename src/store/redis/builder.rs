@@ -139,6 +139,7 @@ impl RedisStoreBuilder {
         // On a cluster, rediscover the slot map from every node of the last known map, not
         // only from the seeds named in the URL: a dead seed must not stall the client once the
         // cluster has failed over (fred's default asks the configured endpoints only).
+        let clustered = matches!(config.server, ServerConfig::Clustered { .. });
         if let ServerConfig::Clustered { policy, .. } = &mut config.server {
             *policy = ClusterDiscoveryPolicy::UseCache;
         }
@@ -146,6 +147,11 @@ impl RedisStoreBuilder {
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
                 c.max_command_attempts = 3;
+                // fred 10.1 mishandles ASK (replies go to the wrong callers): on a cluster the
+                // store follows redirections itself (`moving`), fred none.
+                if clustered {
+                    c.max_redirections = 0;
+                }
             })
             .with_performance_config(|p| {
                 p.default_command_timeout = self.command_timeout;

@@ -59,6 +59,7 @@
 //! **fence token** (the segment's `fence` field; a lock holder's write applies only while the
 //! token is still its own).
 
+use super::moving;
 use super::wait::Durable;
 use crate::error::{Error, Result};
 use crate::ids::RequestId;
@@ -230,14 +231,12 @@ pub(crate) async fn eval(
     // retry costs a reference count per argument, not a copy.
     let keys: Vec<fred::types::Key> = keys.into_iter().map(Into::into).collect();
     let args: Vec<Value> = args.into_iter().map(Into::into).collect();
-    match client
-        .evalsha(fred.sha1().clone(), keys.clone(), args.clone())
-        .await
-    {
+    let send = || client.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
+    match moving::follow(send).await {
         Err(e) if e.details().starts_with("NOSCRIPT") => {
             crate::metrics::script_reload(script.name());
             fred.load(client).await.map_err(script_error)?;
-            client.evalsha(fred.sha1().clone(), keys, args).await
+            moving::follow(send).await
         }
         r => r,
     }
