@@ -311,3 +311,45 @@ async fn acknowledged_sales_survive_a_kill_9_failover_in_durability_mode() {
         "the counters add up even when writes were lost: {off:?}"
     );
 }
+
+/// A retry the engine answers from the request's record instead of a script (its home
+/// segment is known sold out, so it reads the record) waits for the replica too: with the
+/// replica still down it answers `NotDurable`, never a `Replayed` that looks durable; once the
+/// replica is back, the same retry replays the sale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_read_from_the_record_waits_for_the_replica_too() {
+    let master = RedisServer::start();
+    let port = master.port.to_string();
+    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_in_sync(&replica);
+    let store = RedisStore::builder(master.url())
+        .pool_size(1)
+        .key_prefix("rec")
+        .wait_replicas(1)
+        .wait_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let e = Engine::builder().per_user_limit(0).build(store).unwrap();
+    let sku = Sku::new("last").unwrap();
+    e.load(&sku, 2, LoadOptions::new(1)).await.unwrap();
+    replica.stop();
+    for (u, r) in [("u1", "r1"), ("u2", "r2")] {
+        let d = Deduct::new("last", u, 1, r).unwrap();
+        let err = e.deduct(&d).await.unwrap_err();
+        assert!(matches!(err, Error::NotDurable { .. }), "{r}: {err:?}");
+    }
+    // A read of the segments (no write, no WAIT) tells the engine the segment is empty.
+    assert_eq!(e.remaining(&sku).await.unwrap().total, 0);
+    let retry = Deduct::new("last", "u1", 1, "r1").unwrap();
+    match e.deduct(&retry).await {
+        Err(Error::NotDurable { .. }) => {}
+        other => panic!("a replay with the replica down must not look durable: {other:?}"),
+    }
+    replica.boot();
+    wait_in_sync(&replica);
+    match e.deduct(&retry).await.unwrap() {
+        Deduction::Replayed { parts } => assert_eq!(units(&parts), 1),
+        other => panic!("{other:?}"),
+    }
+}

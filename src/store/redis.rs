@@ -458,17 +458,26 @@ impl Store for RedisStore {
         futures::future::try_join_all(reads).await
     }
 
-    /// A plain `HGETALL`; the record's `s` letters are tabled in [`lua`].
+    /// A plain `HGETALL`; the record's `s` letters are tabled in [`lua`]. In durability mode a
+    /// record found is waited for like a write: the engine answers replays from it, and the
+    /// write it replays may not have reached a replica yet (its own `WAIT` fell short). On
+    /// Redis 7.0 any command moves the connection's replication mark to the master's current
+    /// offset, so the `WAIT` after this read covers the earlier write.
     async fn record(
         &self,
         home: SegAddr<'_>,
         request_id: &RequestId,
     ) -> Result<Option<HomeRecord>> {
         let key = self.at(home).record(request_id);
+        let client = self.conn.pool.next();
         let flat: std::collections::HashMap<String, String> =
-            self.conn.pool.next().hgetall(key).await?;
+            moving::follow(|| client.hgetall(&key)).await?;
         if flat.is_empty() {
             return Ok(None);
+        }
+        if let Some(d) = &self.conn.durable {
+            d.acked(client, wait::Durable::slot(client, Some(&key)))
+                .await?;
         }
         let bad = || Error::Protocol(format!("record {flat:?}"));
         let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
