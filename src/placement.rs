@@ -201,6 +201,8 @@ pub fn extend(sku: &Sku, existing: &Placement, segments: u32, map: &SlotMap) -> 
     }
     let start = (fnv1a(sku.as_str().as_bytes()) % m as u64) as usize;
     let mut out: Vec<u16> = existing.0.to_vec();
+    // Masters no suffix reached once (a master serving a handful of slots): not searched again.
+    let mut unreachable = vec![false; m];
     for i in existing.len() as u32..segments {
         let mut order: Vec<usize> = (0..m).map(|r| (start + i as usize + r) % m).collect();
         // Least loaded first; among equals, not the previous segment's master. (While every
@@ -208,13 +210,15 @@ pub fn extend(sku: &Sku, existing: &Placement, segments: u32, map: &SlotMap) -> 
         // least loaded one, so neighbours always differ.)
         order.sort_by_key(|&n| (load[n], Some(n) == prev));
         let mut placed = None;
-        for &want in &order {
+        let candidates: Vec<usize> = order.iter().copied().filter(|&n| !unreachable[n]).collect();
+        for want in candidates {
             if let Some(k) = (0..MAX_TRIES)
                 .find(|&k| map.master_of(slot_of_tag(&tag(sku, i, Some(k as u16)))) == Some(want))
             {
                 placed = Some((k as u16, want));
                 break;
             }
+            unreachable[want] = true;
         }
         // A map that covers no slot a search can hit: keep suffix 0 (placement is a hint).
         let (k, master) = placed.unwrap_or((0, order[0]));

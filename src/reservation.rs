@@ -264,7 +264,7 @@ impl<S: Store> Engine<S> {
     }
 
     async fn end_reservation(&self, id: &ReservationId, how: Ending) -> Result<ReservationEnd> {
-        let suffix = self.suffix_of(&id.sku, id.segment).await?;
+        let suffix = self.suffix_of(&id.sku, id.generation, id.segment).await?;
         let (state, changed, user, units) = match self
             .store()
             .reserve_end(id.addr(suffix), &id.request_id, how.action())

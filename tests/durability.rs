@@ -353,3 +353,32 @@ async fn a_replay_read_from_the_record_waits_for_the_replica_too() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Durability options that cannot work are refused before connecting: a `WAIT` longer than
+/// half the command timeout (it blocks its connection, so everything behind it would time
+/// out), and the unsafe baselines (their write-backs are not scripts, nothing waits for them).
+#[tokio::test]
+async fn durability_options_that_cannot_work_are_refused() {
+    let nowhere = "redis://127.0.0.1:1";
+    let too_long = RedisStore::builder(nowhere)
+        .wait_replicas(1)
+        .wait_timeout(Duration::from_secs(3))
+        .command_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&too_long, Error::Config(m) if m.contains("wait_timeout_ms")),
+        "{too_long:?}"
+    );
+    let baseline = RedisStore::builder(nowhere)
+        .wait_replicas(1)
+        .strategy(shardstock::Strategy::Naive)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&baseline, Error::Config(m) if m.contains("durability")),
+        "{baseline:?}"
+    );
+}

@@ -108,11 +108,17 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// The placement suffix of segment `index` of `sku`: from the cached layout when it knows
-    /// the index (a SKU's placement only ever grows), else from the metadata (ready or not:
+    /// The placement suffix of segment `index` of `sku` in `generation`: from the cached layout
+    /// when it is that generation's and knows the index, else from the metadata (ready or not:
     /// a reservation ends during a reload too). `None` when unplaced or the SKU is gone.
-    pub(crate) async fn suffix_of(&self, sku: &Sku, index: u32) -> Result<Option<u16>> {
+    pub(crate) async fn suffix_of(
+        &self,
+        sku: &Sku,
+        generation: u64,
+        index: u32,
+    ) -> Result<Option<u16>> {
         if let Some(l) = self.inner.layouts.get(sku)
+            && l.generation == generation
             && (!l.placement.is_placed() || (index as usize) < l.placement.len())
         {
             return Ok(l.placement.suffix(index));

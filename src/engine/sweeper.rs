@@ -51,7 +51,15 @@ impl<S: Store> Engine<S> {
             .collect();
         let mut back = 0;
         for l in layouts {
-            match self.inner.store.meta(&l.sku).await? {
+            let meta = match self.inner.store.meta(&l.sku).await {
+                // One SKU's unreadable metadata must not stop the sweep of the others.
+                Err(e @ crate::error::Error::Protocol(_)) => {
+                    tracing::warn!(sku = %l.sku, error = %e, "unreadable SKU metadata; skipped");
+                    continue;
+                }
+                r => r?,
+            };
+            match meta {
                 Some(m) if m.generation == l.generation => {}
                 other => {
                     tracing::warn!(sku = %l.sku, cached = l.generation,

@@ -8,8 +8,10 @@
 -- ARGV[2]  total    units loaded
 -- ARGV[3]  replace  "1" to replace an existing SKU, "0" to refuse
 -- ARGV[4]  limit    units one user may buy (0 = no limit)
--- ARGV[5]  place    proposed placement: tag suffixes by segment index, comma-separated
---                   ("" = unplaced; see src/placement.rs)
+-- ARGV[5]  place    proposed placement: tag suffixes (0..=65535) by segment index,
+--                   comma-separated ("" = unplaced; see src/placement.rs); a placed SKU must
+--                   end with a suffix for each of its segments, or the load is refused
+--                   (bad argument "place")
 --
 -- Reply: {"exists", gen} | {"started", gen, old_segments, place}
 --
@@ -34,6 +36,10 @@ if type(proposed) ~= 'string' or (proposed ~= '' and not proposed:match('^%d+[%d
   bad('place')
 end
 
+for k in proposed:gmatch('%d+') do
+  if #k > 5 or tonumber(k) > 65535 then bad('place') end
+end
+
 local v = redis.call('HMGET', KEYS[1], 'gen', 'segments', 'place')
 if v[1] and replace == '0' then return { 'exists', tonumber(v[1]) } end
 local place = v[3] or ''
@@ -48,6 +54,9 @@ elseif place ~= '' then
     if i > have then place = place .. ',' .. k end
   end
 end
+-- A placed SKU has a suffix for every segment: a shorter list would leave segments under
+-- plain tags that a later load would change.
+if place ~= '' and select(2, place:gsub(',', ',')) + 1 < segments then bad('place') end
 local gen = math.max((tonumber(v[1]) or 0) + 1, now_ms())
 redis.call('HSET', KEYS[1], 'gen', int(gen), 'segments', ARGV[1], 'loaded', ARGV[2], 'limit',
   ARGV[4], 'state', 'loading')

@@ -21,7 +21,7 @@ use super::*;
 use crate::error::Error;
 use crate::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::segments::{Keyspace, decode_parts};
-use fred::prelude::{ClientLike, HashesInterface, Pool};
+use fred::prelude::{Client, ClientLike, HashesInterface, Pool};
 use lua::{Call, SegmentKeys, claim, deduct, segment, user};
 use std::sync::Arc;
 
@@ -125,11 +125,22 @@ impl RedisStore {
     /// placement extended by [`placement::extend`] over the slot map fred holds now; on a
     /// single Redis, none. (`load_begin.lua` keeps stored suffixes whatever the proposal.)
     async fn propose_placement(&self, sku: &Sku, segments: u32) -> Result<Placement> {
-        let Some(map) = self.slot_map() else {
-            return Ok(Placement::unplaced());
-        };
-        let key = self.conn.keys.meta(sku);
         let client = self.conn.pool.next();
+        if !client.is_clustered() {
+            return Ok(Placement::unplaced());
+        }
+        // Never propose "unplaced" on a cluster: a new SKU would stay unplaced for good, and a
+        // placed one would get segments without suffixes (whose keys a later load would change).
+        let map = self
+            .slot_map(client)
+            .filter(|m| m.masters() > 0)
+            .ok_or_else(|| {
+                Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Cluster,
+                    "the cluster's slot map is not known yet; retry the load",
+                ))
+            })?;
+        let key = self.conn.keys.meta(sku);
         let v: Vec<Option<String>> =
             moving::follow(|| client.hmget(&key, vec!["gen", "place"])).await?;
         let existing = match (&v[0], &v[1]) {
@@ -142,9 +153,8 @@ impl RedisStore {
         Ok(placement::extend(sku, &existing, segments, &map))
     }
 
-    /// The slot map fred routes by (`None` on a single Redis).
-    fn slot_map(&self) -> Option<SlotMap> {
-        let client = self.conn.pool.next();
+    /// The slot map `client` routes by (`None` on a single Redis).
+    fn slot_map(&self, client: &Client) -> Option<SlotMap> {
         if !client.is_clustered() {
             return None;
         }
@@ -193,9 +203,12 @@ impl Store for RedisStore {
         if !client.is_clustered() {
             return Ok(None);
         }
-        // The slot map as the cluster has it now, not as this client last saw it.
-        fred::interfaces::ClusterInterface::sync_cluster(client).await?;
-        let map = self.slot_map();
+        // The slot map as the cluster has it now, not as this client last saw it (or as it
+        // last saw it, when the cluster cannot be asked right now).
+        if let Err(e) = fred::interfaces::ClusterInterface::sync_cluster(client).await {
+            tracing::warn!(error = %e, "cannot refresh the slot map; showing the cached one");
+        }
+        let map = self.slot_map(client);
         Ok(Some(
             (0..segments)
                 .map(|index| {

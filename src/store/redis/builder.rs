@@ -201,6 +201,24 @@ impl RedisStoreBuilder {
         if let Some(c) = &self.coalescing {
             c.validate()?;
         }
-        wait::check(self.wait_replicas, self.wait_timeout)
+        wait::check(self.wait_replicas, self.wait_timeout)?;
+        if self.wait_replicas > 0 {
+            // A WAIT blocks its connection: every call behind it waits that long too, so a
+            // WAIT as long as a command's timeout would time out everything on the node.
+            if self.wait_timeout * 2 > self.command_timeout {
+                return Err(Error::Config(format!(
+                    "store.wait_timeout_ms ({} ms) must be at most half the command timeout ({} ms)",
+                    self.wait_timeout.as_millis(),
+                    self.command_timeout.as_millis()
+                )));
+            }
+            if !self.strategy.exactly_once() {
+                return Err(Error::Config(format!(
+                    "durability mode (store.wait_replicas) waits after scripts; the {} baseline writes without them",
+                    self.strategy
+                )));
+            }
+        }
+        Ok(())
     }
 }
