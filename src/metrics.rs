@@ -57,9 +57,10 @@ pub const RESERVATIONS: &str = "shardstock_reservations_total";
 pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
 /// Units held by live reservations per opted-in SKU (gauge, label `sku`; set by the sweeper).
 pub const RESERVED_UNITS: &str = "shardstock_reserved_units";
-/// Durability mode: `WAIT` calls that came back with fewer replica acknowledgements than
-/// `store.wait_replicas` within `store.wait_timeout_ms` (counter; each one answered its callers
-/// [`crate::Error::NotDurable`]).
+/// Durability mode: calls answered [`crate::Error::NotDurable`] because their `WAIT` came back
+/// with fewer replica acknowledgements than `store.wait_replicas` within
+/// `store.wait_timeout_ms` (counter; one grouped `WAIT` that falls short counts once per call
+/// it covered).
 pub const WAIT_SHORTFALLS: &str = "shardstock_wait_shortfalls_total";
 /// Errors returned to callers of a deduction or reservation, by kind (counter, label `kind`:
 /// one of [`ERROR_KINDS`], see [`error_label`]).

@@ -172,9 +172,12 @@ impl Durable {
             let sending = Sending { lane, done: false };
             tokio::spawn(self.clone().send_loop(client.clone(), key, sending));
         }
-        let acked = rx
-            .await
-            .map_err(|_| Error::Protocol("durability wait: sender stopped".into()))??;
+        // A sender that ended without answering (runtime shutting down, a panic): the script
+        // ran, its durability is unknown — the retryable answer, like a short WAIT.
+        let acked = rx.await.map_err(|_| Error::NotDurable {
+            acked: 0,
+            wanted: self.replicas,
+        })??;
         if acked < i64::from(self.replicas) {
             crate::metrics::wait_shortfall();
             return Err(Error::NotDurable {
