@@ -300,23 +300,7 @@ fn ok(port: u16, args: &[&str]) {
 /// The slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key, mod 16384): what
 /// `CLUSTER KEYSLOT` answers, without a round trip per key.
 pub fn key_slot(key: &str) -> u16 {
-    let b = key.as_bytes();
-    let tagged = b.iter().position(|c| *c == b'{').and_then(|open| {
-        let close = b[open + 1..].iter().position(|c| *c == b'}')?;
-        (close > 0).then(|| &b[open + 1..open + 1 + close])
-    });
-    let mut crc: u16 = 0;
-    for &byte in tagged.unwrap_or(b) {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
+    shardstock::placement::slot_of_key(key)
 }
 
 impl ClusterAdmin {

@@ -134,7 +134,7 @@ impl Durable {
     /// The slot whose node holds `key` (0 when `client` is not clustered).
     pub(crate) fn slot(client: &Client, key: Option<&str>) -> u16 {
         match key {
-            Some(k) if client.is_clustered() => fred::util::redis_keyslot(k.as_bytes()),
+            Some(k) if client.is_clustered() => crate::placement::slot_of_key(k),
             _ => 0,
         }
     }
