@@ -11,6 +11,7 @@ pub mod http;
 pub mod ids;
 pub mod lock;
 pub mod metrics;
+pub mod orders;
 pub mod placement;
 pub mod reservation;
 pub mod segments;

@@ -1,0 +1,1 @@
+//! A [`Handler`](super::Handler) that writes orders into PostgreSQL, one row per request id.
