@@ -18,7 +18,7 @@ pub mod consumer;
 pub mod event;
 pub mod postgres;
 
-pub use consumer::{Orders, OrdersOptions};
+pub use consumer::{Lag, Orders, OrdersOptions, Polled};
 pub use event::{EventKind, OrderEvent};
 
 /// What an order service does with outbox events.

@@ -73,6 +73,7 @@ use std::sync::{Arc, LazyLock};
 pub(crate) mod claim;
 pub(crate) mod deduct;
 pub(crate) mod lock;
+pub(crate) mod outbox;
 pub(crate) mod segment;
 pub(crate) mod user;
 
@@ -158,6 +159,12 @@ scripts! {
     LockRelease "lock_release",
     /// One node's vote in a RedLock acquisition.
     RedlockAcquire "redlock_acquire",
+    /// Moves an outbox event no handler could take to the dead letters.
+    OutboxDead "outbox_dead",
+    /// Drops outbox events every consumer group acknowledged.
+    OutboxTrim "outbox_trim",
+    /// A consumer group's standing on an outbox stream (read only).
+    OutboxLag "outbox_lag",
 }
 
 /// The scripts with their SHA1s, computed once per process.
@@ -214,7 +221,10 @@ impl Script {
     /// audit's read (`held`, no write) and the sweeper's listing (`claims_due`, whose only
     /// writes drop index entries that need nothing, so losing them loses nothing).
     fn must_persist(self) -> bool {
-        !matches!(self, Script::Held | Script::ClaimsDue)
+        !matches!(
+            self,
+            Script::Held | Script::ClaimsDue | Script::OutboxLag | Script::OutboxTrim
+        )
     }
 }
 
@@ -394,6 +404,11 @@ impl SegmentKeys<'_> {
     /// `rid`'s restock record here.
     pub(crate) fn restock(&self, rid: &RequestId) -> String {
         self.keys.restock(&self.tag(), self.seg.generation, rid)
+    }
+
+    /// The segment's outbox stream.
+    pub(crate) fn outbox(&self) -> String {
+        self.keys.outbox(&self.tag())
     }
 
     /// The segment's lock (lock strategies).
