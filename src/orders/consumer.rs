@@ -242,13 +242,21 @@ struct State {
 
 /// A running outbox consumer (see the [module docs](self)). Many may run, in one process or
 /// many, with one group: each event goes to one of them at a time.
-#[derive(Debug)]
 pub struct Orders<H> {
     store: RedisStore,
     handler: Arc<H>,
     opts: OrdersOptions,
     state: tokio::sync::Mutex<State>,
     totals: Totals,
+}
+
+impl<H> std::fmt::Debug for Orders<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orders")
+            .field("opts", &self.opts)
+            .field("totals", &self.totals)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<H: Handler> Orders<H> {
