@@ -131,39 +131,6 @@ impl OrderEvent {
             deliveries,
         })
     }
-
-    /// An event built by hand (tests, replays from elsewhere); `stream` and `entry_id` say
-    /// where it would come from.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        stream: impl Into<String>,
-        entry_id: impl Into<String>,
-        kind: EventKind,
-        request_id: impl Into<String>,
-        sku: impl Into<String>,
-        user: impl Into<String>,
-        units: u64,
-        parts: Vec<Part>,
-    ) -> Self {
-        let entry_id = entry_id.into();
-        let at_ms = entry_id
-            .split_once('-')
-            .and_then(|(ms, _)| ms.parse().ok())
-            .unwrap_or(0);
-        OrderEvent {
-            stream: stream.into(),
-            entry_id,
-            kind,
-            request_id: request_id.into(),
-            sku: sku.into(),
-            user: user.into(),
-            units,
-            parts,
-            generation: 0,
-            at_ms,
-            deliveries: 1,
-        }
-    }
 }
 
 #[cfg(test)]
