@@ -86,3 +86,30 @@ pub struct OrderEvent {
     /// How many times the event has been delivered, this delivery included (1 = first).
     pub deliveries: u64,
 }
+
+impl OrderEvent {
+    /// An event of `kind` for `units` of request `request_id` (SKU `sku`, buyer `user`), as a
+    /// handler's tests build one: no stream or entry yet (`""`, `"0-0"`), no parts, generation
+    /// 0, clock 0, first delivery. Set the public fields for the rest.
+    pub fn new(
+        kind: EventKind,
+        request_id: impl Into<String>,
+        sku: impl Into<String>,
+        user: impl Into<String>,
+        units: u64,
+    ) -> Self {
+        Self {
+            stream: String::new(),
+            entry_id: "0-0".into(),
+            kind,
+            request_id: request_id.into(),
+            sku: sku.into(),
+            user: user.into(),
+            units,
+            parts: Vec::new(),
+            generation: 0,
+            at_ms: 0,
+            deliveries: 1,
+        }
+    }
+}
