@@ -1,4 +1,4 @@
-//! A [`Handler`](super::Handler) that writes orders into PostgreSQL, one row per request id
+//! A [`Handler`] that writes orders into PostgreSQL, one row per request id
 //! (feature `postgres`, on by default; client: `tokio-postgres`).
 //!
 //! [`PostgresOrders::migrate`] creates the table [`TABLE`] if absent:
