@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what it needs (redis-server, prometheus, docker-compose), then
-# format, lints, tests, docs, benches compile.
+# The whole test suite: installs what it needs (redis-server, prometheus, docker-compose,
+# postgresql), then format, lints, tests, docs, benches compile.
 # Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,8 @@ command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 # tests/metrics.rs: a real Prometheus scraping a live sim, promtool, docker-compose config -q.
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+# tests/common/postgres.rs: throwaway clusters with initdb (as the postgres OS user when root).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
   SUDO=""
@@ -18,8 +20,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
-# The distribution's services (redis, prometheus) are not needed: tests start their own
-# servers on free loopback ports.
+# The distribution's services (redis, prometheus, postgresql) are not needed: tests start their
+# own servers on free loopback ports. (Debian's postgresql package creates a cluster on 5432 and
+# starts it where a service manager runs; the tests never use it.)
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -83,6 +83,11 @@ pub enum Error {
     /// writer on our keys).
     #[error("unexpected store reply: {0}")]
     Protocol(String),
+    /// PostgreSQL failed (connection, server error) in the orders handler
+    /// (`orders::postgres`, feature `postgres`). Retry: its writes are idempotent by request id,
+    /// and a broken connection is opened again on the next call.
+    #[error("postgres: {0}")]
+    Postgres(String),
 }
 
 /// `Result` with this crate's [`Error`].
@@ -111,6 +116,7 @@ impl Error {
             Error::Redis(_) => ErrorKind::Redis,
             Error::NotDurable { .. } => ErrorKind::NotDurable,
             Error::Protocol(_) => ErrorKind::Protocol,
+            Error::Postgres(_) => ErrorKind::Postgres,
         }
     }
 
@@ -173,11 +179,14 @@ pub enum ErrorKind {
     /// [`Error::Protocol`]: the store answered something this version does not understand (a
     /// bug, or a foreign writer on our keys). Not retryable: the same answer would come back.
     Protocol,
+    /// [`Error::Postgres`]: the orders handler's database failed. Retryable: the handler's
+    /// writes are idempotent by request id.
+    Postgres,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::InvalidInput,
         ErrorKind::NotLoaded,
         ErrorKind::AlreadyLoaded,
@@ -189,6 +198,7 @@ impl ErrorKind {
         ErrorKind::Redis,
         ErrorKind::NotDurable,
         ErrorKind::Protocol,
+        ErrorKind::Postgres,
     ];
 
     /// A stable lowercase name, for logs and machine-readable output.
@@ -205,6 +215,7 @@ impl ErrorKind {
             ErrorKind::Redis => "redis",
             ErrorKind::NotDurable => "not_durable",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::Postgres => "postgres",
         }
     }
 
@@ -217,7 +228,8 @@ impl ErrorKind {
             ErrorKind::NotReady
             | ErrorKind::LeaseLost
             | ErrorKind::Redis
-            | ErrorKind::NotDurable => true,
+            | ErrorKind::NotDurable
+            | ErrorKind::Postgres => true,
             ErrorKind::InvalidInput
             | ErrorKind::NotLoaded
             | ErrorKind::AlreadyLoaded
@@ -259,7 +271,8 @@ mod tests {
                 ErrorKind::NotReady,
                 ErrorKind::LeaseLost,
                 ErrorKind::Redis,
-                ErrorKind::NotDurable
+                ErrorKind::NotDurable,
+                ErrorKind::Postgres
             ]
         );
         assert!(Error::NotReady("s".into()).is_retryable());

@@ -16,6 +16,7 @@ use std::future::Future;
 
 pub mod consumer;
 pub mod event;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 
 pub use consumer::{Lag, Orders, OrdersOptions, Polled};

@@ -108,15 +108,31 @@ async fn sale(e: &Engine<RedisStore>, sku: &str, requests: usize) -> HashMap<Str
 /// and the units add up to the audit's sold.
 fn check_sold(seen: &HashMap<String, Vec<OrderEvent>>, applied: &HashMap<String, u64>, sold: u64) {
     for (rid, qty) in applied {
-        let evs = seen.get(rid).unwrap_or_else(|| panic!("no event for applied {rid}"));
-        let kinds: HashSet<_> = evs.iter().map(|e| (e.kind, e.units, e.entry_id.clone())).collect();
-        assert_eq!(kinds.len(), 1, "{rid}: one event (maybe delivered twice): {evs:?}");
+        let evs = seen
+            .get(rid)
+            .unwrap_or_else(|| panic!("no event for applied {rid}"));
+        let kinds: HashSet<_> = evs
+            .iter()
+            .map(|e| (e.kind, e.units, e.entry_id.clone()))
+            .collect();
+        assert_eq!(
+            kinds.len(),
+            1,
+            "{rid}: one event (maybe delivered twice): {evs:?}"
+        );
         assert_eq!(evs[0].kind, EventKind::Sold);
         assert_eq!(evs[0].units, *qty, "{rid}");
-        assert_eq!(evs[0].parts.iter().map(|p| p.units).sum::<u64>(), *qty, "{rid}");
+        assert_eq!(
+            evs[0].parts.iter().map(|p| p.units).sum::<u64>(),
+            *qty,
+            "{rid}"
+        );
     }
     let strays: Vec<_> = seen.keys().filter(|r| !applied.contains_key(*r)).collect();
-    assert!(strays.is_empty(), "events for requests that did not apply: {strays:?}");
+    assert!(
+        strays.is_empty(),
+        "events for requests that did not apply: {strays:?}"
+    );
     let units: u64 = applied.values().sum();
     assert_eq!(units, sold, "events' units = audit sold");
 }
@@ -124,7 +140,9 @@ fn check_sold(seen: &HashMap<String, Vec<OrderEvent>>, applied: &HashMap<String,
 async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
     let e = engine(at, prefix, coalesce).await;
     let sku = Sku::new("flash").unwrap();
-    e.load(&sku, 300, LoadOptions::new(6).outbox(true)).await.unwrap();
+    e.load(&sku, 300, LoadOptions::new(6).outbox(true))
+        .await
+        .unwrap();
     let applied = sale(&e, "flash", 400).await;
     let audit = e.audit(&sku).await.unwrap();
     assert!(audit.ok, "{:?}", audit.problems);
@@ -135,7 +153,11 @@ async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
     orders.drain(Duration::from_secs(30)).await.unwrap();
     check_sold(&h.by_rid(), &applied, audit.sold);
     let lag = orders.lag().await.unwrap();
-    assert_eq!(lag.appended, applied.len() as u64, "one event per applied request");
+    assert_eq!(
+        lag.appended,
+        applied.len() as u64,
+        "one event per applied request"
+    );
     assert!(lag.is_idle(), "{lag:?}");
 
     // Every request sent again: replays append nothing.
@@ -180,7 +202,14 @@ async fn without_the_outbox_nothing_is_appended() {
     let applied = sale(&e, "quiet", 20).await;
     orders.drain(Duration::from_secs(10)).await.unwrap();
     assert_eq!(h.by_rid().len(), applied.len());
-    assert_eq!(applied.len(), 10 - applied.values().filter(|q| **q > 1).map(|q| q - 1).sum::<u64>() as usize);
+    assert_eq!(
+        applied.len(),
+        10 - applied
+            .values()
+            .filter(|q| **q > 1)
+            .map(|q| q - 1)
+            .sum::<u64>() as usize
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -188,7 +217,9 @@ async fn failures_are_delivered_again_and_poison_goes_to_the_dead_letters() {
     let redis = RedisServer::start();
     let e = engine(&redis, "t", false).await;
     let sku = Sku::new("poison").unwrap();
-    e.load(&sku, 30, LoadOptions::new(3).outbox(true)).await.unwrap();
+    e.load(&sku, 30, LoadOptions::new(3).outbox(true))
+        .await
+        .unwrap();
     let applied = sale(&e, "poison", 30).await;
     let rids: Vec<String> = {
         let mut r: Vec<_> = applied.keys().cloned().collect();
@@ -202,14 +233,19 @@ async fn failures_are_delivered_again_and_poison_goes_to_the_dead_letters() {
         always_fail: Arc::new(poison.iter().cloned().collect()),
         ..Collect::default()
     };
-    let o = opts("c").max_deliveries(3).min_idle(Duration::from_millis(30));
+    let o = opts("c")
+        .max_deliveries(3)
+        .min_idle(Duration::from_millis(30));
     let orders = Orders::new(store(&redis, "t", false).await, h.clone(), o).unwrap();
     let done = orders.drain(Duration::from_secs(30)).await.unwrap();
     let seen = h.by_rid();
     for r in &flaky {
         let evs = &seen[r];
         assert_eq!(evs.len(), 1, "{r}");
-        assert_eq!(evs[0].deliveries, 3, "{r}: failed twice, arrived on the third delivery");
+        assert_eq!(
+            evs[0].deliveries, 3,
+            "{r}: failed twice, arrived on the third delivery"
+        );
     }
     for r in &poison {
         assert!(!seen.contains_key(r), "{r} never handled");
@@ -242,20 +278,28 @@ fn dead_letters(redis: &RedisServer) -> Vec<HashMap<String, String>> {
     };
     let mut out = Vec::new();
     for key in cli(&["--scan", "--pattern", "*:dead"]).lines() {
-        let lines: Vec<String> = cli(&["XRANGE", key, "-", "+"]).lines().map(String::from).collect();
+        let lines: Vec<String> = cli(&["XRANGE", key, "-", "+"])
+            .lines()
+            .map(String::from)
+            .collect();
         // id, then field/value lines, per entry; entries start with an id (digits-digits).
         let mut cur: Option<HashMap<String, String>> = None;
         let mut i = 0;
         while i < lines.len() {
             let l = &lines[i];
-            if l.contains('-') && l.split('-').all(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty()) {
+            if l.contains('-')
+                && l.split('-')
+                    .all(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
+            {
                 if let Some(c) = cur.take() {
                     out.push(c);
                 }
                 cur = Some(HashMap::new());
                 i += 1;
             } else {
-                cur.as_mut().unwrap().insert(l.clone(), lines[i + 1].clone());
+                cur.as_mut()
+                    .unwrap()
+                    .insert(l.clone(), lines[i + 1].clone());
                 i += 2;
             }
         }
@@ -278,7 +322,9 @@ async fn a_dead_consumers_events_are_claimed_by_another() {
     let redis = RedisServer::start();
     let e = engine(&redis, "t", true).await;
     let sku = Sku::new("claimed").unwrap();
-    e.load(&sku, 100, LoadOptions::new(4).outbox(true)).await.unwrap();
+    e.load(&sku, 100, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
     let applied = sale(&e, "claimed", 100).await;
     let dead = Arc::new(Orders::new(store(&redis, "t", false).await, Stuck, opts("dead")).unwrap());
     let d = dead.clone();
@@ -294,7 +340,10 @@ async fn a_dead_consumers_events_are_claimed_by_another() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     task.abort();
-    assert!(alive.lag().await.unwrap().pending > 0, "the dead consumer took events");
+    assert!(
+        alive.lag().await.unwrap().pending > 0,
+        "the dead consumer took events"
+    );
     let done = alive.drain(Duration::from_secs(30)).await.unwrap();
     assert!(done.redelivered > 0, "{done:?}");
     let audit = e.audit(&sku).await.unwrap();
@@ -306,7 +355,9 @@ async fn reservations_confirm_cancel_and_expire_as_events() {
     let redis = RedisServer::start();
     let e = engine(&redis, "t", false).await;
     let sku = Sku::new("resv").unwrap();
-    e.load(&sku, 400, LoadOptions::new(4).outbox(true)).await.unwrap();
+    e.load(&sku, 400, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
     // 120 reservations expiring after 80 ms; each is confirmed, cancelled or left, at a time
     // racing its expiry.
     let mut tasks = Vec::new();
@@ -364,13 +415,23 @@ async fn redis_restarted_with_aof_mid_consumption_loses_and_doubles_nothing() {
     let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let e = engine(&redis, "t", true).await;
     let sku = Sku::new("aof").unwrap();
-    e.load(&sku, 200, LoadOptions::new(4).outbox(true)).await.unwrap();
+    e.load(&sku, 200, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
     let applied = sale(&e, "aof", 220).await;
     let h = Collect::default();
-    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c").batch(8)).unwrap();
+    let orders = Orders::new(
+        store(&redis, "t", false).await,
+        h.clone(),
+        opts("c").batch(8),
+    )
+    .unwrap();
     orders.poll().await.unwrap();
     let before = h.seen.lock().unwrap().len();
-    assert!(before > 0 && before < applied.len(), "mid-consumption: {before}");
+    assert!(
+        before > 0 && before < applied.len(),
+        "mid-consumption: {before}"
+    );
     redis.stop(); // kill -9
     redis.boot(); // replays the AOF
     orders.drain(Duration::from_secs(60)).await.unwrap();

@@ -77,10 +77,15 @@ impl<S: Store> Engine<S> {
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
         let at = |index| seg_at(sku, generation, index, &placement);
-        let writes = amounts
-            .iter()
-            .enumerate()
-            .map(|(i, units)| store.load_segment(at(i as u32), SegmentLoad { units: *units, outbox }));
+        let writes = amounts.iter().enumerate().map(|(i, units)| {
+            store.load_segment(
+                at(i as u32),
+                SegmentLoad {
+                    units: *units,
+                    outbox,
+                },
+            )
+        });
         let written = futures::future::try_join_all(writes).await?;
         // A concurrent load of a newer generation wrote some segment first: it wins (its
         // segments are never overwritten by ours), and this load is overtaken.

@@ -132,7 +132,8 @@ impl OrdersOptions {
         let name_ok = |s: &str| {
             !s.is_empty()
                 && s.len() <= 128
-                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b))
         };
         let bad = |cond: bool, what: &str| {
             if cond {
@@ -141,11 +142,21 @@ impl OrdersOptions {
                 Ok(())
             }
         };
-        bad(!name_ok(&self.group), "group must be 1..=128 of [A-Za-z0-9_.:-]")?;
-        bad(!name_ok(&self.consumer), "consumer must be 1..=128 of [A-Za-z0-9_.:-]")?;
-        bad(self.batch == 0 || self.batch > 10_000, "batch must be 1..=10000")?;
         bad(
-            self.min_idle < Duration::from_millis(10) || self.min_idle > Duration::from_secs(86_400),
+            !name_ok(&self.group),
+            "group must be 1..=128 of [A-Za-z0-9_.:-]",
+        )?;
+        bad(
+            !name_ok(&self.consumer),
+            "consumer must be 1..=128 of [A-Za-z0-9_.:-]",
+        )?;
+        bad(
+            self.batch == 0 || self.batch > 10_000,
+            "batch must be 1..=10000",
+        )?;
+        bad(
+            self.min_idle < Duration::from_millis(10)
+                || self.min_idle > Duration::from_secs(86_400),
             "min_idle must be 10 ms ..= 1 day",
         )?;
         bad(
@@ -350,7 +361,11 @@ impl<H: Handler> Orders<H> {
             st.claimed = Some(Instant::now());
             let streams = st.streams.clone();
             for s in &streams {
-                let cursor = st.cursors.get(&s.key).cloned().unwrap_or_else(|| "0-0".into());
+                let cursor = st
+                    .cursors
+                    .get(&s.key)
+                    .cloned()
+                    .unwrap_or_else(|| "0-0".into());
                 let (next, got) = self.claim_idle(s, &cursor).await?;
                 done.add(got);
                 st.cursors.insert(s.key.clone(), next);

@@ -131,6 +131,31 @@ impl OrderEvent {
             deliveries,
         })
     }
+
+    /// An event of `kind` for `units` of request `request_id` (SKU `sku`, buyer `user`), as a
+    /// handler's tests build one: no stream or entry yet (`""`, `"0-0"`), no parts, generation
+    /// 0, clock 0, first delivery. Set the public fields for the rest.
+    pub fn new(
+        kind: EventKind,
+        request_id: impl Into<String>,
+        sku: impl Into<String>,
+        user: impl Into<String>,
+        units: u64,
+    ) -> Self {
+        Self {
+            stream: String::new(),
+            entry_id: "0-0".into(),
+            kind,
+            request_id: request_id.into(),
+            sku: sku.into(),
+            user: user.into(),
+            units,
+            parts: Vec::new(),
+            generation: 0,
+            at_ms: 0,
+            deliveries: 1,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -156,7 +181,10 @@ mod tests {
     fn parses_what_the_scripts_write() {
         let e = OrderEvent::from_fields("s", "1700000000123-4", &fields("sold"), 2).unwrap();
         assert_eq!(e.kind, EventKind::Sold);
-        assert_eq!((e.units, e.generation, e.at_ms, e.deliveries), (2, 17, 1_700_000_000_123, 2));
+        assert_eq!(
+            (e.units, e.generation, e.at_ms, e.deliveries),
+            (2, 17, 1_700_000_000_123, 2)
+        );
         assert_eq!(e.parts.len(), 2);
         for k in ["sold", "reserved", "confirmed", "cancelled", "expired"] {
             let e = OrderEvent::from_fields("s", "1-0", &fields(k), 1).unwrap();
@@ -170,9 +198,17 @@ mod tests {
         assert!(err.contains("unknown kind"), "{err}");
         let mut f = fields("sold");
         f.retain(|(k, _)| k != "rid");
-        assert!(OrderEvent::from_fields("s", "1-0", &f, 1).unwrap_err().contains("rid"));
+        assert!(
+            OrderEvent::from_fields("s", "1-0", &f, 1)
+                .unwrap_err()
+                .contains("rid")
+        );
         let mut f = fields("sold");
         f[4].1 = "x".into();
-        assert!(OrderEvent::from_fields("s", "1-0", &f, 1).unwrap_err().contains("units"));
+        assert!(
+            OrderEvent::from_fields("s", "1-0", &f, 1)
+                .unwrap_err()
+                .contains("units")
+        );
     }
 }

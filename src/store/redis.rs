@@ -27,9 +27,9 @@ use std::sync::Arc;
 
 mod batch;
 mod builder;
-pub(crate) mod outbox;
 pub mod lua;
 pub(crate) mod moving;
+pub(crate) mod outbox;
 mod strategies;
 mod wait;
 
@@ -291,7 +291,9 @@ impl Store for RedisStore {
     async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
         let key = self.conn.keys.meta(sku);
         let client = self.conn.pool.next();
-        let fields = ["gen", "segments", "loaded", "state", "limit", "place", "outmax"];
+        let fields = [
+            "gen", "segments", "loaded", "state", "limit", "place", "outmax",
+        ];
         let v: Vec<Option<String>> = moving::follow(|| client.hmget(&key, fields.to_vec())).await?;
         let num = |i: usize| -> Result<u64> {
             v[i].as_deref()

@@ -3,6 +3,7 @@
 //! - [`redis_server`]: real `redis-server` processes on free loopback ports, killed on drop,
 //!   their log printed when a test panics;
 //! - [`ports`]: free loopback ports;
+//! - [`postgres`]: throwaway PostgreSQL clusters (`initdb`, trust, free port), removed on drop;
 //! - [`cluster`]: a local Redis Cluster (masters + replicas) started with `redis-cli --cluster`;
 //! - [`connection_killer`]: client connections killed under a running test;
 //! - [`process`]: child processes killed on drop with their log shown on panic; required tools;
@@ -28,6 +29,7 @@ pub mod edges;
 pub mod http_client;
 pub mod json;
 pub mod ports;
+pub mod postgres;
 pub mod process;
 pub mod prometheus;
 pub mod redis_server;

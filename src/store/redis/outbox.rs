@@ -66,7 +66,12 @@ fn entries(v: Value) -> Result<Vec<Entry>> {
             Value::Map(m) => m
                 .inner()
                 .into_iter()
-                .flat_map(|(k, v)| [k.into_string().unwrap_or_default(), v.as_string().unwrap_or_default()])
+                .flat_map(|(k, v)| {
+                    [
+                        k.into_string().unwrap_or_default(),
+                        v.as_string().unwrap_or_default(),
+                    ]
+                })
                 .collect(),
             other => other.into_array().iter().filter_map(text).collect(),
         };
@@ -115,10 +120,9 @@ impl RedisStore {
     /// An existing group is left as it is.
     pub(crate) async fn outbox_group(&self, s: &OutboxStream, group: &str) -> Result<()> {
         let client = self.conn.pool.next();
-        let r: std::result::Result<Value, _> = moving::follow(|| {
-            client.xgroup_create(&s.key, group, XID::Manual("0".into()), true)
-        })
-        .await;
+        let r: std::result::Result<Value, _> =
+            moving::follow(|| client.xgroup_create(&s.key, group, XID::Manual("0".into()), true))
+                .await;
         match r {
             Ok(_) => Ok(()),
             Err(e) if e.details().contains("BUSYGROUP") => Ok(()),
@@ -212,7 +216,9 @@ impl RedisStore {
         let mut counts = std::collections::HashMap::new();
         for p in pending.into_array() {
             let p = p.into_array();
-            if let (Some(id), Some(n)) = (p.first().and_then(text), p.get(3).and_then(Value::as_u64)) {
+            if let (Some(id), Some(n)) =
+                (p.first().and_then(text), p.get(3).and_then(Value::as_u64))
+            {
                 counts.insert(id, n);
             }
         }
@@ -247,7 +253,12 @@ impl RedisStore {
     }
 
     /// Remembers why the handler refused entry `id` (named in its dead letter).
-    pub(crate) async fn outbox_failed(&self, s: &OutboxStream, id: &str, reason: &str) -> Result<()> {
+    pub(crate) async fn outbox_failed(
+        &self,
+        s: &OutboxStream,
+        id: &str,
+        reason: &str,
+    ) -> Result<()> {
         let client = self.conn.pool.next();
         // Reasons are for people: bounded, so a handler's huge error cannot fill Redis.
         let reason: String = reason.chars().take(512).collect();

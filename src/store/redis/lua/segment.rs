@@ -223,11 +223,7 @@ impl Call for Reclaim<'_> {
     type Output = (u64, u64);
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![
-            self.at.segment(),
-            self.at.reservations(),
-            self.at.outbox(),
-        ];
+        let keys = vec![self.at.segment(), self.at.reservations(), self.at.outbox()];
         (keys, argv![self.at.generation()])
     }
 
