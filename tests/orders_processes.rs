@@ -174,3 +174,40 @@ fn pending_of(redis: &RedisServer, consumer: &str) -> u64 {
     }
     held
 }
+
+/// `load --outbox`, a `sim` over it, then `orders --jsonl --until-idle`: one JSON line per
+/// applied sale on stdout, units adding up to the audit's sold; a second run prints nothing.
+#[test]
+fn orders_jsonl_prints_one_line_per_sale() {
+    use common::binary::run_line;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    run_line(&format!(
+        "--redis {url} load --sku jl --stock 300 --segments 4 --per-user-limit 0 --outbox"
+    ))
+    .expect_code(0);
+    let sim = run_line(&format!(
+        "--redis {url} sim --sku jl --skip-load --requests 400 --users 400 --concurrency 8 --json"
+    ));
+    sim.expect_code(0);
+    let applied = common::json::u(&sim.json(), "applied");
+    let out = run_line(&format!("--redis {url} orders --jsonl --until-idle"));
+    out.expect_code(0);
+    let lines: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len() as u64, applied, "{}", out.stderr);
+    let mut rids: Vec<&str> = lines.iter().map(|v| v["request_id"].as_str().unwrap()).collect();
+    rids.sort();
+    rids.dedup();
+    assert_eq!(rids.len() as u64, applied);
+    assert!(lines.iter().all(|v| v["kind"] == "sold" && v["sku"] == "jl"));
+    assert_eq!(lines.iter().map(|v| v["units"].as_u64().unwrap()).sum::<u64>(), 300);
+    let again = run_line(&format!("--redis {url} orders --jsonl --until-idle"));
+    again.expect_code(0);
+    assert_eq!(again.stdout.trim(), "", "acknowledged events are not printed again");
+    // Without Redis there is no outbox.
+    run_line("orders --jsonl --until-idle").expect_code(1);
+}
