@@ -23,13 +23,18 @@ use std::time::Duration;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let redis = args.next().unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let redis = args
+        .next()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let postgres = args
         .next()
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
 
     // The selling side: a SKU with the outbox on, and 150 buyers for 100 units.
-    let store = RedisStore::builder(&redis).key_prefix("example").connect().await?;
+    let store = RedisStore::builder(&redis)
+        .key_prefix("example")
+        .connect()
+        .await?;
     let engine = EngineBuilder::default().build(store.clone())?;
     let sku = Sku::new("sneaker")?;
     engine

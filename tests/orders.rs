@@ -100,8 +100,7 @@ async fn sale(e: &Engine<RedisStore>, sku: &str, requests: usize) -> HashMap<Str
     for t in tasks {
         t.await.unwrap();
     }
-    let m = applied.lock().unwrap().clone();
-    m
+    applied.lock().unwrap().clone()
 }
 
 /// Every applied request has exactly one `sold` event with its units, nothing else has one,

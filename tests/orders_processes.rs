@@ -54,7 +54,12 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
 
     // The schema first, so the test can count rows from the start (each consumer also
     // creates it when missing).
-    PostgresOrders::connect(&pg.url()).await.unwrap().migrate().await.unwrap();
+    PostgresOrders::connect(&pg.url())
+        .await
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
     let mut c1 = consumer(&redis, &pg, "c1", logs.path());
     let mut c2 = consumer(&redis, &pg, "c2", logs.path());
     let _c3 = consumer(&redis, &pg, "c3", logs.path());
@@ -80,7 +85,10 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
     // Mid-stream: once orders are arriving, kill c1 (SIGKILL) and restart c2.
     let start = Instant::now();
     while pg_rows(&pg) < 500 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no orders arriving");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no orders arriving"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     c1.child.kill().unwrap();
@@ -115,12 +123,23 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
         let mut w = line.split(' ');
         let (rid, units, status) = (w.next().unwrap(), w.next().unwrap(), w.next().unwrap());
         assert_eq!(status, "sold", "{line}");
-        assert!(seen.insert(rid.to_string(), units.parse::<u64>().unwrap()).is_none());
+        assert!(
+            seen.insert(rid.to_string(), units.parse::<u64>().unwrap())
+                .is_none()
+        );
     }
     assert_eq!(seen, applied, "PostgreSQL rows = the applied sales");
     assert_eq!(seen.values().sum::<u64>(), audit.sold);
-    let pgsum = PostgresOrders::connect(&pg.url()).await.unwrap().summary(None).await.unwrap();
-    assert_eq!((pgsum.rows, pgsum.sold_units), (applied.len() as u64, audit.sold));
+    let pgsum = PostgresOrders::connect(&pg.url())
+        .await
+        .unwrap()
+        .summary(None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (pgsum.rows, pgsum.sold_units),
+        (applied.len() as u64, audit.sold)
+    );
 
     // Nothing pending or undelivered once the survivors are done.
     let watch = Orders::new(
@@ -134,7 +153,11 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
         watch.discover().await.unwrap();
         let lag = watch.lag().await.unwrap();
         if lag.is_idle() {
-            assert_eq!(lag.appended, applied.len() as u64, "one event per applied sale");
+            assert_eq!(
+                lag.appended,
+                applied.len() as u64,
+                "one event per applied sale"
+            );
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(30), "{lag:?}");
@@ -148,7 +171,9 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
 }
 
 fn pg_rows(pg: &PostgresServer) -> u64 {
-    pg.psql("SELECT count(*) FROM shardstock_orders").parse().unwrap()
+    pg.psql("SELECT count(*) FROM shardstock_orders")
+        .parse()
+        .unwrap()
 }
 
 /// Events `consumer` holds unacknowledged over every outbox stream (`XINFO CONSUMERS`).
@@ -199,15 +224,32 @@ fn orders_jsonl_prints_one_line_per_sale() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len() as u64, applied, "{}", out.stderr);
-    let mut rids: Vec<&str> = lines.iter().map(|v| v["request_id"].as_str().unwrap()).collect();
+    let mut rids: Vec<&str> = lines
+        .iter()
+        .map(|v| v["request_id"].as_str().unwrap())
+        .collect();
     rids.sort();
     rids.dedup();
     assert_eq!(rids.len() as u64, applied);
-    assert!(lines.iter().all(|v| v["kind"] == "sold" && v["sku"] == "jl"));
-    assert_eq!(lines.iter().map(|v| v["units"].as_u64().unwrap()).sum::<u64>(), 300);
+    assert!(
+        lines
+            .iter()
+            .all(|v| v["kind"] == "sold" && v["sku"] == "jl")
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .map(|v| v["units"].as_u64().unwrap())
+            .sum::<u64>(),
+        300
+    );
     let again = run_line(&format!("--redis {url} orders --jsonl --until-idle"));
     again.expect_code(0);
-    assert_eq!(again.stdout.trim(), "", "acknowledged events are not printed again");
+    assert_eq!(
+        again.stdout.trim(),
+        "",
+        "acknowledged events are not printed again"
+    );
     // Without Redis there is no outbox.
     run_line("orders --jsonl --until-idle").expect_code(1);
 }

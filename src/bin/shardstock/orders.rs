@@ -15,7 +15,12 @@ use std::time::Duration;
 pub(crate) struct OrdersArgs {
     /// Write orders into this PostgreSQL database (the table is created when missing), e.g.
     /// postgres://user@127.0.0.1:5432/shop.
-    #[arg(long, value_name = "URL", required_unless_present = "jsonl", conflicts_with = "jsonl")]
+    #[arg(
+        long,
+        value_name = "URL",
+        required_unless_present = "jsonl",
+        conflicts_with = "jsonl"
+    )]
     postgres: Option<String>,
     /// Print each event as one JSON line on stdout instead (for piping).
     #[arg(long)]
@@ -85,7 +90,9 @@ impl Handler for JsonLines {
                 };
                 let s = serde_json::to_string(&line).map_err(|e| e.to_string())?;
                 // A closed pipe is a failure: the event stays pending for another consumer.
-                writeln!(out, "{s}").and_then(|_| out.flush()).map_err(|e| e.to_string())
+                writeln!(out, "{s}")
+                    .and_then(|_| out.flush())
+                    .map_err(|e| e.to_string())
             })
             .collect()
     }

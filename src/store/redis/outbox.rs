@@ -154,7 +154,7 @@ impl RedisStore {
         // RESP2: [[key, entries]]; RESP3: {key: entries}; nothing new: nil.
         let streams = match v {
             Value::Null => return Ok(Vec::new()),
-            Value::Map(m) => m.inner().into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            Value::Map(m) => m.inner().into_values().collect::<Vec<_>>(),
             other => other
                 .into_array()
                 .into_iter()
