@@ -431,7 +431,7 @@ impl<H: Handler> Orders<H> {
     /// --until-idle`; a service calls [`run`](Self::run).
     ///
     /// # Errors
-    /// Store errors; [`Error::Timeout`]-like [`Error::NotReady`] when `limit` passes first.
+    /// Store errors; [`Error::NotReady`] when `limit` passes first.
     pub async fn drain(&self, limit: Duration) -> Result<Polled> {
         let start = Instant::now();
         let mut total = Polled::default();
