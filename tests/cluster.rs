@@ -16,6 +16,7 @@ use common::cluster::{ClusterAdmin, MigrateStep, RedisCluster, key_slot};
 use common::redis_server::redis_cli;
 use common::{RedisServer, lock_opts, prefixed_engine};
 use futures::future::join_all;
+use shardstock::orders::{Handler, OrderEvent, Orders, OrdersOptions};
 use shardstock::store::{
     HomeReply, OnShort, ReqArgs, RequestKind, SegAddr, SegmentRole, TakeReply,
 };
@@ -797,6 +798,8 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
                     .unwrap(),
             )
             .unwrap();
+        // The order consumer's store, connected (scripts loaded) before the flush too.
+        let orders_store = store("every").connect().await.unwrap();
         // Every store loaded every script at connect: empty the caches now.
         cluster.admin().flush_scripts();
         for n in &lock_nodes {
@@ -806,7 +809,12 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
 
         // Load (load_begin, load_segment, load_commit): 8 units, 2 per segment.
         let s = Sku::new("all").unwrap();
-        plain.load(&s, 8, LoadOptions::new(4)).await.unwrap();
+        // With the outbox: every selling script also appends to its segment's stream (a
+        // stream key outside the segment's slot would fail here with CROSSSLOT).
+        plain
+            .load(&s, 8, LoadOptions::new(4).outbox(true))
+            .await
+            .unwrap();
         let sell = |e: &Engine<RedisStore>, sku: &str, user: &str, qty: u64, rid: &str| {
             let (e, d) = (e.clone(), Deduct::new(sku, user, qty, rid).unwrap());
             async move { e.deduct(&d).await.unwrap() }
@@ -933,6 +941,20 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
             after.ok && after.remaining == 5 && after.sold == 0,
             "{after:?}"
         );
+
+        // The outbox consumer's scripts (outbox_lag, outbox_trim, outbox_dead): a handler
+        // that refuses everything, one delivery allowed, so every event is dead-lettered.
+        let orders = Orders::new(
+            orders_store,
+            Refuse,
+            OrdersOptions::new("every", "c")
+                .max_deliveries(1)
+                .trim_every(Duration::from_millis(1)),
+        )
+        .unwrap();
+        let polled = orders.poll().await.unwrap();
+        assert!(polled.dead > 0, "{polled:?}");
+        assert!(orders.lag().await.unwrap().is_idle());
     });
 
     let counted = reloads.by_script();
@@ -944,6 +966,15 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
         missing.is_empty(),
         "scripts never run after the flush: {missing:?} (counted: {counted:?})"
     );
+}
+
+/// An order handler that refuses every event.
+struct Refuse;
+
+impl Handler for Refuse {
+    async fn handle(&self, events: &[OrderEvent]) -> Vec<Result<(), String>> {
+        events.iter().map(|_| Err("refused".to_string())).collect()
+    }
 }
 
 /// The minimal case of fred 10.1's `ASK` failure, with fred's default settings (the store

@@ -266,15 +266,7 @@ async fn failures_are_delivered_again_and_poison_goes_to_the_dead_letters() {
 
 /// Every dead letter under the server, as field maps (read with redis-cli).
 fn dead_letters(redis: &RedisServer) -> Vec<HashMap<String, String>> {
-    let port = redis.url().rsplit(':').next().unwrap().to_string();
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &port])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let cli = |args: &[&str]| redis.cli(args);
     let mut out = Vec::new();
     for key in cli(&["--scan", "--pattern", "*:dead"]).lines() {
         let lines: Vec<String> = cli(&["XRANGE", key, "-", "+"])

@@ -178,15 +178,7 @@ fn pg_rows(pg: &PostgresServer) -> u64 {
 
 /// Events `consumer` holds unacknowledged over every outbox stream (`XINFO CONSUMERS`).
 fn pending_of(redis: &RedisServer, consumer: &str) -> u64 {
-    let port = redis.url().rsplit(':').next().unwrap().to_string();
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &port])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let cli = |args: &[&str]| redis.cli(args);
     let mut held = 0;
     for key in cli(&["--scan", "--pattern", "*:out"]).lines() {
         let info = cli(&["XINFO", "CONSUMERS", key, "orders"]);
