@@ -364,15 +364,19 @@ impl PostgresOrders {
         if let Some(why) = events.iter().find_map(unwritable) {
             return Err(Error::invalid("event", why));
         }
+        self.write(&events.iter().collect::<Vec<_>>()).await
+    }
+
+    /// [`apply`](Self::apply) of events known to be writable.
+    async fn write(&self, events: &[&OrderEvent]) -> Result<u64> {
         if events.is_empty() {
             return Ok(0);
         }
-        let events: Vec<&OrderEvent> = events.iter().collect();
         let mut slot = self.conn.lock().await;
         let mut retried = false;
         loop {
             let conn = self.ready(&mut slot).await?;
-            let e = match conn.write(&events).await {
+            let e = match conn.write(events).await {
                 Ok(n) => return Ok(n),
                 Err(e) => e,
             };
@@ -438,13 +442,13 @@ impl PostgresOrders {
     async fn handle_batch(&self, events: &[OrderEvent]) -> Vec<std::result::Result<(), String>> {
         let mut results: Vec<Option<std::result::Result<(), String>>> =
             events.iter().map(|e| unwritable(e).map(Err)).collect();
-        let writable: Vec<OrderEvent> = events
+        let writable: Vec<&OrderEvent> = events
             .iter()
             .zip(&results)
             .filter(|(_, r)| r.is_none())
-            .map(|(e, _)| e.clone())
+            .map(|(e, _)| e)
             .collect();
-        match self.apply(&writable).await {
+        match self.write(&writable).await {
             Ok(_) => {
                 for r in results.iter_mut().filter(|r| r.is_none()) {
                     *r = Some(Ok(()));
@@ -462,7 +466,7 @@ impl PostgresOrders {
                     *r = Some(if broken {
                         Err(batch_error.to_string())
                     } else {
-                        self.apply(std::slice::from_ref(e))
+                        self.write(&[e])
                             .await
                             .map(|_| ())
                             .map_err(|e| e.to_string())
