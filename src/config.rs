@@ -149,6 +149,8 @@ pub struct EngineConfig {
     pub metric_skus: Vec<String>,
     /// [`EngineOptions::metric_sku_cap`].
     pub metric_sku_cap: usize,
+    /// [`EngineOptions::outbox`].
+    pub outbox: bool,
 }
 
 impl Default for EngineConfig {
@@ -168,6 +170,7 @@ impl Default for EngineConfig {
             guard_cap: o.guard_cap,
             metric_skus: o.metric_skus,
             metric_sku_cap: o.metric_sku_cap,
+            outbox: o.outbox,
         }
     }
 }
@@ -189,6 +192,7 @@ impl EngineConfig {
             guard_cap: self.guard_cap,
             metric_skus: self.metric_skus.clone(),
             metric_sku_cap: self.metric_sku_cap,
+            outbox: self.outbox,
         }
     }
 }

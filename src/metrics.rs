@@ -62,6 +62,23 @@ pub const RESERVED_UNITS: &str = "shardstock_reserved_units";
 /// `store.wait_timeout_ms` (counter; one grouped `WAIT` that falls short counts once per call
 /// it covered).
 pub const WAIT_SHORTFALLS: &str = "shardstock_wait_shortfalls_total";
+/// Outbox events ever appended to the streams an order consumer reads (gauge, label `group`;
+/// `XINFO STREAM` entries-added, refreshed by the consumer).
+pub const OUTBOX_APPENDED: &str = "shardstock_outbox_events_appended";
+/// Outbox events handled and acknowledged by this process's order consumer (counter).
+pub const ORDERS_HANDLED: &str = "shardstock_orders_handled_total";
+/// Outbox events whose handler failed (left pending for a later delivery; counter).
+pub const ORDERS_FAILED: &str = "shardstock_orders_handler_failures_total";
+/// Deliveries after the first: claimed from a dead consumer or after a failure (counter).
+pub const ORDERS_REDELIVERIES: &str = "shardstock_orders_redeliveries_total";
+/// Outbox events moved to a dead-letter stream (counter).
+pub const ORDERS_DEAD_LETTERS: &str = "shardstock_orders_dead_letters_total";
+/// Outbox events delivered to the group and not yet acknowledged (gauge, label `group`).
+pub const ORDERS_PENDING: &str = "shardstock_orders_pending";
+/// Outbox events not yet delivered to the group (gauge, label `group`).
+pub const ORDERS_UNDELIVERED: &str = "shardstock_orders_undelivered";
+/// Age of the group's oldest pending outbox event, 0 when none (gauge, label `group`).
+pub const ORDERS_OLDEST_PENDING: &str = "shardstock_orders_oldest_pending_seconds";
 /// Errors returned to callers of a deduction or reservation, by kind (counter, label `kind`:
 /// one of [`ERROR_KINDS`], see [`error_label`]).
 pub const ERRORS: &str = "shardstock_errors_total";
@@ -169,6 +186,46 @@ pub fn describe() {
         Unit::Count,
         "Entries held by the in-process per-user guard."
     );
+    describe_gauge!(
+        OUTBOX_APPENDED,
+        Unit::Count,
+        "Outbox events ever appended to the streams the order consumer reads (XINFO STREAM entries-added)."
+    );
+    describe_counter!(
+        ORDERS_HANDLED,
+        Unit::Count,
+        "Outbox events handled and acknowledged by this consumer."
+    );
+    describe_counter!(
+        ORDERS_FAILED,
+        Unit::Count,
+        "Outbox events whose handler failed; they stay pending and are delivered again."
+    );
+    describe_counter!(
+        ORDERS_REDELIVERIES,
+        Unit::Count,
+        "Outbox deliveries after the first (claimed from a dead consumer, or after a failure)."
+    );
+    describe_counter!(
+        ORDERS_DEAD_LETTERS,
+        Unit::Count,
+        "Outbox events moved to a dead-letter stream after the last allowed delivery failed."
+    );
+    describe_gauge!(
+        ORDERS_PENDING,
+        Unit::Count,
+        "Outbox events delivered to the consumer group and not yet acknowledged."
+    );
+    describe_gauge!(
+        ORDERS_UNDELIVERED,
+        Unit::Count,
+        "Outbox events not yet delivered to the consumer group."
+    );
+    describe_gauge!(
+        ORDERS_OLDEST_PENDING,
+        Unit::Seconds,
+        "Age of the consumer group's oldest pending outbox event (0 when none)."
+    );
     crate::lock::describe_metrics();
 }
 
@@ -256,6 +313,30 @@ pub(crate) fn error(e: &crate::Error) {
 pub(crate) fn coalesced_batch(requests: usize) {
     counter!(COALESCED_CALLS).increment(1);
     counter!(COALESCED_REQUESTS).increment(requests as u64);
+}
+
+pub(crate) fn orders_polled(p: &crate::orders::Polled) {
+    if p.handled > 0 {
+        counter!(ORDERS_HANDLED).increment(p.handled);
+    }
+    if p.failed > 0 {
+        counter!(ORDERS_FAILED).increment(p.failed);
+    }
+    if p.redelivered > 0 {
+        counter!(ORDERS_REDELIVERIES).increment(p.redelivered);
+    }
+    if p.dead > 0 {
+        counter!(ORDERS_DEAD_LETTERS).increment(p.dead);
+    }
+}
+
+pub(crate) fn orders_lag(group: &str, lag: &crate::orders::Lag) {
+    let group = group.to_string();
+    gauge!(OUTBOX_APPENDED, "group" => group.clone()).set(lag.appended as f64);
+    gauge!(ORDERS_PENDING, "group" => group.clone()).set(lag.pending as f64);
+    gauge!(ORDERS_UNDELIVERED, "group" => group.clone()).set(lag.undelivered as f64);
+    gauge!(ORDERS_OLDEST_PENDING, "group" => group)
+        .set(lag.oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
 }
 
 pub(crate) fn wait_shortfall() {

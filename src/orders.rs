@@ -6,7 +6,7 @@
 //! without its event, no event without its sale, on one Redis and on a cluster. A replay appends
 //! nothing.
 //!
-//! [`Orders`](consumer::Orders) reads every segment stream of the SKUs it serves through a
+//! [`Orders`] reads every segment stream of the SKUs it serves through a
 //! consumer group and hands the events to a [`Handler`]. The contract a handler keeps is
 //! **idempotent by request id**: an event can be delivered more than once (a consumer that died
 //! after handling and before acknowledging), never zero times. The PostgreSQL handler
@@ -19,7 +19,7 @@ pub mod event;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
-pub use consumer::{Orders, OrdersOptions};
+pub use consumer::{Lag, Orders, OrdersOptions, Polled};
 pub use event::{EventKind, OrderEvent};
 
 /// What an order service does with outbox events.

@@ -135,6 +135,28 @@ impl Keyspace {
         format!("{}:{{{tag}}}:g{generation}:claims", self.prefix)
     }
 
+    /// Segment `tag`'s outbox stream (all generations): the selling scripts append an event
+    /// per change of a request's units when the SKU's outbox is on (see [`crate::orders`]).
+    pub fn outbox(&self, tag: &str) -> String {
+        format!("{}:{{{tag}}}:out", self.prefix)
+    }
+
+    /// Segment `tag`'s dead-letter stream: outbox events no handler could take.
+    pub fn dead_letters(&self, tag: &str) -> String {
+        format!("{}:{{{tag}}}:dead", self.prefix)
+    }
+
+    /// Segment `tag`'s handler failure reasons (hash: entry id → last reason), read when an
+    /// event moves to the dead letters.
+    pub fn failures(&self, tag: &str) -> String {
+        format!("{}:{{{tag}}}:why", self.prefix)
+    }
+
+    /// The set of SKUs ever loaded with the outbox on (consumers discover them here).
+    pub fn outbox_skus(&self) -> String {
+        format!("{}:outbox", self.prefix)
+    }
+
     /// The lock of segment `tag` (lock strategies; same tag as the segment).
     pub fn lock(&self, tag: &str) -> String {
         format!("{}:{{{tag}}}:lock", self.prefix)

@@ -176,6 +176,18 @@ pub struct LoadSpec {
     pub if_loaded: IfLoaded,
     /// Units one user may buy (0 = no limit).
     pub user_limit: u64,
+    /// The selling scripts append outbox events (see [`crate::orders`]).
+    pub outbox: bool,
+}
+
+/// What [`Store::load_segment`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SegmentLoad {
+    /// The segment's units.
+    pub units: u64,
+    /// The selling scripts append outbox events for this segment.
+    pub outbox: bool,
 }
 
 /// How [`Store::settle`] ends a claim.
@@ -245,12 +257,12 @@ pub trait Store: Send + Sync + 'static {
         sku: &Sku,
         spec: LoadSpec,
     ) -> impl Future<Output = Result<LoadBegin>> + Send;
-    /// Writes segment `seg` of generation `seg.generation` with `units`, replacing an older
-    /// generation; `false` (nothing written) when a newer generation is there already.
+    /// Writes segment `seg` of generation `seg.generation` with `load.units`, replacing an
+    /// older generation; `false` (nothing written) when a newer generation is there already.
     fn load_segment(
         &self,
         seg: SegAddr<'_>,
-        units: u64,
+        load: SegmentLoad,
     ) -> impl Future<Output = Result<bool>> + Send;
     /// Deletes segment `seg.index` when it is of an older generation than `seg.generation`
     /// (left over from a previous generation with more segments).

@@ -41,6 +41,9 @@ pub struct EngineOptions {
     /// Besides `metric_skus`, how many SKUs get a label on first sight (default 16); the
     /// rest are not exported per SKU, which keeps label cardinality bounded.
     pub metric_sku_cap: usize,
+    /// The outbox for SKUs loaded without saying (default false); see
+    /// [`LoadOptions::outbox`].
+    pub outbox: bool,
 }
 
 impl Default for EngineOptions {
@@ -58,6 +61,7 @@ impl Default for EngineOptions {
             guard_cap: 100_000,
             metric_skus: Vec::new(),
             metric_sku_cap: 16,
+            outbox: false,
         }
     }
 }
@@ -232,6 +236,11 @@ pub struct LoadOptions {
     /// Units one user may hold (sold or reserved) at most; 0 = no limit. `None` (default):
     /// the engine's [`EngineOptions::per_user_limit`].
     pub per_user_limit: Option<u64>,
+    /// Every script that sells, reserves, confirms, cancels or expires units of this SKU also
+    /// appends an event to the segment's outbox stream, in the same atomic step (see
+    /// [`crate::orders`]); `None` (default): the engine's [`EngineOptions::outbox`]. Stored
+    /// with the generation, so every instance appends or none does. Redis stores only.
+    pub outbox: Option<bool>,
 }
 
 impl LoadOptions {
@@ -241,6 +250,7 @@ impl LoadOptions {
             segments,
             replace: false,
             per_user_limit: None,
+            outbox: None,
         }
     }
 
@@ -253,6 +263,12 @@ impl LoadOptions {
     /// See [`LoadOptions::per_user_limit`](#structfield.per_user_limit).
     pub fn per_user_limit(mut self, limit: u64) -> Self {
         self.per_user_limit = Some(limit);
+        self
+    }
+
+    /// See [`LoadOptions::outbox`](#structfield.outbox).
+    pub fn outbox(mut self, on: bool) -> Self {
+        self.outbox = Some(on);
         self
     }
 }

@@ -6,7 +6,7 @@ use super::{Engine, LoadOptions, Restocked, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, check_qty};
 use crate::segments::{home, split};
-use crate::store::{IfLoaded, LoadBegin, LoadSpec, RestockReply, Store};
+use crate::store::{IfLoaded, LoadBegin, LoadSpec, RestockReply, SegmentLoad, Store};
 
 impl<S: Store> Engine<S> {
     /// Loads `sku` with `total` units split over `opts.segments` (sizes differ by at most
@@ -22,7 +22,9 @@ impl<S: Store> Engine<S> {
             segments,
             replace,
             per_user_limit,
+            outbox,
         } = opts;
+        let outbox = outbox.unwrap_or(self.inner.opts.outbox);
         let per_user_limit = per_user_limit.unwrap_or(self.inner.opts.per_user_limit);
         if per_user_limit > MAX_UNITS {
             return Err(Error::invalid(
@@ -55,6 +57,7 @@ impl<S: Store> Engine<S> {
                         IfLoaded::Refuse
                     },
                     user_limit: per_user_limit,
+                    outbox,
                 },
             )
             .await?
@@ -74,10 +77,15 @@ impl<S: Store> Engine<S> {
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
         let at = |index| seg_at(sku, generation, index, &placement);
-        let writes = amounts
-            .iter()
-            .enumerate()
-            .map(|(i, units)| store.load_segment(at(i as u32), *units));
+        let writes = amounts.iter().enumerate().map(|(i, units)| {
+            store.load_segment(
+                at(i as u32),
+                SegmentLoad {
+                    units: *units,
+                    outbox,
+                },
+            )
+        });
         let written = futures::future::try_join_all(writes).await?;
         // A concurrent load of a newer generation wrote some segment first: it wins (its
         // segments are never overwritten by ours), and this load is overtaken.

@@ -81,7 +81,10 @@ async fn load<S: Store>(
     Path(sku): Path<String>,
     bytes: Bytes,
 ) -> ApiResult {
-    let body = Body::parse(&bytes, &["stock", "segments", "per_user_limit", "replace"])?;
+    let body = Body::parse(
+        &bytes,
+        &["stock", "segments", "per_user_limit", "replace", "outbox"],
+    )?;
     let sku = Sku::new(&sku)?;
     let stock = body.need_u64("stock")?;
     let segments = u32::try_from(body.need_u64("segments")?)
@@ -90,13 +93,15 @@ async fn load<S: Store>(
         .u64("per_user_limit")?
         .unwrap_or(engine.options().per_user_limit);
     let replace = body.bool("replace")?.unwrap_or(false);
+    let outbox = body.bool("outbox")?.unwrap_or(engine.options().outbox);
     let generation = engine
         .load(
             &sku,
             stock,
             LoadOptions::new(segments)
                 .replace(replace)
-                .per_user_limit(limit),
+                .per_user_limit(limit)
+                .outbox(outbox),
         )
         .await?;
     ok(
@@ -107,6 +112,7 @@ async fn load<S: Store>(
             "stock": stock,
             "segments": segments,
             "per_user_limit": limit,
+            "outbox": outbox,
         }),
     )
 }

@@ -9,7 +9,8 @@
 -- KEYS[2]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>   (same hash tag as KEYS[1])
 -- KEYS[3]  reservation index <prefix>:{<sku>#<i>}:g<gen>:resv (ZSET of record keys by expiry)
 -- KEYS[4]  claim index       <prefix>:{<sku>#<i>}:g<gen>:claims (ZSET of claim records by lease end)
--- KEYS[5]  mode "decr" only: the decrement's one-time token <prefix>:{<sku>#<i>}:dt:<nonce>
+-- KEYS[5]  outbox stream     <prefix>:{<sku>#<i>}:out (appended to when the segment's `out` is 1)
+-- KEYS[6]  mode "decr" only: the decrement's one-time token <prefix>:{<sku>#<i>}:dt:<nonce>
 -- ARGV[1]  gen        load generation the caller believes in
 -- ARGV[2]  user       user id
 -- ARGV[3]  qty        units wanted (> 0)
@@ -24,14 +25,15 @@
 --                     "decr": decr-compensate — the caller already decremented the stock by
 --                     qty with HINCRBY; it is given back and the request decided as "lua"
 -- ARGV[9]  fence_token  mode "fenced": the fence token the caller's lock acquisition got
---                     (fence_read.lua); mode "decr": the nonce naming KEYS[5]; otherwise 0
+--                     (fence_read.lua); mode "decr": the nonce naming KEYS[6]; otherwise 0
 -- ARGV[10] resv_ttl_ms 0: sell; > 0: reserve the units for this long (server clock), they go
 --                     to `reserved` instead of `sold` and return by themselves when unconfirmed.
 --                     It also sets the request's kind: a reservation ('r') or a sale ('s'); a
 --                     record of the other kind under the same request id is a conflict.
 --
 -- Reply (first element is the tag):
---   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>"
+--   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>";
+--                                       outbox on: a "sold" (or "reserved") event appended
 --   {"short", stock, claimed}           not enough here; claimed = 1 when a pending claim
 --                                       (epoch 1) was written for the caller
 --   {"replay", parts}                   this request id already applied; nothing changed
@@ -63,10 +65,10 @@ if mode == 'decr' then
   -- decr-compensate: give the caller's decrement back (once, see give_back_once) and decide
   -- as "lua" would, in this one atomic step: a twin (the same request id sent twice, each
   -- with its own decrement) finds the first one's record and replays, so both never sell.
-  give_back_once(KEYS[1], KEYS[5], ARGV[3], ARGV[5])
+  give_back_once(KEYS[1], KEYS[6], ARGV[3], ARGV[5])
   mode = 'lua'
 end
-local st, other = open_segment(KEYS[1], KEYS[3], gen)
+local st, other = open_segment(KEYS[1], KEYS[3], gen, KEYS[5])
 if not st then return { 'stale', other } end
 local reply = decide(st, KEYS[1], { rk = KEYS[2], u = user, qty = qty, q = ARGV[3],
   index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode,

@@ -13,7 +13,9 @@
 -- KEYS[1]     segment hash        <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]     reservation index   <prefix>:{<sku>#<i>}:g<gen>:resv
 -- KEYS[3]     claim index         <prefix>:{<sku>#<i>}:g<gen>:claims
--- KEYS[3+j]   request record of request j (1..n), same hash tag as KEYS[1]
+-- KEYS[4]     outbox stream       <prefix>:{<sku>#<i>}:out (appended to when the segment's
+--                                  `out` is 1: one event per request applied)
+-- KEYS[4+j]   request record of request j (1..n), same hash tag as KEYS[1]
 -- ARGV[1]     gen        load generation of every request in the batch
 -- ARGV[2]     index      this segment's index
 -- ARGV[3]     ttl_ms     lifetime of the records (> 0)
@@ -37,11 +39,11 @@ posint('ttl_ms', ARGV[3])
 local ttl_s = ARGV[3]
 local lease = posint('lease_ms', ARGV[4])
 local n = posint('n', ARGV[5])
-if n > 1000 or #KEYS ~= n + 3 or #ARGV ~= 5 + 4 * n then bad('n') end
+if n > 1000 or #KEYS ~= n + 4 or #ARGV ~= 5 + 4 * n then bad('n') end
 
 local function parse(j)
   local b = 5 + 4 * (j - 1)
-  local r = { rk = KEYS[3 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
+  local r = { rk = KEYS[4 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
     fence_token = 0 }
   r.u = ident('user', ARGV[b + 1])
   r.q = ARGV[b + 2]
@@ -54,7 +56,7 @@ local function parse(j)
 end
 
 local out = {}
-local st, other = open_segment(KEYS[1], KEYS[2], gen)
+local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4])
 for j = 1, n do
   local ok, r = pcall(parse, j)
   if not ok then

@@ -21,16 +21,18 @@
 -- the reclaim range query run only when the segment holds reservations.
 
 -- The segment state a call starts from, or nil and the reason (other generation / missing).
--- `gen` is the canonical generation string.
-local function open_segment(seg, zkey, gen)
-  local v = redis.call('HMGET', seg, 'gen', 'stock', 'reserved')
+-- `gen` is the canonical generation string; `okey` the segment's outbox stream.
+local function open_segment(seg, zkey, gen, okey)
+  local v = redis.call('HMGET', seg, 'gen', 'stock', 'reserved', 'out')
   if not v[1] then return nil, 'missing' end
   if v[1] ~= gen then return nil, v[1] end
   local st = { stock = tonumber(v[2]), fresh = {}, taken = 0, sold = 0, napplied = 0, acts = {} }
+  st.ob = outbox(seg, okey)
+  st.ob.on = v[4] == '1'
   if v[3] and v[3] ~= '0' then
     -- Only a segment holding reservations can have expired ones to take back.
     st.now = now_ms()
-    st.stock = st.stock + reclaim(seg, zkey, st.now)
+    st.stock = st.stock + reclaim(seg, zkey, st.now, st.ob)
   end
   return st
 end
@@ -104,6 +106,7 @@ local function commit(st, seg, zkey, ckey)
       if r.resv_ttl > 0 then
         hold(seg, zkey, r.rk, r.qty, clock(st), r.resv_ttl, tonumber(r.ttl_s))
       end
+      if st.ob.on then emit(st.ob, r.resv_ttl > 0 and 'reserved' or 'sold', r.rk, r.u, r.q, r.parts) end
     else
       redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', '1', 'l', int(r.l), 'hp', '0',
         'k', r.k)

@@ -3,7 +3,7 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta
---          (fields gen, segments, loaded, limit, state, place)
+--          (fields gen, segments, loaded, limit, state, place, outmax)
 -- ARGV[1]  segments (> 0)
 -- ARGV[2]  total    units loaded
 -- ARGV[3]  replace  "1" to replace an existing SKU, "0" to refuse
@@ -12,6 +12,9 @@
 --                   comma-separated ("" = unplaced; see src/placement.rs); a placed SKU must
 --                   end with a suffix for each of its segments, or the load is refused
 --                   (bad argument "place")
+-- ARGV[6]  outbox   "1" when the new generation has the outbox on: `outmax` becomes the largest
+--                   segment count the SKU ever had with it, so a consumer finds every stream
+--                   (events stay in a stream after a reload shrinks the SKU)
 --
 -- Reply: {"exists", gen} | {"started", gen, old_segments, place}
 --
@@ -31,6 +34,8 @@ local replace = ARGV[3]
 if replace ~= '0' and replace ~= '1' then bad('replace') end
 local limit = uint('limit', ARGV[4])
 local proposed = ARGV[5]
+local ob = ARGV[6]
+if ob ~= '0' and ob ~= '1' then bad('outbox') end
 if type(proposed) ~= 'string' or (proposed ~= '' and not proposed:match('^%d+[%d,]*$'))
   or proposed:match(",,") or proposed:match(",$") or #proposed > 6 * 1024 then
   bad('place')
@@ -40,7 +45,7 @@ for k in proposed:gmatch('%d+') do
   if #k > 5 or tonumber(k) > 65535 then bad('place') end
 end
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'segments', 'place')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'segments', 'place', 'outmax')
 if v[1] and replace == '0' then return { 'exists', tonumber(v[1]) } end
 local place = v[3] or ''
 if not v[1] then
@@ -61,4 +66,5 @@ local gen = math.max((tonumber(v[1]) or 0) + 1, now_ms())
 redis.call('HSET', KEYS[1], 'gen', int(gen), 'segments', ARGV[1], 'loaded', ARGV[2], 'limit',
   ARGV[4], 'state', 'loading')
 if place ~= '' then redis.call('HSET', KEYS[1], 'place', place) end
+if ob == '1' and (tonumber(v[4]) or 0) < segments then redis.call('HSET', KEYS[1], 'outmax', ARGV[1]) end
 return { 'started', gen, tonumber(v[2]) or 0, place }

@@ -10,13 +10,15 @@
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg
 -- ARGV[1]  gen
 -- ARGV[2]  units
+-- ARGV[3]  outbox   "1": the selling scripts append events to the segment's stream (field out)
 --
 -- Reply: {"ok"} | {"superseded", newer_gen}
 uint('gen', ARGV[1])
 uint('units', ARGV[2])
+if ARGV[3] ~= '0' and ARGV[3] ~= '1' then bad('outbox') end
 local cur = redis.call('HGET', KEYS[1], 'gen')
 if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2], 'restocked', '0',
-  'sold', '0', 'reserved', '0')
+  'sold', '0', 'reserved', '0', 'out', ARGV[3])
 return { 'ok' }

@@ -92,23 +92,51 @@ local function record(key)
   return r
 end
 
+-- The outbox (see src/orders.rs): when the SKU was loaded with it on (segment field out = 1),
+-- every script that changes what a request's units are (sold, reserved, confirmed, cancelled,
+-- expired) appends one event to the segment's stream in the same atomic step. `ob` is
+-- { seg = segment hash key, key = stream key (KEYS, same hash tag), on = nil | true | false }:
+-- the flag is read at most once per call, and only when there is something to say.
+local function outbox(seg, key)
+  if not key then return nil end
+  return { seg = seg, key = key }
+end
+
+-- Appends event `kind` about the request whose record is `rk`; `units` and `parts` are
+-- canonical strings. The SKU and segment come from the segment key's hash tag
+-- ({<sku>#<i>[.<k>]}), the request id and generation from the record key (...:g<gen>:rq:<id>).
+local function emit(ob, kind, rk, user, units, parts)
+  if not ob then return end
+  if ob.on == nil then ob.on = redis.call('HGET', ob.seg, 'out') == '1' end
+  if not ob.on then return end
+  local gen, rid = string.match(rk, '}:g(%d+):rq:(.+)$')
+  redis.call('XADD', ob.key, '*', 'kind', kind, 'rid', rid, 'sku', string.match(ob.seg, '{([^#}]*)#'),
+    'user', user, 'units', units, 'parts', parts, 'gen', gen)
+end
+
+-- The segment index named by the segment key's hash tag, as text.
+local function seg_index(seg)
+  return string.match(seg, '{[^#}]*#(%d+)')
+end
+
 -- Lazy reclaim: return expired reservations of this segment to its stock (at most 64 per call;
 -- the sweeper and later calls take the rest). A reservation's units sit on the record that
 -- holds them (fields rs = R|C|X|K, rq = units, exp = expiry ms); the segment's index ZSET
 -- (score = expiry) names those records. Everything is in the segment's slot, so deciding
 -- "expired" and returning the units is one atomic step: a confirm racing its own expiry ends
--- in exactly one state.
-local function reclaim(seg, zkey, now)
+-- in exactly one state. Each reservation returned is an `expired` event in the outbox `ob`.
+local function reclaim(seg, zkey, now, ob)
   local due = redis.call('ZRANGEBYSCORE', zkey, '-inf', now, 'LIMIT', 0, 64)
   local back = 0
   for _, rk in ipairs(due) do
-    local v = redis.call('HMGET', rk, 'rs', 'rq')
+    local v = redis.call('HMGET', rk, 'rs', 'rq', 'u')
     if v[1] == 'R' then
       local q = tonumber(v[2])
       redis.call('HSET', rk, 'rs', 'X')
       redis.call('HINCRBY', seg, 'reserved', -q)
       redis.call('HINCRBY', seg, 'stock', q)
       back = back + q
+      emit(ob, 'expired', rk, v[3], v[2], seg_index(seg) .. ':' .. v[2])
     end
     redis.call('ZREM', zkey, rk)
   end

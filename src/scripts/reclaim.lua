@@ -8,6 +8,7 @@
 --
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
+-- KEYS[3]  outbox stream         <prefix>:{<sku>#<i>}:out (an `expired` event per reservation returned)
 -- ARGV[1]  gen
 --
 -- Reply: {"reclaimed", units, reserved} (reserved = units still held by live reservations)
@@ -16,5 +17,5 @@ uint('gen', ARGV[1])
 local gen = ARGV[1]
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
-local back = reclaim(KEYS[1], KEYS[2], now_ms())
+local back = reclaim(KEYS[1], KEYS[2], now_ms(), outbox(KEYS[1], KEYS[3]))
 return { 'reclaimed', back, tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') }

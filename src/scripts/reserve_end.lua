@@ -9,6 +9,9 @@
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  record holding it     <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
 -- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
+-- KEYS[4]  outbox stream         <prefix>:{<sku>#<i>}:out (outbox on: a `confirmed` or `cancelled`
+--                                 event when this call ends the reservation, `expired` for
+--                                 each one reclaimed first)
 -- ARGV[1]  gen
 -- ARGV[2]  action   "confirm" (units become sold) | "cancel" (units go back to stock) |
 --                   "peek" (only reclaim and report the state)
@@ -25,7 +28,8 @@ if action ~= 'confirm' and action ~= 'cancel' and action ~= 'peek' then bad('act
 
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
-reclaim(KEYS[1], KEYS[3], now_ms())
+local ob = outbox(KEYS[1], KEYS[4])
+reclaim(KEYS[1], KEYS[3], now_ms(), ob)
 local v = redis.call('HMGET', KEYS[2], 'rs', 'rq', 'u')
 if not v[1] then return { 'unknown' } end
 local rs, q, user = v[1], tonumber(v[2]), v[3]
@@ -41,4 +45,5 @@ else
 end
 redis.call('HSET', KEYS[2], 'rs', want)
 redis.call('ZREM', KEYS[3], KEYS[2])
+emit(ob, want == 'C' and 'confirmed' or 'cancelled', KEYS[2], user, v[2], seg_index(KEYS[1]) .. ':' .. v[2])
 return { 'done', want, user, q }

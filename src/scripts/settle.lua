@@ -4,6 +4,9 @@
 --
 -- KEYS[1]  home request record   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
 -- KEYS[2]  claim index           <prefix>:{<sku>#<home>}:g<gen>:claims
+-- KEYS[3]  home segment hash     <prefix>:{<sku>#<home>}:seg (its `out` field: outbox on?)
+-- KEYS[4]  outbox stream         <prefix>:{<sku>#<home>}:out ("applied", outbox on: a `sold` or
+--                                 `reserved` event with the parts, wherever they were taken)
 -- ARGV[1]  epoch     the caller's claim epoch
 -- ARGV[2]  outcome   "applied": applied with `parts`; "release": nothing was sold, the record
 --                    goes and the request id stays free (a later retry is a fresh attempt);
@@ -45,6 +48,7 @@ if outcome == 'applied' then
   redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
+  emit(outbox(KEYS[3], KEYS[4]), rec.k == 'r' and 'reserved' or 'sold', KEYS[1], rec.u, rec.q, parts)
 elseif outcome == 'seal' then
   redis.call('HSET', KEYS[1], 's', 'X')
   redis.call('HDEL', KEYS[1], 'l', 'hp')

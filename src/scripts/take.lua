@@ -11,7 +11,8 @@
 -- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
 -- KEYS[2]  request record here   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
 -- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
--- KEYS[4]  mode "decr" only: the decrement's one-time token <prefix>:{<sku>#<i>}:dt:<nonce>
+-- KEYS[4]  outbox stream         <prefix>:{<sku>#<i>}:out (expired reservations reclaimed here)
+-- KEYS[5]  mode "decr" only: the decrement's one-time token <prefix>:{<sku>#<i>}:dt:<nonce>
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  qty       the request's whole quantity (checked against the records)
@@ -24,7 +25,7 @@
 --                    "decr" (decr-compensate: the caller already took `part` off the stock
 --                    with HINCRBY; it is given back here and the part decided as "lua")
 -- ARGV[9]  fence_token  mode "fenced": the lock fence token (fence_read.lua); mode "decr": the
---                    nonce naming KEYS[4]; otherwise 0
+--                    nonce naming KEYS[5]; otherwise 0
 -- ARGV[10] resv_ttl_ms   0: sell; > 0: reserve the part (see deduct.lua); also the kind
 --                        ('r' / 's') the records must carry
 --
@@ -53,13 +54,13 @@ local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 local kind = resv_ttl > 0 and 'r' or 's'
 
 if mode == 'decr' then
-  give_back_once(KEYS[1], KEYS[4], ARGV[4], ARGV[6]) -- see deduct.lua
+  give_back_once(KEYS[1], KEYS[5], ARGV[4], ARGV[6]) -- see deduct.lua
   mode = 'lua'
 end
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
 local now = now_ms()
-stock = stock + reclaim(KEYS[1], KEYS[3], now)
+stock = stock + reclaim(KEYS[1], KEYS[3], now, outbox(KEYS[1], KEYS[4]))
 
 local rec = record(KEYS[2])
 if rec then

@@ -112,6 +112,11 @@ impl Store for MemoryStore {
 
     // load_begin.lua
     async fn load_begin(&self, sku: &Sku, spec: LoadSpec) -> Result<LoadBegin> {
+        if spec.outbox {
+            return Err(crate::error::Error::Config(
+                "the outbox needs a Redis store: its events are Redis streams".into(),
+            ));
+        }
         let mut e = self.inner.metas.entry(sku.clone());
         use dashmap::Entry;
         let prev = match &mut e {
@@ -134,6 +139,7 @@ impl Store for MemoryStore {
             user_limit: spec.user_limit,
             // One process, no slots: nothing to place.
             placement: Placement::unplaced(),
+            outbox_segments: 0,
         });
         Ok(LoadBegin::Started {
             generation,
@@ -143,7 +149,8 @@ impl Store for MemoryStore {
     }
 
     // load_segment.lua
-    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<bool> {
+    async fn load_segment(&self, seg: SegAddr<'_>, load: SegmentLoad) -> Result<bool> {
+        let units = load.units;
         Ok(self.with_records(seg, |s, _| {
             if s.generation > seg.generation {
                 return false;

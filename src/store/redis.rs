@@ -29,6 +29,7 @@ mod batch;
 mod builder;
 pub mod lua;
 pub(crate) mod moving;
+pub(crate) mod outbox;
 mod strategies;
 mod wait;
 
@@ -119,6 +120,15 @@ impl RedisStore {
 
     fn at<'a>(&'a self, seg: SegAddr<'a>) -> SegmentKeys<'a> {
         self.conn.at(seg)
+    }
+
+    /// Adds `sku` to the set of SKUs with an outbox, where consumers discover them.
+    async fn register_outbox(&self, sku: &Sku) -> Result<()> {
+        use fred::interfaces::SetsInterface;
+        let client = self.conn.pool.next();
+        let key = self.conn.keys.outbox_skus();
+        let _: u64 = client.sadd(key, sku.as_str()).await?;
+        Ok(())
     }
 
     /// The placement a load of `sku` with `segments` proposes: on a cluster, the SKU's stored
@@ -232,6 +242,19 @@ impl Store for RedisStore {
 
     async fn load_begin(&self, sku: &Sku, spec: LoadSpec) -> Result<LoadBegin> {
         let placement = &self.propose_placement(sku, spec.segments).await?;
+        if spec.outbox && !self.strategy().exactly_once() {
+            return Err(Error::Config(format!(
+                "the outbox needs an exactly-once strategy (lua, lock, redlock), not {}: \
+                 the baselines write around the scripts that append the events",
+                self.strategy()
+            )));
+        }
+        if spec.outbox {
+            // Registered before the load: a consumer discovering SKUs never misses one whose
+            // scripts append (registering a load that then fails costs a consumer one
+            // empty look).
+            self.register_outbox(sku).await?;
+        }
         let keys = &self.conn.keys;
         let call = segment::LoadBegin {
             keys,
@@ -242,9 +265,12 @@ impl Store for RedisStore {
         self.conn.run(call).await
     }
 
-    async fn load_segment(&self, seg: SegAddr<'_>, units: u64) -> Result<bool> {
+    async fn load_segment(&self, seg: SegAddr<'_>, load: SegmentLoad) -> Result<bool> {
         let at = self.at(seg);
-        self.conn.run(segment::LoadSegment { at, units }).await
+        let (units, outbox) = (load.units, load.outbox);
+        self.conn
+            .run(segment::LoadSegment { at, units, outbox })
+            .await
     }
 
     async fn drop_segment(&self, seg: SegAddr<'_>) -> Result<()> {
@@ -265,7 +291,9 @@ impl Store for RedisStore {
     async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
         let key = self.conn.keys.meta(sku);
         let client = self.conn.pool.next();
-        let fields = ["gen", "segments", "loaded", "state", "limit", "place"];
+        let fields = [
+            "gen", "segments", "loaded", "state", "limit", "place", "outmax",
+        ];
         let v: Vec<Option<String>> = moving::follow(|| client.hmget(&key, fields.to_vec())).await?;
         let num = |i: usize| -> Result<u64> {
             v[i].as_deref()
@@ -283,6 +311,7 @@ impl Store for RedisStore {
             user_limit: v[4].as_deref().and_then(|s| s.parse().ok()).unwrap_or(0),
             placement: Placement::decode(v[5].as_deref().unwrap_or(""))
                 .ok_or_else(|| Error::Protocol(format!("placement of {sku}: {:?}", v[5])))?,
+            outbox_segments: v[6].as_deref().and_then(|s| s.parse().ok()).unwrap_or(0),
         }))
     }
 

@@ -283,6 +283,9 @@ pub struct Meta {
     pub user_limit: u64,
     /// Where the segments live (their hash tag suffixes); unplaced on a single Redis.
     pub placement: crate::placement::Placement,
+    /// The most segments any generation of this SKU had with the outbox on (0: never on): an
+    /// outbox consumer reads the streams of segments `0..outbox_segments`.
+    pub outbox_segments: u32,
 }
 
 /// One segment's counters. Invariant: `loaded + restocked = stock + reserved + sold`.

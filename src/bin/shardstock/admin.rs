@@ -29,6 +29,11 @@ pub(crate) struct LoadArgs {
     /// from the configuration (1 = one order per user).
     #[arg(long, value_name = "N")]
     per_user_limit: Option<u64>,
+    /// Turn the outbox on (Redis only): the scripts that sell, reserve, confirm, cancel and
+    /// expire append an event per change to the segment's stream, for `shardstock orders`.
+    /// Default: engine.outbox from the configuration.
+    #[arg(long)]
+    outbox: bool,
 }
 
 #[derive(Debug, Args)]
@@ -65,7 +70,8 @@ pub(crate) async fn run_load<S: Store>(
             a.stock,
             shardstock::LoadOptions::new(a.segments)
                 .replace(a.replace)
-                .per_user_limit(limit),
+                .per_user_limit(limit)
+                .outbox(a.outbox || engine.options().outbox),
         )
         .await?;
     let store = engine.store().name();

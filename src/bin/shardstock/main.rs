@@ -13,6 +13,7 @@
 
 mod admin;
 mod exporter;
+mod orders;
 mod serve;
 mod sim;
 
@@ -150,6 +151,13 @@ enum Command {
     /// GET /metrics (also on --metrics-addr when given). Requests may carry their request id
     /// in an Idempotency-Key header. In-flight requests finish before the process exits.
     Serve(serve::ServeArgs),
+    /// Consume the outbox: hand every sale, reservation, confirmation, cancellation and
+    /// expiry of SKUs loaded with --outbox to PostgreSQL (--postgres URL) or stdout (--jsonl).
+    ///
+    /// Runs until SIGTERM or ctrl-c (or, with --until-idle, until nothing is pending). Many
+    /// processes may run with one --group: each event goes to one of them; events of a
+    /// process that died are claimed by the others after --min-idle-ms. Redis only.
+    Orders(orders::OrdersArgs),
 }
 
 /// A failure to report: the message goes to stderr, the process exits with code 1.
@@ -262,7 +270,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     }
     config.validate()?;
     // Only commands that run for a while serve metrics (`sim` here; `serve` below).
-    if let (Some(addr), Command::Sim(_)) = (cli.metrics_addr, &cli.command) {
+    if let (Some(addr), Command::Sim(_) | Command::Orders(_)) = (cli.metrics_addr, &cli.command) {
         exporter::install(addr, config.store.strategy)?;
     }
     if let Command::Serve(_) = &cli.command {
@@ -276,6 +284,11 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 "note: no Redis URL configured (--redis or store.redis_url); using the embedded \
                  in-memory store, which is discarded when this process exits"
             );
+        }
+        if let Command::Orders(_) = cli.command {
+            return Err(Failure::new(
+                "orders needs Redis (--redis URL): the outbox is Redis streams",
+            ));
         }
         if config.store.strategy != shardstock::Strategy::Lua {
             return Err(Failure::new(format!(
@@ -300,8 +313,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 config.store.strategy.summary()
             );
         }
-        let engine = builder.build(store.clone())?;
-        let result = dispatch(engine, cli.command, cli.json).await;
+        let result = match cli.command {
+            Command::Orders(a) => orders::run_orders(store.clone(), a, cli.json).await,
+            command => {
+                let engine = builder.build(store.clone())?;
+                dispatch(engine, command, cli.json).await
+            }
+        };
         store.quit().await;
         result
     }
@@ -319,6 +337,7 @@ async fn dispatch<S: Store>(
         Command::Status(a) => admin::run_status(engine, a, json).await,
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
         Command::Serve(a) => serve::run_serve(engine, a).await,
+        Command::Orders(_) => Err(Failure::new("orders needs Redis (--redis URL)")),
     }
 }
 

@@ -97,7 +97,7 @@ pub(crate) async fn run_serve<S: Store>(
 }
 
 /// Completes on the first SIGTERM or ctrl-c (SIGINT).
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;

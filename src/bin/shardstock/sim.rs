@@ -50,6 +50,11 @@ pub(crate) struct SimArgs {
     /// Units one user may buy (0 = no limit; applies when this run loads the SKU).
     #[arg(long, value_name = "N", default_value_t = 0)]
     per_user_limit: u64,
+    /// Load the SKU with the outbox on (Redis only): every sale, reservation, confirmation,
+    /// cancellation and expiry leaves an event for `shardstock orders` to consume. Default:
+    /// engine.outbox from the configuration.
+    #[arg(long, alias = "orders")]
+    outbox: bool,
     /// Share of requests that reserve (pre-deduct with a TTL) instead of buying outright.
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     reserve_ratio: f64,
@@ -238,7 +243,8 @@ pub(crate) async fn run_sim<S: Store>(
                 a.stock,
                 shardstock::LoadOptions::new(a.segments)
                     .replace(true)
-                    .per_user_limit(a.per_user_limit),
+                    .per_user_limit(a.per_user_limit)
+                    .outbox(a.outbox || engine.options().outbox),
             )
             .await?;
     }

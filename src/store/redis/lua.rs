@@ -10,7 +10,8 @@
 //! script's call type (KEYS/ARGV building and reply decoding) sits in one place, in the
 //! submodule of its concern: `deduct` (taking stock), `claim` (fallback claims), `segment`
 //! (loading, restocking, reservations, audit reads), `user` (per-user limit), `lock` (lock
-//! scripts, also run on RedLock's independent nodes: the call takes the client to run on).
+//! scripts, also run on RedLock's independent nodes: the call takes the client to run on),
+//! `outbox` (the order consumer's dead letters, trimming and lag).
 //!
 //! Each script starts with `prelude.lua` (strict argument checks, shared helpers); the two
 //! deduction scripts also share `deduct_core.lua`. A script's header states its KEYS, ARGV and
@@ -43,14 +44,18 @@
 //!
 //! | key | fields |
 //! |---|---|
-//! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`) |
-//! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition) |
+//! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on) |
+//! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition); `out`: `1` when the generation has the outbox on |
 //! | request record `…:g<gen>:rq:<request id>` (segment's tag) | `s`, `u` (user), `q` (the request's qty), `k`, `e` (claim epoch), `l`, `hp`, `parts` (`<segment>:<units>,…`), `p` (part here), `rs`, `rq`, `exp` |
 //! | reservation index `…:g<gen>:resv` | ZSET of request records holding a live reservation, by expiry |
 //! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
 //! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
 //! | decrement token `<segment key>:dt:<nonce>` | `decr-compensate` only: a decrement given back once |
 //! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P\|R\|S>:<expiry ms>:<s\|r>` |
+//! | outbox stream `<prefix>:{<sku>#<i>}:out` (all generations) | one entry per change of a request's units: `kind` (`sold`, `reserved`, `confirmed`, `cancelled`, `expired`), `rid`, `sku`, `user`, `units`, `parts`, `gen`; appended by deduct, deduct_batch, settle (applied), reserve_end and the prelude's reclaim (`emit`); consumer groups per order service |
+//! | dead letters `<prefix>:{<sku>#<i>}:dead` | an outbox entry's fields plus `origin` (its id), `group`, `deliveries`, `reason` (outbox_dead) |
+//! | failure reasons `<prefix>:{<sku>#<i>}:why` | hash: outbox entry id → the handler's last error |
+//! | outbox SKUs `<prefix>:outbox` | set of SKUs ever loaded with the outbox (consumers discover streams from it and each SKU's `outmax`) |
 //! | lock `<prefix>:{<sku>#<i>}:lock` | the holder's owner token |
 //! | RedLock quarantine marker `shardstock:redlock:quarantine` (per node) | end of the node's quarantine, ms |
 //!
@@ -73,6 +78,7 @@ use std::sync::{Arc, LazyLock};
 pub(crate) mod claim;
 pub(crate) mod deduct;
 pub(crate) mod lock;
+pub(crate) mod outbox;
 pub(crate) mod segment;
 pub(crate) mod user;
 
@@ -158,6 +164,12 @@ scripts! {
     LockRelease "lock_release",
     /// One node's vote in a RedLock acquisition.
     RedlockAcquire "redlock_acquire",
+    /// Moves an outbox event no handler could take to the dead letters.
+    OutboxDead "outbox_dead",
+    /// Drops outbox events every consumer group acknowledged.
+    OutboxTrim "outbox_trim",
+    /// A consumer group's standing on an outbox stream (read only).
+    OutboxLag "outbox_lag",
 }
 
 /// The scripts with their SHA1s, computed once per process.
@@ -214,7 +226,10 @@ impl Script {
     /// audit's read (`held`, no write) and the sweeper's listing (`claims_due`, whose only
     /// writes drop index entries that need nothing, so losing them loses nothing).
     fn must_persist(self) -> bool {
-        !matches!(self, Script::Held | Script::ClaimsDue)
+        !matches!(
+            self,
+            Script::Held | Script::ClaimsDue | Script::OutboxLag | Script::OutboxTrim
+        )
     }
 }
 
@@ -394,6 +409,11 @@ impl SegmentKeys<'_> {
     /// `rid`'s restock record here.
     pub(crate) fn restock(&self, rid: &RequestId) -> String {
         self.keys.restock(&self.tag(), self.seg.generation, rid)
+    }
+
+    /// The segment's outbox stream.
+    pub(crate) fn outbox(&self) -> String {
+        self.keys.outbox(&self.tag())
     }
 
     /// The segment's lock (lock strategies).

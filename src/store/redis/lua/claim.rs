@@ -28,7 +28,12 @@ impl Call for Settle<'_> {
             SettleAs::Release => ("release", String::new()),
             SettleAs::Seal => ("seal", String::new()),
         };
-        let keys = vec![self.home.record(self.req.request_id), self.home.claims()];
+        let keys = vec![
+            self.home.record(self.req.request_id),
+            self.home.claims(),
+            self.home.segment(),
+            self.home.outbox(),
+        ];
         (keys, argv![self.epoch, outcome, parts, self.req.ttl_ms])
     }
 

@@ -82,6 +82,7 @@ impl Call for Deduct<'_> {
             at.record(req.request_id),
             at.reservations(),
             at.claims(),
+            at.outbox(),
         ];
         self.check.push_token(at, &mut keys);
         let args = argv![
@@ -153,8 +154,13 @@ impl Call for DeductBatch<'_> {
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let n = self.items.len();
-        let mut keys = Vec::with_capacity(n + 3);
-        keys.extend([self.at.segment(), self.at.reservations(), self.at.claims()]);
+        let mut keys = Vec::with_capacity(n + 4);
+        keys.extend([
+            self.at.segment(),
+            self.at.reservations(),
+            self.at.claims(),
+            self.at.outbox(),
+        ]);
         let mut args = Vec::with_capacity(5 + 4 * n);
         args.extend(argv![
             self.at.generation(),
@@ -210,7 +216,12 @@ impl Call for Take<'_> {
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let (at, req) = (&self.at, &self.req);
-        let mut keys = vec![at.segment(), at.record(req.request_id), at.reservations()];
+        let mut keys = vec![
+            at.segment(),
+            at.record(req.request_id),
+            at.reservations(),
+            at.outbox(),
+        ];
         self.check.push_token(at, &mut keys);
         let args = argv![
             at.generation(),

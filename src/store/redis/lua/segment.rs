@@ -33,6 +33,7 @@ impl Call for LoadBegin<'_> {
             flag(s.if_loaded == IfLoaded::Replace),
             s.user_limit,
             self.placement.encode(),
+            flag(s.outbox),
         ];
         (vec![self.keys.meta(self.sku)], args)
     }
@@ -57,6 +58,8 @@ impl Call for LoadBegin<'_> {
 pub(crate) struct LoadSegment<'a> {
     pub(crate) at: SegmentKeys<'a>,
     pub(crate) units: u64,
+    /// The selling scripts append outbox events for this segment.
+    pub(crate) outbox: bool,
 }
 
 impl Call for LoadSegment<'_> {
@@ -64,7 +67,7 @@ impl Call for LoadSegment<'_> {
     type Output = bool;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let args = argv![self.at.generation(), self.units];
+        let args = argv![self.at.generation(), self.units, flag(self.outbox)];
         (vec![self.at.segment()], args)
     }
 
@@ -171,7 +174,12 @@ impl Call for ReserveEnd<'_> {
             ReservationAction::Inspect => "peek",
         };
         let at = &self.at;
-        let keys = vec![at.segment(), at.record(self.request_id), at.reservations()];
+        let keys = vec![
+            at.segment(),
+            at.record(self.request_id),
+            at.reservations(),
+            at.outbox(),
+        ];
         (keys, argv![at.generation(), action])
     }
 
@@ -215,7 +223,7 @@ impl Call for Reclaim<'_> {
     type Output = (u64, u64);
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![self.at.segment(), self.at.reservations()];
+        let keys = vec![self.at.segment(), self.at.reservations(), self.at.outbox()];
         (keys, argv![self.at.generation()])
     }
 

@@ -1,0 +1,478 @@
+//! The outbox and its consumer against real Redis (one node, AOF restarts, a cluster): one
+//! event per effect written by the script that has the effect, none for replays; consumption
+//! at least once with failures redelivered, poison events dead-lettered with their reason,
+//! dead consumers' events claimed, and acknowledged events trimmed.
+
+mod common;
+
+use common::cluster::RedisCluster;
+use common::{RedisAt, RedisServer, redis_config};
+use shardstock::orders::{EventKind, Handler, OrderEvent, Orders, OrdersOptions};
+use shardstock::{
+    Deduct, Deduction, Engine, EngineBuilder, LoadOptions, RedisStore, Reserved, Sku,
+};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A handler that keeps what it was given, and fails on purpose: `fail_first[rid]` times for
+/// those request ids, always for `always_fail`.
+#[derive(Default, Clone)]
+struct Collect {
+    seen: Arc<Mutex<Vec<OrderEvent>>>,
+    fail_first: Arc<Mutex<HashMap<String, u64>>>,
+    always_fail: Arc<HashSet<String>>,
+}
+
+impl Handler for Collect {
+    async fn handle(&self, events: &[OrderEvent]) -> Vec<Result<(), String>> {
+        let mut out = Vec::new();
+        for e in events {
+            if self.always_fail.contains(&e.request_id) {
+                out.push(Err(format!("always fails: {}", e.request_id)));
+                continue;
+            }
+            let mut ff = self.fail_first.lock().unwrap();
+            if let Some(n) = ff.get_mut(&e.request_id).filter(|n| **n > 0) {
+                *n -= 1;
+                out.push(Err("not yet".into()));
+                continue;
+            }
+            drop(ff);
+            self.seen.lock().unwrap().push(e.clone());
+            out.push(Ok(()));
+        }
+        out
+    }
+}
+
+impl Collect {
+    /// Events seen, by request id.
+    fn by_rid(&self) -> HashMap<String, Vec<OrderEvent>> {
+        let mut m: HashMap<String, Vec<OrderEvent>> = HashMap::new();
+        for e in self.seen.lock().unwrap().iter() {
+            m.entry(e.request_id.clone()).or_default().push(e.clone());
+        }
+        m
+    }
+}
+
+async fn store(at: &impl RedisAt, prefix: &str, coalesce: bool) -> RedisStore {
+    let mut c = redis_config(at, prefix);
+    c.store.coalesce = coalesce;
+    c.build_store().await.unwrap()
+}
+
+async fn engine(at: &impl RedisAt, prefix: &str, coalesce: bool) -> Engine<RedisStore> {
+    let b = EngineBuilder::default()
+        .per_user_limit(0)
+        .claim_lease(Duration::from_millis(500));
+    b.build(store(at, prefix, coalesce).await).unwrap()
+}
+
+fn opts(consumer: &str) -> OrdersOptions {
+    OrdersOptions::new("orders", consumer)
+        .min_idle(Duration::from_millis(100))
+        .trim_every(Duration::from_millis(1))
+        .discover_every(Duration::from_millis(50))
+        .batch(64)
+}
+
+/// Buyers race for `stock` units over `segments` (quantities 1..=3, so some requests take
+/// parts from several segments); the request ids that applied, with their quantity.
+async fn sale(e: &Engine<RedisStore>, sku: &str, requests: usize) -> HashMap<String, u64> {
+    let applied = Arc::new(Mutex::new(HashMap::new()));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let (e, applied, sku) = (e.clone(), applied.clone(), sku.to_string());
+        tasks.push(tokio::spawn(async move {
+            for i in (t..requests).step_by(16) {
+                let qty = 1 + (i as u64 % 3);
+                let rid = format!("r{i}");
+                let d = Deduct::new(&sku, &format!("u{i}"), qty, &rid).unwrap();
+                if let Deduction::Applied { parts } = e.deduct(&d).await.unwrap() {
+                    assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), qty);
+                    applied.lock().unwrap().insert(rid, qty);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    applied.lock().unwrap().clone()
+}
+
+/// Every applied request has exactly one `sold` event with its units, nothing else has one,
+/// and the units add up to the audit's sold.
+fn check_sold(seen: &HashMap<String, Vec<OrderEvent>>, applied: &HashMap<String, u64>, sold: u64) {
+    for (rid, qty) in applied {
+        let evs = seen
+            .get(rid)
+            .unwrap_or_else(|| panic!("no event for applied {rid}"));
+        let kinds: HashSet<_> = evs
+            .iter()
+            .map(|e| (e.kind, e.units, e.entry_id.clone()))
+            .collect();
+        assert_eq!(
+            kinds.len(),
+            1,
+            "{rid}: one event (maybe delivered twice): {evs:?}"
+        );
+        assert_eq!(evs[0].kind, EventKind::Sold);
+        assert_eq!(evs[0].units, *qty, "{rid}");
+        assert_eq!(
+            evs[0].parts.iter().map(|p| p.units).sum::<u64>(),
+            *qty,
+            "{rid}"
+        );
+    }
+    let strays: Vec<_> = seen.keys().filter(|r| !applied.contains_key(*r)).collect();
+    assert!(
+        strays.is_empty(),
+        "events for requests that did not apply: {strays:?}"
+    );
+    let units: u64 = applied.values().sum();
+    assert_eq!(units, sold, "events' units = audit sold");
+}
+
+async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
+    let e = engine(at, prefix, coalesce).await;
+    let sku = Sku::new("flash").unwrap();
+    e.load(&sku, 300, LoadOptions::new(6).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "flash", 400).await;
+    let audit = e.audit(&sku).await.unwrap();
+    assert!(audit.ok, "{:?}", audit.problems);
+    assert_eq!(audit.sold, 300);
+
+    let h = Collect::default();
+    let orders = Orders::new(store(at, prefix, false).await, h.clone(), opts("c1")).unwrap();
+    orders.drain(Duration::from_secs(30)).await.unwrap();
+    check_sold(&h.by_rid(), &applied, audit.sold);
+    let lag = orders.lag().await.unwrap();
+    assert_eq!(
+        lag.appended,
+        applied.len() as u64,
+        "one event per applied request"
+    );
+    assert!(lag.is_idle(), "{lag:?}");
+
+    // Every request sent again: replays append nothing.
+    let again = sale(&e, "flash", 400).await;
+    assert!(again.values().all(|q| *q > 0));
+    orders.drain(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(orders.lag().await.unwrap().appended, applied.len() as u64);
+    check_sold(&h.by_rid(), &applied, audit.sold);
+    // Everything acknowledged is trimmed.
+    orders.poll().await.unwrap();
+    assert_eq!(orders.lag().await.unwrap().length, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sale_leaves_one_event_per_applied_request_and_replays_none() {
+    let redis = RedisServer::start();
+    sale_and_consume(&redis, "plain", false).await;
+    sale_and_consume(&redis, "coal", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_cluster_too() {
+    let cluster = RedisCluster::start(3, 0);
+    sale_and_consume(&cluster, "cl", false).await;
+    sale_and_consume(&cluster, "clc", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_outbox_nothing_is_appended() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("quiet").unwrap();
+    e.load(&sku, 50, LoadOptions::new(2)).await.unwrap();
+    sale(&e, "quiet", 60).await;
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
+    assert_eq!(orders.discover().await.unwrap(), 0, "no SKU registered");
+    // Reloaded with the outbox: from now on.
+    e.load(&sku, 10, LoadOptions::new(2).replace(true).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "quiet", 20).await;
+    orders.drain(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(h.by_rid().len(), applied.len());
+    assert_eq!(
+        applied.len(),
+        10 - applied
+            .values()
+            .filter(|q| **q > 1)
+            .map(|q| q - 1)
+            .sum::<u64>() as usize
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_are_delivered_again_and_poison_goes_to_the_dead_letters() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("poison").unwrap();
+    e.load(&sku, 30, LoadOptions::new(3).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "poison", 30).await;
+    let rids: Vec<String> = {
+        let mut r: Vec<_> = applied.keys().cloned().collect();
+        r.sort();
+        r
+    };
+    let flaky: Vec<String> = rids[..4].to_vec();
+    let poison: Vec<String> = rids[4..6].to_vec();
+    let h = Collect {
+        fail_first: Arc::new(Mutex::new(flaky.iter().map(|r| (r.clone(), 2)).collect())),
+        always_fail: Arc::new(poison.iter().cloned().collect()),
+        ..Collect::default()
+    };
+    let o = opts("c")
+        .max_deliveries(3)
+        .min_idle(Duration::from_millis(30));
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), o).unwrap();
+    let done = orders.drain(Duration::from_secs(30)).await.unwrap();
+    let seen = h.by_rid();
+    for r in &flaky {
+        let evs = &seen[r];
+        assert_eq!(evs.len(), 1, "{r}");
+        assert_eq!(
+            evs[0].deliveries, 3,
+            "{r}: failed twice, arrived on the third delivery"
+        );
+    }
+    for r in &poison {
+        assert!(!seen.contains_key(r), "{r} never handled");
+    }
+    assert_eq!(done.dead, 2);
+    assert_eq!(seen.len(), applied.len() - 2);
+    assert!(done.redelivered >= 4 * 2 + 2 * 2, "{done:?}");
+    // The dead letters carry the event, the reason and the delivery count.
+    let dead = dead_letters(&redis);
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    for d in &dead {
+        assert!(poison.contains(&d["rid"]), "{d:?}");
+        assert_eq!(d["reason"], format!("always fails: {}", d["rid"]));
+        assert_eq!(d["deliveries"], "3");
+        assert_eq!(d["kind"], "sold");
+    }
+    assert!(orders.lag().await.unwrap().is_idle());
+}
+
+/// Every dead letter under the server, as field maps (read with redis-cli).
+fn dead_letters(redis: &RedisServer) -> Vec<HashMap<String, String>> {
+    let port = redis.url().rsplit(':').next().unwrap().to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut out = Vec::new();
+    for key in cli(&["--scan", "--pattern", "*:dead"]).lines() {
+        let lines: Vec<String> = cli(&["XRANGE", key, "-", "+"])
+            .lines()
+            .map(String::from)
+            .collect();
+        // id, then field/value lines, per entry; entries start with an id (digits-digits).
+        let mut cur: Option<HashMap<String, String>> = None;
+        let mut i = 0;
+        while i < lines.len() {
+            let l = &lines[i];
+            if l.contains('-')
+                && l.split('-')
+                    .all(|p| p.chars().all(|c| c.is_ascii_digit()) && !p.is_empty())
+            {
+                if let Some(c) = cur.take() {
+                    out.push(c);
+                }
+                cur = Some(HashMap::new());
+                i += 1;
+            } else {
+                cur.as_mut()
+                    .unwrap()
+                    .insert(l.clone(), lines[i + 1].clone());
+                i += 2;
+            }
+        }
+        out.extend(cur);
+    }
+    out
+}
+
+/// A handler that never answers: its consumer is as good as dead.
+struct Stuck;
+
+impl Handler for Stuck {
+    async fn handle(&self, _: &[OrderEvent]) -> Vec<Result<(), String>> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_consumers_events_are_claimed_by_another() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", true).await;
+    let sku = Sku::new("claimed").unwrap();
+    e.load(&sku, 100, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "claimed", 100).await;
+    let dead = Arc::new(Orders::new(store(&redis, "t", false).await, Stuck, opts("dead")).unwrap());
+    let d = dead.clone();
+    let task = tokio::spawn(async move { d.poll().await });
+    // Wait until it holds events, then "kill" it.
+    let h = Collect::default();
+    let alive = Orders::new(store(&redis, "t", false).await, h.clone(), opts("alive")).unwrap();
+    for _ in 0..200 {
+        alive.discover().await.unwrap();
+        if alive.lag().await.unwrap().pending > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    task.abort();
+    assert!(
+        alive.lag().await.unwrap().pending > 0,
+        "the dead consumer took events"
+    );
+    let done = alive.drain(Duration::from_secs(30)).await.unwrap();
+    assert!(done.redelivered > 0, "{done:?}");
+    let audit = e.audit(&sku).await.unwrap();
+    check_sold(&h.by_rid(), &applied, audit.sold);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservations_confirm_cancel_and_expire_as_events() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("resv").unwrap();
+    e.load(&sku, 400, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
+    // 120 reservations expiring after 80 ms; each is confirmed, cancelled or left, at a time
+    // racing its expiry.
+    let mut tasks = Vec::new();
+    for i in 0..120u64 {
+        let e = e.clone();
+        tasks.push(tokio::spawn(async move {
+            let rid = format!("v{i}");
+            let d = Deduct::new("resv", &format!("u{i}"), 1 + i % 2, &rid).unwrap();
+            let Reserved::Held { id, .. } = e.reserve(&d, Duration::from_millis(80)).await.unwrap()
+            else {
+                panic!("not held")
+            };
+            tokio::time::sleep(Duration::from_millis(40 + i % 80)).await;
+            let end = match i % 3 {
+                0 => Some(("confirmed", e.confirm(&id).await.unwrap())),
+                1 => Some(("cancelled", e.cancel(&id).await.unwrap())),
+                _ => None,
+            };
+            (rid, 1 + i % 2, end.map(|(k, r)| (k, r.done)))
+        }));
+    }
+    let mut want = HashMap::new();
+    for t in tasks {
+        let (rid, q, end) = t.await.unwrap();
+        let last = match end {
+            Some((k, true)) => k,
+            _ => "expired",
+        };
+        want.insert(rid, (q, last));
+    }
+    // Let every reservation end, then have the sweeper's reclaim run on every segment.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    e.sweep().await.unwrap();
+    let audit = e.audit(&sku).await.unwrap();
+    assert!(audit.ok && audit.reserved == 0, "{audit:?}");
+
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(30)).await.unwrap();
+    let seen = h.by_rid();
+    let mut confirmed_units = 0;
+    for (rid, (q, last)) in &want {
+        let kinds: Vec<&str> = seen[rid].iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, vec!["reserved", *last], "{rid}: exactly one end");
+        assert!(seen[rid].iter().all(|e| e.units == *q));
+        if *last == "confirmed" {
+            confirmed_units += q;
+        }
+    }
+    assert_eq!(confirmed_units, audit.sold);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_restarted_with_aof_mid_consumption_loses_and_doubles_nothing() {
+    let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let e = engine(&redis, "t", true).await;
+    let sku = Sku::new("aof").unwrap();
+    e.load(&sku, 200, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "aof", 220).await;
+    let h = Collect::default();
+    let orders = Orders::new(
+        store(&redis, "t", false).await,
+        h.clone(),
+        opts("c").batch(8),
+    )
+    .unwrap();
+    orders.poll().await.unwrap();
+    let before = h.seen.lock().unwrap().len();
+    assert!(
+        before > 0 && before < applied.len(),
+        "mid-consumption: {before}"
+    );
+    redis.stop(); // kill -9
+    redis.boot(); // replays the AOF
+    orders.drain(Duration::from_secs(60)).await.unwrap();
+    let audit = e.audit(&sku).await.unwrap();
+    assert!(audit.ok, "{:?}", audit.problems);
+    check_sold(&h.by_rid(), &applied, audit.sold);
+    assert_eq!(orders.lag().await.unwrap().appended, applied.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_options_are_refused() {
+    let redis = RedisServer::start();
+    let s = store(&redis, "t", false).await;
+    for o in [
+        OrdersOptions::new("", "c"),
+        OrdersOptions::new("g{x}", "c"),
+        OrdersOptions::new("g", "c").batch(0),
+        OrdersOptions::new("g", "c").max_deliveries(0),
+        OrdersOptions::new("g", "c").min_idle(Duration::ZERO),
+        OrdersOptions::new("g", "c").idle_sleep(Duration::from_secs(7200)),
+    ] {
+        let err = Orders::new(s.clone(), Collect::default(), o).unwrap_err();
+        assert_eq!(err.kind(), shardstock::ErrorKind::Config, "{err}");
+    }
+    // The outbox with a baseline strategy, or on the memory store, is refused at load.
+    let base = redis_config(&redis, "b")
+        .store
+        .redis_builder()
+        .strategy(shardstock::Strategy::Naive)
+        .connect()
+        .await
+        .unwrap();
+    let e = EngineBuilder::default().build(base).unwrap();
+    let err = e
+        .load(&Sku::new("x").unwrap(), 1, LoadOptions::new(1).outbox(true))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), shardstock::ErrorKind::Config, "{err}");
+    let m = common::memory_engine(EngineBuilder::default());
+    let err = m
+        .load(&Sku::new("x").unwrap(), 1, LoadOptions::new(1).outbox(true))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), shardstock::ErrorKind::Config, "{err}");
+}
