@@ -77,12 +77,12 @@ async fn a_batch_is_written_once() {
     assert_eq!(first.lines().count(), 500);
 
     all_ok(&orders.handle(&batch).await);
+    assert_eq!(rows_with_versions(&pg), first, "a replay changed rows");
     assert_eq!(
         orders.apply(&batch).await.unwrap(),
         0,
         "a replay writes no row"
     );
-    assert_eq!(rows_with_versions(&pg), first, "a replay changed rows");
 
     // Half of it again, within a new batch: only the new half is written.
     let mut mixed = batch[250..].to_vec();
@@ -307,4 +307,21 @@ async fn throughput() {
             n as f64 / replay.as_secs_f64()
         );
     }
+}
+
+/// Bad input and a server that is not there are typed errors: a URL that does not parse is
+/// `Config`; nothing listening is `Postgres`, retryable.
+#[tokio::test]
+async fn connect_errors_are_typed() {
+    use shardstock::error::ErrorKind;
+    let bad = PostgresOrders::connect("postgres://host:notaport/db")
+        .await
+        .unwrap_err();
+    assert_eq!(bad.kind(), ErrorKind::Config, "{bad}");
+    let port = common::ports::free_port();
+    let down = PostgresOrders::connect(&format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .await
+        .unwrap_err();
+    assert_eq!(down.kind(), ErrorKind::Postgres, "{down}");
+    assert!(down.is_retryable());
 }

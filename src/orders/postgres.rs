@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 
 use tokio::sync::Mutex;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 
 use super::{Handler, OrderEvent};
 use crate::error::{Error, Result};
@@ -40,6 +40,9 @@ use crate::segments::encode_parts;
 
 /// The orders table.
 pub const TABLE: &str = "shardstock_orders";
+
+/// How long connecting may take when the URL sets no `connect_timeout`.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The schema, created under an advisory lock so that consumers starting together do not race
 /// on `CREATE TABLE IF NOT EXISTS` (which is not safe against itself).
@@ -133,7 +136,7 @@ struct Conn {
 /// The PostgreSQL orders handler (see the [module docs](self)). Calls are serialised on one
 /// connection.
 pub struct PostgresOrders {
-    url: String,
+    config: Config,
     conn: Mutex<Option<Conn>>,
 }
 
@@ -223,14 +226,19 @@ fn reason(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// Whether `e` means the connection is gone (rather than a statement refused on a live one).
+fn broke(conn: &Conn, e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || conn.client.is_closed()
+        || std::error::Error::source(e).is_some_and(|c| c.is::<std::io::Error>())
+}
+
 fn pg_error(e: &tokio_postgres::Error) -> Error {
     Error::Postgres(reason(e))
 }
 
-async fn open(url: &str) -> Result<Conn> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(|e| pg_error(&e))?;
+async fn open(config: &Config) -> Result<Conn> {
+    let (client, connection) = config.connect(NoTls).await.map_err(|e| pg_error(&e))?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %reason(&e), "postgres connection ended");
@@ -303,14 +311,22 @@ impl Columns {
 
 impl PostgresOrders {
     /// Connects to `url` (`postgres://user@host:port/db`, or `host=... user=...`; no TLS: use
-    /// it on a trusted network or through a local proxy).
+    /// it on a trusted network or through a local proxy). Without a `connect_timeout` in
+    /// `url`, connecting gives up after [`CONNECT_TIMEOUT`].
     ///
     /// # Errors
-    /// [`Error::Postgres`] when the connection cannot be opened.
+    /// [`Error::Config`] when `url` does not parse; [`Error::Postgres`] when the connection
+    /// cannot be opened.
     pub async fn connect(url: &str) -> Result<Self> {
-        let conn = open(url).await?;
+        let mut config: Config = url
+            .parse()
+            .map_err(|e| Error::Config(format!("postgres url: {}", reason(&e))))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let conn = open(&config).await?;
         Ok(Self {
-            url: url.to_string(),
+            config,
             conn: Mutex::new(Some(conn)),
         })
     }
@@ -318,7 +334,7 @@ impl PostgresOrders {
     /// The open connection, opened again when it broke.
     async fn ready<'a>(&self, slot: &'a mut Option<Conn>) -> Result<&'a mut Conn> {
         if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-            *slot = Some(open(&self.url).await?);
+            *slot = Some(open(&self.config).await?);
         }
         Ok(slot.as_mut().expect("just opened"))
     }
@@ -348,22 +364,31 @@ impl PostgresOrders {
         if let Some(why) = events.iter().find_map(unwritable) {
             return Err(Error::invalid("event", why));
         }
+        self.write(&events.iter().collect::<Vec<_>>()).await
+    }
+
+    /// [`apply`](Self::apply) of events known to be writable.
+    async fn write(&self, events: &[&OrderEvent]) -> Result<u64> {
         if events.is_empty() {
             return Ok(0);
         }
-        let events: Vec<&OrderEvent> = events.iter().collect();
         let mut slot = self.conn.lock().await;
         let mut retried = false;
         loop {
             let conn = self.ready(&mut slot).await?;
-            match conn.write(&events).await {
+            let e = match conn.write(events).await {
                 Ok(n) => return Ok(n),
-                Err(e) if conn.client.is_closed() && !retried => {
-                    tracing::warn!(error = %reason(&e), "postgres connection broke; writing the batch again on a new one");
-                    retried = true;
-                }
-                Err(e) => return Err(pg_error(&e)),
+                Err(e) => e,
+            };
+            if !broke(conn, &e) {
+                return Err(pg_error(&e));
             }
+            *slot = None;
+            if retried {
+                return Err(pg_error(&e));
+            }
+            tracing::warn!(error = %reason(&e), "postgres connection broke; writing the batch again on a new one");
+            retried = true;
         }
     }
 
@@ -417,13 +442,13 @@ impl PostgresOrders {
     async fn handle_batch(&self, events: &[OrderEvent]) -> Vec<std::result::Result<(), String>> {
         let mut results: Vec<Option<std::result::Result<(), String>>> =
             events.iter().map(|e| unwritable(e).map(Err)).collect();
-        let writable: Vec<OrderEvent> = events
+        let writable: Vec<&OrderEvent> = events
             .iter()
             .zip(&results)
             .filter(|(_, r)| r.is_none())
-            .map(|(e, _)| e.clone())
+            .map(|(e, _)| e)
             .collect();
-        match self.apply(&writable).await {
+        match self.write(&writable).await {
             Ok(_) => {
                 for r in results.iter_mut().filter(|r| r.is_none()) {
                     *r = Some(Ok(()));
@@ -441,7 +466,7 @@ impl PostgresOrders {
                     *r = Some(if broken {
                         Err(batch_error.to_string())
                     } else {
-                        self.apply(std::slice::from_ref(e))
+                        self.write(&[e])
                             .await
                             .map(|_| ())
                             .map_err(|e| e.to_string())
