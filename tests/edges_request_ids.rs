@@ -328,6 +328,7 @@ async fn e08_decr_compensate_gives_back_once_per_decrement() {
             format!("t:{{decr1#0}}:g{g}:rq:x"),
             format!("t:{{decr1#0}}:g{g}:resv"),
             format!("t:{{decr1#0}}:g{g}:claims"),
+            "t:{decr1#0}:out".to_string(),
             "t:{decr1#0}:seg:dt:77".to_string(),
         ]
     };

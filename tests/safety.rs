@@ -131,6 +131,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         format!("t:{{strict#0}}:g{g}:rq:x"),
         format!("t:{{strict#0}}:g{g}:resv"),
         format!("t:{{strict#0}}:g{g}:claims"),
+        "t:{strict#0}:out".to_string(),
     ];
     let args = |qty: &str, user: &str| -> Vec<String> {
         [&g, user, qty, "0", "1000", "1000", "1", "lua", "0", "0"]
