@@ -925,3 +925,68 @@ fn checker_names_broken_promises() {
         );
     }
 }
+
+/// Flake repro (scratch, not committed): a takeover + release of a request leaves shut-out
+/// markers 'V' with epoch 2 on the other segments; a later fresh claim of the same request id
+/// (epoch 1) is refused there as superseded: InFlight, and its own per-user entry stays
+/// Pending, keeping the user busy for user_claim_ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repro_stale_shut_out_marker_supersedes_fresh_claim() {
+    use shardstock::segments::home;
+    use shardstock::store::{HomeReply, OnShort, ReqArgs, RequestKind, SegAddr, Store};
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, builder()).await;
+    let sku = Sku::new("fl").unwrap();
+    let g = e.load(&sku, 4, LoadOptions::new(SEGMENTS).per_user_limit(LIMIT)).await.unwrap(); // [1,1,1,1]
+    let r = RequestId::new("r722").unwrap();
+    let u = UserId::new("p7u1").unwrap();
+    let h = home(&r, SEGMENTS);
+    // Drain to 1 unit left, at the home segment's neighbour... any: sell 3 to other users.
+    for (k, user) in ["a", "b", "c"].iter().enumerate() {
+        let x = e.deduct(&Deduct::new("fl", user, 1, &format!("drain{k}")).unwrap()).await.unwrap();
+        assert!(matches!(x, Deduction::Applied { .. }), "{x:?}");
+    }
+    // 1. #710: claimed at home (short), then dropped: a dead holder (epoch 1).
+    let ax = ReqArgs {
+        request_id: &r, user: &u, qty: 2,
+        ttl_ms: e.options().request_ttl.as_millis() as u64,
+        lease_ms: e.options().claim_lease.as_millis() as u64,
+        resv_ttl_ms: 0, kind: RequestKind::Sale,
+    };
+    let hr = e.store().deduct_home(SegAddr::new(&sku, g, h), ax, OnShort::Claim).await.unwrap();
+    assert!(matches!(hr, HomeReply::Short { claimed: true, .. }), "{hr:?}");
+    tokio::time::sleep(ms(CLAIM_LEASE_MS + 20)).await;
+    // 2. The background finisher / a retry takes over (epoch 2), shuts out the other segments
+    //    ('V', epoch 2), finds 1 unit < 2 and releases the claim (record deleted).
+    let req = Deduct::new("fl", "p7u1", 2, "r722").unwrap();
+    let first = e.deduct(&req).await;
+    eprintln!("after takeover+release: {first:?}");
+    // 3. Restock 2 units away from home (1 + 1 at two other segments).
+    let mut placed = 0;
+    for k in 0.. {
+        if placed == 2 { break; }
+        let id = RequestId::new(format!("rs{k}")).unwrap();
+        if home(&id, SEGMENTS) != h {
+            e.restock(&sku, 1, &id).await.unwrap();
+            placed += 1;
+        }
+    }
+    // 4. #922: the retry claims afresh (epoch 1); its fallback meets V(2): InFlight.
+    let t0 = Instant::now();
+    let second = e.deduct(&req).await;
+    eprintln!("retry after restock: {second:?} in {:?}", t0.elapsed());
+    // 5. #1194: nothing of the user runs now, yet: UserBusy until the entry expires.
+    let mut busy_until = None;
+    loop {
+        let other = Deduct::new("fl", "p7u1", 1, &format!("o{}", t0.elapsed().as_millis())).unwrap();
+        let x = e.deduct(&other).await;
+        if matches!(x, Ok(Deduction::UserBusy)) { busy_until = Some(t0.elapsed()); }
+        else { eprintln!("first non-busy answer at {:?}: {x:?}", t0.elapsed()); break; }
+        if t0.elapsed() > Duration::from_secs(3) { break; }
+        tokio::time::sleep(ms(25)).await;
+    }
+    eprintln!("UserBusy until {busy_until:?} after the InFlight retry (nothing running)");
+    let third = e.deduct(&req).await;
+    eprintln!("retry of r722 again: {third:?}");
+    assert!(matches!(second, Ok(Deduction::Applied { .. })), "retry: {second:?}; busy until {busy_until:?}");
+}
