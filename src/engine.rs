@@ -17,10 +17,11 @@
 //!    They change nothing and are not recorded: retrying the same request id later (say after
 //!    a restock) is a fresh attempt.
 //! 4. **Crash recovery.** A claim has a lease on the store's clock and an *epoch* (1 for the
-//!    claim the home script writes). If its holder dies, a retry of the request takes the claim
-//!    over with a higher epoch, shuts every other segment to older epochs (after which the old
-//!    holder can no longer take or refund there), counts what the old holder took, and either
-//!    settles it (replay) or refunds it and starts afresh.
+//!    claim the home script writes, or one above a released claim of the same request id,
+//!    whose markers may still refuse older epochs). If its holder dies, a retry of the request
+//!    takes the claim over with a higher epoch, shuts every other segment to older epochs
+//!    (after which the old holder can no longer take or refund there), counts what the old
+//!    holder took, and either settles it (replay) or refunds it and starts afresh.
 //!
 //! With a per-user limit, two layers come first: the in-process guard (double clicks, users
 //! this process saw at the limit) and the user's record in the store, claimed before the

@@ -11,8 +11,8 @@
 //!                                            per-user limit, state, placement
 //! <prefix>:{<seg>}:seg                       segment i: generation, stock, sold, reserved,
 //!                                            loaded, restocked
-//! <prefix>:{<seg>}:g<generation>:rq:<req id> a request's record (outcome, claim, or the part
-//!                                            it took) kept beside segment i
+//! <prefix>:{<seg>}:g<generation>:rq:<req id> a request's record (outcome, claim, released
+//!                                            claim, or the part it took) kept beside segment i
 //! <prefix>:{<seg>}:g<generation>:rs:<req id> restock record kept beside segment i
 //! <prefix>:{<seg>}:g<generation>:resv        segment i's reservations, by expiry
 //! <prefix>:{<seg>}:g<generation>:claims      segment i's fallback claims, by lease end

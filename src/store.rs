@@ -385,7 +385,8 @@ pub trait Store: Send + Sync + 'static {
     /// `held.lua`: the segment's counters and what its live reservations hold (`None` when the
     /// segment is missing or of another generation).
     fn held(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<Option<HeldState>>> + Send;
-    /// Reads a request's record at its home segment.
+    /// Reads a request's record at its home segment (`None`: none, or a released claim —
+    /// the request id is free).
     fn record(
         &self,
         home: SegAddr<'_>,

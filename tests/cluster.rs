@@ -873,7 +873,16 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
             .deduct_home(at(home), a, OnShort::Claim)
             .await
             .unwrap();
-        assert!(matches!(r, HomeReply::Short { claimed: true, .. }), "{r:?}");
+        assert!(
+            matches!(
+                r,
+                HomeReply::Short {
+                    claimed: Some(1),
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
         let other = (home + 1) % meta.segments;
         let t = store
             .take(at(other), a, 1, 1, SegmentRole::Fallback)

@@ -171,7 +171,13 @@ async fn e05_simulated<S: Store>(e: Engine<S>, tag: &'static str) {
         .await
         .unwrap();
     assert!(
-        matches!(r, HomeReply::Short { claimed: true, .. }),
+        matches!(
+            r,
+            HomeReply::Short {
+                claimed: Some(1),
+                ..
+            }
+        ),
         "[{tag}] {r:?}"
     );
     let r = store
@@ -197,7 +203,13 @@ async fn e05_simulated<S: Store>(e: Engine<S>, tag: &'static str) {
         .await
         .unwrap();
     assert!(
-        matches!(r, HomeReply::Short { claimed: true, .. }),
+        matches!(
+            r,
+            HomeReply::Short {
+                claimed: Some(1),
+                ..
+            }
+        ),
         "[{tag}] {r:?}"
     );
     for (seg, role) in [(hy, SegmentRole::Home), (oy, SegmentRole::Fallback)] {

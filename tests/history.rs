@@ -925,3 +925,96 @@ fn checker_names_broken_promises() {
         );
     }
 }
+
+/// A request whose fallback claim was taken over (epoch 2, shut-out markers at every other
+/// segment) and then released (not enough stock) is retried under the same id after a
+/// restock: its new claim continues above the released one's epoch, so the markers do not
+/// refuse it, and it sells. (The claim used to restart at epoch 1: the markers refused it, the
+/// retry answered InFlight with stock there, its per-user entry stayed pending — the user got
+/// UserBusy with nothing running, the flake of `history_lua_three_engines` check 6 — and
+/// verification then sealed the id for good.) Both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_claim_retried_claims_above_its_epoch() {
+    let srv = RedisServer::start();
+    released_claim_retried(redis_engine(&srv, builder()).await).await;
+    released_claim_retried(memory_engine(builder())).await;
+}
+
+async fn released_claim_retried<S: shardstock::store::Store>(e: Engine<S>) {
+    use shardstock::segments::home;
+    use shardstock::store::{HomeReply, OnShort, ReqArgs, RequestKind, SegAddr};
+    let sku = Sku::new("fl").unwrap();
+    let loaded = LoadOptions::new(SEGMENTS).per_user_limit(LIMIT);
+    let g = e.load(&sku, 4, loaded).await.unwrap(); // [1, 1, 1, 1]
+    let (r, u) = (
+        RequestId::new("r722").unwrap(),
+        UserId::new("p7u1").unwrap(),
+    );
+    let h = home(&r, SEGMENTS);
+    let home_at = SegAddr::new(&sku, g, h);
+    for (k, user) in ["a", "b", "c"].iter().enumerate() {
+        let x = e
+            .deduct(&Deduct::new("fl", user, 1, &format!("drain{k}")).unwrap())
+            .await;
+        assert!(matches!(x, Ok(Deduction::Applied { .. })), "{x:?}");
+    }
+    // 1. Claimed at home (epoch 1, home short), then abandoned: a dead holder.
+    let args = ReqArgs {
+        request_id: &r,
+        user: &u,
+        qty: 2,
+        ttl_ms: e.options().request_ttl.as_millis() as u64,
+        lease_ms: e.options().claim_lease.as_millis() as u64,
+        resv_ttl_ms: 0,
+        kind: RequestKind::Sale,
+    };
+    let c = e.store().deduct_home(home_at, args, OnShort::Claim).await;
+    assert!(
+        matches!(
+            c,
+            Ok(HomeReply::Short {
+                claimed: Some(1),
+                ..
+            })
+        ),
+        "{c:?}"
+    );
+    tokio::time::sleep(ms(CLAIM_LEASE_MS + 20)).await;
+    // 2. A retry takes the claim over (epoch 2), shuts the other segments to older epochs,
+    //    finds 1 unit of 2 and releases the claim: the id is free again.
+    let req = Deduct::new("fl", "p7u1", 2, "r722").unwrap();
+    let x = e.deduct(&req).await;
+    assert!(
+        matches!(x, Ok(Deduction::Insufficient { available: 1 })),
+        "{x:?}"
+    );
+    let rec = e.store().record(home_at, &r).await.unwrap();
+    assert_eq!(rec, None, "a released claim reads as no record");
+    // 3. Two units come back away from home, where the epoch-2 markers are.
+    let mut placed = 0;
+    for k in 0.. {
+        let id = RequestId::new(format!("rs{k}")).unwrap();
+        if home(&id, SEGMENTS) != h {
+            e.restock(&sku, 1, &id).await.unwrap();
+            placed += 1;
+            if placed == 2 {
+                break;
+            }
+        }
+    }
+    // 4. The retry claims again (epoch 3) and sells; then it replays, and the user is at the
+    //    limit (not busy: no entry of a dead attempt left pending).
+    let x = e.deduct(&req).await;
+    assert!(
+        matches!(x, Ok(Deduction::Applied { .. })),
+        "retry after restock: {x:?}"
+    );
+    let x = e.deduct(&req).await;
+    assert!(matches!(x, Ok(Deduction::Replayed { .. })), "{x:?}");
+    let x = e
+        .deduct(&Deduct::new("fl", "p7u1", 1, "r723").unwrap())
+        .await;
+    assert!(matches!(x, Ok(Deduction::LimitReached { .. })), "{x:?}");
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 5 && a.remaining == 1, "{a:?}");
+}

@@ -384,7 +384,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
             .unwrap(),
         HomeReply::Short {
             stock: 0,
-            claimed: true
+            claimed: Some(1)
         }
     );
     // The other segments, in the order the engine falls back to them.
@@ -502,7 +502,10 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
             .deduct_home(at, args, OnShort::Claim)
             .await
             .unwrap(),
-        HomeReply::Short { claimed: true, .. }
+        HomeReply::Short {
+            claimed: Some(1),
+            ..
+        }
     ));
     let d = e
         .deduct(&Deduct {

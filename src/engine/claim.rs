@@ -2,7 +2,8 @@
 //! its lease ran out (with a higher *epoch*), reconciling what the old holder took, and the
 //! sweeper's recovery of abandoned claims.
 //!
-//! Epochs: the home script claims a request with epoch 1; each takeover bumps it. A takeover
+//! Epochs: the home script claims a request with epoch 1 (after a released claim of the same
+//! request id, one above that claim's: see `settle.lua`); each takeover bumps it. A takeover
 //! shuts every other segment to older epochs (`shut_out.lua`), so a holder that lost its claim
 //! can no longer take or refund anywhere; its parts are counted by the new holder.
 

@@ -181,12 +181,11 @@ impl<S: Store> Engine<S> {
             HomeReply::Pending { .. } => self.wait_for_claim(a).await,
             HomeReply::Short { stock, claimed } => {
                 l.hints.observe(a.home, stock);
-                if !claimed {
+                let Some(epoch) = claimed else {
                     return Err(Error::Protocol("deduct: short without claim".into()));
-                }
+                };
                 crate::metrics::fallback();
-                // The home script wrote the claim with epoch 1.
-                self.fallback(a, 1).await
+                self.fallback(a, epoch).await
             }
         }
     }

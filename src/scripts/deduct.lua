@@ -34,8 +34,9 @@
 -- Reply (first element is the tag):
 --   {"applied", stock_after}            qty taken here; record = applied, parts "<index>:<qty>";
 --                                       outbox on: a "sold" (or "reserved") event appended
---   {"short", stock, claimed}           not enough here; claimed = 1 when a pending claim
---                                       (epoch 1) was written for the caller
+--   {"short", stock, epoch}             not enough here; epoch = the epoch of the pending
+--                                       claim written for the caller (1, or one above a
+--                                       released claim's of this request id), 0 when none
 --   {"replay", parts}                   this request id already applied; nothing changed
 --   {"pending", epoch, lease_left_ms}   another caller holds the fallback claim of this request id
 --   {"mismatch", field}                 this request id was used with another user, qty or kind

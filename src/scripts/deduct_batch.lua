@@ -25,7 +25,7 @@
 --                        in deduct.lua, mode "lua" (check the stock here)
 --
 -- Reply: an array of n replies, reply j for request j, each one of deduct.lua's replies
--- ({"applied", stock_after}, {"short", stock, claimed}, {"replay", parts}, {"pending", epoch,
+-- ({"applied", stock_after}, {"short", stock, epoch}, {"replay", parts}, {"pending", epoch,
 -- lease_left_ms}, {"mismatch", field}, {"stale", gen_or_missing}, {"sealed"}) or
 --   {"bad", "ERR shardstock bad argument: <name>"}   request j's arguments were refused; nothing
 --                                                    was written for it (the others still ran)

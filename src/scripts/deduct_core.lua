@@ -48,9 +48,14 @@ end
 -- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence_token, resv_ttl,
 -- k (kind: 'r' when resv_ttl > 0, else 's') }.
 -- Once decided, `r` itself becomes the fresh record (fields s, u, q, parts / e, l as in a
--- stored record) and the queued write: no further tables per request.
+-- stored record) and the queued write: no further tables per request. Writing over a
+-- released claim ('F', which holds only s, u, q, e, k) needs no DEL: every write sets them all.
 local function decide(st, seg, r)
   local rec = st.fresh[r.rk] or record(r.rk)
+  -- 'F': a released claim (settle.lua). The id is free, as if absent; a new claim continues
+  -- above its epoch, which the released claim's shut-out markers may still carry elsewhere.
+  local past = 0
+  if rec and rec.s == 'F' then past, rec = tonumber(rec.e), nil end
   if rec then
     local f = conflict(rec, r.u, r.qty, r.k)
     if f then return { 'mismatch', f } end
@@ -81,10 +86,10 @@ local function decide(st, seg, r)
   end
 
   if r.claim == '1' then
-    r.s, r.e, r.l = 'P', '1', clock(st) + r.lease
+    r.s, r.e, r.l = 'P', int(past + 1), clock(st) + r.lease
     st.fresh[r.rk] = r
     st.acts[#st.acts + 1] = r
-    return { 'short', st.stock, 1 }
+    return { 'short', st.stock, past + 1 }
   end
   return { 'short', st.stock, 0 }
 end
@@ -108,7 +113,7 @@ local function commit(st, seg, zkey, ckey)
       end
       if st.ob.on then emit(st.ob, r.resv_ttl > 0 and 'reserved' or 'sold', r.rk, r.u, r.q, r.parts) end
     else
-      redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', '1', 'l', int(r.l), 'hp', '0',
+      redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', r.e, 'l', int(r.l), 'hp', '0',
         'k', r.k)
       redis.call('PEXPIRE', r.rk, r.ttl_s)
       redis.call('ZADD', ckey, int(r.l), r.rk)

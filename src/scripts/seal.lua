@@ -19,7 +19,7 @@ posint('ttl_ms', ARGV[3])
 local kind = kindarg('kind', ARGV[4])
 
 local rec = record(KEYS[1])
-if not rec then
+if not rec or rec.s == 'F' then -- no record, or a released claim ('F'): the id is free
   redis.call('HSET', KEYS[1], 's', 'X', 'u', user, 'q', ARGV[2], 'e', '0', 'k', kind)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return { 'sealed' }

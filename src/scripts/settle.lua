@@ -8,8 +8,11 @@
 -- KEYS[4]  outbox stream         <prefix>:{<sku>#<home>}:out ("applied", outbox on: a `sold` or
 --                                 `reserved` event with the parts, wherever they were taken)
 -- ARGV[1]  epoch     the caller's claim epoch
--- ARGV[2]  outcome   "applied": applied with `parts`; "release": nothing was sold, the record
---                    goes and the request id stays free (a later retry is a fresh attempt);
+-- ARGV[2]  outcome   "applied": applied with `parts`; "release": nothing was sold and the
+--                    request id stays free (a later retry is a fresh attempt): the record
+--                    becomes a released claim 'F' keeping only u, q, k and the epoch e, so the
+--                    id's next claim (deduct_core.lua) continues above the epochs this one's
+--                    shut-out markers still carry at the other segments;
 --                    "seal": nothing was sold and the request id may never apply (record
 --                    state 'X') — a verified-void per-user claim, or a claim abandoned by its
 --                    holder and recovered by the sweeper
@@ -22,7 +25,8 @@
 --   {"superseded", state, detail}    the claim is no longer the caller's: the record's state
 --                                    letter "A" (detail = parts of the applied outcome), "P"
 --                                    (detail = epoch) or "X" (sealed)
---   {"gone"}                         no record (released by a newer holder, or expired)
+--   {"gone"}                         no record, or a released one (released by a newer
+--                                    holder, or expired)
 local epoch = posint('epoch', ARGV[1])
 local outcome = ARGV[2]
 local parts = ARGV[3]
@@ -38,7 +42,7 @@ else
 end
 
 local rec = record(KEYS[1])
-if not rec then return { 'gone' } end
+if not rec or rec.s == 'F' then return { 'gone' } end
 if rec.s ~= 'P' or tonumber(rec.e) ~= epoch then
   if rec.s == 'A' then return { 'superseded', 'A', rec.parts } end
   return { 'superseded', rec.s, rec.e }
@@ -54,6 +58,8 @@ elseif outcome == 'seal' then
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 's', 'F')
+  redis.call('HDEL', KEYS[1], 'l', 'hp', 'rs', 'rq', 'exp')
+  redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
 end
 return { 'ok' }

@@ -63,6 +63,7 @@ local now = now_ms()
 stock = stock + reclaim(KEYS[1], KEYS[3], now, outbox(KEYS[1], KEYS[4]))
 
 local rec = record(KEYS[2])
+if rec and rec.s == 'F' then rec = nil end -- a released claim (home only): no claim
 if rec then
   local f = conflict(rec, user, qty, kind)
   if f then

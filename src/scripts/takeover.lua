@@ -16,14 +16,14 @@
 -- ARGV[4]  kind      's' | 'r'
 --
 -- Reply: {"won", epoch, home_part} | {"pending", epoch, lease_left_ms} | {"replay", parts}
---        | {"gone"} | {"sealed"} | {"mismatch", field}
+--        | {"gone"} (no claim: no record, or a released one) | {"sealed"} | {"mismatch", field}
 local user = ident('user', ARGV[1])
 local qty = posint('qty', ARGV[2])
 local lease = posint('lease_ms', ARGV[3])
 local kind = kindarg('kind', ARGV[4])
 
 local rec = record(KEYS[1])
-if not rec then return { 'gone' } end
+if not rec or rec.s == 'F' then return { 'gone' } end -- 'F': released
 local f = conflict(rec, user, qty, kind)
 if f then return { 'mismatch', f } end
 if rec.s == 'A' then return { 'replay', rec.parts } end

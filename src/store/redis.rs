@@ -514,7 +514,8 @@ impl Store for RedisStore {
         let client = self.conn.pool.next();
         let flat: std::collections::HashMap<String, String> =
             moving::follow(|| client.hgetall(&key)).await?;
-        if flat.is_empty() {
+        // 'F': a released claim, the request id is free (settle.lua).
+        if flat.is_empty() || flat.get("s").is_some_and(|s| s == "F") {
             return Ok(None);
         }
         if let Some(d) = &self.conn.durable {

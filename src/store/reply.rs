@@ -19,8 +19,10 @@ pub enum HomeReply {
     Short {
         /// Segment stock.
         stock: u64,
-        /// A fallback claim (epoch 1) was written for the caller.
-        claimed: bool,
+        /// The epoch of the fallback claim written for the caller: 1, or one above the epoch
+        /// of this request id's released claim (its shut-out markers may still refuse lower
+        /// epochs at the other segments). `None`: no claim was written.
+        claimed: Option<u64>,
     },
     /// The request id was applied before.
     Replay(Vec<Part>),

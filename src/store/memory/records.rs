@@ -32,6 +32,9 @@ pub(super) enum Status {
     Refunded,
     /// `X`: sealed, never applies.
     Sealed,
+    /// `F`: a released claim (home only): the request id is free, as if no record were there;
+    /// a new claim of it continues above `epoch`.
+    Released,
 }
 
 /// A request record (the fields of a script's record hash).

@@ -59,6 +59,18 @@ impl Segment {
         self.records.get_mut(&key)
     }
 
+    /// `rid`'s live record, unless it is a released claim (which the scripts treat as no
+    /// record; only deduct.lua reads its epoch).
+    fn claim_record(
+        &mut self,
+        generation: u64,
+        rid: &RequestId,
+        now: Instant,
+    ) -> Option<&mut Record> {
+        self.record(generation, rid, now)
+            .filter(|r| r.status != Status::Released)
+    }
+
     fn insert_record(&mut self, generation: u64, rid: &RequestId, rec: Record, now: Instant) {
         self.inserts += 1;
         if self.inserts >= SWEEP_EVERY.max(self.restocks.len() / 2) {
@@ -139,18 +151,23 @@ impl Segment {
         now: Instant,
     ) -> HomeReply {
         self.reclaim(now);
+        let mut past = 0;
         if let Some(rec) = self.record(seg.generation, req.request_id, now) {
-            if let Some(f) = rec.mismatch(req) {
+            if rec.status == Status::Released {
+                // The id is free; a new claim continues above the released one's epoch.
+                past = rec.epoch;
+            } else if let Some(f) = rec.mismatch(req) {
                 return HomeReply::Mismatch(f);
+            } else {
+                return match rec.status {
+                    Status::Applied => HomeReply::Replay(rec.parts.clone()),
+                    Status::Sealed => HomeReply::Sealed,
+                    _ => HomeReply::Pending {
+                        epoch: rec.epoch,
+                        lease_left_ms: left_ms(rec.lease_until, now),
+                    },
+                };
             }
-            return match rec.status {
-                Status::Applied => HomeReply::Replay(rec.parts.clone()),
-                Status::Sealed => HomeReply::Sealed,
-                _ => HomeReply::Pending {
-                    epoch: rec.epoch,
-                    lease_left_ms: left_ms(rec.lease_until, now),
-                },
-            };
         }
         let stock = self.counters.stock;
         let base = Record::new(Status::Applied, req, 0, now);
@@ -166,12 +183,12 @@ impl Segment {
                 stock_after: stock - req.qty,
             };
         }
-        let claim = on_short == OnShort::Claim;
-        if claim {
+        let claimed = (on_short == OnShort::Claim).then_some(past + 1);
+        if let Some(epoch) = claimed {
             let lease_until = now + ms(req.lease_ms);
             let rec = Record {
                 status: Status::Pending,
-                epoch: 1,
+                epoch,
                 lease_until,
                 ..base
             };
@@ -179,10 +196,7 @@ impl Segment {
             self.claims
                 .insert((lease_until, seg.generation, req.request_id.clone()));
         }
-        HomeReply::Short {
-            stock,
-            claimed: claim,
-        }
+        HomeReply::Short { stock, claimed }
     }
 
     /// take.lua
@@ -198,7 +212,7 @@ impl Segment {
         self.reclaim(now);
         let stock = self.counters.stock;
         let is_home = role == SegmentRole::Home;
-        let mut rec = self.record(generation, req.request_id, now);
+        let mut rec = self.claim_record(generation, req.request_id, now);
         if let Some(r) = &rec
             && let Some(f) = r.mismatch(req)
         {
@@ -268,7 +282,7 @@ impl Segment {
         how: SettleAs<'_>,
         now: Instant,
     ) -> SettleReply {
-        let Some(rec) = self.record(generation, req.request_id, now) else {
+        let Some(rec) = self.claim_record(generation, req.request_id, now) else {
             return SettleReply::Gone;
         };
         if rec.status != Status::Pending || rec.epoch != epoch {
@@ -291,7 +305,13 @@ impl Segment {
                 rec.expires = rec.expires.max(now + ms(req.ttl_ms));
             }
             SettleAs::Release => {
-                self.records.remove(&(generation, req.request_id.clone()));
+                // Only the epoch stays (with u, q, k), as settle.lua's 'F' record.
+                rec.status = Status::Released;
+                rec.home_part = 0;
+                rec.lease_until = now;
+                rec.reservation = None;
+                rec.reserved_units = 0;
+                rec.expires = rec.expires.max(now + ms(req.ttl_ms));
             }
         }
         self.drop_claim(generation, req.request_id);
@@ -307,7 +327,7 @@ impl Segment {
         role: SegmentRole,
         now: Instant,
     ) -> u64 {
-        let Some(rec) = self.record(generation, req.request_id, now) else {
+        let Some(rec) = self.claim_record(generation, req.request_id, now) else {
             return 0;
         };
         let units = if role == SegmentRole::Home {
@@ -376,7 +396,7 @@ impl Segment {
         req: &ReqArgs<'_>,
         now: Instant,
     ) -> TakeoverReply {
-        let Some(rec) = self.record(generation, req.request_id, now) else {
+        let Some(rec) = self.claim_record(generation, req.request_id, now) else {
             return TakeoverReply::Gone;
         };
         if let Some(f) = rec.mismatch(req) {
@@ -488,7 +508,7 @@ impl Segment {
 
     /// seal.lua
     pub(super) fn seal(&mut self, generation: u64, req: &ReqArgs<'_>, now: Instant) -> SealReply {
-        if let Some(rec) = self.record(generation, req.request_id, now) {
+        if let Some(rec) = self.claim_record(generation, req.request_id, now) {
             if let Some(f) = rec.mismatch(req) {
                 return SealReply::Mismatch(f);
             }
@@ -512,7 +532,7 @@ impl Segment {
         request_id: &RequestId,
         now: Instant,
     ) -> Option<HomeRecord> {
-        self.record(generation, request_id, now)
+        self.claim_record(generation, request_id, now)
             .map(|r| HomeRecord {
                 user: r.user.to_string(),
                 qty: r.qty,

@@ -119,7 +119,8 @@ pub fn rid_facts(rid: &str, recs: &[HashMap<String, String>], segments: u32) -> 
     let user = h.get("u").cloned().unwrap_or_default();
     let qty = num(h, "q");
     match h.get("s").map(String::as_str) {
-        None => {
+        // No home record, or a released claim ('F': the id is free).
+        None | Some("F") => {
             for (i, r) in recs.iter().enumerate() {
                 if r.get("s").map(String::as_str) == Some("A") {
                     f.stranded += kept(r);

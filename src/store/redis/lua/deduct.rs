@@ -113,7 +113,7 @@ fn home_reply(r: Reply, at: &SegmentKeys<'_>) -> Result<HomeReply> {
         },
         "short" => HomeReply::Short {
             stock: r.stock(0)?,
-            claimed: r.u64(1)? == 1,
+            claimed: Some(r.u64(1)?).filter(|&epoch| epoch > 0),
         },
         "replay" => HomeReply::Replay(r.parts(0)?),
         "pending" => HomeReply::Pending {

@@ -124,7 +124,10 @@ impl<S: Store> World<S> {
                 let v = self.m.on_got(kind, &d, &Got::Applied);
                 self.note(v);
             }
-            Ok(HomeReply::Short { claimed: true, .. }) => {
+            Ok(HomeReply::Short {
+                claimed: Some(epoch),
+                ..
+            }) => {
                 let mut taken = 0;
                 if n > 1 {
                     let t = store
@@ -132,7 +135,7 @@ impl<S: Store> World<S> {
                             at((h + 1) % n),
                             args,
                             part.min(qty),
-                            1,
+                            epoch,
                             SegmentRole::Fallback,
                         )
                         .await;
