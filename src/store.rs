@@ -188,6 +188,9 @@ pub struct SegmentLoad {
     pub units: u64,
     /// The selling scripts append outbox events for this segment.
     pub outbox: bool,
+    /// The generation this load replaces (0: none): when the segment still holds it with the
+    /// outbox on, each of its live reservations gets a `cancelled` event.
+    pub replaces: u64,
 }
 
 /// How [`Store::settle`] ends a claim.
@@ -266,7 +269,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool>> + Send;
     /// Deletes segment `seg.index` when it is of an older generation than `seg.generation`
     /// (left over from a previous generation with more segments).
-    fn drop_segment(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<()>> + Send;
+    /// `replaces`: the generation the load replaces (its live reservations there end, as in
+    /// [`SegmentLoad::replaces`]).
+    fn drop_segment(
+        &self,
+        seg: SegAddr<'_>,
+        replaces: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// Marks generation `generation` ready; `false` when another load superseded it.
     fn load_commit(&self, sku: &Sku, generation: u64) -> impl Future<Output = Result<bool>> + Send;
     /// Reads the SKU metadata.

@@ -354,7 +354,7 @@ async fn e08_decr_compensate_gives_back_once_per_decrement() {
         .unwrap();
     srv.cli(&["HINCRBY", "t:{decr1#0}:seg", "stock", "-3"]);
     let mut k = keys(&g);
-    k[4] = "t:{decr1#0}:seg:dt:78".to_string();
+    k[5] = "t:{decr1#0}:seg:dt:78".to_string();
     let mut a2 = args(&g);
     a2[8] = "78".to_string();
     let r: Value = client.eval(lua, k, a2).await.unwrap();

@@ -196,6 +196,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         "t:{strict#0}:seg".to_string(),
         format!("t:{{strict#0}}:g{g}:resv"),
         format!("t:{{strict#0}}:g{g}:claims"),
+        "t:{strict#0}:out".to_string(),
     ];
     let mut args: Vec<String> = [g.as_str(), "0", "1000", "1000", "4"]
         .map(String::from)

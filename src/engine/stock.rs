@@ -45,7 +45,7 @@ impl<S: Store> Engine<S> {
             ));
         }
         let store = &self.inner.store;
-        let (generation, old, placement) = match store
+        let (generation, old, replaces, placement) = match store
             .load_begin(
                 sku,
                 LoadSpec {
@@ -71,8 +71,9 @@ impl<S: Store> Engine<S> {
             LoadBegin::Started {
                 generation,
                 old_segments,
+                old_generation,
                 placement,
-            } => (generation, old_segments, placement),
+            } => (generation, old_segments, old_generation, placement),
         };
         self.inner.layouts.remove(sku);
         let amounts = split(total, segments);
@@ -83,6 +84,7 @@ impl<S: Store> Engine<S> {
                 SegmentLoad {
                     units: *units,
                     outbox,
+                    replaces,
                 },
             )
         });
@@ -92,7 +94,7 @@ impl<S: Store> Engine<S> {
         if written.contains(&false) {
             return Err(Error::NotReady(sku.to_string()));
         }
-        let drops = (segments..old).map(|i| store.drop_segment(at(i)));
+        let drops = (segments..old).map(|i| store.drop_segment(at(i), replaces));
         futures::future::try_join_all(drops).await?;
         if !store.load_commit(sku, generation).await? {
             return Err(Error::NotReady(sku.to_string()));

@@ -34,8 +34,9 @@ pub struct OrdersOptions {
     /// Consumer group name (every instance of one order service shares it; default
     /// `orders`).
     pub group: String,
-    /// This consumer's name within the group (unique per process; default
-    /// `<host>-<pid>`-like `consumer-<pid>`).
+    /// This consumer's name within the group (unique per process; default `<host>-<pid>`,
+    /// the host name from `HOSTNAME` or `/etc/hostname`, so containers that all run as pid 1
+    /// still differ).
     pub consumer: String,
     /// SKUs served; empty (default) = every SKU loaded with the outbox on.
     pub skus: Vec<Sku>,
@@ -60,7 +61,7 @@ impl Default for OrdersOptions {
     fn default() -> Self {
         Self {
             group: "orders".into(),
-            consumer: format!("consumer-{}", std::process::id()),
+            consumer: default_consumer(),
             skus: Vec::new(),
             batch: 256,
             min_idle: Duration::from_secs(30),
@@ -70,6 +71,23 @@ impl Default for OrdersOptions {
             idle_sleep: Duration::from_millis(100),
         }
     }
+}
+
+/// `<host>-<pid>`, reduced to the characters a consumer name may hold.
+fn default_consumer() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .unwrap_or_else(|| "consumer".into());
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "_.:-".contains(*c))
+        .take(100)
+        .collect();
+    let host = if host.is_empty() { "consumer".into() } else { host };
+    format!("{host}-{}", std::process::id())
 }
 
 impl OrdersOptions {
@@ -346,6 +364,20 @@ impl<H: Handler> Orders<H> {
     /// Store errors (the round stops; what was acknowledged stays acknowledged, the rest is
     /// delivered again).
     pub async fn poll(&self) -> Result<Polled> {
+        let r = self.round().await;
+        if let Err(e) = &r
+            && e.to_string().contains("NOGROUP")
+        {
+            // A stream or its group vanished (Redis restarted empty, a key deleted): find the
+            // streams and create the groups again on the next round.
+            let mut st = self.state.lock().await;
+            st.grouped.clear();
+            st.discovered = None;
+        }
+        r
+    }
+
+    async fn round(&self) -> Result<Polled> {
         let mut st = self.state.lock().await;
         let due = |at: Option<Instant>, every: Duration| at.is_none_or(|t| t.elapsed() >= every);
         if due(st.discovered, self.opts.discover_every) {
@@ -511,7 +543,7 @@ impl<H: Handler> Orders<H> {
             if n > self.opts.max_deliveries {
                 // Delivered max_deliveries times before, never acknowledged: the handler
                 // failed each time or its consumers died. It is not handed out again.
-                if self.store.outbox_dead(s, group, &e.0, n - 1).await? {
+                if self.store.outbox_dead(s, group, me, &e.0, n, n - 1).await? {
                     done.dead += 1;
                 }
             } else {
@@ -576,7 +608,10 @@ impl<H: Handler> Orders<H> {
                     done.failed += 1;
                     self.store.outbox_failed(s, &id, &why).await?;
                     if n >= self.opts.max_deliveries
-                        && self.store.outbox_dead(s, &self.opts.group, &id, n).await?
+                        && self
+                            .store
+                            .outbox_dead(s, &self.opts.group, &self.opts.consumer, &id, n, n)
+                            .await?
                     {
                         done.dead += 1;
                     }

@@ -114,7 +114,7 @@ local function commit(st, seg, zkey, ckey)
       if st.ob.on then emit(st.ob, r.resv_ttl > 0 and 'reserved' or 'sold', r.rk, r.u, r.q, r.parts) end
     else
       redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', r.e, 'l', int(r.l), 'hp', '0',
-        'k', r.k)
+        'k', r.k, 'o', st.ob.on and '1' or '0')
       redis.call('PEXPIRE', r.rk, r.ttl_s)
       redis.call('ZADD', ckey, int(r.l), r.rk)
     end

@@ -16,7 +16,7 @@
 --                   segment count the SKU ever had with it, so a consumer finds every stream
 --                   (events stay in a stream after a reload shrinks the SKU)
 --
--- Reply: {"exists", gen} | {"started", gen, old_segments, place}
+-- Reply: {"exists", gen} | {"started", gen, old_segments, place, old_gen (0 when new)}
 --
 -- Placement is append-only: a SKU keeps every suffix it ever had (so each segment index keeps
 -- one key for the SKU's life and a reload overwrites it in place); only indexes beyond the
@@ -67,4 +67,4 @@ redis.call('HSET', KEYS[1], 'gen', int(gen), 'segments', ARGV[1], 'loaded', ARGV
   ARGV[4], 'state', 'loading')
 if place ~= '' then redis.call('HSET', KEYS[1], 'place', place) end
 if ob == '1' and (tonumber(v[4]) or 0) < segments then redis.call('HSET', KEYS[1], 'outmax', ARGV[1]) end
-return { 'started', gen, tonumber(v[2]) or 0, place }
+return { 'started', gen, tonumber(v[2]) or 0, place, tonumber(v[1]) or 0 }

@@ -8,16 +8,23 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash   <prefix>:{<sku>#<i>}:seg
+-- KEYS[2]  reservation index of the replaced generation <prefix>:{<sku>#<i>}:g<old>:resv
+-- KEYS[3]  outbox stream  <prefix>:{<sku>#<i>}:out
 -- ARGV[1]  gen
 -- ARGV[2]  units
 -- ARGV[3]  outbox   "1": the selling scripts append events to the segment's stream (field out)
+-- ARGV[4]  old      the generation this load replaces (0: none); when the segment still holds
+--                   it, its live reservations end (a `cancelled` event each, if its outbox
+--                   was on)
 --
 -- Reply: {"ok"} | {"superseded", newer_gen}
 uint('gen', ARGV[1])
 uint('units', ARGV[2])
 if ARGV[3] ~= '0' and ARGV[3] ~= '1' then bad('outbox') end
+uint('old', ARGV[4])
 local cur = redis.call('HGET', KEYS[1], 'gen')
 if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
+if cur and cur ~= ARGV[1] then end_reservations(KEYS[1], ARGV[4], KEYS[2], KEYS[3]) end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2], 'restocked', '0',
   'sold', '0', 'reserved', '0', 'out', ARGV[3])

@@ -143,6 +143,25 @@ local function reclaim(seg, zkey, now, ob)
   return back
 end
 
+-- A reload replaces generation `old` of segment `seg`: its live reservations (index `zkey`)
+-- end with it, unsold; with the outbox on (the old generation's `out`) each one gets a
+-- `cancelled` event, so an order service does not keep an unpaid order forever. Runs before
+-- the segment hash is replaced, only when it still holds generation `old`.
+local function end_reservations(seg, old, zkey, okey)
+  local v = redis.call('HMGET', seg, 'gen', 'out')
+  if v[1] ~= old then return end
+  local ob = outbox(seg, okey)
+  ob.on = v[2] == '1'
+  for _, rk in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do
+    local r = redis.call('HMGET', rk, 'rs', 'rq', 'u')
+    if r[1] == 'R' then
+      redis.call('HSET', rk, 'rs', 'K')
+      emit(ob, 'cancelled', rk, r[3], r[2], seg_index(seg) .. ':' .. r[2])
+    end
+  end
+  redis.call('DEL', zkey)
+end
+
 -- Marks the record `rk` as a reservation of `q` units expiring `ttl` ms from now, and makes the
 -- record outlive the reservation by `rec_ttl` ms (the request TTL): reclaim needs the record to
 -- return the units, so a record must never expire before its reservation is over. Invariant:

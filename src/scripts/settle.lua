@@ -52,7 +52,11 @@ if outcome == 'applied' then
   redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
-  emit(outbox(KEYS[3], KEYS[4]), rec.k == 'r' and 'reserved' or 'sold', KEYS[1], rec.u, rec.q, parts)
+  -- The claim says whether its generation had the outbox on (field o, written at claim
+  -- time): a reload since may have changed the segment's flag.
+  local ob = outbox(KEYS[3], KEYS[4])
+  if rec.o then ob.on = rec.o == '1' end
+  emit(ob, rec.k == 'r' and 'reserved' or 'sold', KEYS[1], rec.u, rec.q, parts)
 elseif outcome == 'seal' then
   redis.call('HSET', KEYS[1], 's', 'X')
   redis.call('HDEL', KEYS[1], 'l', 'hp')

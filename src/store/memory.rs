@@ -143,7 +143,8 @@ impl Store for MemoryStore {
         });
         Ok(LoadBegin::Started {
             generation,
-            old_segments: prev.map_or(0, |p| p.segments),
+            old_segments: prev.as_ref().map_or(0, |p| p.segments),
+            old_generation: prev.as_ref().map_or(0, |p| p.generation),
             placement: Placement::unplaced(),
         })
     }
@@ -161,7 +162,7 @@ impl Store for MemoryStore {
     }
 
     // drop_segment.lua
-    async fn drop_segment(&self, seg: SegAddr<'_>) -> Result<()> {
+    async fn drop_segment(&self, seg: SegAddr<'_>, _replaces: u64) -> Result<()> {
         self.inner
             .segments
             .remove_if(&(seg.sku.clone(), seg.index), |_, s| {

@@ -267,15 +267,26 @@ impl Store for RedisStore {
 
     async fn load_segment(&self, seg: SegAddr<'_>, load: SegmentLoad) -> Result<bool> {
         let at = self.at(seg);
-        let (units, outbox) = (load.units, load.outbox);
-        self.conn
-            .run(segment::LoadSegment { at, units, outbox })
-            .await
+        let old = self.at(SegAddr {
+            generation: load.replaces,
+            ..seg
+        });
+        let call = segment::LoadSegment {
+            at,
+            old,
+            units: load.units,
+            outbox: load.outbox,
+        };
+        self.conn.run(call).await
     }
 
-    async fn drop_segment(&self, seg: SegAddr<'_>) -> Result<()> {
+    async fn drop_segment(&self, seg: SegAddr<'_>, replaces: u64) -> Result<()> {
         let at = self.at(seg);
-        self.conn.run(segment::DropSegment { at }).await
+        let old = self.at(SegAddr {
+            generation: replaces,
+            ..seg
+        });
+        self.conn.run(segment::DropSegment { at, old }).await
     }
 
     async fn load_commit(&self, sku: &Sku, generation: u64) -> Result<bool> {

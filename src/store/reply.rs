@@ -265,6 +265,8 @@ pub enum LoadBegin {
         generation: u64,
         /// How many segments the previous generation had (0 when new).
         old_segments: u32,
+        /// The previous generation (0 when new): its live reservations end with the reload.
+        old_generation: u64,
         /// Where the SKU's segments live (kept from earlier loads, extended for new indexes).
         placement: crate::placement::Placement,
     },

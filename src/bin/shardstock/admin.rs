@@ -31,9 +31,9 @@ pub(crate) struct LoadArgs {
     per_user_limit: Option<u64>,
     /// Turn the outbox on (Redis only): the scripts that sell, reserve, confirm, cancel and
     /// expire append an event per change to the segment's stream, for `shardstock orders`.
-    /// Default: engine.outbox from the configuration.
-    #[arg(long)]
-    outbox: bool,
+    /// `--outbox off` turns it off on a reload. Default: engine.outbox from the configuration.
+    #[arg(long, value_name = "on|off", num_args = 0..=1, default_missing_value = "on", value_parser = crate::parse_on_off)]
+    outbox: Option<bool>,
 }
 
 #[derive(Debug, Args)]
@@ -71,7 +71,7 @@ pub(crate) async fn run_load<S: Store>(
             shardstock::LoadOptions::new(a.segments)
                 .replace(a.replace)
                 .per_user_limit(limit)
-                .outbox(a.outbox || engine.options().outbox),
+                .outbox(a.outbox.unwrap_or(engine.options().outbox)),
         )
         .await?;
     let store = engine.store().name();

@@ -28,7 +28,7 @@ pub(crate) struct OrdersArgs {
     /// Consumer group: every process of one order service shares it.
     #[arg(long, value_name = "NAME", default_value = "orders")]
     group: String,
-    /// This consumer's name in the group (unique per process). Default: consumer-<pid>.
+    /// This consumer's name in the group (unique per process). Default: <host>-<pid>.
     #[arg(long, value_name = "NAME")]
     consumer: Option<String>,
     /// Serve only these SKUs (repeatable). Default: every SKU loaded with the outbox.
@@ -107,7 +107,7 @@ pub(crate) async fn run_orders(
         a.group.clone(),
         a.consumer
             .clone()
-            .unwrap_or_else(|| format!("consumer-{}", std::process::id())),
+            .unwrap_or_else(|| OrdersOptions::default().consumer),
     )
     .batch(a.batch)
     .min_idle(Duration::from_millis(a.min_idle_ms))

@@ -53,8 +53,8 @@ pub(crate) struct SimArgs {
     /// Load the SKU with the outbox on (Redis only): every sale, reservation, confirmation,
     /// cancellation and expiry leaves an event for `shardstock orders` to consume. Default:
     /// engine.outbox from the configuration.
-    #[arg(long, alias = "orders")]
-    outbox: bool,
+    #[arg(long, alias = "orders", value_name = "on|off", num_args = 0..=1, default_missing_value = "on", value_parser = crate::parse_on_off)]
+    outbox: Option<bool>,
     /// Share of requests that reserve (pre-deduct with a TTL) instead of buying outright.
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     reserve_ratio: f64,
@@ -244,7 +244,7 @@ pub(crate) async fn run_sim<S: Store>(
                 shardstock::LoadOptions::new(a.segments)
                     .replace(true)
                     .per_user_limit(a.per_user_limit)
-                    .outbox(a.outbox || engine.options().outbox),
+                    .outbox(a.outbox.unwrap_or(engine.options().outbox)),
             )
             .await?;
     }

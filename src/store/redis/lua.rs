@@ -47,7 +47,7 @@
 //! |---|---|
 //! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on) |
 //! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition); `out`: `1` when the generation has the outbox on |
-//! | request record `…:g<gen>:rq:<request id>` (segment's tag) | `s`, `u` (user), `q` (the request's qty), `k`, `e` (claim epoch), `l`, `hp`, `parts` (`<segment>:<units>,…`), `p` (part here), `rs`, `rq`, `exp` |
+//! | request record `…:g<gen>:rq:<request id>` (segment's tag) | `s`, `u` (user), `q` (the request's qty), `k`, `e` (claim epoch), `l`, `hp`, `o` (a claim's generation had the outbox on), `parts` (`<segment>:<units>,…`), `p` (part here), `rs`, `rq`, `exp` |
 //! | reservation index `…:g<gen>:resv` | ZSET of request records holding a live reservation, by expiry |
 //! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
 //! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
@@ -165,6 +165,8 @@ scripts! {
     LockRelease "lock_release",
     /// One node's vote in a RedLock acquisition.
     RedlockAcquire "redlock_acquire",
+    /// Claims idle outbox events with their delivery counts.
+    OutboxClaim "outbox_claim",
     /// Moves an outbox event no handler could take to the dead letters.
     OutboxDead "outbox_dead",
     /// Drops outbox events every consumer group acknowledged.
@@ -229,7 +231,12 @@ impl Script {
     fn must_persist(self) -> bool {
         !matches!(
             self,
-            Script::Held | Script::ClaimsDue | Script::OutboxLag | Script::OutboxTrim
+            Script::Held
+                | Script::ClaimsDue
+                | Script::OutboxLag
+                | Script::OutboxTrim
+                | Script::OutboxClaim
+                | Script::OutboxDead
         )
     }
 }

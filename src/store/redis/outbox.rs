@@ -51,7 +51,7 @@ fn text(v: &Value) -> Option<String> {
 }
 
 /// `[id, [field, value, ...]]` entries; a `Null` entry (deleted while pending) is skipped.
-fn entries(v: Value) -> Result<Vec<Entry>> {
+pub(crate) fn entries(v: Value) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
     for e in v.into_array() {
         if e.is_null() {
@@ -168,8 +168,8 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// `XAUTOCLAIM`: entries pending in `group` for at least `min_idle_ms` (their consumer
-    /// died, or their handler failed), now `consumer`'s, each with its delivery count
+    /// `outbox_claim.lua`: entries pending in `group` for at least `min_idle_ms` (their
+    /// consumer died, or their handler failed), now `consumer`'s, each with its delivery count
     /// (this delivery included); and the cursor to continue from (`0-0`: scanned through).
     pub(crate) async fn outbox_claim(
         &self,
@@ -180,56 +180,15 @@ impl RedisStore {
         cursor: &str,
         count: u64,
     ) -> Result<(String, Vec<(Entry, u64)>)> {
-        let client = self.conn.pool.next();
-        let v: Value = moving::follow(|| {
-            client.xautoclaim(
-                &s.key,
-                group,
-                consumer,
-                min_idle_ms,
-                XID::Manual(cursor.to_string().into()),
-                Some(count),
-                false,
-            )
-        })
-        .await?;
-        let mut parts = v.into_array().into_iter();
-        let next = parts
-            .next()
-            .as_ref()
-            .and_then(text)
-            .ok_or_else(|| Error::Protocol("outbox: XAUTOCLAIM cursor".into()))?;
-        let claimed = entries(parts.next().unwrap_or(Value::Null))?;
-        let (Some(first), Some(last)) = (claimed.first(), claimed.last()) else {
-            return Ok((next, Vec::new()));
+        let call = lua::outbox::Claim {
+            stream: s,
+            group,
+            consumer,
+            min_idle_ms,
+            cursor,
+            count,
         };
-        // Delivery counts of what was claimed (now this consumer's), in one range query.
-        let n = claimed.len() as u64;
-        let pending: Value = moving::follow(|| {
-            client.xpending(
-                &s.key,
-                group,
-                (first.0.as_str(), last.0.as_str(), n, consumer),
-            )
-        })
-        .await?;
-        let mut counts = std::collections::HashMap::new();
-        for p in pending.into_array() {
-            let p = p.into_array();
-            if let (Some(id), Some(n)) =
-                (p.first().and_then(text), p.get(3).and_then(Value::as_u64))
-            {
-                counts.insert(id, n);
-            }
-        }
-        let out = claimed
-            .into_iter()
-            .map(|e| {
-                let n = counts.get(&e.0).copied().unwrap_or(1);
-                (e, n)
-            })
-            .collect();
-        Ok((next, out))
+        self.conn.run(call).await
     }
 
     /// Acknowledges `ids` in `group`; forgets failure reasons of redelivered ones.
@@ -266,20 +225,25 @@ impl RedisStore {
         Ok(())
     }
 
-    /// `outbox_dead.lua`: moves entry `id` to the dead letters (false: it was no longer
-    /// pending, nothing changed).
+    /// `outbox_dead.lua`: moves entry `id` (pending for `consumer` with delivery count
+    /// `seen`) to the dead letters, recording `failed` deliveries; false when it is no longer
+    /// that (acknowledged, or claimed by another consumer since): nothing changed.
     pub(crate) async fn outbox_dead(
         &self,
         s: &OutboxStream,
         group: &str,
+        consumer: &str,
         id: &str,
-        deliveries: u64,
+        seen: u64,
+        failed: u64,
     ) -> Result<bool> {
         let call = lua::outbox::Dead {
             stream: s,
             group,
+            consumer,
             id,
-            deliveries,
+            seen,
+            failed,
         };
         self.conn.run(call).await
     }

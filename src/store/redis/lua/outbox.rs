@@ -1,16 +1,65 @@
-//! The outbox consumer's scripts: `outbox_dead.lua`, `outbox_trim.lua`, `outbox_lag.lua`.
+//! The outbox consumer's scripts: `outbox_claim.lua`, `outbox_dead.lua`, `outbox_trim.lua`,
+//! `outbox_lag.lua`.
 
 use super::{Call, Reply, Script, argv};
-use crate::error::Result;
-use crate::store::redis::outbox::{OutboxStream, StreamLag};
+use crate::error::{Error, Result};
+use crate::store::redis::outbox::{Entry, OutboxStream, StreamLag, entries};
 use fred::types::Value;
+
+/// `outbox_claim.lua`: idle entries claimed, each with its delivery count.
+pub(crate) struct Claim<'a> {
+    pub(crate) stream: &'a OutboxStream,
+    pub(crate) group: &'a str,
+    pub(crate) consumer: &'a str,
+    pub(crate) min_idle_ms: u64,
+    pub(crate) cursor: &'a str,
+    pub(crate) count: u64,
+}
+
+impl Call for Claim<'_> {
+    const SCRIPT: Script = Script::OutboxClaim;
+    /// The next cursor, and the claimed entries with their delivery counts.
+    type Output = (String, Vec<(Entry, u64)>);
+
+    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+        let args = argv![
+            self.group,
+            self.consumer,
+            self.min_idle_ms,
+            self.cursor,
+            self.count
+        ];
+        (vec![self.stream.key.clone()], args)
+    }
+
+    fn decode(&self, reply: Value) -> Result<Self::Output> {
+        let bad = || Error::Protocol("outbox_claim: malformed reply".into());
+        let mut parts = reply.into_array().into_iter();
+        let next = parts.next().and_then(|v| v.as_string()).ok_or_else(bad)?;
+        let mut out = Vec::new();
+        for item in parts.next().map(Value::into_array).unwrap_or_default() {
+            let mut it = item.into_array().into_iter();
+            let (Some(id), Some(fields), Some(n)) = (it.next(), it.next(), it.next()) else {
+                return Err(bad());
+            };
+            let n = n.as_u64().ok_or_else(bad)?;
+            let mut e = entries(Value::Array(vec![Value::Array(vec![id, fields])]))?;
+            out.push((e.pop().ok_or_else(bad)?, n));
+        }
+        Ok((next, out))
+    }
+}
 
 /// `outbox_dead.lua`: entry `id` to the dead letters, atomically with its ack.
 pub(crate) struct Dead<'a> {
     pub(crate) stream: &'a OutboxStream,
     pub(crate) group: &'a str,
+    pub(crate) consumer: &'a str,
     pub(crate) id: &'a str,
-    pub(crate) deliveries: u64,
+    /// The delivery count the caller saw (the entry must still have it, and be the caller's).
+    pub(crate) seen: u64,
+    /// Failed deliveries, for the record.
+    pub(crate) failed: u64,
 }
 
 impl Call for Dead<'_> {
@@ -20,7 +69,8 @@ impl Call for Dead<'_> {
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let s = self.stream;
         let keys = vec![s.key.clone(), s.dead.clone(), s.why.clone()];
-        (keys, argv![self.group, self.id, self.deliveries, ""])
+        let args = argv![self.group, self.id, self.seen, "", self.consumer, self.failed];
+        (keys, args)
     }
 
     fn decode(&self, reply: Value) -> Result<bool> {

@@ -47,6 +47,7 @@ impl Call for LoadBegin<'_> {
             "started" => Ok(store::LoadBegin::Started {
                 generation: r.u64(0)?,
                 old_segments: r.u64(1)? as u32,
+                old_generation: r.u64(3)?,
                 placement: Placement::decode(&r.str(2)?).ok_or_else(|| r.bad())?,
             }),
             _ => Err(r.bad()),
@@ -57,6 +58,8 @@ impl Call for LoadBegin<'_> {
 /// `load_segment.lua`: writes a segment of a new generation; `false` when a newer one is there.
 pub(crate) struct LoadSegment<'a> {
     pub(crate) at: SegmentKeys<'a>,
+    /// The same segment in the generation the load replaces.
+    pub(crate) old: SegmentKeys<'a>,
     pub(crate) units: u64,
     /// The selling scripts append outbox events for this segment.
     pub(crate) outbox: bool,
@@ -67,8 +70,18 @@ impl Call for LoadSegment<'_> {
     type Output = bool;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let args = argv![self.at.generation(), self.units, flag(self.outbox)];
-        (vec![self.at.segment()], args)
+        let args = argv![
+            self.at.generation(),
+            self.units,
+            flag(self.outbox),
+            self.old.generation()
+        ];
+        let keys = vec![
+            self.at.segment(),
+            self.old.reservations(),
+            self.at.outbox(),
+        ];
+        (keys, args)
     }
 
     fn decode(&self, reply: Value) -> Result<bool> {
@@ -104,6 +117,8 @@ impl Call for LoadCommit<'_> {
 /// `drop_segment.lua`: deletes a segment of an older generation.
 pub(crate) struct DropSegment<'a> {
     pub(crate) at: SegmentKeys<'a>,
+    /// The same segment in the generation the load replaces.
+    pub(crate) old: SegmentKeys<'a>,
 }
 
 impl Call for DropSegment<'_> {
@@ -111,7 +126,12 @@ impl Call for DropSegment<'_> {
     type Output = ();
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        (vec![self.at.segment()], argv![self.at.generation()])
+        let keys = vec![
+            self.at.segment(),
+            self.old.reservations(),
+            self.at.outbox(),
+        ];
+        (keys, argv![self.at.generation(), self.old.generation()])
     }
 
     fn decode(&self, reply: Value) -> Result<()> {
