@@ -151,6 +151,19 @@ async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
     let orders = Orders::new(store(at, prefix, false).await, h.clone(), opts("c1")).unwrap();
     orders.drain(Duration::from_secs(30)).await.unwrap();
     check_sold(&h.by_rid(), &applied, audit.sold);
+    // Sales through the fallback (away from home, or over several segments) are the ones
+    // whose event settle.lua writes.
+    let fallback = h
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            let rid = shardstock::RequestId::new(&e.request_id).unwrap();
+            e.parts.len() > 1 || e.parts[0].segment != shardstock::segments::home(&rid, 6)
+        })
+        .count();
+    assert!(fallback > 0, "some sales went through the fallback");
     let lag = orders.lag().await.unwrap();
     assert_eq!(
         lag.appended,
@@ -467,4 +480,158 @@ async fn bad_options_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), shardstock::ErrorKind::Config, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_lock_strategy_too() {
+    let redis = RedisServer::start();
+    let s = redis_config(&redis, "lk")
+        .store
+        .redis_builder()
+        .strategy(shardstock::Strategy::Lock)
+        .lock_options(common::lock_opts(500, 5000))
+        .connect()
+        .await
+        .unwrap();
+    let e = EngineBuilder::default().per_user_limit(0).build(s).unwrap();
+    let sku = Sku::new("locked").unwrap();
+    e.load(&sku, 60, LoadOptions::new(3).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "locked", 80).await;
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "lk", false).await, h.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(30)).await.unwrap();
+    check_sold(&h.by_rid(), &applied, e.audit(&sku).await.unwrap().sold);
+}
+
+/// A reload ends the old generation's live reservations: each gets a `cancelled` event (also
+/// on segments the reload drops), and events not yet consumed on dropped segments are still
+/// found and delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_cancels_live_reservations_and_keeps_dropped_segments_streams() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("reload").unwrap();
+    e.load(&sku, 80, LoadOptions::new(8).outbox(true))
+        .await
+        .unwrap();
+    let mut held = HashMap::new();
+    for i in 0..12u64 {
+        let rid = format!("h{i}");
+        let d = Deduct::new("reload", &format!("u{i}"), 1, &rid).unwrap();
+        let r = e.reserve(&d, Duration::from_secs(60)).await.unwrap();
+        let Reserved::Held { parts, .. } = r else {
+            panic!("{r:?}")
+        };
+        held.insert(rid, parts[0].segment);
+    }
+    assert!(
+        held.values().any(|s| *s >= 4),
+        "some on segments the reload drops"
+    );
+    // Sales too, on every segment, left unconsumed.
+    let applied = sale(&e, "reload", 20).await;
+    e.load(&sku, 10, LoadOptions::new(4).replace(true).outbox(true))
+        .await
+        .unwrap();
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(30)).await.unwrap();
+    let seen = h.by_rid();
+    for (rid, seg) in &held {
+        let kinds: Vec<&str> = seen[rid].iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            vec!["reserved", "cancelled"],
+            "{rid} on segment {seg}"
+        );
+    }
+    for rid in applied.keys() {
+        assert_eq!(
+            seen[rid].len(),
+            1,
+            "{rid}: its sale event, on any of the 8 segments"
+        );
+    }
+    assert_eq!(orders.lag().await.unwrap().streams, 8);
+}
+
+/// Two consumer groups (two order services): an event is trimmed only once both have
+/// acknowledged it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trimming_waits_for_every_group() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("two").unwrap();
+    e.load(&sku, 20, LoadOptions::new(2).outbox(true))
+        .await
+        .unwrap();
+    let applied = sale(&e, "two", 20).await;
+    let (ha, hb) = (Collect::default(), Collect::default());
+    let a = Orders::new(store(&redis, "t", false).await, ha.clone(), opts("a")).unwrap();
+    let mut ob = opts("b");
+    ob.group = "audit".into();
+    let b = Orders::new(store(&redis, "t", false).await, hb.clone(), ob).unwrap();
+    b.discover().await.unwrap(); // group "audit" exists, has read nothing
+    a.drain(Duration::from_secs(10)).await.unwrap();
+    a.poll().await.unwrap();
+    assert_eq!(
+        a.lag().await.unwrap().length,
+        applied.len() as u64,
+        "kept for the other group"
+    );
+    b.drain(Duration::from_secs(10)).await.unwrap();
+    b.poll().await.unwrap();
+    assert_eq!(b.lag().await.unwrap().length, 0);
+    assert_eq!(ha.by_rid().len(), applied.len());
+    assert_eq!(hb.by_rid().len(), applied.len());
+}
+
+/// A reservation placed through the fallback (its home segment short): `reserved` comes from
+/// the home segment's stream (settle), `confirmed` from the segment holding the units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fallback_reservation_reports_from_both_segments() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("fbres").unwrap();
+    e.load(&sku, 12, LoadOptions::new(4).outbox(true))
+        .await
+        .unwrap();
+    // Four request ids whose home is segment 0: three of them must be placed elsewhere.
+    let rids: Vec<String> = (0..)
+        .map(|i| format!("f{i}"))
+        .filter(|r| shardstock::segments::home(&shardstock::RequestId::new(r).unwrap(), 4) == 0)
+        .take(4)
+        .collect();
+    let mut ids = Vec::new();
+    for (i, rid) in rids.iter().enumerate() {
+        let d = Deduct::new("fbres", &format!("u{i}"), 3, rid).unwrap();
+        if let Reserved::Held { id, .. } = e.reserve(&d, Duration::from_secs(60)).await.unwrap() {
+            ids.push(id);
+        }
+    }
+    assert_eq!(ids.len(), 4, "each segment holds one reservation of 3");
+    for id in &ids {
+        assert!(e.confirm(id).await.unwrap().done);
+    }
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(10)).await.unwrap();
+    let seen = h.by_rid();
+    let mut across = 0;
+    for id in &ids {
+        let evs = &seen[id.request_id().as_str()];
+        let kinds: Vec<&str> = evs.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds.len(), 2);
+        assert!(
+            kinds.contains(&"reserved") && kinds.contains(&"confirmed"),
+            "{kinds:?}"
+        );
+        if evs[0].stream != evs[1].stream {
+            across += 1;
+        }
+    }
+    assert_eq!(across, 3, "placed away from their home segment: {seen:#?}");
+    assert_eq!(e.audit(&sku).await.unwrap().sold, 12);
 }

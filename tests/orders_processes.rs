@@ -60,9 +60,9 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
         .migrate()
         .await
         .unwrap();
+    // c1 starts alone, so while the sale runs every event goes through it and it is caught
+    // holding some; c2 and c3 join before it is killed.
     let mut c1 = consumer(&redis, &pg, "c1", logs.path());
-    let mut c2 = consumer(&redis, &pg, "c2", logs.path());
-    let _c3 = consumer(&redis, &pg, "c3", logs.path());
 
     // The sale: 12,000 requests of 1 or 2 units from 32 tasks.
     let applied = Arc::new(Mutex::new(HashMap::new()));
@@ -84,16 +84,59 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
     }
     // Mid-stream: once orders are arriving, kill c1 (SIGKILL) and restart c2.
     let start = Instant::now();
-    while pg_rows(&pg) < 500 {
+    while pg_rows(&pg) == 0 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "no orders arriving"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Freeze c1 (SIGSTOP) until it is caught holding events it has not acknowledged, then
+    // kill it (SIGKILL): those events are what the others must claim.
+    let pid = c1.child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    let probe = fred::prelude::Client::new(
+        fred::prelude::Config::from_url(&redis.url()).unwrap(),
+        None,
+        None,
+        None,
+    );
+    fred::interfaces::ClientLike::init(&probe).await.unwrap();
+    let streams: Vec<String> = redis
+        .cli(&["--scan", "--pattern", "*:out"])
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(streams.len(), 16);
+    let held = loop {
+        signal("-STOP");
+        let held = pending_of(&probe, &streams, "c1").await;
+        if held > 0 {
+            break held;
+        }
+        signal("-CONT");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "c1 never held an event"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut c2 = consumer(&redis, &pg, "c2", logs.path());
+    let _c3 = consumer(&redis, &pg, "c3", logs.path());
     c1.child.kill().unwrap();
     c1.child.wait().unwrap();
-    let held = pending_of(&redis, "c1");
+    // c2 restarted once it is at work.
+    let rows = pg_rows(&pg);
+    while pg_rows(&pg) < rows + 200 && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _ = c2.child.kill();
     c2.child.wait().unwrap();
     let _c2 = consumer(&redis, &pg, "c2", logs.path());
@@ -176,16 +219,19 @@ fn pg_rows(pg: &PostgresServer) -> u64 {
         .unwrap()
 }
 
-/// Events `consumer` holds unacknowledged over every outbox stream (`XINFO CONSUMERS`).
-fn pending_of(redis: &RedisServer, consumer: &str) -> u64 {
-    let cli = |args: &[&str]| redis.cli(args);
+/// Events `consumer` holds unacknowledged over every outbox stream (`XPENDING` summaries,
+/// one call per stream on one connection: fast enough to catch a consumer mid-batch).
+async fn pending_of(client: &fred::prelude::Client, streams: &[String], consumer: &str) -> u64 {
+    use fred::interfaces::StreamsInterface;
+    use fred::types::Value;
     let mut held = 0;
-    for key in cli(&["--scan", "--pattern", "*:out"]).lines() {
-        let info = cli(&["XINFO", "CONSUMERS", key, "orders"]);
-        let lines: Vec<&str> = info.lines().collect();
-        for w in lines.windows(4) {
-            if w[0] == "name" && w[1] == consumer && w[2] == "pending" {
-                held += w[3].parse::<u64>().unwrap_or(0);
+    for key in streams {
+        let v: Value = client.xpending(key.as_str(), "orders", ()).await.unwrap();
+        let per_consumer = v.into_array().into_iter().nth(3).map(Value::into_array);
+        for pair in per_consumer.unwrap_or_default() {
+            let pair = pair.into_array();
+            if pair.first().and_then(Value::as_string).as_deref() == Some(consumer) {
+                held += pair.get(1).and_then(Value::as_u64).unwrap_or(0);
             }
         }
     }

@@ -86,7 +86,11 @@ fn default_consumer() -> String {
         .filter(|c| c.is_ascii_alphanumeric() || "_.:-".contains(*c))
         .take(100)
         .collect();
-    let host = if host.is_empty() { "consumer".into() } else { host };
+    let host = if host.is_empty() {
+        "consumer".into()
+    } else {
+        host
+    };
     format!("{host}-{}", std::process::id())
 }
 

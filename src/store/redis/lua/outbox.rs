@@ -69,7 +69,14 @@ impl Call for Dead<'_> {
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let s = self.stream;
         let keys = vec![s.key.clone(), s.dead.clone(), s.why.clone()];
-        let args = argv![self.group, self.id, self.seen, "", self.consumer, self.failed];
+        let args = argv![
+            self.group,
+            self.id,
+            self.seen,
+            "",
+            self.consumer,
+            self.failed
+        ];
         (keys, args)
     }
 

@@ -76,11 +76,7 @@ impl Call for LoadSegment<'_> {
             flag(self.outbox),
             self.old.generation()
         ];
-        let keys = vec![
-            self.at.segment(),
-            self.old.reservations(),
-            self.at.outbox(),
-        ];
+        let keys = vec![self.at.segment(), self.old.reservations(), self.at.outbox()];
         (keys, args)
     }
 
@@ -126,11 +122,7 @@ impl Call for DropSegment<'_> {
     type Output = ();
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![
-            self.at.segment(),
-            self.old.reservations(),
-            self.at.outbox(),
-        ];
+        let keys = vec![self.at.segment(), self.old.reservations(), self.at.outbox()];
         (keys, argv![self.at.generation(), self.old.generation()])
     }
 
