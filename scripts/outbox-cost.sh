@@ -49,7 +49,7 @@ PGPID=
 AS=()
 PGDATA="$DIR/pgdata"
 cleanup() {
-  [ -n "$RPID" ] && kill "$RPID" 2>/dev/null
+  [ -n "$RPID" ] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null
   [ -n "$PGPID" ] && "${AS[@]}" "$PGBIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1
   rm -rf "$DIR"
 }
@@ -136,7 +136,7 @@ if [ "$PG" = 1 ]; then
     wait "$PGPID" 2>/dev/null || true
     PGPID=
   }
-  echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $NF}'): sale of $PG_UNITS units with the outbox, then orders --until-idle" >&2
+  echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'): sale of $PG_UNITS units with the outbox, then orders --until-idle" >&2
   for rep in $(seq "$PG_REPS"); do
     for fsync in on off; do
       start_pg "$fsync"
@@ -182,7 +182,7 @@ med = lambda c, o, i: statistics.median(float(r[i]) for r in runs if r[0] == c a
 for c in ("off", "on"):
     u0, u1 = med(c, "off", 4), med(c, "on", 4)
     t0, t1 = med(c, "off", 6), med(c, "on", 6)
-    print(f"| {c} | {u0:.2f} → {u1:.2f} (+{u1 - u0:.2f} µs, {100 * (u1 / u0 - 1):+.0f} %) "
+    print(f"| {c} | {u0:.2f} → {u1:.2f} ({u1 - u0:+.2f} µs, {100 * (u1 / u0 - 1):+.0f} %) "
           f"| {t0:,.0f} → {t1:,.0f} ({100 * (t1 / t0 - 1):+.0f} %) |")
 if pg:
     print()
