@@ -9,6 +9,10 @@
 #      - µs inside Redis per deduction: (cmdstat_evalsha + cmdstat_eval usec) ÷ requests — the
 #        whole script run, its XADD included (one coalesced call carries many deductions, hence
 #        per deduction, not per call);
+#      - Redis CPU µs per deduction: the main thread's user+sys CPU time (INFO cpu) over the run
+#        ÷ requests — everything Redis did for the sale (network, parsing, scripts), and unlike
+#        the commandstats figure not inflated when the OS preempts Redis mid-script on a busy
+#        machine;
 #      - XADDs per deduction (cmdstat_xadd calls ÷ requests: 1 with the outbox, 0 without);
 #      - the sim's throughput_per_s (requests/s end to end, client included).
 #    The four configurations run interleaved, REPS times (the machine may be noisy), FLUSHALL
@@ -79,6 +83,11 @@ else:
     print(0, 0)' "$1"
 }
 
+# CPU seconds of Redis's main thread so far (user + sys; not reset by CONFIG RESETSTAT).
+redis_cpu() {
+  "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys)_main_thread:/ {s += $2} END {printf "%.6f\n", s}'
+}
+
 RUNS="$DIR/runs.tsv"
 : > "$RUNS"
 echo "Redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(nproc) cores;" \
@@ -91,19 +100,23 @@ for rep in $(seq "$REPS"); do
       "${SS[@]}" load --sku cost --stock $((REQUESTS * 2)) --segments "$SEGMENTS" \
         --per-user-limit 0 "${ob[@]}" >/dev/null
       "${CLI[@]}" CONFIG RESETSTAT >/dev/null
+      cpu0=$(redis_cpu)
       out=$("${SS[@]}" --coalesce "$coalesce" sim --skip-load --sku cost --requests "$REQUESTS" \
         --users "$REQUESTS" --concurrency "$CONCURRENCY" --json)
+      cpu1=$(redis_cpu)
       read -r _ es_usec < <(cmdstat evalsha)
       read -r _ e_usec < <(cmdstat eval)
       read -r xadds _ < <(cmdstat xadd)
-      python3 - "$out" "$es_usec" "$e_usec" "$xadds" "$coalesce" "$outbox" "$rep" >> "$RUNS" <<'PY'
+      python3 - "$out" "$es_usec" "$e_usec" "$xadds" "$coalesce" "$outbox" "$rep" "$cpu0" "$cpu1" >> "$RUNS" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 usec = int(sys.argv[2]) + int(sys.argv[3])
+cpu_us = (float(sys.argv[9]) - float(sys.argv[8])) * 1e6
 n = r["requests"]
 assert r["applied"] == n and r["oversold"] == 0 and r["audit_ok"], r
 print("\t".join(map(str, [sys.argv[5], sys.argv[6], sys.argv[7], n,
-    round(usec / n, 3), round(int(sys.argv[4]) / n, 3), r["throughput_per_s"], r["p99_ms"]])))
+    round(usec / n, 3), round(cpu_us / n, 3), round(int(sys.argv[4]) / n, 3),
+    r["throughput_per_s"], r["p99_ms"]])))
 PY
       tail -1 "$RUNS" >&2
     done
@@ -169,20 +182,22 @@ python3 - "$RUNS" "$PGRUNS" <<'PY'
 import statistics, sys
 runs = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 pg = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
-print("| coalescing | outbox | run | requests | µs in Redis / deduction | XADD / deduction | req/s | p99 ms |")
-print("|---|---|---|---|---|---|---|---|")
+print("| coalescing | outbox | run | requests | µs in scripts / deduction | Redis CPU µs / deduction | XADD / deduction | req/s | p99 ms |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in runs:
     print("| " + " | ".join(r) + " |")
 print()
 print("Medians:")
 print()
-print("| coalescing | µs in Redis / deduction, outbox off → on | req/s, outbox off → on |")
-print("|---|---|---|")
+print("| coalescing | µs in scripts / deduction, outbox off → on | Redis CPU µs / deduction, off → on | req/s, off → on |")
+print("|---|---|---|---|")
 med = lambda c, o, i: statistics.median(float(r[i]) for r in runs if r[0] == c and r[1] == o)
 for c in ("off", "on"):
     u0, u1 = med(c, "off", 4), med(c, "on", 4)
-    t0, t1 = med(c, "off", 6), med(c, "on", 6)
+    c0, c1 = med(c, "off", 5), med(c, "on", 5)
+    t0, t1 = med(c, "off", 7), med(c, "on", 7)
     print(f"| {c} | {u0:.2f} → {u1:.2f} ({u1 - u0:+.2f} µs, {100 * (u1 / u0 - 1):+.0f} %) "
+          f"| {c0:.2f} → {c1:.2f} ({c1 - c0:+.2f} µs) "
           f"| {t0:,.0f} → {t1:,.0f} ({100 * (t1 / t0 - 1):+.0f} %) |")
 if pg:
     print()
