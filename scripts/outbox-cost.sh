@@ -13,7 +13,9 @@
 #        ÷ requests — everything Redis did for the sale (network, parsing, scripts), and unlike
 #        the commandstats figure not inflated when the OS preempts Redis mid-script on a busy
 #        machine;
-#      - XADDs per deduction (cmdstat_xadd calls ÷ requests: 1 with the outbox, 0 without);
+#      - XADDs per deduction (cmdstat_xadd calls ÷ requests: 1 with the outbox, 0 without) and
+#        the XADD's own µs per deduction (cmdstat_xadd usec ÷ requests: Redis times the commands
+#        a script calls too), the part of the script time the stream append itself takes;
 #      - the sim's throughput_per_s (requests/s end to end, client included).
 #    The four configurations run interleaved, REPS times (the machine may be noisy), FLUSHALL
 #    between runs.
@@ -26,14 +28,14 @@
 #    = events handled ÷ that wall time. The orders table is dropped between runs.
 # 4. Prints Markdown tables: every run, then the medians.
 #
-# Usage: scripts/outbox-cost.sh   (env: REQUESTS=100000 SEGMENTS=16 CONCURRENCY=64 REPS=3
+# Usage: scripts/outbox-cost.sh   (env: REQUESTS=100000 SEGMENTS=16 CONCURRENCY=64 REPS=6
 #        PG_UNITS=100000 PG_REPS=2; PG=0 skips the PostgreSQL part)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${REQUESTS:-100000}
 SEGMENTS=${SEGMENTS:-16}
 CONCURRENCY=${CONCURRENCY:-64}
-REPS=${REPS:-3}
+REPS=${REPS:-6}
 PG_UNITS=${PG_UNITS:-100000}
 PG_REPS=${PG_REPS:-2}
 PG=${PG:-1}
@@ -106,8 +108,8 @@ for rep in $(seq "$REPS"); do
       cpu1=$(redis_cpu)
       read -r _ es_usec < <(cmdstat evalsha)
       read -r _ e_usec < <(cmdstat eval)
-      read -r xadds _ < <(cmdstat xadd)
-      python3 - "$out" "$es_usec" "$e_usec" "$xadds" "$coalesce" "$outbox" "$rep" "$cpu0" "$cpu1" >> "$RUNS" <<'PY'
+      read -r xadds x_usec < <(cmdstat xadd)
+      python3 - "$out" "$es_usec" "$e_usec" "$xadds" "$coalesce" "$outbox" "$rep" "$cpu0" "$cpu1" "$x_usec" >> "$RUNS" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 usec = int(sys.argv[2]) + int(sys.argv[3])
@@ -116,6 +118,7 @@ n = r["requests"]
 assert r["applied"] == n and r["oversold"] == 0 and r["audit_ok"], r
 print("\t".join(map(str, [sys.argv[5], sys.argv[6], sys.argv[7], n,
     round(usec / n, 3), round(cpu_us / n, 3), round(int(sys.argv[4]) / n, 3),
+    round(int(sys.argv[10]) / n, 3),
     r["throughput_per_s"], r["p99_ms"]])))
 PY
       tail -1 "$RUNS" >&2
@@ -182,22 +185,23 @@ python3 - "$RUNS" "$PGRUNS" <<'PY'
 import statistics, sys
 runs = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 pg = [l.split("\t") for l in open(sys.argv[2]).read().splitlines()]
-print("| coalescing | outbox | run | requests | µs in scripts / deduction | Redis CPU µs / deduction | XADD / deduction | req/s | p99 ms |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| coalescing | outbox | run | requests | µs in scripts / deduction | Redis CPU µs / deduction | XADD / deduction | XADD µs / deduction | req/s | p99 ms |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in runs:
     print("| " + " | ".join(r) + " |")
 print()
 print("Medians:")
 print()
-print("| coalescing | µs in scripts / deduction, outbox off → on | Redis CPU µs / deduction, off → on | req/s, off → on |")
-print("|---|---|---|---|")
+print("| coalescing | µs in scripts / deduction, outbox off → on | Redis CPU µs / deduction, off → on | XADD µs / deduction (outbox on) | req/s, off → on |")
+print("|---|---|---|---|---|")
 med = lambda c, o, i: statistics.median(float(r[i]) for r in runs if r[0] == c and r[1] == o)
 for c in ("off", "on"):
     u0, u1 = med(c, "off", 4), med(c, "on", 4)
     c0, c1 = med(c, "off", 5), med(c, "on", 5)
-    t0, t1 = med(c, "off", 7), med(c, "on", 7)
+    t0, t1 = med(c, "off", 8), med(c, "on", 8)
+    x1 = med(c, "on", 7)
     print(f"| {c} | {u0:.2f} → {u1:.2f} ({u1 - u0:+.2f} µs, {100 * (u1 / u0 - 1):+.0f} %) "
-          f"| {c0:.2f} → {c1:.2f} ({c1 - c0:+.2f} µs) "
+          f"| {c0:.2f} → {c1:.2f} ({c1 - c0:+.2f} µs) | {x1:.2f} "
           f"| {t0:,.0f} → {t1:,.0f} ({100 * (t1 / t0 - 1):+.0f} %) |")
 if pg:
     print()
