@@ -94,3 +94,17 @@ fn register(strategy: shardstock::Strategy) {
         }
     }
 }
+
+/// The order consumer's rare counters at zero (`shardstock orders`; a no-op without a
+/// recorder): failures, redeliveries and dead letters are normally 0, and a panel of them
+/// should say so rather than "No data".
+pub(crate) fn register_orders() {
+    for name in [
+        names::ORDERS_HANDLED,
+        names::ORDERS_FAILED,
+        names::ORDERS_REDELIVERIES,
+        names::ORDERS_DEAD_LETTERS,
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+}

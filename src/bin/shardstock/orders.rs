@@ -103,6 +103,7 @@ pub(crate) async fn run_orders(
     a: OrdersArgs,
     json: bool,
 ) -> Result<ExitCode, Failure> {
+    crate::exporter::register_orders();
     let mut opts = OrdersOptions::new(
         a.group.clone(),
         a.consumer
