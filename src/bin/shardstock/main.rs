@@ -100,7 +100,7 @@ struct Cli {
     critical_pause_ms: u64,
 
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9898; any path answers,
-    /// conventionally /metrics) while `sim` or `serve` runs. Pair with `sim --duration` to
+    /// conventionally /metrics) while `sim`, `serve` or `orders` runs. Pair with `sim --duration` to
     /// watch a sale; `serve` also answers GET /metrics on its own address.
     #[arg(
         long,
