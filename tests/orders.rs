@@ -635,3 +635,33 @@ async fn a_fallback_reservation_reports_from_both_segments() {
     assert_eq!(across, 3, "placed away from their home segment: {seen:#?}");
     assert_eq!(e.audit(&sku).await.unwrap().sold, 12);
 }
+
+/// A reload whose metadata names another previous generation than the segments hold (a load
+/// that failed half-way and is retried, a concurrent load, metadata lost): the reservations
+/// of the generation each segment really holds still end with `cancelled` events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_ends_the_reservations_of_the_generation_the_segment_holds() {
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let sku = Sku::new("halfway").unwrap();
+    let g1 = e
+        .load(&sku, 10, LoadOptions::new(1).outbox(true))
+        .await
+        .unwrap();
+    let d = Deduct::new("halfway", "u", 2, "h").unwrap();
+    assert!(matches!(
+        e.reserve(&d, Duration::from_secs(60)).await.unwrap(),
+        Reserved::Held { .. }
+    ));
+    // The metadata now names a generation no segment holds, as after a load that started
+    // (load_begin) and failed before writing its segments.
+    redis.cli(&["HSET", "t:{halfway}:meta", "gen", &(g1 + 5).to_string()]);
+    e.load(&sku, 10, LoadOptions::new(1).replace(true).outbox(true))
+        .await
+        .unwrap();
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(10)).await.unwrap();
+    let kinds: Vec<&str> = h.by_rid()["h"].iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["reserved", "cancelled"]);
+}

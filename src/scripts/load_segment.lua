@@ -13,9 +13,9 @@
 -- ARGV[1]  gen
 -- ARGV[2]  units
 -- ARGV[3]  outbox   "1": the selling scripts append events to the segment's stream (field out)
--- ARGV[4]  old      the generation this load replaces (0: none); when the segment still holds
---                   it, its live reservations end (a `cancelled` event each, if its outbox
---                   was on)
+-- ARGV[4]  old      the generation this load replaces (0: none) as the metadata named it; the
+--                   live reservations of whatever generation the segment holds end (a
+--                   `cancelled` event each, if its outbox was on; see end_reservations)
 --
 -- Reply: {"ok"} | {"superseded", newer_gen}
 uint('gen', ARGV[1])

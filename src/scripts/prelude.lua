@@ -143,13 +143,19 @@ local function reclaim(seg, zkey, now, ob)
   return back
 end
 
--- A reload replaces generation `old` of segment `seg`: its live reservations (index `zkey`)
--- end with it, unsold; with the outbox on (the old generation's `out`) each one gets a
--- `cancelled` event, so an order service does not keep an unpaid order forever. Runs before
--- the segment hash is replaced, only when it still holds generation `old`.
+-- A reload replaces the generation segment `seg` holds: its live reservations end with it,
+-- unsold; with the outbox on (that generation's `out`) each one gets a `cancelled` event, so
+-- an order service does not keep an unpaid order forever. Runs before the segment hash is
+-- replaced. `zkey` is the reservation index of generation `old`, the one the SKU metadata
+-- named; when the segment holds another (a concurrent load wrote it first, or an earlier
+-- load failed half-way and is being retried), that generation's index is named by putting
+-- its number into `zkey` instead — the same hash tag, so the same slot on a cluster.
 local function end_reservations(seg, old, zkey, okey)
   local v = redis.call('HMGET', seg, 'gen', 'out')
-  if v[1] ~= old then return end
+  if not v[1] then return end
+  if v[1] ~= old then
+    zkey = string.gsub(zkey, ':g%d+:resv$', ':g' .. v[1] .. ':resv')
+  end
   local ob = outbox(seg, okey)
   ob.on = v[2] == '1'
   for _, rk in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do

@@ -28,7 +28,7 @@
 //! |---|---|---|---|
 //! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e` | deduct, deduct_batch, take, settle; the unsafe baselines' write-back (`strategies.rs`) |
 //! | | `P` | pending fallback claim (home only): epoch `e` (1, or one above an `F`'s), lease end `l`, part taken at home `hp` | deduct, deduct_batch (when short) |
-//! | | `F` | released claim (home only): nothing sold and the request id is free — every script reads it as no record, except that a new claim continues above its epoch `e` (its shut-out markers may still refuse older epochs elsewhere); only `u`, `q`, `k`, `e` kept | settle (release) |
+//! | | `F` | released claim (home only): nothing sold and the request id is free — every script reads it as no record, except that a new claim continues above its epoch `e` (its shut-out markers may still refuse older epochs elsewhere); only `u`, `q`, `k`, `e` (and the claim's `o`) kept | settle (release) |
 //! | | `X` | sealed: the request never applied and never can | seal, settle (seal) |
 //! | | `V` | shut-out marker (fallback segment): nothing taken here; claim epochs below `e` are refused | shut_out |
 //! | | `R` | refunded part (fallback segment): its units went back | refund |
