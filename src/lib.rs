@@ -9,6 +9,7 @@ pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
+pub mod live_audit;
 pub mod lock;
 pub mod metrics;
 pub mod orders;

@@ -82,6 +82,25 @@ pub const ORDERS_OLDEST_PENDING: &str = "shardstock_orders_oldest_pending_second
 /// Errors returned to callers of a deduction or reservation, by kind (counter, label `kind`:
 /// one of [`ERROR_KINDS`], see [`error_label`]).
 pub const ERRORS: &str = "shardstock_errors_total";
+/// Live audit ([`crate::live_audit`]): 1 when the SKU's last audit passed, 0 when it failed
+/// (gauge, label `sku`; opted-in SKUs only, see [`SkuLabels`] — every audited SKU counts in
+/// [`AUDIT_FAILING`]).
+pub const AUDIT_OK: &str = "shardstock_audit_ok";
+/// Live audit: SKUs whose last audit failed, over every audited SKU (gauge, no label).
+pub const AUDIT_FAILING: &str = "shardstock_audit_failing_skus";
+/// Live audit: SKUs audited in the last round (gauge).
+pub const AUDIT_SKUS: &str = "shardstock_audit_skus";
+/// Live audit: units unaccounted for, `|loaded + restocked − remaining − reserved − sold|`
+/// per segment, summed over the segments of every audited SKU (gauge).
+pub const AUDIT_UNACCOUNTED: &str = "shardstock_audit_unaccounted_units";
+/// Live audit: units counted beyond what was loaded and restocked (`remaining + reserved +
+/// sold − loaded − restocked` where positive), summed like [`AUDIT_UNACCOUNTED`]: stock that
+/// can be (or was) sold twice (gauge).
+pub const AUDIT_EXCESS: &str = "shardstock_audit_excess_units";
+/// Live audit: Unix time of the last round in which every SKU was read (gauge, seconds).
+pub const AUDIT_LAST_RUN: &str = "shardstock_audit_last_run_timestamp_seconds";
+/// Live audit: audits that could not read a SKU (store errors; counter).
+pub const AUDIT_ERRORS: &str = "shardstock_audit_errors_total";
 
 /// Registers help texts and units with the installed recorder. Call once after installing it.
 pub fn describe() {
@@ -225,6 +244,41 @@ pub fn describe() {
         ORDERS_OLDEST_PENDING,
         Unit::Seconds,
         "Age of the consumer group's oldest pending outbox event (0 when none)."
+    );
+    describe_gauge!(
+        AUDIT_OK,
+        Unit::Count,
+        "Live audit: 1 when the SKU's last conservation audit passed, 0 when it failed (opted-in SKUs)."
+    );
+    describe_gauge!(
+        AUDIT_FAILING,
+        Unit::Count,
+        "Live audit: SKUs whose last conservation audit failed (all audited SKUs)."
+    );
+    describe_gauge!(
+        AUDIT_SKUS,
+        Unit::Count,
+        "Live audit: SKUs audited in the last round."
+    );
+    describe_gauge!(
+        AUDIT_UNACCOUNTED,
+        Unit::Count,
+        "Live audit: units unaccounted for, |loaded + restocked - remaining - reserved - sold| summed per segment."
+    );
+    describe_gauge!(
+        AUDIT_EXCESS,
+        Unit::Count,
+        "Live audit: units counted beyond loaded + restocked (stock that can be sold twice), summed per segment."
+    );
+    describe_gauge!(
+        AUDIT_LAST_RUN,
+        Unit::Seconds,
+        "Live audit: Unix time of the last round that read every SKU."
+    );
+    describe_counter!(
+        AUDIT_ERRORS,
+        Unit::Count,
+        "Live audit: SKU audits that failed to read the store."
     );
     crate::lock::describe_metrics();
 }
@@ -399,6 +453,26 @@ pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
     for (i, units) in per_segment.iter().enumerate() {
         gauge!(SEGMENT_REMAINING_UNITS, "sku" => label.clone(), "segment" => i.to_string())
             .set(*units as f64);
+    }
+}
+
+pub(crate) fn audit_sku(labels: &SkuLabels, sku: &str, ok: bool) {
+    let label = labels.label(sku);
+    if label != "other" {
+        gauge!(AUDIT_OK, "sku" => label).set(if ok { 1.0 } else { 0.0 });
+    }
+}
+
+pub(crate) fn audit_round(r: &crate::live_audit::Round, unix_seconds: Option<f64>) {
+    gauge!(AUDIT_SKUS).set(r.audited as f64);
+    gauge!(AUDIT_FAILING).set(r.failing as f64);
+    gauge!(AUDIT_UNACCOUNTED).set(r.unaccounted as f64);
+    gauge!(AUDIT_EXCESS).set(r.excess as f64);
+    if r.errors > 0 {
+        counter!(AUDIT_ERRORS).increment(r.errors);
+    }
+    if let Some(t) = unix_seconds {
+        gauge!(AUDIT_LAST_RUN).set(t);
     }
 }
 

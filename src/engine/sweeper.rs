@@ -87,21 +87,54 @@ impl<S: Store> Engine<S> {
         Ok(back)
     }
 
+    /// The SKUs this engine has used (those with a cached layout): the ones [`sweep`] goes
+    /// over, and the live audit too ([`crate::live_audit`]).
+    ///
+    /// [`sweep`]: Self::sweep
+    pub(crate) fn used_skus(&self) -> Vec<crate::ids::Sku> {
+        self.inner.layouts.iter().map(|e| e.key().clone()).collect()
+    }
+
+    /// Which SKUs get their own metric label.
+    pub(crate) fn sku_labels(&self) -> &crate::metrics::SkuLabels {
+        &self.inner.sku_labels
+    }
+
     /// Starts the sweeper: [`sweep`](Self::sweep) every `every`. It holds no strong reference
     /// to the engine (it ends when the engine is dropped) and stops when the returned handle is
     /// dropped. Lazy reclaim inside every script returns stock even with no sweeper running.
     pub fn start_sweeper(&self, every: Duration) -> Sweeper {
-        let weak = Arc::downgrade(&self.inner);
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(inner) = weak.upgrade() else { return };
-                let engine = Engine { inner };
-                if let Err(e) = engine.sweep().await {
-                    tracing::warn!(error = %e, "sweep failed; retrying next round");
-                }
+        let task = self.periodic(every, false, |engine| async move {
+            if let Err(e) = engine.sweep().await {
+                tracing::warn!(error = %e, "sweep failed; retrying next round");
             }
         });
         Sweeper { task }
+    }
+
+    /// A task running `round` every `every` (the first one at once when `now`), holding no
+    /// strong reference to the engine: it ends when the engine is dropped. The sweeper's and
+    /// the live audit's loop.
+    pub(crate) fn periodic<F, Fut>(
+        &self,
+        every: Duration,
+        now: bool,
+        round: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn(Engine<S>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            if !now {
+                tokio::time::sleep(every).await;
+            }
+            loop {
+                let Some(inner) = weak.upgrade() else { return };
+                round(Engine { inner }).await;
+                tokio::time::sleep(every).await;
+            }
+        })
     }
 }

@@ -29,6 +29,10 @@ pub(crate) struct ServeArgs {
     /// How often the sweeper returns expired reservations, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     sweep_ms: u64,
+    /// How often the live audit checks conservation of the SKUs this process has used and
+    /// exports `shardstock_audit_*`, in milliseconds (0: no live audit).
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    audit_every_ms: u64,
 }
 
 /// The recorder's handle, rendered by `GET /metrics`. Set by [`install_metrics`], which runs
@@ -87,6 +91,8 @@ pub(crate) async fn run_serve<S: Store>(
     if let Some(handle) = METRICS.get().cloned() {
         options = options.metrics(move || handle.render());
     }
+    let _audit = (a.audit_every_ms > 0)
+        .then(|| engine.start_live_audit(Duration::from_millis(a.audit_every_ms), Vec::new()));
     println!("listening on http://{addr}");
     tracing::info!(%addr, "serving");
     shardstock::http::serve_with(listener, engine, options, shutdown_signal())
