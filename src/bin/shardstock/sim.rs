@@ -258,6 +258,8 @@ pub(crate) async fn run_sim<S: Store>(
     }
     // Reservations left to expire come back through the engine's sweeper (and lazily).
     let _sweeper = (reserve_ratio > 0.0).then(|| engine.start_sweeper(Duration::from_millis(100)));
+    // Conservation as a live metric while the sale runs (shardstock_audit_*; see live_audit).
+    let _audit = engine.start_live_audit(Duration::from_secs(1), vec![sku.clone()]);
     let next = Arc::new(AtomicU64::new(0));
     // A live progress bar for people; hidden for --json and when stderr is not a terminal.
     let progress = (!json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
