@@ -354,6 +354,17 @@ fn a_call_cut_by_the_timeout_is_retried_with_its_request_id_once() {
     let b = auth(BUYER);
     let headers: [&[u8]; 2] = [&b, b"Idempotency-Key: slow-1"];
     let body = br#"{"user":"u1","qty":2}"#;
+    // A first sale, so the engine knows the SKU's layout: the stalled command below is then the
+    // deduction script itself (sent, run by Redis only after the pause), not a read before it.
+    let warm: [&[u8]; 2] = [&b, b"Idempotency-Key: warm-1"];
+    let r = send(
+        api.addr,
+        "POST",
+        "/skus/phone/deduct",
+        &warm,
+        br#"{"user":"u0"}"#,
+    );
+    assert_eq!(r.json()["outcome"].as_str(), Some("applied"), "{}", r.body);
     // Every client command waits 1.5 s: the deduction is sent, then stalls past the timeout.
     redis.cli(&["CLIENT", "PAUSE", "1500", "ALL"]);
     let r = send(api.addr, "POST", "/skus/phone/deduct", &headers, body);
@@ -382,7 +393,7 @@ fn a_call_cut_by_the_timeout_is_retried_with_its_request_id_once() {
     assert!(audit.ok, "{audit:?}");
     assert_eq!(
         (audit.sold, audit.remaining),
-        (2, 8),
+        (3, 7),
         "exactly one effect: {audit:?}"
     );
     eprintln!("timed-out call, then retry answered {outcome}");
