@@ -161,6 +161,17 @@ fn snapshot(redis: &RedisServer) -> (u64, String) {
     (redis.dbsize(), redis.cli(&["DEBUG", "DIGEST"]))
 }
 
+/// What, method, path, headers, body, the status expected and the field it must name.
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    String,
+    Vec<&'a [u8]>,
+    String,
+    u16,
+    &'a str,
+);
+
 #[test]
 fn malformed_inputs_are_named_4xx_and_write_nothing() {
     let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
@@ -176,9 +187,8 @@ fn malformed_inputs_are_named_4xx_and_write_nothing() {
     let (a, b): (&[u8], &[u8]) = (&a, &b);
     let deduct = "/skus/phone/deduct";
     let reserve = "/skus/phone/reservations";
-    // (what, method, path, headers, body, status, field named)
     #[rustfmt::skip]
-    let cases: Vec<(&str, &str, String, Vec<&[u8]>, String, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         // Bodies.
         ("not JSON", "POST", deduct.into(), vec![b], "buy 1 please".into(), 400, "body"),
         ("a JSON array", "POST", deduct.into(), vec![b], "[1,2]".into(), 400, "body"),
