@@ -29,13 +29,11 @@ struct Api {
 
 impl Api {
     fn start(redis: &RedisServer, options: ApiOptions) -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let engine = rt.block_on(common::redis_engine(redis, Engine::builder()));
-        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (engine, listener) = rt.block_on(async {
+            let engine = common::redis_engine(redis, Engine::builder()).await;
+            (engine, TcpListener::bind("127.0.0.1:0").await.unwrap())
+        });
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let options = options
