@@ -16,10 +16,11 @@
 //! [`serve_with`] refuses a listener on a non-loopback address without an admin token
 //! ([`ApiOptions::check_listen`]). Bodies above [`ApiOptions::body_limit`] (16 KiB) answer 413.
 //! An engine call that has not answered after [`ApiOptions::request_timeout`] (10 s) is dropped
-//! and answers 503 + `Retry-After` naming the request id: dropping an engine call is
-//! cancellation-safe (each Redis step is one script that either ran or did not; a dropped
-//! fallback leaves a claim a retry takes over), and the request id makes the retry exactly-once,
-//! so the client retries with the same id and gets the one outcome.
+//! and answers 503 + `Retry-After` naming the request id. Why this is safe: dropping an engine
+//! call is cancellation-safe (README, "What is atomic": each Redis step is one script that ran
+//! whole or not at all, a dropped fallback leaves a claim that a retry or takeover completes, a
+//! dropped load leaves the SKU "not ready" until the load is retried), and the request id makes
+//! the retry exactly-once: the client retries with the same id and gets the one outcome.
 //!
 //! Requests may carry their request id in an `Idempotency-Key` header instead of the body's
 //! `request_id`. Errors are JSON `{"error": "...", "field": "..."?}` with the status

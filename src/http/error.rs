@@ -74,8 +74,8 @@ impl ApiError {
         let mut a = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "timed out after {} ms; the call was dropped whole (it took effect completely \
-                 or not at all): {retry}",
+                "timed out after {} ms and was dropped; its outcome is unknown: {retry} \
+                 (a retry gets the one outcome, never a second effect)",
                 after.as_millis()
             ),
             None,
