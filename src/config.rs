@@ -212,7 +212,8 @@ pub struct ServeConfig {
     /// Largest request body in bytes; larger ones answer 413.
     pub body_limit_bytes: usize,
     /// An engine call not answered after this long answers 503 with the request id to retry
-    /// with (the call is dropped whole: done or not done, never half); 0 = no limit.
+    /// with (dropping an engine call is cancellation-safe and the retry exactly-once; see
+    /// [`crate::http`]); 0 = no limit.
     pub request_timeout_ms: u64,
 }
 
