@@ -197,6 +197,65 @@ impl EngineConfig {
     }
 }
 
+/// `shardstock serve`'s HTTP settings (see [`crate::http::ApiOptions`]).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    /// Bearer token the admin routes (load, status, restock, audit) require; empty = none,
+    /// which `serve` allows only on a loopback address. Prefer the environment
+    /// (`SHARDSTOCK_SERVE__ADMIN_TOKEN`) to a file.
+    pub admin_token: String,
+    /// Bearer token the buyer routes (deduct, reservations, confirm, cancel) require; empty =
+    /// open.
+    pub buyer_token: String,
+    /// Largest request body in bytes; larger ones answer 413.
+    pub body_limit_bytes: usize,
+    /// An engine call not answered after this long answers 503 with the request id to retry
+    /// with (dropping an engine call is cancellation-safe and the retry exactly-once; see
+    /// [`crate::http`]); 0 = no limit.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            admin_token: String::new(),
+            buyer_token: String::new(),
+            body_limit_bytes: 16 * 1024,
+            request_timeout_ms: 10_000,
+        }
+    }
+}
+
+#[cfg(feature = "http")]
+impl ServeConfig {
+    /// The API options these settings stand for (tokens, body limit, request timeout).
+    pub fn api_options(&self) -> crate::http::ApiOptions {
+        crate::http::ApiOptions::default()
+            .admin_token(&self.admin_token)
+            .buyer_token(&self.buyer_token)
+            .body_limit(self.body_limit_bytes)
+            .request_timeout(
+                (self.request_timeout_ms > 0)
+                    .then(|| Duration::from_millis(self.request_timeout_ms)),
+            )
+    }
+}
+
+/// Tokens are never printed.
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |t: &str| if t.trim().is_empty() { "" } else { "<set>" };
+        f.debug_struct("ServeConfig")
+            .field("admin_token", &set(&self.admin_token))
+            .field("buyer_token", &set(&self.buyer_token))
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .finish()
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -206,6 +265,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// Engine settings.
     pub engine: EngineConfig,
+    /// `serve` settings.
+    pub serve: ServeConfig,
 }
 
 impl Config {
@@ -275,6 +336,11 @@ impl Config {
         if let Some(c) = self.store.coalescing() {
             c.validate()?;
         }
+        if self.serve.body_limit_bytes == 0 {
+            return Err(Error::Config(
+                "serve.body_limit_bytes must be at least 1".into(),
+            ));
+        }
         crate::store::redis::check_durability(
             self.store.wait_replicas,
             Duration::from_millis(self.store.wait_timeout_ms),
@@ -334,6 +400,21 @@ mod tests {
             jail.set_env("SHARDSTOCK_STORE__WAIT_TIMEOUT_MS", "250");
             let c = Config::load(None).unwrap();
             assert_eq!((c.store.wait_replicas, c.store.wait_timeout_ms), (1, 250));
+            jail.set_env("SHARDSTOCK_SERVE__ADMIN_TOKEN", "s3cret");
+            jail.set_env("SHARDSTOCK_SERVE__REQUEST_TIMEOUT_MS", "250");
+            let c = Config::load(None).unwrap();
+            assert_eq!(
+                (c.serve.admin_token.as_str(), c.serve.request_timeout_ms),
+                ("s3cret", 250)
+            );
+            assert!(
+                !format!("{c:?}").contains("s3cret"),
+                "tokens are not printed"
+            );
+            jail.set_env("SHARDSTOCK_SERVE__BODY_LIMIT_BYTES", "0");
+            let e = Config::load(None).unwrap_err();
+            assert!(e.to_string().contains("serve.body_limit_bytes"), "{e}");
+            jail.set_env("SHARDSTOCK_SERVE__BODY_LIMIT_BYTES", "100");
             jail.set_env("SHARDSTOCK_ENGINE__MAX_QTTY", "3");
             let e = Config::load(None).unwrap_err();
             assert!(e.to_string().contains("max_qtty"), "{e}");
@@ -363,6 +444,7 @@ mod tests {
             let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shardstock.toml");
             let c = Config::load(Some(&p)).unwrap();
             assert_eq!(c.engine, EngineConfig::default());
+            assert_eq!(c.serve, ServeConfig::default());
             Ok(())
         });
     }

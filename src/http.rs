@@ -8,6 +8,20 @@
 //! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz` ·
 //! `GET /metrics` (when [`ApiOptions::metrics`] gives it something to render).
 //!
+//! **Tokens, limits, timeouts** ([`ApiOptions`]). The admin routes (load, status, restock,
+//! audit) require `Authorization: Bearer <admin token>` when [`ApiOptions::admin_token`] is set,
+//! the buyer routes (deduct, reservations, confirm, cancel) `Bearer <buyer token>` when
+//! [`ApiOptions::buyer_token`] is set; `/healthz` and `/metrics` stay open. A missing or wrong
+//! token answers 401 with `WWW-Authenticate: Bearer` (tokens compared in constant time).
+//! [`serve_with`] refuses a listener on a non-loopback address without an admin token
+//! ([`ApiOptions::check_listen`]). Bodies above [`ApiOptions::body_limit`] (16 KiB) answer 413.
+//! An engine call that has not answered after [`ApiOptions::request_timeout`] (10 s) is dropped
+//! and answers 503 + `Retry-After` naming the request id. Why this is safe: dropping an engine
+//! call is cancellation-safe (README, "What is atomic": each Redis step is one script that ran
+//! whole or not at all, a dropped fallback leaves a claim that a retry or takeover completes, a
+//! dropped load leaves the SKU "not ready" until the load is retried), and the request id makes
+//! the retry exactly-once: the client retries with the same id and gets the one outcome.
+//!
 //! Requests may carry their request id in an `Idempotency-Key` header instead of the body's
 //! `request_id`. Errors are JSON `{"error": "...", "field": "..."?}` with the status
 //! [`status`] gives the error's [`ErrorKind`](crate::error::ErrorKind): 400 invalid input
@@ -39,19 +53,50 @@ pub use error::{ApiError, status};
 use crate::{Engine, Store};
 use axum::Router;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Renders the metrics exposition for `GET /metrics` (Prometheus text format).
 type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// A bearer token, compared in constant time (`subtle`); never printed.
+#[derive(Clone)]
+pub(crate) struct Token(Arc<[u8]>);
+
+impl Token {
+    /// `None` for an empty (or all-blank) token: no token.
+    fn new(token: &str) -> Option<Self> {
+        let t = token.trim();
+        (!t.is_empty()).then(|| Self(t.as_bytes().into()))
+    }
+
+    /// Whether `given` is this token. Constant time in the contents; the length is not a secret.
+    pub(crate) fn matches(&self, given: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.as_ref().ct_eq(given).into()
+    }
+}
+
+/// Default [`ApiOptions::body_limit`]: 16 KiB, far above any valid body.
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
+
+/// Default [`ApiOptions::request_timeout`]: 10 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How the API is set up beyond its routes. `Default`: no `/metrics` route content (it answers
-/// 404), the reservation sweeper every second under [`serve_with`].
+/// 404), the reservation sweeper every second under [`serve_with`], no tokens (loopback
+/// listeners only, see [`ApiOptions::check_listen`]), bodies up to [`DEFAULT_BODY_LIMIT`],
+/// engine calls cut after [`DEFAULT_REQUEST_TIMEOUT`].
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ApiOptions {
     metrics: Option<Render>,
     sweep_every: Option<Duration>,
+    admin_token: Option<Token>,
+    buyer_token: Option<Token>,
+    body_limit: usize,
+    request_timeout: Option<Duration>,
 }
 
 impl Default for ApiOptions {
@@ -59,6 +104,10 @@ impl Default for ApiOptions {
         Self {
             metrics: None,
             sweep_every: Some(Duration::from_secs(1)),
+            admin_token: None,
+            buyer_token: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         }
     }
 }
@@ -68,6 +117,10 @@ impl std::fmt::Debug for ApiOptions {
         f.debug_struct("ApiOptions")
             .field("metrics", &self.metrics.is_some())
             .field("sweep_every", &self.sweep_every)
+            .field("admin_token", &self.admin_token.is_some())
+            .field("buyer_token", &self.buyer_token.is_some())
+            .field("body_limit", &self.body_limit)
+            .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }
@@ -89,6 +142,56 @@ impl ApiOptions {
         self.sweep_every = every;
         self
     }
+
+    /// The admin routes (`PUT /skus/{sku}` load, `GET /skus/{sku}` status, `POST
+    /// /skus/{sku}/restock`, `GET /skus/{sku}/audit`) require `Authorization: Bearer <token>`.
+    /// An empty token means none: the admin routes are then open, which [`serve_with`] allows
+    /// only on a loopback address.
+    pub fn admin_token(mut self, token: &str) -> Self {
+        self.admin_token = Token::new(token);
+        self
+    }
+
+    /// The buyer routes (`POST /skus/{sku}/deduct`, `POST /skus/{sku}/reservations`, `POST
+    /// /reservations/{id}/confirm` and `/cancel`) require `Authorization: Bearer <token>`.
+    /// Empty: open (the default).
+    pub fn buyer_token(mut self, token: &str) -> Self {
+        self.buyer_token = Token::new(token);
+        self
+    }
+
+    /// Largest request body in bytes (default [`DEFAULT_BODY_LIMIT`]); larger ones answer 413.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// How long an engine call may take before the request answers 503 (with `Retry-After` and
+    /// the request id to retry with); `None`: no limit. Default [`DEFAULT_REQUEST_TIMEOUT`].
+    pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Refuses to expose the admin routes without a token: `Err` when `addr` is not a loopback
+    /// address and no [`ApiOptions::admin_token`] is set. [`serve_with`] checks its listener;
+    /// an app mounting [`router_with`] on its own listener should call this.
+    ///
+    /// # Errors
+    /// [`std::io::ErrorKind::PermissionDenied`] naming the address and how to set a token.
+    pub fn check_listen(&self, addr: SocketAddr) -> std::io::Result<()> {
+        if self.admin_token.is_some() || addr.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "refusing to serve the admin routes (load, restock, status, audit) on {addr}, \
+                 which is not a loopback address, without an admin token: set serve.admin_token \
+                 (SHARDSTOCK_SERVE__ADMIN_TOKEN) or listen on 127.0.0.1"
+            ),
+        ))
+    }
 }
 
 /// The API's routes over `engine`, to mount in an axum app (`Router::merge` or `nest`).
@@ -97,16 +200,16 @@ pub fn router<S: Store>(engine: Engine<S>) -> Router {
     router_with(engine, &ApiOptions::default())
 }
 
-/// [`router`] with options (the `/metrics` renderer).
+/// [`router`] with options (the `/metrics` renderer, tokens, body limit, request timeout).
 pub fn router_with<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Router {
-    routes::router(engine, options.metrics.clone())
+    routes::router(engine, options)
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting connections and
 /// returns once in-flight requests have finished. Runs the reservation sweeper meanwhile.
 ///
 /// # Errors
-/// An I/O error of the listener.
+/// An I/O error of the listener; [`ApiOptions::check_listen`]'s refusal.
 pub async fn serve<S: Store>(
     listener: tokio::net::TcpListener,
     engine: Engine<S>,
@@ -118,13 +221,15 @@ pub async fn serve<S: Store>(
 /// [`serve`] with options.
 ///
 /// # Errors
-/// An I/O error of the listener.
+/// An I/O error of the listener; [`ApiOptions::check_listen`]'s refusal of a non-loopback
+/// listener without an admin token (before serving anything).
 pub async fn serve_with<S: Store>(
     listener: tokio::net::TcpListener,
     engine: Engine<S>,
     options: ApiOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    options.check_listen(listener.local_addr()?)?;
     let sweeper = options.sweep_every.map(|every| engine.start_sweeper(every));
     let app = router_with(engine, &options);
     let served = axum::serve(listener, app)

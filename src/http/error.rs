@@ -36,6 +36,10 @@ pub struct ApiError {
     error: String,
     field: Option<String>,
     retry_after: bool,
+    /// One more member of the JSON body (`request_id` / `reservation` of a timed-out call).
+    extra: Option<(&'static str, String)>,
+    /// `WWW-Authenticate` (a 401).
+    authenticate: Option<&'static str>,
 }
 
 impl ApiError {
@@ -45,7 +49,40 @@ impl ApiError {
             error: error.into(),
             field: field.map(str::to_string),
             retry_after: false,
+            extra: None,
+            authenticate: None,
         }
+    }
+
+    /// A 401 for the `Authorization` header; `wrong`: a token was given but is not the one.
+    pub(super) fn unauthorized(error: impl Into<String>, wrong: bool) -> Self {
+        let mut a = Self::new(StatusCode::UNAUTHORIZED, error, Some("Authorization"));
+        a.authenticate = Some(if wrong {
+            "Bearer error=\"invalid_token\""
+        } else {
+            "Bearer"
+        });
+        a
+    }
+
+    /// A 503 for an engine call cut after `after`: retry with the same id (`what` = `id`).
+    pub(super) fn timed_out(after: std::time::Duration, id: Option<(&'static str, &str)>) -> Self {
+        let retry = match id {
+            Some((what, id)) => format!("retry with the same {what} {id:?}"),
+            None => "retry".to_string(),
+        };
+        let mut a = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "timed out after {} ms and was dropped; its outcome is unknown: {retry} \
+                 (a retry gets the one outcome, never a second effect)",
+                after.as_millis()
+            ),
+            None,
+        );
+        a.retry_after = true;
+        a.extra = id.map(|(what, id)| (what, id.to_string()));
+        a
     }
 
     /// A 400 blaming `field`.
@@ -87,10 +124,17 @@ impl IntoResponse for ApiError {
         if let Some(f) = self.field {
             body["field"] = Value::String(f);
         }
+        if let Some((k, v)) = self.extra {
+            body[k] = Value::String(v);
+        }
         let mut r = (self.status, axum::Json(body)).into_response();
         if self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let Some(a) = self.authenticate {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(a));
         }
         r
     }

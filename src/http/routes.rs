@@ -1,37 +1,180 @@
 //! The routes and their handlers: path, headers and body in, engine call, JSON out.
 
 use super::body::{Body, need_request_id, request_id};
-use super::{ApiError, Render};
+use super::{ApiError, ApiOptions, Render, Token};
 use crate::{
     Deduct, Deduction, Engine, Error, LoadOptions, RequestId, ReservationEnd, ReservationId,
     Reserved, Sku, Store, UserId,
 };
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Serialize;
 use serde_json::json;
+use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The API's routes over `engine`; `GET /metrics` renders `metrics` when given.
-pub(super) fn router<S: Store>(engine: Engine<S>, metrics: Option<Render>) -> Router {
+/// What the handlers share: the engine and the per-call timeout.
+struct Api<S: Store> {
+    engine: Engine<S>,
+    timeout: Option<Duration>,
+}
+
+impl<S: Store> Clone for Api<S> {
+    fn clone(&self) -> Self {
+        Self {
+            engine: self.engine.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+impl<S: Store> Api<S> {
+    /// Runs an engine call, dropping it after the timeout: the reply then names `id` (what to
+    /// retry with). Dropping is safe: the engine's calls are cancellation-safe (README, "What
+    /// is atomic"), and a retry with the same request id is exactly-once.
+    async fn call<T>(
+        &self,
+        id: Option<(&'static str, &str)>,
+        call: impl Future<Output = T>,
+    ) -> Result<T, ApiError> {
+        match self.timeout {
+            None => Ok(call.await),
+            Some(after) => match tokio::time::timeout(after, call).await {
+                Ok(r) => Ok(r),
+                Err(_) => {
+                    tracing::warn!(
+                        ?id,
+                        ?after,
+                        "request timed out; its engine call was dropped"
+                    );
+                    Err(ApiError::timed_out(after, id))
+                }
+            },
+        }
+    }
+}
+
+/// The API's routes over `engine` with `options` (metrics, tokens, body limit, timeout).
+pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Router {
+    let metrics = options.metrics.clone();
+    let admin = guarded(
+        Router::new()
+            .route("/skus/{sku}", put(load::<S>).get(status::<S>))
+            .route("/skus/{sku}/restock", post(restock::<S>))
+            .route("/skus/{sku}/audit", get(audit::<S>)),
+        options.admin_token.clone(),
+        "admin",
+    );
+    let buyer = guarded(
+        Router::new()
+            .route("/skus/{sku}/deduct", post(deduct::<S>))
+            .route("/skus/{sku}/reservations", post(reserve::<S>))
+            .route("/reservations/{id}/confirm", post(confirm::<S>))
+            .route("/reservations/{id}/cancel", post(cancel::<S>)),
+        options.buyer_token.clone(),
+        "buyer",
+    );
     Router::new()
         .route("/healthz", get(healthz::<S>))
         .route("/metrics", get(move || render_metrics(metrics)))
-        .route("/skus/{sku}", put(load::<S>).get(status::<S>))
-        .route("/skus/{sku}/restock", post(restock::<S>))
-        .route("/skus/{sku}/deduct", post(deduct::<S>))
-        .route("/skus/{sku}/audit", get(audit::<S>))
-        .route("/skus/{sku}/reservations", post(reserve::<S>))
-        .route("/reservations/{id}/confirm", post(confirm::<S>))
-        .route("/reservations/{id}/cancel", post(cancel::<S>))
+        .merge(admin)
+        .merge(buyer)
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "no such route", None).into_response()
         })
-        .with_state(engine)
+        .layer(DefaultBodyLimit::max(options.body_limit))
+        .layer(middleware::map_response(json_errors))
+        .with_state(Api {
+            engine,
+            timeout: options.request_timeout,
+        })
+}
+
+/// `routes` behind `Authorization: Bearer <token>` when there is a token.
+fn guarded<S: Store>(
+    routes: Router<Api<S>>,
+    token: Option<Token>,
+    role: &'static str,
+) -> Router<Api<S>> {
+    match token {
+        None => routes,
+        Some(token) => routes.route_layer(middleware::from_fn(move |req: Request, next: Next| {
+            let token = token.clone();
+            async move {
+                match bearer(req.headers(), &token, role) {
+                    Ok(()) => next.run(req).await,
+                    Err(e) => e.into_response(),
+                }
+            }
+        })),
+    }
+}
+
+/// Checks the `Authorization` header against `token`.
+fn bearer(headers: &HeaderMap, token: &Token, role: &str) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Err(ApiError::unauthorized(
+            format!("missing Authorization header: this route needs `Bearer <{role} token>`"),
+            false,
+        ));
+    };
+    let value = value.as_bytes();
+    let scheme = b"bearer ";
+    if value.len() <= scheme.len() || !value[..scheme.len()].eq_ignore_ascii_case(scheme) {
+        return Err(ApiError::unauthorized(
+            format!("invalid Authorization: expected `Bearer <{role} token>`"),
+            false,
+        ));
+    }
+    let given = value[scheme.len()..].trim_ascii();
+    if token.matches(given) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized(
+            format!("invalid Authorization: not the {role} token"),
+            true,
+        ))
+    }
+}
+
+/// Replies axum makes itself (a body over the limit, a path that does not decode, a method the
+/// route lacks) in the API's JSON error shape, naming what was wrong.
+async fn json_errors(r: Response) -> Response {
+    let status = r.status();
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let field = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "body",
+        StatusCode::METHOD_NOT_ALLOWED => "method",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "Content-Type",
+        _ => "path",
+    };
+    let mut a = ApiError::new(
+        status,
+        format!("invalid {field}: {}", text.trim()),
+        Some(field),
+    )
+    .into_response();
+    // Keep what axum said besides the body (e.g. `Allow` on a 405).
+    for (k, v) in parts.headers.iter() {
+        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
+            a.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    a
 }
 
 type ApiResult = Result<Response, ApiError>;
@@ -49,13 +192,13 @@ fn fresh_request_id(prefix: &str) -> Result<RequestId, Error> {
     RequestId::new(format!("{prefix}-{}-{nanos}", std::process::id()))
 }
 
-async fn healthz<S: Store>(State(engine): State<Engine<S>>) -> ApiResult {
+async fn healthz<S: Store>(State(api): State<Api<S>>) -> ApiResult {
     ok(
         StatusCode::OK,
         &json!({
             "status": "ok",
-            "store": engine.store().name(),
-            "strategy": engine.store().strategy().name(),
+            "store": api.engine.store().name(),
+            "strategy": api.engine.store().strategy().name(),
         }),
     )
 }
@@ -77,7 +220,7 @@ async fn render_metrics(metrics: Option<Render>) -> Response {
 }
 
 async fn load<S: Store>(
-    State(engine): State<Engine<S>>,
+    State(api): State<Api<S>>,
     Path(sku): Path<String>,
     bytes: Bytes,
 ) -> ApiResult {
@@ -91,19 +234,15 @@ async fn load<S: Store>(
         .map_err(|_| ApiError::bad("segments", "too large"))?;
     let limit = body
         .u64("per_user_limit")?
-        .unwrap_or(engine.options().per_user_limit);
+        .unwrap_or(api.engine.options().per_user_limit);
     let replace = body.bool("replace")?.unwrap_or(false);
-    let outbox = body.bool("outbox")?.unwrap_or(engine.options().outbox);
-    let generation = engine
-        .load(
-            &sku,
-            stock,
-            LoadOptions::new(segments)
-                .replace(replace)
-                .per_user_limit(limit)
-                .outbox(outbox),
-        )
-        .await?;
+    let outbox = body.bool("outbox")?.unwrap_or(api.engine.options().outbox);
+    let options = LoadOptions::new(segments)
+        .replace(replace)
+        .per_user_limit(limit)
+        .outbox(outbox);
+    let loading = api.engine.load(&sku, stock, options);
+    let generation = api.call(Some(("sku", sku.as_str())), loading).await??;
     ok(
         StatusCode::CREATED,
         &json!({
@@ -118,7 +257,7 @@ async fn load<S: Store>(
 }
 
 async fn restock<S: Store>(
-    State(engine): State<Engine<S>>,
+    State(api): State<Api<S>>,
     Path(sku): Path<String>,
     headers: HeaderMap,
     bytes: Bytes,
@@ -130,7 +269,10 @@ async fn restock<S: Store>(
         Some(r) => RequestId::new(r)?,
         None => fresh_request_id("restock")?,
     };
-    let r = engine.restock(&sku, qty, &request_id).await?;
+    let id = Some(("request_id", request_id.as_str()));
+    let r = api
+        .call(id, api.engine.restock(&sku, qty, &request_id))
+        .await??;
     ok(
         StatusCode::OK,
         &json!({
@@ -158,20 +300,21 @@ fn purchase(sku: &str, headers: &HeaderMap, body: &Body) -> Result<Deduct, ApiEr
 }
 
 async fn deduct<S: Store>(
-    State(engine): State<Engine<S>>,
+    State(api): State<Api<S>>,
     Path(sku): Path<String>,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> ApiResult {
     let body = Body::parse(&bytes, &["user", "qty", "request_id"])?;
     let req = purchase(&sku, &headers, &body)?;
-    let d: Deduction = engine.deduct(&req).await?;
+    let id = Some(("request_id", req.request_id.as_str()));
+    let d: Deduction = api.call(id, api.engine.deduct(&req)).await??;
     ok(StatusCode::OK, &d)
 }
 
-async fn status<S: Store>(State(engine): State<Engine<S>>, Path(sku): Path<String>) -> ApiResult {
+async fn status<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> ApiResult {
     let sku = Sku::new(&sku)?;
-    let r = engine.remaining(&sku).await?;
+    let r = api.call(None, api.engine.remaining(&sku)).await??;
     ok(
         StatusCode::OK,
         &json!({
@@ -183,14 +326,14 @@ async fn status<S: Store>(State(engine): State<Engine<S>>, Path(sku): Path<Strin
     )
 }
 
-async fn audit<S: Store>(State(engine): State<Engine<S>>, Path(sku): Path<String>) -> ApiResult {
+async fn audit<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> ApiResult {
     let sku = Sku::new(&sku)?;
-    let a = engine.audit(&sku).await?;
+    let a = api.call(None, api.engine.audit(&sku)).await??;
     ok(StatusCode::OK, &a)
 }
 
 async fn reserve<S: Store>(
-    State(engine): State<Engine<S>>,
+    State(api): State<Api<S>>,
     Path(sku): Path<String>,
     headers: HeaderMap,
     bytes: Bytes,
@@ -198,7 +341,8 @@ async fn reserve<S: Store>(
     let body = Body::parse(&bytes, &["user", "qty", "request_id", "ttl_ms"])?;
     let req = purchase(&sku, &headers, &body)?;
     let ttl = Duration::from_millis(body.need_u64("ttl_ms")?);
-    match engine.reserve(&req, ttl).await {
+    let id = Some(("request_id", req.request_id.as_str()));
+    match api.call(id, api.engine.reserve(&req, ttl)).await? {
         Ok(Reserved::Held { id, parts }) => ok(
             StatusCode::CREATED,
             &json!({ "outcome": "held", "id": id, "parts": parts }),
@@ -235,12 +379,18 @@ fn ended(id: String, r: ReservationEnd) -> ApiResult {
     )
 }
 
-async fn confirm<S: Store>(State(engine): State<Engine<S>>, Path(id): Path<String>) -> ApiResult {
-    let r = engine.confirm(&id.parse::<ReservationId>()?).await?;
+async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
+    let rid = id.parse::<ReservationId>()?;
+    let r = api
+        .call(Some(("reservation", &id)), api.engine.confirm(&rid))
+        .await??;
     ended(id, r)
 }
 
-async fn cancel<S: Store>(State(engine): State<Engine<S>>, Path(id): Path<String>) -> ApiResult {
-    let r = engine.cancel(&id.parse::<ReservationId>()?).await?;
+async fn cancel<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
+    let rid = id.parse::<ReservationId>()?;
+    let r = api
+        .call(Some(("reservation", &id)), api.engine.cancel(&rid))
+        .await??;
     ended(id, r)
 }

@@ -242,8 +242,11 @@ pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, Failure> {
+async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
     let mut config = Config::load(cli.config.as_deref())?;
+    if let Command::Serve(a) = &mut cli.command {
+        a.config = config.serve.clone();
+    }
     if let Some(url) = cli.redis {
         config.store.redis_url = url;
     }

@@ -7,7 +7,6 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use clap::Args;
 use metrics_exporter_prometheus::PrometheusHandle;
-use shardstock::http::ApiOptions;
 use shardstock::{Engine, Store};
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -29,6 +28,18 @@ pub(crate) struct ServeArgs {
     /// How often the sweeper returns expired reservations, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     sweep_ms: u64,
+    /// Largest request body in bytes (overrides serve.body_limit_bytes; larger answer 413).
+    #[arg(long, value_name = "BYTES")]
+    body_limit: Option<usize>,
+    /// Engine calls not answered after this long answer 503 with the request id to retry with
+    /// (overrides serve.request_timeout_ms; 0 = no limit).
+    #[arg(long, value_name = "MS")]
+    request_timeout_ms: Option<u64>,
+    /// The `[serve]` settings (tokens come only from there: the configuration file or
+    /// SHARDSTOCK_SERVE__ADMIN_TOKEN / SHARDSTOCK_SERVE__BUYER_TOKEN, never argv, which `ps`
+    /// shows). Set by `main` from the loaded configuration.
+    #[arg(skip)]
+    pub(crate) config: shardstock::config::ServeConfig,
     /// How often the live audit checks conservation of the SKUs this process has used and
     /// exports `shardstock_audit_*`, in milliseconds (0: no live audit).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
@@ -80,14 +91,26 @@ pub(crate) async fn run_serve<S: Store>(
     engine: Engine<S>,
     a: ServeArgs,
 ) -> Result<ExitCode, Failure> {
+    let mut config = a.config.clone();
+    if let Some(b) = a.body_limit {
+        config.body_limit_bytes = b.max(1);
+    }
+    if let Some(ms) = a.request_timeout_ms {
+        config.request_timeout_ms = ms;
+    }
+    let mut options = config
+        .api_options()
+        .sweep_every(Some(Duration::from_millis(a.sweep_ms.max(1))));
+    // Before binding: no admin routes without a token beyond this machine.
+    options
+        .check_listen(a.listen)
+        .map_err(|e| Failure::new(e.to_string()))?;
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", a.listen)))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", a.listen)))?;
-    let mut options =
-        ApiOptions::default().sweep_every(Some(Duration::from_millis(a.sweep_ms.max(1))));
     if let Some(handle) = METRICS.get().cloned() {
         options = options.metrics(move || handle.render());
     }
