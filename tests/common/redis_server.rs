@@ -129,6 +129,33 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Creates (once) the least-privilege user of `prefix` with the line `scripts/acl.sh`
+    /// prints, and returns the URL that logs in as it. The `default` user stays for the test
+    /// harness (`cli`); the engine connected by this URL has only the documented rights.
+    pub fn acl_url(&self, prefix: &str) -> String {
+        let user = format!("ss-{}", prefix.replace(':', "_"));
+        let pass = "acl-test-pass";
+        if self.cli(&["ACL", "GETUSER", &user]).is_empty() {
+            let out = self.acl_setuser(&acl_line(prefix, &user, pass, &[]));
+            assert_eq!(out, "OK", "ACL SETUSER for {user}");
+        }
+        format!("redis://{user}:{pass}@127.0.0.1:{}", self.port)
+    }
+
+    /// Runs an `ACL SETUSER ...` line (as redis-cli reads it from stdin) as `default`.
+    pub fn acl_setuser(&self, line: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("redis-cli");
+        writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("redis.log")
     }
@@ -155,6 +182,18 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         .output()
         .expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The line `scripts/acl.sh PREFIX USER PASSWORD [EXTRA...]` prints.
+pub fn acl_line(prefix: &str, user: &str, pass: &str, extra: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/acl.sh"))
+        .args([prefix, user, pass])
+        .args(extra)
+        .output()
+        .expect("bash scripts/acl.sh");
+    assert!(out.status.success(), "scripts/acl.sh: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 fn ping(port: u16) -> bool {
