@@ -135,13 +135,23 @@ fn permission_detail(details: &str) -> Option<String> {
                 .collect::<String>()
         })
         .unwrap_or_default();
-    Some(match crate::store::redis::lua::Script::by_sha1(&sha) {
-        Some(script) => format!(
+    let line = details
+        .split("@user_script:")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+    let script = crate::store::redis::lua::Script::by_sha1(&sha);
+    Some(match (script, line) {
+        (Some(script), Some(line)) if script.command_at(line).is_some() => format!(
+            "script {} line {line} runs {}: {what}: {details}",
+            script.name(),
+            script.command_at(line).unwrap_or_default()
+        ),
+        (Some(script), _) => format!(
             "script {} touched {what} (it calls {}): {details}",
             script.name(),
             script.commands().join(", ")
         ),
-        None => format!("a script touched {what}: {details}"),
+        (None, _) => format!("a script touched {what}: {details}"),
     })
 }
 
