@@ -18,6 +18,9 @@ pub struct RedisServer {
     proc: Option<Proc>,
     pub port: u16,
     extra: Vec<String>,
+    /// `ACL SETUSER` lines run so far ([`RedisServer::acl_url`]), run again after a restart
+    /// (users live in memory only).
+    acl: std::sync::Mutex<Vec<String>>,
     dir: tempfile::TempDir,
 }
 
@@ -61,6 +64,7 @@ impl RedisServer {
             proc: None,
             port,
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            acl: Default::default(),
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -113,6 +117,9 @@ impl RedisServer {
             }
             if ping(self.port) {
                 self.proc = Some(proc);
+                for line in self.acl.lock().unwrap().iter() {
+                    assert_eq!(self.acl_setuser(line), "OK", "{line}");
+                }
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -136,8 +143,9 @@ impl RedisServer {
         let user = format!("ss-{}", prefix.replace(':', "_"));
         let pass = "acl-test-pass";
         if self.cli(&["ACL", "GETUSER", &user]).is_empty() {
-            let out = self.acl_setuser(&acl_line(prefix, &user, pass, &[]));
-            assert_eq!(out, "OK", "ACL SETUSER for {user}");
+            let line = acl_line(prefix, &user, pass, &[]);
+            assert_eq!(self.acl_setuser(&line), "OK", "{line}");
+            self.acl.lock().unwrap().push(line);
         }
         format!("redis://{user}:{pass}@127.0.0.1:{}", self.port)
     }
