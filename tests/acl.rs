@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::redis_server::acl_line;
+use common::redis_server::{acl_line, redis_cli_stdin};
 use common::{RedisServer, redis_config};
 use shardstock::orders::{Handler, OrderEvent, Orders, OrdersOptions};
 use shardstock::{
@@ -32,25 +32,8 @@ fn server_with(line: &str) -> RedisServer {
 
 /// Runs an `ACL SETUSER` line as `admin` (`default` is off).
 fn admin(redis: &RedisServer, line: &str) -> String {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new("redis-cli")
-        .args([
-            "-p",
-            &redis.port.to_string(),
-            "--user",
-            "admin",
-            "--pass",
-            "admin",
-        ])
-        .arg("--no-auth-warning")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("redis-cli");
-    writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let auth = ["--user", "admin", "--pass", "admin", "--no-auth-warning"];
+    redis_cli_stdin(redis.port, &auth, line)
 }
 
 fn url(redis: &RedisServer, user: &str) -> String {

@@ -152,16 +152,7 @@ impl RedisServer {
 
     /// Runs an `ACL SETUSER ...` line (as redis-cli reads it from stdin) as `default`.
     pub fn acl_setuser(&self, line: &str) -> String {
-        use std::io::Write;
-        let mut child = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("redis-cli");
-        writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
-        let out = child.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        redis_cli_stdin(self.port, &[], line)
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -189,6 +180,22 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Runs redis-cli (with `args`, e.g. `--user`) on `port` with `line` as its input, as it
+/// reads a command with quoting from stdin; its stdout.
+pub fn redis_cli_stdin(port: u16, args: &[&str], line: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
+    let out = child.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
