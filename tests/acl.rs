@@ -247,17 +247,14 @@ async fn a_missing_right_is_named_in_a_permission_error() {
     assert_eq!(err.kind(), ErrorKind::Permission, "{err}");
     let msg = err.to_string();
     assert!(
-        msg.contains("script deduct")
-            && msg.contains("runs XADD")
-            && msg.contains("scripts/acl.sh"),
+        msg.contains("xadd") && msg.contains("outbox") && msg.contains("scripts/acl.sh"),
         "{msg}"
     );
-    // Redis does not roll a script back: what deduct.lua wrote before its XADD stays (the sale
-    // lands, its event does not). Stock is conserved all the same; an incomplete ACL line is
-    // an outage to fix before selling, hence a non-retryable error.
+    // Redis does not roll a script back, so the scripts ask `redis.acl_check_cmd` before
+    // their first write: the sale is refused whole, never written without its event.
     let audit = e.audit(&sku).await.unwrap();
     assert!(audit.ok, "{:?}", audit.problems);
-    assert!(audit.sold <= 1, "{audit:?}");
+    assert_eq!(audit.sold, 0, "{audit:?}");
     println!("missing +xadd: {msg}; sold {}", audit.sold);
 
     // A key outside the user's pattern (the store's prefix is not the user's).
