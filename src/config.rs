@@ -22,7 +22,8 @@ use std::time::Duration;
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StoreConfig {
-    /// `redis://host:port[/db]`; empty = the embedded [`crate::MemoryStore`].
+    /// `redis://[user:password@]host:port[/db]`, `rediss://` for TLS (see `tls_ca_file`);
+    /// empty = the embedded [`crate::MemoryStore`].
     pub redis_url: String,
     /// fred clients in the pool (each one connection; fred pipelines across tasks).
     pub pool_size: usize,
@@ -56,6 +57,9 @@ pub struct StoreConfig {
     /// How long (ms) durability mode waits for the replicas before answering
     /// [`Error::NotDurable`] (1..=60000).
     pub wait_timeout_ms: u64,
+    /// TLS (`rediss://` URLs): a PEM file of the CA certificates to trust instead of the
+    /// system's roots; empty = the system's roots. See [`RedisStoreBuilder::tls_ca_file`].
+    pub tls_ca_file: String,
 }
 
 impl Default for StoreConfig {
@@ -76,6 +80,7 @@ impl Default for StoreConfig {
             coalesce_max_in_flight: c.max_in_flight,
             wait_replicas: 0,
             wait_timeout_ms: 1000,
+            tls_ca_file: String::new(),
         }
     }
 }
@@ -107,7 +112,7 @@ impl StoreConfig {
     /// A [`RedisStore`] builder with every store setting (URL, pool, prefix, timeout,
     /// strategy, lock options and nodes, request coalescing, durability mode).
     pub fn redis_builder(&self) -> RedisStoreBuilder {
-        RedisStore::builder(self.redis_url.trim())
+        let builder = RedisStore::builder(self.redis_url.trim())
             .pool_size(self.pool_size)
             .key_prefix(self.key_prefix.clone())
             .command_timeout(Duration::from_millis(self.command_timeout_ms))
@@ -116,7 +121,11 @@ impl StoreConfig {
             .lock_nodes(self.lock_nodes.iter().cloned())
             .coalescing(self.coalescing())
             .wait_replicas(self.wait_replicas)
-            .wait_timeout(Duration::from_millis(self.wait_timeout_ms))
+            .wait_timeout(Duration::from_millis(self.wait_timeout_ms));
+        match self.tls_ca_file.trim() {
+            "" => builder,
+            ca => builder.tls_ca_file(ca),
+        }
     }
 }
 

@@ -64,7 +64,16 @@ pub enum Error {
     /// Redis failed (connection, timeout, server error). The outcome of a mutating call is
     /// unknown: retry it with the same request id, which is always safe.
     #[error("redis: {0}")]
-    Redis(#[from] fred::error::Error),
+    Redis(fred::error::Error),
+    /// The Redis user may not run a command or touch a key shardstock needs (an ACL `NOPERM`
+    /// refusal, also from inside a script). The message names the command, or for a script the
+    /// script and the commands it calls; nothing was changed by the refused command. Grant the
+    /// rights: `scripts/acl.sh PREFIX USER PASSWORD` prints the least-privilege `ACL SETUSER`
+    /// line. Not retryable until an operator changes the ACL.
+    #[error(
+        "redis permission denied: {0}; grant it (scripts/acl.sh prints the ACL line shardstock needs)"
+    )]
+    Permission(String),
     /// Durability mode (`store.wait_replicas`): the call ran on its master, but fewer replicas
     /// than asked acknowledged its writes within `store.wait_timeout_ms` (a replica is down,
     /// lagging or being resynced). Whether the outcome survives a failover of that master is
@@ -88,6 +97,62 @@ pub enum Error {
     /// and a broken connection is opened again on the next call.
     #[error("postgres: {0}")]
     Postgres(String),
+}
+
+impl From<fred::error::Error> for Error {
+    /// A Redis error; an ACL refusal becomes [`Error::Permission`] naming what is missing.
+    fn from(e: fred::error::Error) -> Self {
+        match permission_detail(e.details()) {
+            Some(detail) => Error::Permission(detail),
+            None => Error::Redis(e),
+        }
+    }
+}
+
+/// What an ACL refusal denied, or `None` when `details` is no ACL refusal. Redis names the
+/// command or key for a direct call (`NOPERM this user has no permissions to run the 'evalsha'
+/// command`), but from inside a script only the script's SHA1 (`ERR The user executing the
+/// script can't run this command or subcommand script: <sha1>, ...`): the script is then named
+/// with every command it calls, one of which is missing.
+fn permission_detail(details: &str) -> Option<String> {
+    if details.starts_with("NOPERM") {
+        return Some(details.to_string());
+    }
+    if !details.contains("The user executing the script can't") {
+        return None;
+    }
+    let what = if details.contains("access at least one of the keys") {
+        "a key outside the user's key pattern"
+    } else {
+        "a command the user may not run"
+    };
+    let sha = details
+        .split("script: ")
+        .nth(1)
+        .map(|r| {
+            r.chars()
+                .take_while(char::is_ascii_hexdigit)
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    let line = details
+        .split("@user_script:")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+    let script = crate::store::redis::lua::Script::by_sha1(&sha);
+    Some(match (script, line) {
+        (Some(script), Some(line)) if script.command_at(line).is_some() => format!(
+            "script {} line {line} runs {}: {what}: {details}",
+            script.name(),
+            script.command_at(line).unwrap_or_default()
+        ),
+        (Some(script), _) => format!(
+            "script {} touched {what} (it calls {}): {details}",
+            script.name(),
+            script.commands().join(", ")
+        ),
+        (None, _) => format!("a script touched {what}: {details}"),
+    })
 }
 
 /// `Result` with this crate's [`Error`].
@@ -114,6 +179,7 @@ impl Error {
             Error::Sealed(_) => ErrorKind::Sealed,
             Error::Config(_) => ErrorKind::Config,
             Error::Redis(_) => ErrorKind::Redis,
+            Error::Permission(_) => ErrorKind::Permission,
             Error::NotDurable { .. } => ErrorKind::NotDurable,
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Postgres(_) => ErrorKind::Postgres,
@@ -173,6 +239,9 @@ pub enum ErrorKind {
     /// [`Error::Redis`]: connection, timeout or server error; the outcome of a mutating call is
     /// unknown. Retryable with the same request id, which is what makes the retry safe.
     Redis,
+    /// [`Error::Permission`]: the Redis user lacks a command or key (ACL). Not retryable: an
+    /// operator must grant it first.
+    Permission,
     /// [`Error::NotDurable`]: the write ran but too few replicas acknowledged it in time.
     /// Retryable with the same request id (exactly-once replay).
     NotDurable,
@@ -186,7 +255,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::InvalidInput,
         ErrorKind::NotLoaded,
         ErrorKind::AlreadyLoaded,
@@ -196,6 +265,7 @@ impl ErrorKind {
         ErrorKind::Sealed,
         ErrorKind::Config,
         ErrorKind::Redis,
+        ErrorKind::Permission,
         ErrorKind::NotDurable,
         ErrorKind::Protocol,
         ErrorKind::Postgres,
@@ -213,6 +283,7 @@ impl ErrorKind {
             ErrorKind::Sealed => "sealed",
             ErrorKind::Config => "config",
             ErrorKind::Redis => "redis",
+            ErrorKind::Permission => "permission",
             ErrorKind::NotDurable => "not_durable",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Postgres => "postgres",
@@ -236,6 +307,7 @@ impl ErrorKind {
             | ErrorKind::RequestIdConflict
             | ErrorKind::Sealed
             | ErrorKind::Config
+            | ErrorKind::Permission
             | ErrorKind::Protocol => false,
         }
     }
@@ -290,5 +362,20 @@ mod tests {
         assert_eq!(Error::NotLoaded("s".into()).field(), Some("sku"));
         assert_eq!(Error::Sealed("r".into()).field(), Some("request_id"));
         assert_eq!(Error::Config("x".into()).field(), None);
+    }
+
+    #[test]
+    fn acl_refusals_become_permission_errors_naming_what_is_missing() {
+        use fred::error::{Error as Fred, ErrorKind as FredKind};
+        let direct: Error = Fred::new(
+            FredKind::Unknown,
+            "NOPERM this user has no permissions to run the 'evalsha' command",
+        )
+        .into();
+        assert_eq!(direct.kind(), ErrorKind::Permission);
+        assert!(!direct.is_retryable());
+        assert!(direct.to_string().contains("'evalsha'"), "{direct}");
+        let other: Error = Fred::new(FredKind::IO, "connection reset").into();
+        assert_eq!(other.kind(), ErrorKind::Redis);
     }
 }

@@ -354,9 +354,13 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
         K::RequestIdConflict => "conflict",
         K::InvalidInput => "invalid",
         K::Sealed => "sealed",
-        K::NotLoaded | K::AlreadyLoaded | K::NotReady | K::Config | K::Protocol | K::Postgres => {
-            "other"
-        }
+        K::NotLoaded
+        | K::AlreadyLoaded
+        | K::NotReady
+        | K::Config
+        | K::Protocol
+        | K::Postgres
+        | K::Permission => "other",
     }
 }
 

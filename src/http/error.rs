@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 /// The HTTP status for an error of kind `kind`: 400 invalid input, 404 not loaded, 409 already
 /// loaded / request id conflict / sealed, 422 config (the configured strategy cannot serve the
 /// request), 503 for the retryable kinds ([`ErrorKind::is_retryable`]: Redis, lost lease, SKU
-/// mid-reload, too few replicas acknowledged a write, PostgreSQL), 500 for a store reply this version does not understand.
+/// mid-reload, too few replicas acknowledged a write, PostgreSQL), 500 for a store reply this version does not understand or a Redis user without the rights.
 pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
@@ -23,7 +23,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         | ErrorKind::NotDurable
         | ErrorKind::Postgres => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Config => StatusCode::UNPROCESSABLE_ENTITY,
-        ErrorKind::Protocol => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Protocol | ErrorKind::Permission => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

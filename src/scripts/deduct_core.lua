@@ -29,6 +29,7 @@ local function open_segment(seg, zkey, gen, okey)
   local st = { stock = tonumber(v[2]), fresh = {}, taken = 0, sold = 0, napplied = 0, acts = {} }
   st.ob = outbox(seg, okey)
   st.ob.on = v[4] == '1'
+  outbox_ready(st.ob)
   if v[3] and v[3] ~= '0' then
     -- Only a segment holding reservations can have expired ones to take back.
     st.now = now_ms()

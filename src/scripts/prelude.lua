@@ -114,6 +114,18 @@ local function emit(ob, kind, rk, user, units, parts)
     'user', user, 'units', units, 'parts', parts, 'gen', gen)
 end
 
+-- Called before a script's first write when it may append: with the outbox on, refuse the
+-- whole call while the Redis user may not XADD to the stream. Redis does not roll a script
+-- back, so a refusal at the XADD itself would leave the sale written without its event.
+local function outbox_ready(ob)
+  if not ob then return end
+  if ob.on == nil then ob.on = redis.call('HGET', ob.seg, 'out') == '1' end
+  if ob.on and not redis.acl_check_cmd('XADD', ob.key, '*', 'kind', 'sold') then
+    error({ err = 'NOPERM this user has no permissions to run the \'xadd\' command on the outbox stream '
+      .. ob.key .. ' (shardstock refused the call before writing: a sale must not go without its event)' })
+  end
+end
+
 -- The segment index named by the segment key's hash tag, as text.
 local function seg_index(seg)
   return string.match(seg, '{[^#}]*#(%d+)')
@@ -158,6 +170,7 @@ local function end_reservations(seg, old, zkey, okey)
   end
   local ob = outbox(seg, okey)
   ob.on = v[2] == '1'
+  outbox_ready(ob)
   for _, rk in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do
     local r = redis.call('HMGET', rk, 'rs', 'rq', 'u')
     if r[1] == 'R' then

@@ -17,5 +17,7 @@ uint('gen', ARGV[1])
 local gen = ARGV[1]
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
-local back = reclaim(KEYS[1], KEYS[2], now_ms(), outbox(KEYS[1], KEYS[3]))
+local ob = outbox(KEYS[1], KEYS[3])
+outbox_ready(ob)
+local back = reclaim(KEYS[1], KEYS[2], now_ms(), ob)
 return { 'reclaimed', back, tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0') }

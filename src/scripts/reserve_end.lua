@@ -29,6 +29,7 @@ if action ~= 'confirm' and action ~= 'cancel' and action ~= 'peek' then bad('act
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
 local ob = outbox(KEYS[1], KEYS[4])
+outbox_ready(ob)
 reclaim(KEYS[1], KEYS[3], now_ms(), ob)
 local v = redis.call('HMGET', KEYS[2], 'rs', 'rq', 'u')
 if not v[1] then return { 'unknown' } end

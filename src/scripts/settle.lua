@@ -47,15 +47,16 @@ if rec.s ~= 'P' or tonumber(rec.e) ~= epoch then
   if rec.s == 'A' then return { 'superseded', 'A', rec.parts } end
   return { 'superseded', rec.s, rec.e }
 end
+-- The claim says whether its generation had the outbox on (field o, written at claim time):
+-- a reload since may have changed the segment's flag.
+local ob = outbox(KEYS[3], KEYS[4])
+if rec.o then ob.on = rec.o == '1' end
+if outcome == 'applied' then outbox_ready(ob) end
 redis.call('ZREM', KEYS[2], KEYS[1])
 if outcome == 'applied' then
   redis.call('HSET', KEYS[1], 's', 'A', 'parts', parts)
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
-  -- The claim says whether its generation had the outbox on (field o, written at claim
-  -- time): a reload since may have changed the segment's flag.
-  local ob = outbox(KEYS[3], KEYS[4])
-  if rec.o then ob.on = rec.o == '1' end
   emit(ob, rec.k == 'r' and 'reserved' or 'sold', KEYS[1], rec.u, rec.q, parts)
 elseif outcome == 'seal' then
   redis.call('HSET', KEYS[1], 's', 'X')

@@ -53,6 +53,8 @@ local fence_token = uint('fence_token', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
 local kind = resv_ttl > 0 and 'r' or 's'
 
+local ob = outbox(KEYS[1], KEYS[4])
+outbox_ready(ob)
 if mode == 'decr' then
   give_back_once(KEYS[1], KEYS[5], ARGV[4], ARGV[6]) -- see deduct.lua
   mode = 'lua'
@@ -60,7 +62,7 @@ end
 local stock, other = segment(KEYS[1], gen)
 if not stock then return { 'stale', other } end
 local now = now_ms()
-stock = stock + reclaim(KEYS[1], KEYS[3], now, outbox(KEYS[1], KEYS[4]))
+stock = stock + reclaim(KEYS[1], KEYS[3], now, ob)
 
 local rec = record(KEYS[2])
 if rec and rec.s == 'F' then rec = nil end -- a released claim (home only): no claim

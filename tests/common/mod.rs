@@ -12,6 +12,7 @@
 //! - [`cli`]: the CLI calls and report checks the CLI tests share;
 //! - [`edges`]: what the edge-case regression tests (`tests/edges_*.rs`) share;
 //! - [`http_client`] and [`prometheus`]: HTTP calls and a real Prometheus for the metrics test;
+//! - [`tls`]: a CA and a server certificate made by `openssl`, and a TLS-only `redis-server`;
 //! - here: engines over fresh stores.
 //!
 //! Each test crate includes `mod common;` and uses a part of it, hence `allow(dead_code)`.
@@ -33,6 +34,7 @@ pub mod postgres;
 pub mod process;
 pub mod prometheus;
 pub mod redis_server;
+pub mod tls;
 
 pub use redis_server::RedisServer;
 
@@ -47,11 +49,27 @@ pub fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
 pub trait RedisAt {
     /// The store URL (`redis://` or `redis-cluster://`).
     fn store_url(&self) -> String;
+
+    /// The URL of a store with keys under `prefix`: [`RedisAt::store_url`], or with
+    /// `SHARDSTOCK_TEST_ACL=1` a single node's least-privilege user for that prefix
+    /// ([`RedisServer::acl_url`]), so a suite runs as the documented ACL user.
+    fn store_url_for(&self, prefix: &str) -> String {
+        let _ = prefix;
+        self.store_url()
+    }
 }
 
 impl RedisAt for RedisServer {
     fn store_url(&self) -> String {
         self.url()
+    }
+
+    fn store_url_for(&self, prefix: &str) -> String {
+        if env_knob::<u8>("SHARDSTOCK_TEST_ACL") == Some(1) {
+            self.acl_url(prefix)
+        } else {
+            self.url()
+        }
     }
 }
 
@@ -65,7 +83,7 @@ impl RedisAt for cluster::RedisCluster {
 /// request coalescing.
 pub fn redis_config(server: &impl RedisAt, prefix: &str) -> shardstock::Config {
     let mut config = shardstock::Config::default();
-    config.store.redis_url = server.store_url();
+    config.store.redis_url = server.store_url_for(prefix);
     config.store.pool_size = 2;
     config.store.key_prefix = prefix.into();
     config.store.coalesce = false;

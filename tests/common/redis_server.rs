@@ -18,6 +18,9 @@ pub struct RedisServer {
     proc: Option<Proc>,
     pub port: u16,
     extra: Vec<String>,
+    /// `ACL SETUSER` lines run so far ([`RedisServer::acl_url`]), run again after a restart
+    /// (users live in memory only).
+    acl: std::sync::Mutex<Vec<String>>,
     dir: tempfile::TempDir,
 }
 
@@ -61,6 +64,7 @@ impl RedisServer {
             proc: None,
             port,
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            acl: Default::default(),
             dir: tempfile::tempdir().unwrap(),
         }
     }
@@ -113,6 +117,9 @@ impl RedisServer {
             }
             if ping(self.port) {
                 self.proc = Some(proc);
+                for line in self.acl.lock().unwrap().iter() {
+                    assert_eq!(self.acl_setuser(line), "OK", "{line}");
+                }
                 return true;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -127,6 +134,25 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Creates (once) the least-privilege user of `prefix` with the line `scripts/acl.sh`
+    /// prints, and returns the URL that logs in as it. The `default` user stays for the test
+    /// harness (`cli`); the engine connected by this URL has only the documented rights.
+    pub fn acl_url(&self, prefix: &str) -> String {
+        let user = format!("ss-{}", prefix.replace(':', "_"));
+        let pass = "acl-test-pass";
+        if self.cli(&["ACL", "GETUSER", &user]).is_empty() {
+            let line = acl_line(prefix, &user, pass, &[]);
+            assert_eq!(self.acl_setuser(&line), "OK", "{line}");
+            self.acl.lock().unwrap().push(line);
+        }
+        format!("redis://{user}:{pass}@127.0.0.1:{}", self.port)
+    }
+
+    /// Runs an `ACL SETUSER ...` line (as redis-cli reads it from stdin) as `default`.
+    pub fn acl_setuser(&self, line: &str) -> String {
+        redis_cli_stdin(self.port, &[], line)
     }
 
     pub fn log_path(&self) -> PathBuf {
@@ -155,6 +181,34 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         .output()
         .expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Runs redis-cli (with `args`, e.g. `--user`) on `port` with `line` as its input, as it
+/// reads a command with quoting from stdin; its stdout.
+pub fn redis_cli_stdin(port: u16, args: &[&str], line: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    writeln!(child.stdin.take().unwrap(), "{line}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The line `scripts/acl.sh PREFIX USER PASSWORD [EXTRA...]` prints.
+pub fn acl_line(prefix: &str, user: &str, pass: &str, extra: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/acl.sh"))
+        .args([prefix, user, pass])
+        .args(extra)
+        .output()
+        .expect("bash scripts/acl.sh");
+    assert!(out.status.success(), "scripts/acl.sh: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 fn ping(port: u16) -> bool {

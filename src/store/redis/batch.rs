@@ -318,6 +318,7 @@ impl Batcher {
                     for tx in txs {
                         let err = match &e {
                             Error::Redis(r) => Error::Redis(r.clone()),
+                            Error::Permission(p) => Error::Permission(p.clone()),
                             Error::NotDurable { acked, wanted } => Error::NotDurable {
                                 acked: *acked,
                                 wanted: *wanted,

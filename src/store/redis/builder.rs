@@ -8,6 +8,7 @@ use crate::segments::Keyspace;
 use crate::strategy::Strategy;
 use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, ServerConfig};
 use fred::types::config::ClusterDiscoveryPolicy;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ pub struct RedisStoreBuilder {
     coalescing: Option<Coalescing>,
     wait_replicas: u32,
     wait_timeout: Duration,
+    tls_ca_file: Option<PathBuf>,
 }
 
 impl RedisStoreBuilder {
@@ -56,6 +58,7 @@ impl RedisStoreBuilder {
             coalescing: None,
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
+            tls_ca_file: None,
         }
     }
 
@@ -123,6 +126,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// TLS (`rediss://` URLs): trust the CA certificates of this PEM file instead of the
+    /// system's roots — for a Redis whose certificate a private CA signed. The server's name
+    /// in the URL (host name or IP address) must be in its certificate. Without a `rediss://`
+    /// URL this is a configuration error.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
+    }
+
     /// Checks the options, connects and loads the scripts.
     ///
     /// Connections that drop are re-established forever with exponential backoff (10 ms to
@@ -130,8 +142,11 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for bad lock, coalescing or durability options, or lock nodes that do not fit the
-    /// strategy; [`Error::InvalidInput`] for a bad key prefix; [`Error::Redis`] when a URL is
-    /// invalid or Redis is unreachable.
+    /// strategy, and for TLS: a CA file that cannot be read or holds no certificate, a CA file
+    /// without a `rediss://` URL, a server certificate the CA does not vouch for;
+    /// [`Error::InvalidInput`] for a bad key prefix; [`Error::Redis`] when a URL is invalid or
+    /// Redis is unreachable; [`Error::Permission`] when the Redis user may not run what
+    /// shardstock needs (`scripts/acl.sh`).
     pub async fn connect(self) -> Result<RedisStore> {
         crate::ids::check_prefix(&self.key_prefix)?;
         self.check()?;
@@ -139,6 +154,16 @@ impl RedisStoreBuilder {
         // On a cluster, rediscover the slot map from every node of the last known map, not
         // only from the seeds named in the URL: a dead seed must not stall the client once the
         // cluster has failed over (fred's default asks the configured endpoints only).
+        if let Some(ca) = &self.tls_ca_file {
+            if !config.uses_tls() {
+                return Err(Error::Config(format!(
+                    "store.tls_ca_file ({}) is set but the Redis URL is not rediss:// (TLS)",
+                    ca.display()
+                )));
+            }
+            config.tls = Some(tls_connector(ca)?.into());
+        }
+        let tls = config.uses_tls();
         let clustered = matches!(config.server, ServerConfig::Clustered { .. });
         if let ServerConfig::Clustered { policy, .. } = &mut config.server {
             *policy = ClusterDiscoveryPolicy::UseCache;
@@ -158,7 +183,17 @@ impl RedisStoreBuilder {
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 10, 1000, 2))
             .build_pool(self.pool_size.max(1))?;
-        pool.init().await?;
+        pool.init().await.map_err(|e| {
+            // A refused certificate is no outage: say what to fix instead of "retry".
+            if tls && e.details().to_ascii_lowercase().contains("certificate") {
+                Error::Config(format!(
+                    "TLS to Redis: the server's certificate was refused ({e}); check store.tls_ca_file \
+                     (the CA that signed it) and that the URL's host is in the certificate"
+                ))
+            } else {
+                e.into()
+            }
+        })?;
         lua::load(pool.next(), lua::Script::ALL).await?;
         let runner = Runner::new(
             self.strategy,
@@ -221,4 +256,30 @@ impl RedisStoreBuilder {
         }
         Ok(())
     }
+}
+
+/// A rustls connector trusting only the CA certificates of the PEM file `ca`.
+fn tls_connector(ca: &Path) -> Result<fred::types::config::TlsConnector> {
+    use fred::rustls::pki_types::CertificateDer;
+    use fred::rustls::pki_types::pem::PemObject;
+    use fred::rustls::{ClientConfig, RootCertStore};
+    let bad = |why: String| Error::Config(format!("store.tls_ca_file {}: {why}", ca.display()));
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
+        roots
+            .add(cert.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no CA certificate in it".into()));
+    }
+    // The ring provider by name: the process-wide default is ambiguous when another crate
+    // enables a second rustls provider.
+    let provider = Arc::new(fred::rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config.into())
 }

@@ -189,6 +189,45 @@ impl Script {
     }
 }
 
+impl Script {
+    /// The script whose SHA1 is `sha` (an ACL refusal inside a script names it by its SHA1).
+    pub(crate) fn by_sha1(sha: &str) -> Option<Script> {
+        Script::ALL
+            .iter()
+            .copied()
+            .find(|s| &**s.fred().sha1() == sha)
+    }
+
+    /// The Redis command called on line `line` (1-based, of the source as sent, as Redis
+    /// reports `@user_script:<line>`), when that line names one literally.
+    pub(crate) fn command_at(self, line: usize) -> Option<&'static str> {
+        let text = self.source().lines().nth(line.checked_sub(1)?)?;
+        commands_in(text).into_iter().next()
+    }
+
+    /// The Redis commands the script calls (`redis.call('CMD'`, or a command built as a table
+    /// `{ 'CMD', ...}`), once each, sorted.
+    pub(crate) fn commands(self) -> Vec<&'static str> {
+        commands_in(self.source())
+    }
+}
+
+/// The commands `src` calls literally (see [`Script::commands`]), once each, sorted.
+fn commands_in(src: &'static str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = ["redis.call('", "redis.pcall('", "{ '"]
+        .iter()
+        .flat_map(|open| {
+            src.match_indices(open)
+                .map(move |(i, _)| &src[i + open.len()..])
+        })
+        .filter_map(|rest| rest.split('\'').next())
+        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_uppercase()))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// One call of one script: its KEYS and ARGV, and how its reply decodes.
 pub(crate) trait Call {
     /// The script it runs.
@@ -276,7 +315,7 @@ pub(crate) async fn load(client: &Client, scripts: &[Script]) -> Result<()> {
 
 /// Maps the scripts' argument errors back to typed errors.
 fn script_error(e: fred::error::Error) -> Error {
-    bad_argument(e.details()).unwrap_or(Error::Redis(e))
+    bad_argument(e.details()).unwrap_or_else(|| e.into())
 }
 
 /// "… shardstock bad argument: <name>" as [`Error::InvalidInput`] naming the field.
