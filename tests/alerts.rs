@@ -19,17 +19,15 @@ mod common;
 // Prometheus and promtool are required: a missing tool fails the test (never skipped).
 
 use common::RedisServer;
-use common::binary::shardstock;
 use common::http_client::{agent, get};
-use common::process::{Proc, require};
+use common::process::require;
 use common::prometheus::Prometheus;
+use common::serve_process::ServeProcess;
 use serde_json::{Value, json};
 use shardstock::{Deduct, LoadOptions, Sku};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
@@ -190,47 +188,6 @@ async fn live_audit_counts_units_changed_behind_the_engines_back() {
     assert!(!audit.ok);
 }
 
-/// A running `shardstock serve`, killed on drop (its log printed when the test panics).
-struct Serve {
-    /// Declared before `_dir`: the process goes before the directory holding its log.
-    _proc: Proc,
-    /// `127.0.0.1:PORT`.
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Serve {
-    fn start(redis: &str, extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--redis", redis];
-        args.extend_from_slice(extra);
-        let mut cmd = shardstock(&args);
-        cmd.env("RUST_LOG", "shardstock=info");
-        let mut proc = Proc::spawn("shardstock serve", &mut cmd, dir.path().join("serve.log"));
-        let stdout = proc.child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(l)) = lines.next() {
-                let _ = tx.send(l);
-            }
-            for _ in lines {}
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("serve did not start"));
-        let addr = line
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Self {
-            _proc: proc,
-            addr,
-            _dir: dir,
-        }
-    }
-}
-
 /// `METHOD url` with a JSON body: the status and the JSON reply.
 fn send(a: &ureq::Agent, method: &str, url: &str, body: Value) -> (u16, Value) {
     let req = match method {
@@ -287,9 +244,13 @@ fn audit_alert_fires_against_a_live_serve() {
     require("prometheus");
     let t0 = Instant::now();
     let redis = RedisServer::start();
-    let serve = Serve::start(&redis.url(), &["--audit-every-ms", "200"]);
+    let serve = ServeProcess::start(
+        &redis.url(),
+        &["--audit-every-ms", "200"],
+        &[("RUST_LOG", "shardstock=info")],
+    );
     let a = agent();
-    let base = format!("http://{}", serve.addr);
+    let base = serve.base.clone();
 
     let (s, b) = send(
         &a,
@@ -312,7 +273,7 @@ fn audit_alert_fires_against_a_live_serve() {
          rule_files:\n  - \"{}\"\n\
          scrape_configs:\n  - job_name: shardstock\n    static_configs:\n      - targets: [\"{}\"]\n",
         rules.display(),
-        serve.addr
+        serve.addr()
     ));
 
     // Healthy: the audit of the SKU is scraped as passing, and no alert is pending or firing.
@@ -326,7 +287,7 @@ fn audit_alert_fires_against_a_live_serve() {
     assert!(
         healthy.is_some(),
         "Prometheus never saw a passing audit of `phone` from {}",
-        serve.addr
+        serve.addr()
     );
     // Two more evaluations on healthy data.
     std::thread::sleep(Duration::from_secs(2));

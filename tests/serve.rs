@@ -6,17 +6,15 @@
 mod common;
 
 use common::RedisServer;
-use common::binary::shardstock;
 use common::http_client;
-use common::process::Proc;
+use common::serve_process::ServeProcess as Serve;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use shardstock::http::ApiOptions;
 use shardstock::{Engine, RedisStore};
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::process::Command;
-use std::sync::{OnceLock, mpsc};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -106,54 +104,6 @@ impl Drop for Api {
         if !thread::panicking() {
             self.stop().expect("serve ends without an error");
         }
-    }
-}
-
-/// A running `shardstock serve`, killed on drop (its stderr printed when the test panics).
-struct Serve {
-    /// Declared before `_dir`: the process goes before the directory holding its log.
-    proc: Proc,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Serve {
-    /// Starts `serve --listen 127.0.0.1:0 --redis URL <extra>` and waits for its address.
-    fn start(redis: &str, extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--redis", redis];
-        args.extend_from_slice(extra);
-        let mut proc = Proc::spawn(
-            "shardstock serve",
-            &mut shardstock(&args),
-            dir.path().join("serve.stderr"),
-        );
-        let stdout = proc.child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(l)) = lines.next() {
-                let _ = tx.send(l);
-            }
-            for _ in lines {}
-        });
-        // On failure `proc` is dropped while panicking: killed, its stderr printed.
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("serve did not start"));
-        let base = line
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        Self {
-            proc,
-            base,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
     }
 }
 
@@ -664,7 +614,9 @@ fn drive(instances: &[Serve], sku: &str, threads: usize, per_thread: usize) -> u
 }
 
 fn three(srv: &RedisServer, extra: &[&str]) -> Vec<Serve> {
-    (0..3).map(|_| Serve::start(&srv.url(), extra)).collect()
+    (0..3)
+        .map(|_| Serve::start(&srv.url(), extra, &[]))
+        .collect()
 }
 
 #[test]
@@ -721,6 +673,7 @@ fn sigterm_lets_the_in_flight_request_finish() {
     let mut s = Serve::start(
         &srv.url(),
         &["--strategy", "local-mutex", "--critical-pause-ms", "1500"],
+        &[],
     );
     let a = agent();
     assert_eq!(

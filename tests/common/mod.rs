@@ -11,6 +11,7 @@
 //!   no `RUST_LOG`), bounded in time, and [`json`]: typed access to its `--json` output;
 //! - [`cli`]: the CLI calls and report checks the CLI tests share;
 //! - [`edges`]: what the edge-case regression tests (`tests/edges_*.rs`) share;
+//! - [`serve_process`]: a `shardstock serve` process and its address;
 //! - [`http_client`] and [`prometheus`]: HTTP calls and a real Prometheus for the metrics test;
 //! - [`tls`]: a CA and a server certificate made by `openssl`, and a TLS-only `redis-server`;
 //! - here: engines over fresh stores.
@@ -34,6 +35,7 @@ pub mod postgres;
 pub mod process;
 pub mod prometheus;
 pub mod redis_server;
+pub mod serve_process;
 pub mod tls;
 
 pub use redis_server::RedisServer;
