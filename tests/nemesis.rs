@@ -201,7 +201,8 @@ async fn redis_paused_past_the_command_timeout_and_the_claim_lease() {
             }
             n
         })
-    });
+    })
+    .late(ms(1200));
     let o = workload::run(Run {
         name: "nemesis-pause".into(),
         targets: targets(&engines),
@@ -250,7 +251,8 @@ async fn one_engine_partitioned_from_redis_and_healed() {
             }
             n
         })
-    });
+    })
+    .late(ms(1500));
     let o = workload::run(Run {
         name: "nemesis-partition".into(),
         targets: targets(&engines),

@@ -169,6 +169,10 @@ async fn timed(limit: Duration, call: BoxFuture<'_, Out>) -> Out {
 /// struck (a run whose fault never struck fails: it proved nothing).
 pub struct Fault {
     pub name: String,
+    /// How much later than its caller gave up a command may still run (held by a paused
+    /// server or a partitioned link, delivered at the heal): its user claim then keeps the
+    /// user busy that much longer, which the lockout check allows.
+    pub late: Duration,
     pub start: Box<dyn FnOnce(Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> + Send>,
 }
 
@@ -179,8 +183,15 @@ impl Fault {
     ) -> Self {
         Self {
             name: name.into(),
+            late: Duration::ZERO,
             start: Box::new(start),
         }
+    }
+
+    /// Commands may run up to `late` after their caller gave up.
+    pub fn late(mut self, late: Duration) -> Self {
+        self.late = late;
+        self
     }
 }
 
@@ -524,6 +535,7 @@ pub async fn run(r: Run) -> Outcome {
     let sweeper = engines[0].start_sweeper(ms(100));
 
     let stop = Arc::new(AtomicBool::new(false));
+    let late = r.fault.as_ref().map_or(Duration::ZERO, |f| f.late);
     let fault = r.fault.map(|f| (f.start)(stop.clone()));
     let cx = Arc::new(Ctx {
         targets: r.targets.clone(),
@@ -675,8 +687,10 @@ pub async fn run(r: Run) -> Outcome {
             // How long a dropped or failed call may keep its user busy: its per-user entry is
             // resolved at once by the engine's cleanup task, but when that cleanup fails too
             // (connections killed) and the call held a fallback claim, only after the entry
-            // expired and the claim's lease ran out.
-            user_claim_ttl_us: (USER_CLAIM_TTL_MS + CLAIM_LEASE_MS) * 1000 + SLACK_US,
+            // expired and the claim's lease ran out. A fault may deliver a command late.
+            user_claim_ttl_us: (USER_CLAIM_TTL_MS + CLAIM_LEASE_MS) * 1000
+                + late.as_micros() as u64
+                + SLACK_US,
             engines: r.targets.len(),
         },
     );
