@@ -665,3 +665,143 @@ async fn a_reload_ends_the_reservations_of_the_generation_the_segment_holds() {
     let kinds: Vec<&str> = h.by_rid()["h"].iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, vec!["reserved", "cancelled"]);
 }
+
+/// Crash point "after the parts were taken, before `settle`": the holder of a fallback claim
+/// dies (here: the store calls stop after the `take`s). Once the lease passed, whoever
+/// finishes the claim — the sweeper, or a retry of the same request id taking it over —
+/// settles it through `settle.lua`, which appends exactly one `sold` with every part; a claim
+/// that had not taken all its units is refunded and sealed and leaves no event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_fallback_claim_leaves_one_sold_when_completed_and_none_when_refunded() {
+    use shardstock::segments::home;
+    use shardstock::store::{
+        HomeReply, OnShort, ReqArgs, RequestKind, SegAddr, SegmentRole, Store, TakeReply,
+    };
+    let redis = RedisServer::start();
+    let e = engine(&redis, "t", false).await;
+    let lease = e.options().claim_lease;
+    // Claims `qty` at home on a fresh SKU [3, 3], takes `at_home` there and `away` at the
+    // other segment, and stops: a dead holder.
+    async fn abandon(
+        e: &Engine<RedisStore>,
+        sku: &str,
+        rid: &str,
+        qty: u64,
+        at_home: u64,
+        away: u64,
+    ) {
+        let s = Sku::new(sku).unwrap();
+        let g = e
+            .load(&s, 6, LoadOptions::new(2).outbox(true))
+            .await
+            .unwrap();
+        e.remaining(&s).await.unwrap(); // the engine (its sweeper) knows the SKU
+        let (r, u) = (
+            shardstock::RequestId::new(rid).unwrap(),
+            shardstock::UserId::new(format!("u-{rid}")).unwrap(),
+        );
+        let a = ReqArgs {
+            request_id: &r,
+            user: &u,
+            qty,
+            ttl_ms: e.options().request_ttl.as_millis() as u64,
+            lease_ms: e.options().claim_lease.as_millis() as u64,
+            resv_ttl_ms: 0,
+            kind: RequestKind::Sale,
+        };
+        let h = home(&r, 2);
+        let st = e.store();
+        let c = st
+            .deduct_home(SegAddr::new(&s, g, h), a, OnShort::Claim)
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                c,
+                HomeReply::Short {
+                    claimed: Some(1),
+                    ..
+                }
+            ),
+            "{c:?}"
+        );
+        for (seg, units, role) in [
+            (h, at_home, SegmentRole::Home),
+            (1 - h, away, SegmentRole::Fallback),
+        ] {
+            if units > 0 {
+                let t = st
+                    .take(SegAddr::new(&s, g, seg), a, units, 1, role)
+                    .await
+                    .unwrap();
+                assert!(matches!(t, TakeReply::Taken { .. }), "{t:?}");
+            }
+        }
+    }
+    abandon(&e, "swept", "rs", 5, 3, 2).await; // complete: the sweeper settles it
+    abandon(&e, "retried", "rr", 4, 2, 2).await; // complete: a retry takes it over
+    abandon(&e, "short", "rx", 5, 3, 1).await; // incomplete: refunded and sealed
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    let retry = e
+        .deduct(&Deduct::new("retried", "u-rr", 4, "rr").unwrap())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            retry,
+            Deduction::Applied { .. } | Deduction::Replayed { .. }
+        ),
+        "the retry finishes the sale: {retry:?}"
+    );
+    // The sweeper finishes what it finds (a takeover may need a second pass), bounded.
+    for _ in 0..60 {
+        e.sweep().await.unwrap();
+        let a = e.audit(&Sku::new("short").unwrap()).await.unwrap();
+        let b = e.audit(&Sku::new("swept").unwrap()).await.unwrap();
+        let settled = redis.cli(&[
+            "HGET",
+            &format!(
+                "t:{{swept#{}}}:g{}:rq:rs",
+                home(&shardstock::RequestId::new("rs").unwrap(), 2),
+                b.generation
+            ),
+            "s",
+        ]);
+        if a.sold == 0 && settled == "A" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (sku, sold) in [("swept", 5), ("retried", 4), ("short", 0)] {
+        let a = e.audit(&Sku::new(sku).unwrap()).await.unwrap();
+        assert!(a.ok && a.sold == sold, "{sku}: {a:?}");
+    }
+    // Re-sending the finished ones appends nothing more.
+    for (sku, rid, qty) in [("swept", "rs", 5), ("retried", "rr", 4)] {
+        let d = Deduct::new(sku, &format!("u-{rid}"), qty, rid).unwrap();
+        assert!(matches!(
+            e.deduct(&d).await.unwrap(),
+            Deduction::Replayed { .. }
+        ));
+    }
+    let h = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(10)).await.unwrap();
+    let seen = h.by_rid();
+    for (rid, units) in [("rs", 5), ("rr", 4)] {
+        let evs = seen.get(rid).cloned().unwrap_or_default();
+        assert_eq!(evs.len(), 1, "{rid}: one event: {evs:#?}");
+        let ev = &evs[0];
+        assert_eq!(
+            (ev.kind, ev.units),
+            (EventKind::Sold, units),
+            "{rid}: {ev:?}"
+        );
+        assert_eq!(ev.parts.len(), 2, "{rid}: both parts: {ev:?}");
+        assert_eq!(ev.parts.iter().map(|p| p.units).sum::<u64>(), units);
+    }
+    assert!(
+        !seen.contains_key("rx"),
+        "a refunded claim sold nothing: {seen:#?}"
+    );
+}
