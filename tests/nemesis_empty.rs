@@ -45,7 +45,9 @@ const AFTER: u8 = 3;
 /// How a call answered, seen from the fault.
 #[derive(Debug)]
 enum Answer {
-    /// A typed "nothing happened" (`NotLoaded`, no such reservation).
+    /// A typed "nothing happened": `NotLoaded`, no such reservation, or `UserBusy` (the
+    /// in-process guard turns away a user's second attempt while the first is running, before
+    /// any store call).
     Nothing,
     /// A store error: the outcome is unknown.
     Unknown,
@@ -72,8 +74,10 @@ struct Tally {
     nothing: u64,
     /// In flight at the restart, or a store error after it.
     unknown: u64,
-    /// The request ids of the unknown calls: what they may have left is justified.
+    /// The request ids of the unknown calls, and their users' records (`<sku>@<user>`, the
+    /// record's hash tag): what they may have left is justified.
     unknown_ids: HashSet<String>,
+    unknown_users: HashSet<String>,
     anomalies: Vec<String>,
 }
 
@@ -84,6 +88,7 @@ impl Tally {
         self.nothing += o.nothing;
         self.unknown += o.unknown;
         self.unknown_ids.extend(o.unknown_ids);
+        self.unknown_users.extend(o.unknown_users);
         self.anomalies.extend(o.anomalies);
     }
 }
@@ -103,7 +108,7 @@ async fn worker(
 ) -> Tally {
     let mut t = Tally::default();
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut held: Vec<ReservationId> = Vec::new();
+    let mut held: Vec<(ReservationId, String)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut n = 0;
     while !stop.load(SeqCst) && Instant::now() < deadline {
@@ -117,22 +122,24 @@ async fn worker(
         let user = format!("u{}", rng.u32(..40));
         in_flight.fetch_add(1, SeqCst);
         let before = phase.load(SeqCst);
-        let (what, id, a) = match rng.u32(..100) {
+        let (what, id, whose, a) = match rng.u32(..100) {
             0..55 => {
                 let x = e.deduct(&d(s, &user, rng.u64(1..=3), &r)).await;
-                ("deduct", r, answer(&x, |_| false))
+                let busy = |x: &Deduction| *x == Deduction::UserBusy;
+                ("deduct", r, format!("{s}@{user}"), answer(&x, busy))
             }
             55..72 => {
                 let x = e
                     .reserve(&d(s, &user, rng.u64(1..=2), &r), Duration::from_secs(3))
                     .await;
                 if let Ok(Reserved::Held { id, .. }) = &x {
-                    held.push(id.clone());
+                    held.push((id.clone(), user.clone()));
                 }
-                ("reserve", r, answer(&x, |_| false))
+                let busy = |x: &Reserved| *x == Reserved::NotHeld(Deduction::UserBusy);
+                ("reserve", r, format!("{s}@{user}"), answer(&x, busy))
             }
             72..84 if !held.is_empty() => {
-                let id = held.swap_remove(rng.usize(..held.len()));
+                let (id, owner) = held.swap_remove(rng.usize(..held.len()));
                 let confirm = rng.bool();
                 let x = if confirm {
                     e.confirm(&id).await
@@ -141,15 +148,16 @@ async fn worker(
                 };
                 let what = if confirm { "confirm" } else { "cancel" };
                 let a = answer(&x, |end| end.state.is_none() && !end.done);
-                (what, id.request_id().to_string(), a)
+                let mine = format!("{}@{owner}", id.sku());
+                (what, id.request_id().to_string(), mine, a)
             }
             72..94 => {
                 let x = e.restock(&sku(FREE), rng.u64(1..=4), &rid(&r)).await;
-                ("restock", r, answer(&x, |_| false))
+                ("restock", r, String::new(), answer(&x, |_| false))
             }
             _ => {
                 let x = e.remaining(&sku(s)).await;
-                ("remaining", r, answer(&x, |_| false))
+                ("remaining", r, String::new(), answer(&x, |_| false))
             }
         };
         let after = phase.load(SeqCst);
@@ -165,6 +173,7 @@ async fn worker(
                 Answer::Unknown => {
                     t.unknown += 1;
                     t.unknown_ids.insert(id);
+                    t.unknown_users.insert(whose);
                 }
                 Answer::Other(o) => t.anomalies.push(format!(
                     "{tag} {what} {id} sent after the empty restart answered {o}"
@@ -173,6 +182,7 @@ async fn worker(
         } else {
             t.unknown += 1;
             t.unknown_ids.insert(id);
+            t.unknown_users.insert(whose);
         }
     }
     t
@@ -183,12 +193,13 @@ fn not_loaded<T>(r: &Result<T>) -> bool {
     matches!(r, Err(Error::NotLoaded(_)))
 }
 
-/// Every key on the server, judged: `(justified, anomalies)`. Justified are only records of
-/// calls whose outcome is unknown (`unknown_ids`), and that expire by themselves: a per-user
-/// record (every entry one of theirs: a `user_claim`/`user_finish` re-sent by the client after
-/// the reconnect), a request record, a lock with its lease. Anything else — a segment hash,
-/// SKU metadata, a restock record, a key without expiry — is an anomaly.
-fn leftovers(srv: &RedisServer, unknown_ids: &HashSet<String>) -> (Vec<String>, Vec<String>) {
+/// Every key on the server, judged: `(justified, anomalies)`. Justified are only records that
+/// calls whose outcome is unknown may have left, and that expire by themselves: the per-user
+/// record of a user with such a call (a `user_claim`/`user_finish` re-sent by the client after
+/// the reconnect; a call also settles its user's other entries, see `verify_stale`), the
+/// request record of such a call, a lock with its lease. Anything else — a segment hash, SKU
+/// metadata, a restock record, a key without expiry — is an anomaly.
+fn leftovers(srv: &RedisServer, t: &Tally) -> (Vec<String>, Vec<String>) {
     let (mut justified, mut anomalies) = (Vec::new(), Vec::new());
     for key in srv.cli(&["--scan"]).lines().filter(|k| !k.is_empty()) {
         let ty = srv.cli(&["TYPE", key]);
@@ -201,13 +212,11 @@ fn leftovers(srv: &RedisServer, unknown_ids: &HashSet<String>) -> (Vec<String>, 
         let what = format!("{key} ({ty}, pttl {pttl} ms) {fields}");
         let ok = pttl > 0
             && if key.ends_with(":user") && ty == "hash" {
-                let names = srv.cli(&["HKEYS", key]);
-                names.lines().all(|f| {
-                    f.strip_prefix("r:")
-                        .is_some_and(|id| unknown_ids.contains(id))
-                })
+                // <prefix>:{<sku>@<user>}:g<gen>:user
+                let tag = key.split(['{', '}']).nth(1).unwrap_or_default();
+                t.unknown_users.contains(tag)
             } else if let Some((_, id)) = key.split_once(":rq:") {
-                unknown_ids.contains(id)
+                t.unknown_ids.contains(id)
             } else {
                 key.ends_with(":lock")
             };
@@ -352,7 +361,7 @@ async fn nemesis_empty_restart_mid_sale() {
                 tally.anomalies.push(format!("{name}: sweep: {err:?}"));
             }
         }
-        let (justified, bad) = leftovers(&srv, &tally.unknown_ids);
+        let (justified, bad) = leftovers(&srv, &tally);
         for k in bad {
             tally
                 .anomalies
