@@ -400,7 +400,7 @@ async fn nemesis_empty_restart_mid_sale() {
 
 // ---------------------------------------------------------------------------------------------
 // 2. After the empty restart another instance loads the SKU again, with another segment count
-//    and limit, while stale instances (a cached 4-segment layout without a limit) keep selling
+//    and limit, while stale instances (a cached 3-segment layout without a limit) keep selling
 //    and restocking.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -423,10 +423,10 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
     let loader = redis_engine(&srv, b.clone()).await;
     let s = sku(SKU);
     let g1 = loader
-        .load(&s, 400, LoadOptions::new(4).per_user_limit(0))
+        .load(&s, 400, LoadOptions::new(3).per_user_limit(0))
         .await
         .unwrap();
-    // Each stale engine caches generation g1 (4 segments, no limit).
+    // Each stale engine caches generation g1 (3 segments, no limit).
     for (name, e) in &stale {
         for k in 0..4 {
             let r = e
@@ -445,10 +445,13 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
         .load(&s, 200, LoadOptions::new(2).per_user_limit(NEW_LIMIT))
         .await
         .unwrap();
-    assert!(
-        g2 > g1,
-        "after the empty restart generation {g2}, lost {g1}"
-    );
+    // Checked with the rest below: with a reused generation the stale instances' sales show.
+    let mut problems = Vec::new();
+    if g2 <= g1 {
+        problems.push(format!(
+            "after the empty restart the new load got generation {g2}, the lost one was {g1}"
+        ));
+    }
 
     // Stale engines and the loader sell and restock concurrently.
     let mut tasks = Vec::new();
@@ -495,7 +498,7 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
         restocked += r;
         odd.extend(o);
     }
-    let mut problems = odd;
+    problems.extend(odd);
     // Each request id sold once: a retry through the loader (the new layout) replays it.
     for (r, user, qty, parts) in &sold {
         let again = loader.deduct(&d(SKU, user, *qty, r)).await;
