@@ -18,6 +18,18 @@
 //!
 //! `nemesis_empty_restart_mid_sale` prints `nemesis empty: restarts N, ops M, anomalies 0`.
 //! Knobs: `NEMESIS_ROUNDS` (default 5).
+//!
+//! Mutation-checked, each breaking the tests named (1 = mid-sale rounds, 2 = reload while
+//! stale, 3 = each call): `fence_read.lua` bumping the fence before checking that the segment
+//! exists (1, 2, 3: fence-only segment hashes without expiry, one outside the new layout); the
+//! per-user entry of a call that met a generation that is over kept (1, 3); generations counted
+//! without the server clock, so the reload reuses the lost number (1, 2: users over the new
+//! limit, request ids that no longer replay through the new layout); `restock.lua` adding to a
+//! missing segment (1, 2, 3); `deduct_core.lua` taking a missing segment for an empty one (1,
+//! 3: claims and records written); the engine keeping a stale layout (1, 2, 3: `NotReady`).
+//!
+//! The outbox streams go with the rest: events not yet consumed are lost together with the
+//! sales they describe; consumers re-create their groups from the start of the new streams.
 
 mod common;
 use common::edges::{args, at, d, quick, rid, sku, uid};
