@@ -14,19 +14,22 @@
 //!   restart, all expiring);
 //! - a later load starts a generation no cached layout can take for its own, even with another
 //!   segment count: stale instances never sell or restock outside the new layout, each request
-//!   id sells once, conservation is exact and the new per-user limit holds.
+//!   id sells once, conservation is exact and the new per-user limit holds;
+//! - a load cut by the restart (metadata written to the lost server, segments to the empty
+//!   one) fails typed and deletes the segments it wrote: no stock stays that no metadata names.
 //!
 //! `nemesis_empty_restart_mid_sale` prints `nemesis empty: restarts N, ops M, anomalies 0`.
 //! Knobs: `NEMESIS_ROUNDS` (default 5).
 //!
 //! Mutation-checked, each breaking the tests named (1 = mid-sale rounds, 2 = reload while
-//! stale, 3 = each call): `fence_read.lua` bumping the fence before checking that the segment
-//! exists (1, 2, 3: fence-only segment hashes without expiry, one outside the new layout); the
-//! per-user entry of a call that met a generation that is over kept (1, 3); generations counted
-//! without the server clock, so the reload reuses the lost number (1, 2: users over the new
-//! limit, request ids that no longer replay through the new layout); `restock.lua` adding to a
-//! missing segment (1, 2, 3); `deduct_core.lua` taking a missing segment for an empty one (1,
-//! 3: claims and records written); the engine keeping a stale layout (1, 2, 3: `NotReady`).
+//! stale, 3 = each call, 4 = the cut load): `fence_read.lua` bumping the fence before checking
+//! that the segment exists (1, 2, 3: fence-only segment hashes without expiry, one outside the
+//! new layout); the per-user entry of a call that met a generation that is over kept (1, 3);
+//! generations counted without the server clock, so the reload reuses the lost number (1, 2:
+//! users over the new limit, request ids that no longer replay through the new layout);
+//! `restock.lua` adding to a missing segment (1, 2, 3); `deduct_core.lua` taking a missing
+//! segment for an empty one (1, 3: claims and records written); the engine keeping a stale
+//! layout (1, 2, 3: `NotReady`); the cut load keeping its segments (4).
 //!
 //! The outbox streams go with the rest: events not yet consumed are lost together with the
 //! sales they describe; consumers re-create their groups from the start of the new streams.
@@ -712,6 +715,65 @@ async fn nemesis_empty_each_call_writes_nothing() {
         check(&format!("{name} sweep"), r.is_ok(), format!("{r:?}"));
         let r = x.audit(&capped).await;
         check(&format!("{name} audit"), not_loaded(&r), format!("{r:?}"));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A load cut by the restart: its metadata was written to the server that is gone, its
+//    segments reach the empty one. It fails typed, and leaves no segments behind (they would
+//    hold stock no metadata names, without expiry, beyond a retry with fewer segments).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nemesis_empty_load_cut_by_the_restart() {
+    use futures::poll;
+    use std::task::Poll;
+    let mut srv = RedisServer::start();
+    let e = redis_engine(&srv, quick()).await;
+    let s = sku("cut");
+    let fut = e.load(&s, 100, LoadOptions::new(4));
+    tokio::pin!(fut);
+    // Drive the load until load_begin has written the metadata, no further.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Poll::Ready(r) = poll!(fut.as_mut()) {
+            panic!("the load finished before it could be cut: {r:?}");
+        }
+        if !srv.cli(&["HGET", "t:{cut}:meta", "gen"]).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "load_begin never ran");
+        tokio::task::yield_now().await;
+    }
+    tokio::task::block_in_place(|| srv.restart_empty());
+    let r = tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .expect("the cut load hung");
+    let mut problems = Vec::new();
+    if !matches!(r, Err(Error::NotReady(_) | Error::Redis(_))) {
+        problems.push(format!("the cut load answered {r:?}"));
+    }
+    let left = srv.cli(&["--scan"]).replace('\n', " ");
+    if !left.trim().is_empty() {
+        problems.push(format!("the cut load left {left}"));
+    }
+    // The retry, with fewer segments: its two segments and nothing else.
+    let g = e.load(&s, 50, LoadOptions::new(2)).await.unwrap();
+    let mut segs: Vec<String> = srv
+        .cli(&["--scan", "--pattern", "*:seg"])
+        .lines()
+        .map(|k| format!("{k} gen {}", srv.cli(&["HGET", k, "gen"])))
+        .collect();
+    segs.sort();
+    let want: Vec<String> = (0..2)
+        .map(|i| format!("t:{{cut#{i}}}:seg gen {g}"))
+        .collect();
+    if segs != want {
+        problems.push(format!("after the retry: {segs:?}, expected {want:?}"));
+    }
+    let a = e.audit(&s).await.unwrap();
+    if !(a.ok && a.loaded == 50 && a.remaining == 50) {
+        problems.push(format!("audit after the retry: {a:?}"));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
