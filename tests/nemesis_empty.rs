@@ -18,8 +18,8 @@
 //! - a load cut by the restart (metadata written to the lost server, segments to the empty
 //!   one) fails typed and deletes the segments it wrote: no stock stays that no metadata names.
 //!
-//! `nemesis_empty_restart_mid_sale` prints `nemesis empty: restarts N, ops M, anomalies 0`.
-//! Knobs: `NEMESIS_ROUNDS` (default 5).
+//! Tests 1 and 2 print a line each in the `nemesis <fault>: restarts N, ops M, anomalies 0,
+//! ...` form `scripts/nemesis.sh` sums. Knobs: `NEMESIS_ROUNDS` (test 1; default 5).
 //!
 //! Mutation-checked, each breaking the tests named (1 = mid-sale rounds, 2 = reload while
 //! stale, 3 = each call, 4 = the cut load): `fence_read.lua` bumping the fence before checking
@@ -398,7 +398,7 @@ async fn nemesis_empty_restart_mid_sale() {
         total.add(tally);
     }
     println!(
-        "nemesis empty: restarts {rounds}, ops {}, anomalies {} (after the restart: {} calls, {} answered nothing happened, {} unknown; keys left, all justified: {justified_total})",
+        "nemesis empty: restarts {rounds}, ops {}, anomalies {}, calls after the restart {}, answered nothing happened {}, unknown {}, keys left justified {justified_total}",
         total.ops,
         total.anomalies.len(),
         total.after,
@@ -422,6 +422,8 @@ async fn nemesis_empty_restart_mid_sale() {
 async fn nemesis_empty_reload_while_stale_instances_sell() {
     const SKU: &str = "ne-reload";
     const NEW_LIMIT: u64 = 2;
+    /// Calls per seller.
+    const CALLS: usize = 150;
     let mut srv = RedisServer::start();
     let b = quick().per_user_limit(0);
     let stale: Vec<(&str, Engine<RedisStore>)> = vec![
@@ -481,7 +483,7 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
                 let mut rng = fastrand::Rng::with_seed((k * 10 + w) as u64);
                 let (mut sold, mut restocked) = (Vec::new(), 0u64);
                 let mut odd = Vec::new();
-                for n in 0..150 {
+                for n in 0..CALLS {
                     let r = format!("{name}{w}-{n}");
                     if rng.u32(..10) == 0 {
                         match e.restock(&sku(SKU), rng.u64(1..=3), &rid(&r)).await {
@@ -504,6 +506,7 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
     }
     let mut sold = Vec::new();
     let (mut restocked, mut odd) = (0, Vec::new());
+    let calls = tasks.len() * CALLS;
     for t in tasks {
         let (s, r, o) = tokio::time::timeout(Duration::from_secs(60), t)
             .await
@@ -561,9 +564,10 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
             "segment hashes {segs:?}, expected only the new layout's {want:?}"
         ));
     }
+    println!("generations {g1} -> {g2}");
     println!(
-        "nemesis empty reload: generations {g1} -> {g2}, sold {units} units in {} requests, restocked {restocked}, problems {}",
-        sold.len(),
+        "nemesis empty, then reloaded with another layout: restarts 1, ops {}, anomalies {}, units sold {units}, restocked {restocked}",
+        calls + sold.len(),
         problems.len()
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
