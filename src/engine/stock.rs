@@ -97,6 +97,19 @@ impl<S: Store> Engine<S> {
         let drops = (segments..old).map(|i| store.drop_segment(at(i), replaces));
         futures::future::try_join_all(drops).await?;
         if !store.load_commit(sku, generation).await? {
+            // Overtaken by a newer load (which replaces or drops these segments), or the
+            // metadata is gone: Redis lost its data while this load ran, and its segments
+            // reached the empty server. Then nothing names them, and a retry with fewer
+            // segments would not drop the ones beyond its count: delete what this load wrote
+            // (a segment a newer load holds is kept). Best effort: a failure leaves only
+            // segments no layout can sell from.
+            if matches!(store.meta(sku).await, Ok(None)) {
+                let ours = (0..segments).map(|i| {
+                    let newer = seg_at(sku, generation + 1, i, &placement);
+                    store.drop_segment(newer, generation)
+                });
+                let _ = futures::future::join_all(ours).await;
+            }
             return Err(Error::NotReady(sku.to_string()));
         }
         Ok(generation)

@@ -208,7 +208,14 @@ impl<S: Store> Engine<S> {
             }
         };
         let reservation = a.intent.kind() == RequestKind::Reservation;
+        // Stale in a generation that is over (the SKU was reloaded, or Redis lost its data and
+        // the metadata is gone): nothing this call did can count, so its entry goes instead of
+        // lingering in that generation's record (after a data loss, a record written for a
+        // sale that cannot happen). While the metadata still names this generation (a segment
+        // alone is missing), the entry stays pending and is verified if it lingers.
+        let over = matches!(flow, Stale) && matches!(self.is_current(l).await, Ok(false));
         let how = match &flow {
+            Stale if over => Some(UserFinish::Void),
             // A replayed reservation may have ended since (expired, cancelled, confirmed): its
             // entry follows its state, never "reserved" for units it no longer holds.
             Done(Deduction::Replayed { .. }) if reservation => self.reservation_finish(a).await?,

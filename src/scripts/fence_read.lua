@@ -6,10 +6,16 @@
 -- token (field `fence`) still equals it, so a holder whose lease lapsed can never write after a
 -- newer holder bumped it. (Lock fence tokens are not claim epochs: see shut_out.lua for those.)
 --
+-- A missing segment is not written: bumping the token would re-create the segment's hash
+-- (with only `fence`, no expiry) after Redis lost its data, or outside the layout of a reload
+-- with fewer segments. Nobody can write to a missing segment anyway (every write checks its
+-- generation first).
+--
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  segment hash <prefix>:{<sku>#<i>}:seg
--- Reply: {fence_token, gen, stock}   gen/stock are false when the segment is missing
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+-- Reply: {fence_token, gen, stock}   {0, false, false} when the segment is missing
 local v = redis.call('HMGET', KEYS[1], 'gen', 'stock')
+if not v[1] then return { 0, false, false } end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 return { fence, v[1], v[2] }
