@@ -50,15 +50,17 @@ use support::history::*;
 
 const SKU: &str = "nem";
 const SEGMENTS: u32 = 12;
-const LOADED: u64 = 1500;
+const LOADED: u64 = 2000;
 const LIMIT: u64 = 2;
-const USERS: usize = 900;
+const USERS: usize = 1000;
 const TASKS: usize = 24;
 const KILLS: usize = 3;
 /// How long the replica is cut off before its master is killed (kills 1 and 3).
 const LAG_MS: u64 = 200;
 /// Sale time before the first kill and after each.
-const BETWEEN_MS: u64 = 1500;
+const BETWEEN_MS: u64 = 1000;
+/// After the last kill, the sale goes on until sold out, at most this long.
+const TAIL_MS: u64 = 8000;
 const CLAIM_LEASE_MS: u64 = 600;
 const USER_CLAIM_TTL_MS: u64 = 1200;
 const WAIT_MS: u64 = 300;
@@ -203,8 +205,12 @@ async fn task(sh: Arc<Shared>, id: usize, seed: u64) -> Vec<Op> {
                 v.drain(..1024);
             }
         }
+        // Paced (at most ~8 operations per second per task, whatever the mode's latency), so
+        // the stock lasts through the kills.
+        let spent = Duration::from_micros(op.ret - op.inv);
         ops.push(op);
-        tokio::time::sleep(Duration::from_micros(rng.u64(5_000..40_000))).await;
+        let pace = Duration::from_micros(rng.u64(100_000..140_000));
+        tokio::time::sleep(pace.saturating_sub(spent)).await;
     }
     ops
 }
@@ -326,20 +332,38 @@ fn victim(cluster: &RedisCluster, used: &BTreeSet<usize>) -> (usize, usize) {
         .expect("a master holding segments")
 }
 
-/// The request ids whose sale was acknowledged (Applied / Replayed) but is not in the store as
-/// that sale (same user, quantity and parts): lost acknowledged writes.
-fn lost_acks(ops: &[Op], facts: &Facts) -> BTreeSet<String> {
-    let mut lost = BTreeSet::new();
-    for o in ops {
-        let Some(parts) = o.holds() else { continue };
-        let kept = facts.records.get(&o.rid).is_some_and(|recs| {
-            matches!(
-                rid_facts(&o.rid, recs, SEGMENTS).effect,
-                Effect::Sale { user, qty, parts: p } if user == o.user && qty == o.qty && p == parts
-            )
-        });
-        if !kept {
-            lost.insert(o.rid.clone());
+/// The acknowledged sales (Applied / Replayed answers) the store does not hold: per request
+/// id, the ops whose answer was lost. An answer is lost when the store holds no sale of that
+/// id as answered (same user, quantity and parts), or when the id applied again later (the
+/// store forgot the first application, so a retry applied it anew).
+fn lost_acks(ops: &[Op], facts: &Facts) -> BTreeMap<String, Vec<usize>> {
+    let mut by_rid: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for o in ops.iter().filter(|o| o.holds().is_some()) {
+        by_rid.entry(o.rid.as_str()).or_default().push(o);
+    }
+    let mut lost = BTreeMap::new();
+    for (rid, acked) in by_rid {
+        let last_apply = acked
+            .iter()
+            .filter(|o| o.applied().is_some())
+            .map(|o| o.inv)
+            .max();
+        let gone: Vec<usize> = acked
+            .iter()
+            .filter(|o| {
+                let parts = o.holds().unwrap_or_default();
+                let kept = facts.records.get(rid).is_some_and(|recs| {
+                    matches!(
+                        rid_facts(rid, recs, SEGMENTS).effect,
+                        Effect::Sale { user, qty, parts: p } if user == o.user && qty == o.qty && p == parts
+                    )
+                });
+                !kept || last_apply.is_some_and(|t| o.ret < t)
+            })
+            .map(|o| o.seq)
+            .collect();
+        if !gone.is_empty() {
+            lost.insert(rid.to_string(), gone);
         }
     }
     lost
@@ -350,7 +374,7 @@ struct Outcome {
     kills: usize,
     ops: usize,
     anomalies: Vec<Violation>,
-    lost: BTreeSet<String>,
+    lost: BTreeMap<String, Vec<usize>>,
     /// Off mode: violations a lost write explains (reported, not failed).
     explained: Vec<Violation>,
 }
@@ -411,7 +435,12 @@ async fn run(durable: bool) -> Outcome {
         used.insert(kill.promoted);
         kills.push(kill);
     }
+    // The sale runs to its end: until sold out, for at most `TAIL_MS` more.
     tokio::time::sleep(ms(BETWEEN_MS)).await;
+    let tail = now_us() + TAIL_MS * 1000;
+    while now_us() < tail && !matches!(engines[0].remaining(&sku).await, Ok(r) if r.total == 0) {
+        tokio::time::sleep(ms(250)).await;
+    }
     sh.stop.store(true, Relaxed);
     let mut ops: Vec<Op> = Vec::new();
     for t in futures::future::join_all(tasks).await {
@@ -438,8 +467,8 @@ async fn run(durable: bool) -> Outcome {
         // Without durability mode an acknowledgement promises nothing across a failover: check
         // the rest of the history as if those answers had been lost.
         for o in ops.iter_mut() {
-            if lost.contains(&o.rid) && o.holds().is_some() {
-                o.out = Out::Unknown(format!("acknowledged, then lost ({:?})", o.out));
+            if lost.get(&o.rid).is_some_and(|seqs| seqs.contains(&o.seq)) {
+                o.out = Out::Unknown(format!("lost: acknowledged {:?}", o.out));
             }
         }
     }
@@ -497,7 +526,7 @@ async fn run(durable: bool) -> Outcome {
         let touched: Vec<&Op> = ops
             .iter()
             .filter(|o| {
-                lost.contains(&o.rid) || windows.iter().any(|(a, b)| o.inv <= *b && o.ret >= *a)
+                lost.contains_key(&o.rid) || windows.iter().any(|(a, b)| o.inv <= *b && o.ret >= *a)
             })
             .collect();
         let rids: BTreeSet<&str> = touched.iter().map(|o| o.rid.as_str()).collect();
@@ -518,7 +547,7 @@ async fn run(durable: bool) -> Outcome {
                 "[{mode}] what this mode may lose: {} acknowledged sale(s) not in the store after the failovers:",
                 lost.len()
             );
-            for rid in lost.iter().take(10) {
+            for rid in lost.keys().take(10) {
                 for o in ops.iter().filter(|o| &o.rid == rid) {
                     eprintln!("    {}", o.line(t0));
                 }
