@@ -9,7 +9,8 @@
 //! other masters flag its master failed, and the killed node comes back (empty) as its replica.
 //! Before the first and the third kill the replica is cut off for 200 ms, so it misses the
 //! writes of that window — what an asynchronous replica that fell behind loses with its master.
-//! The sale goes on through every kill. Every operation is recorded as invoke → ok / fail /
+//! The sale goes on through every kill, and after the last one until sold out (at most 8 s;
+//! 2,000 units for 2,000 users of limit 2). Every operation is recorded as invoke → ok / fail /
 //! unknown (the record types and the checks of `common/history`, as in `tests/history.rs`); at
 //! the end every request id still unknown is re-sent until answered, the claims expire, the
 //! sweeper runs, every request record and user record is read from every master, and the
@@ -52,7 +53,7 @@ const SKU: &str = "nem";
 const SEGMENTS: u32 = 12;
 const LOADED: u64 = 2000;
 const LIMIT: u64 = 2;
-const USERS: usize = 1000;
+const USERS: usize = 2000;
 const TASKS: usize = 24;
 const KILLS: usize = 3;
 /// How long the replica is cut off before its master is killed (kills 1 and 3).
@@ -288,16 +289,10 @@ async fn read_facts(cluster: &RedisCluster, e: &Engine<RedisStore>, sku: &Sku) -
             for (k, m) in got {
                 let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
                 if let Some((_, rid)) = k.split_once(":rq:") {
-                    // `<sku>#<i>.<placement suffix>`
-                    let seg: usize = tag[tag.find('#').unwrap() + 1..]
-                        .split('.')
-                        .next()
-                        .unwrap()
-                        .parse()
-                        .unwrap();
                     records
                         .entry(rid.to_string())
-                        .or_insert_with(|| vec![HashMap::new(); SEGMENTS as usize])[seg] = m;
+                        .or_insert_with(|| vec![HashMap::new(); SEGMENTS as usize])
+                        [seg_of(&k) as usize] = m;
                 } else {
                     users.insert(tag[tag.find('@').unwrap() + 1..].to_string(), m);
                 }
@@ -315,21 +310,62 @@ async fn read_facts(cluster: &RedisCluster, e: &Engine<RedisStore>, sku: &Sku) -
 }
 
 /// The master to kill next: one holding segments of the SKU, preferably never killed or
-/// promoted in this run, then the one holding most segments.
-fn victim(cluster: &RedisCluster, used: &BTreeSet<usize>) -> (usize, usize) {
-    let by_port: BTreeMap<u16, usize> = cluster
+/// promoted in this run, then the one holding most segments; with the indexes of its segments.
+fn victim(cluster: &RedisCluster, used: &BTreeSet<usize>) -> (usize, BTreeSet<u32>) {
+    let by_port: BTreeMap<u16, BTreeSet<u32>> = cluster
         .admin()
         .keys_by_master(&format!("t:{{{SKU}#*}}:seg"))
         .into_iter()
-        .map(|(p, keys)| (p, keys.len()))
+        .map(|(p, keys)| (p, keys.iter().map(|k| seg_of(k)).collect()))
         .collect();
     cluster
         .master_nodes()
         .into_iter()
-        .map(|i| (i, by_port.get(&cluster.nodes[i].port).copied().unwrap_or(0)))
-        .filter(|(_, n)| *n > 0)
-        .max_by_key(|(i, n)| (!used.contains(i), *n))
+        .map(|i| {
+            let segs = by_port.get(&cluster.nodes[i].port).cloned();
+            (i, segs.unwrap_or_default())
+        })
+        .filter(|(_, segs)| !segs.is_empty())
+        .max_by_key(|(i, segs)| (!used.contains(i), segs.len()))
         .expect("a master holding segments")
+}
+
+/// The segment index of a segment key or request record key (`t:{<sku>#<i>.<suffix>}:...`).
+fn seg_of(key: &str) -> u32 {
+    let tag = &key[key.find('#').unwrap() + 1..key.find('}').unwrap()];
+    tag.split('.').next().unwrap().parse().unwrap()
+}
+
+/// Where and when one kill could lose writes: from the replica's cut-off (less 100 ms: the
+/// replica may trail a little anyway) to the promotion, on the victim's segments and slots.
+struct LossWindow {
+    from: u64,
+    to: u64,
+    segs: BTreeSet<u32>,
+    slots: Vec<(u16, u16)>,
+}
+
+impl LossWindow {
+    /// Whether `o` ran in the window and touched the victim: its request's home segment, a
+    /// segment of its answer's or of the store's records, or its user's record.
+    fn touches(&self, o: &Op, facts: &Facts, generation: u64) -> bool {
+        if o.inv > self.to || o.ret < self.from {
+            return false;
+        }
+        let rid = shardstock::RequestId::new(&o.rid).unwrap();
+        let mut segs = vec![shardstock::segments::home(&rid, SEGMENTS)];
+        segs.extend(o.holds().unwrap_or_default().iter().map(|p| p.segment));
+        if let Some(recs) = facts.records.get(&o.rid) {
+            segs.extend((0..SEGMENTS).filter(|i| !recs[*i as usize].is_empty()));
+        }
+        let user_slot =
+            common::cluster::key_slot(&format!("t:{{{SKU}@{}}}:g{generation}:user", o.user));
+        segs.iter().any(|s| self.segs.contains(s))
+            || self
+                .slots
+                .iter()
+                .any(|(a, b)| (*a..=*b).contains(&user_slot))
+    }
 }
 
 /// The acknowledged sales (Applied / Replayed answers) the store does not hold: per request
@@ -411,14 +447,16 @@ async fn run(durable: bool) -> Outcome {
         .collect();
 
     let mut kills: Vec<Kill> = Vec::new();
+    let mut windows: Vec<LossWindow> = Vec::new();
     let mut used = BTreeSet::new();
     for k in 0..KILLS {
         tokio::time::sleep(ms(BETWEEN_MS)).await;
         let (v, segs) = victim(&cluster, &used);
+        let slots = cluster.admin().slots_of(cluster.nodes[v].port);
         let lag = (k % 2 == 0).then(|| ms(LAG_MS));
         let kill = tokio::task::block_in_place(|| cluster.kill_master(v, lag));
         eprintln!(
-            "[{mode}] kill {}: node {v} ({segs} segments{}) killed after {} ops; node {} promoted \
+            "[{mode}] kill {}: node {v} (segments {segs:?}{}) killed after {} ops; node {} promoted \
              after {:.1} s, node {v} back as its replica after {:.1} s more",
             k + 1,
             if lag.is_some() {
@@ -433,6 +471,12 @@ async fn run(durable: bool) -> Outcome {
         );
         used.insert(kill.victim);
         used.insert(kill.promoted);
+        windows.push(LossWindow {
+            from: kill.lag_us.saturating_sub(100_000),
+            to: kill.promoted_us,
+            segs,
+            slots,
+        });
         kills.push(kill);
     }
     // The sale runs to its end: until sold out, for at most `TAIL_MS` more.
@@ -516,17 +560,14 @@ async fn run(durable: bool) -> Outcome {
     if durable {
         anomalies.extend(violations);
     } else {
-        // What a lost write can explain: the request ids and users of operations that ran
-        // while a master's writes could be lost (from its replica's cut-off, or its kill, to
-        // the promotion), and of the lost sales. Conservation is never explained away.
-        let windows: Vec<(u64, u64)> = kills
-            .iter()
-            .map(|k| (k.lag_us.saturating_sub(100_000), k.promoted_us))
-            .collect();
+        // What a lost write can explain: the request ids and users of the lost sales, and of
+        // operations that ran while a master's writes could be lost and touched that master.
+        // Conservation is never explained away.
+        let g = facts.audit.generation;
         let touched: Vec<&Op> = ops
             .iter()
             .filter(|o| {
-                lost.contains_key(&o.rid) || windows.iter().any(|(a, b)| o.inv <= *b && o.ret >= *a)
+                lost.contains_key(&o.rid) || windows.iter().any(|w| w.touches(o, &facts, g))
             })
             .collect();
         let rids: BTreeSet<&str> = touched.iter().map(|o| o.rid.as_str()).collect();

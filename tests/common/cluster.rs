@@ -324,6 +324,16 @@ impl ClusterAdmin {
         m
     }
 
+    /// The slot ranges the node on `port` serves now (as one live node sees it; none for a
+    /// replica).
+    pub fn slots_of(&self, port: u16) -> Vec<(u16, u16)> {
+        nodes_view(self.live())
+            .into_iter()
+            .find(|n| n.1 == port)
+            .map(|n| n.3)
+            .unwrap_or_default()
+    }
+
     /// The slot of `key` as the server computes it (`CLUSTER KEYSLOT`; [`key_slot`] computes
     /// the same without a round trip).
     pub fn keyslot(&self, key: &str) -> u16 {
