@@ -36,7 +36,7 @@ mod support {
     pub mod history;
 }
 
-use common::cluster::{Kill, RedisCluster};
+use common::cluster::{Kill, RedisCluster, now_us};
 use common::env_knob;
 use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
 use futures::StreamExt;
@@ -72,13 +72,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-fn now_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
 }
 
 fn builder() -> EngineBuilder {

@@ -511,8 +511,8 @@ pub struct Kill {
     pub rejoined_us: u64,
 }
 
-/// Now, µs since the UNIX epoch.
-fn now_us() -> u64 {
+/// Now, µs since the UNIX epoch (the clock the histories record).
+pub fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
