@@ -1,14 +1,13 @@
 //! History checker (issue 11, "make the suite find the next ones").
 //!
-//! Many tasks run deductions, reservations (short TTLs), confirms, cancels and restocks
-//! against several engines (each its own connection pool) sharing one SKU on one real
-//! redis-server, with a per-user limit and few users, request ids reused (retries, other
-//! users, other kinds, other quantities) and futures dropped at random points. Every operation
-//! is recorded as invoke → ok / fail / unknown. At the end everything expires, the sweeper
-//! runs, every user below the limit tries one more purchase, and the history plus the store's
-//! records are checked (see `common/history.rs`, one file per check under `common/history/check/`):
-//! one effect per request id, ok sales counted once, unknown ones all or nothing, no user above
-//! the limit, one end state per reservation, conservation, and no user refused below the limit.
+//! The randomized workload of `common/history/workload.rs` (deductions, reservations with
+//! short TTLs, confirms, cancels and restocks; request ids reused; futures dropped at random
+//! points) runs against several engines (each its own connection pool) sharing one SKU on one
+//! real redis-server, and the history plus the store's records are checked (one file per check
+//! under `common/history/check/`): one effect per request id, ok sales counted once, unknown
+//! ones all or nothing, no user above the limit, one end state per reservation, conservation,
+//! and no user refused below the limit. The nemesis suite (`tests/nemesis.rs`) runs the same
+//! workload with faults injected.
 //!
 //! `HISTORY_SEED` replays a seed (printed at start; thread timing still varies),
 //! `HISTORY_OPS` scales the workload (operations per variant), `HISTORY_REUSE` (percent of
@@ -17,7 +16,7 @@
 //! is written to `target/tmp/history-<variant>.log`.
 
 mod common;
-/// Parts of `tests/common/` that only the history test compiles (mounted here rather than in
+/// Parts of `tests/common/` that only the history tests compile (mounted here rather than in
 /// `common/mod.rs`, so the other test binaries do not build them).
 #[path = "common"]
 mod support {
@@ -26,378 +25,12 @@ mod support {
 
 use common::connection_killer::ConnectionKiller;
 use common::*;
-use fred::prelude::{ClientLike, HashesInterface};
-use futures::StreamExt;
 use shardstock::*;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use support::history::workload::{self, *};
 use support::history::*;
-
-const SKU: &str = "hist";
-const LIMIT: u64 = 2;
-const LOADED: u64 = 12;
-const SEGMENTS: u32 = 4;
-const USERS_PER_PHASE: usize = 4;
-/// Operations per phase (each phase has its own users, so the limit keeps mattering).
-const PHASE_OPS: usize = 100;
-const TASKS: usize = 24;
-const CLAIM_LEASE_MS: u64 = 300;
-const USER_CLAIM_TTL_MS: u64 = 600;
-const MAX_RESV_MS: u64 = 800;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn now_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
-}
-
-fn builder() -> EngineBuilder {
-    Engine::builder()
-        .per_user_limit(LIMIT)
-        .claim_lease(ms(CLAIM_LEASE_MS))
-        .user_claim_ttl(ms(USER_CLAIM_TTL_MS))
-        .pending_wait(ms(300))
-        .max_qty(4)
-}
-
-/// A request sent earlier (for retries and reuse).
-#[derive(Debug, Clone)]
-struct Sent {
-    rid: String,
-    user: String,
-    qty: u64,
-    reserve: bool,
-}
-
-#[derive(Default)]
-struct Shared {
-    next: AtomicUsize,
-    seq: AtomicUsize,
-    sent: Mutex<Vec<Sent>>,
-    /// (reservation id, request id, user)
-    resvs: Mutex<Vec<(ReservationId, String, String)>>,
-    restocks: Mutex<Vec<(String, u64)>>,
-    /// Requests whose outcome was unknown, with the time (µs): a client retries them later.
-    dropped: Mutex<Vec<(Sent, u64)>>,
-}
-
-fn recent<T: Clone>(v: &Mutex<Vec<T>>, rng: &mut fastrand::Rng, window: usize) -> Option<T> {
-    let v = v.lock().unwrap();
-    if v.is_empty() {
-        return None;
-    }
-    let lo = v.len().saturating_sub(window);
-    Some(v[rng.usize(lo..v.len())].clone())
-}
-
-fn push_capped<T>(v: &Mutex<Vec<T>>, x: T) {
-    let mut v = v.lock().unwrap();
-    v.push(x);
-    if v.len() > 1024 {
-        v.drain(..512);
-    }
-}
-
-/// Classifies a call's result: typed "nothing happened" errors fail, the rest is unknown.
-fn classify<T>(
-    r: Result<shardstock::Result<T>, tokio::time::error::Elapsed>,
-    wrap: impl FnOnce(T) -> Val,
-) -> Out {
-    match r {
-        Err(_) => Out::Unknown("timeout (future dropped)".into()),
-        Ok(Ok(v)) => Out::Ok(wrap(v)),
-        Ok(Err(e)) => match e {
-            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } | Error::Sealed(_) => {
-                Out::Fail(format!("{e:?}"))
-            }
-            Error::Redis(_) => Out::Unknown(format!("redis: {e}")),
-            other => Out::Unknown(format!("unexpected {other:?}")),
-        },
-    }
-}
-
-struct Ctx {
-    engines: Vec<Engine<RedisStore>>,
-    /// Percent of deducts/reservations that reuse an earlier request id.
-    reuse: u32,
-    /// Percent of calls wrapped in a tiny timeout (future dropped at a random point).
-    drops: u32,
-    sh: Shared,
-    total: usize,
-}
-
-/// One task of the workload; returns its operations.
-async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
-    let mut rng =
-        fastrand::Rng::with_seed(seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let sku = Sku::new(SKU).unwrap();
-    let mut ops = Vec::new();
-    let sh = &cx.sh;
-    loop {
-        let i = sh.next.fetch_add(1, Ordering::Relaxed);
-        if i >= cx.total {
-            break;
-        }
-        let phase = i / PHASE_OPS;
-        let user_of =
-            |rng: &mut fastrand::Rng| format!("p{phase}u{}", rng.usize(..USERS_PER_PHASE));
-        let e = rng.usize(..cx.engines.len());
-        let engine = &cx.engines[e];
-        let tiny = rng.u32(..100) < cx.drops;
-        let limit = if tiny {
-            Duration::from_micros(rng.u64(0..2500))
-        } else {
-            Duration::from_secs(10)
-        };
-        let mut op = Op {
-            seq: 0,
-            engine: e,
-            kind: Kind::Deduct,
-            rid: String::new(),
-            user: String::new(),
-            qty: 0,
-            ttl_ms: 0,
-            resv: String::new(),
-            why: "fresh",
-            inv: 0,
-            ret: 0,
-            out: Out::Fail("not run".into()),
-        };
-        let roll = rng.u32(..100);
-        if roll < 68 {
-            // A deduct or a reservation: fresh, or an earlier request id reused.
-            let mut s = Sent {
-                rid: format!("r{i}"),
-                user: user_of(&mut rng),
-                qty: if rng.u32(..100) < 70 { 1 } else { 2 },
-                reserve: roll >= 36,
-            };
-            // Mostly the last few requests (races), sometimes older ones (past their claim
-            // expiry: sealed, verified or settled meanwhile).
-            let window = if rng.bool() { 48 } else { 400 };
-            if rng.u32(..100) < cx.reuse
-                && let Some(old) = recent(&sh.sent, &mut rng, window)
-            {
-                let r = rng.u32(..100);
-                s = old.clone();
-                op.why = if r < 50 {
-                    // Preferably a request whose answer was lost a while ago (its claims
-                    // expired meanwhile: verified, sealed or taken over).
-                    let late = {
-                        let mut d = sh.dropped.lock().unwrap();
-                        let due = now_us().saturating_sub(700_000);
-                        d.iter().position(|(_, t)| *t < due).map(|k| d.remove(k).0)
-                    };
-                    if let Some(late) = late {
-                        s = late;
-                        op.why = "late retry";
-                    }
-                    if op.why == "late retry" {
-                        "late retry"
-                    } else {
-                        "retry"
-                    }
-                } else if r < 70 {
-                    s.user = user_of(&mut rng);
-                    if s.user == old.user {
-                        "retry"
-                    } else {
-                        "collision"
-                    }
-                } else if r < 90 {
-                    s.reserve = !s.reserve;
-                    "cross-kind"
-                } else {
-                    s.qty = 3 - s.qty.min(2);
-                    "other-qty"
-                };
-            }
-            let d = Deduct::new(SKU, &s.user, s.qty, &s.rid).unwrap();
-            op.rid = s.rid.clone();
-            op.user = s.user.clone();
-            op.qty = s.qty;
-            op.inv = now_us();
-            if s.reserve {
-                op.kind = Kind::Reserve;
-                op.ttl_ms = rng.u64(200..=MAX_RESV_MS);
-                let r = tokio::time::timeout(limit, engine.reserve(&d, ms(op.ttl_ms))).await;
-                op.ret = now_us();
-                op.out = classify(r, Val::Res);
-                if let Out::Ok(Val::Res(
-                    Reserved::Held { id, .. } | Reserved::Replayed { id, .. },
-                )) = &op.out
-                {
-                    push_capped(&sh.resvs, (id.clone(), s.rid.clone(), s.user.clone()));
-                }
-            } else {
-                let r = tokio::time::timeout(limit, engine.deduct(&d)).await;
-                op.ret = now_us();
-                op.out = classify(r, Val::Ded);
-            }
-            if op.unknown() && rng.bool() {
-                push_capped(&sh.dropped, (s.clone(), op.ret));
-            }
-            push_capped(&sh.sent, s);
-        } else if roll < 96 {
-            let Some((id, rid, user)) = recent(&sh.resvs, &mut rng, 40) else {
-                continue;
-            };
-            op.kind = if roll < 84 {
-                Kind::Confirm
-            } else {
-                Kind::Cancel
-            };
-            op.rid = rid;
-            op.user = user;
-            op.resv = id.to_string();
-            op.inv = now_us();
-            let r = if op.kind == Kind::Confirm {
-                tokio::time::timeout(limit, engine.confirm(&id)).await
-            } else {
-                tokio::time::timeout(limit, engine.cancel(&id)).await
-            };
-            op.ret = now_us();
-            op.out = classify(r, Val::End);
-        } else {
-            op.kind = Kind::Restock;
-            let (rid, qty) = match recent(&sh.restocks, &mut rng, 16) {
-                Some(old) if rng.u32(..100) < 20 => {
-                    op.why = "retry";
-                    old
-                }
-                _ => (format!("s{i}"), rng.u64(1..=3)),
-            };
-            op.rid = rid.clone();
-            op.qty = qty;
-            op.inv = now_us();
-            let r = tokio::time::timeout(
-                limit,
-                engine.restock(&sku, qty, &RequestId::new(&rid).unwrap()),
-            )
-            .await;
-            op.ret = now_us();
-            op.out = classify(r, Val::Stock);
-            push_capped(&sh.restocks, (rid, qty));
-        }
-        op.seq = sh.seq.fetch_add(1, Ordering::Relaxed);
-        ops.push(op);
-        // Bursts and pauses: half the gaps are tiny (races), half long (expiries interleave).
-        let gap = if rng.bool() {
-            rng.u64(0..3_000)
-        } else {
-            rng.u64(20_000..150_000)
-        };
-        tokio::time::sleep(Duration::from_micros(gap)).await;
-    }
-    ops
-}
-
-/// Reads every request record and user record of the SKU's generation.
-async fn read_facts(e: &Engine<RedisStore>, sku: &Sku) -> Facts {
-    let audit = e.audit(sku).await.unwrap();
-    let g = audit.generation;
-    let client = e.store().pool().next().clone();
-    let keys = |pattern: String| {
-        let client = client.clone();
-        async move {
-            client
-                .custom::<Vec<String>, String>(fred::cmd!("KEYS"), vec![pattern])
-                .await
-                .unwrap()
-        }
-    };
-    let rq = keys(format!("t:{{{SKU}#*}}:g{g}:rq:*")).await;
-    let us = keys(format!("t:{{{SKU}@*}}:g{g}:user")).await;
-    let all: Vec<String> = rq.iter().chain(us.iter()).cloned().collect();
-    let got: Vec<(String, HashMap<String, String>)> = futures::stream::iter(all)
-        .map(|k| {
-            let client = client.clone();
-            async move {
-                let m: HashMap<String, String> = client.hgetall(&k).await.unwrap();
-                (k, m)
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let mut records: BTreeMap<String, Vec<HashMap<String, String>>> = BTreeMap::new();
-    let mut users = BTreeMap::new();
-    for (k, m) in got {
-        if let Some((_, rid)) = k.split_once(":rq:") {
-            let seg: usize = k[k.find('#').unwrap() + 1..k.find('}').unwrap()]
-                .parse()
-                .unwrap();
-            records
-                .entry(rid.to_string())
-                .or_insert_with(|| vec![HashMap::new(); SEGMENTS as usize])[seg] = m;
-        } else {
-            let user = k[k.find('@').unwrap() + 1..k.find('}').unwrap()].to_string();
-            users.insert(user, m);
-        }
-    }
-    Facts {
-        segments: SEGMENTS,
-        limit: LIMIT,
-        records,
-        users,
-        audit,
-    }
-}
-
-async fn sweep_all(engines: &[Engine<RedisStore>]) {
-    for e in engines {
-        for _ in 0..20 {
-            if e.sweep().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(ms(50)).await;
-        }
-    }
-}
-
-/// Units each user holds for good (sold), from the store's records.
-fn sold_per_user(f: &Facts) -> BTreeMap<String, u64> {
-    let mut m = BTreeMap::new();
-    for (rid, recs) in &f.records {
-        match rid_facts(rid, recs, f.segments).effect {
-            Effect::Sale { user, qty, .. }
-            | Effect::Resv {
-                user,
-                qty,
-                state: 'C' | 'R',
-                ..
-            } => *m.entry(user).or_default() += qty,
-            _ => {}
-        }
-    }
-    m
-}
-
-/// What the request records say, by kind (how much of the state space the run reached).
-fn store_summary(f: &Facts) -> String {
-    let mut c: BTreeMap<String, usize> = BTreeMap::new();
-    for (rid, recs) in &f.records {
-        let k = match rid_facts(rid, recs, f.segments).effect {
-            Effect::None => "no home record".to_string(),
-            Effect::Sealed { .. } => "sealed".into(),
-            Effect::Sale { parts, .. } => format!("sale in {} part(s)", parts.len()),
-            Effect::Resv { state, .. } => format!("reservation {state}"),
-            Effect::Claim { .. } => "pending claim".into(),
-        };
-        *c.entry(k).or_default() += 1;
-    }
-    c.iter()
-        .map(|(k, n)| format!("{k}: {n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 #[derive(Clone, Copy)]
 struct Variant {
@@ -408,16 +41,6 @@ struct Variant {
 }
 
 async fn run(srv: &RedisServer, v: Variant) {
-    let seed = env_knob("HISTORY_SEED").unwrap_or_else(|| fastrand::u64(..));
-    let total = env_knob::<u64>("HISTORY_OPS").unwrap_or(6000) as usize;
-    eprintln!(
-        "[{}] HISTORY_SEED={seed} HISTORY_OPS={total} ({} lua + {} coalesced engines{})",
-        v.name,
-        v.lua,
-        v.coalesced,
-        if v.kills { ", connections killed" } else { "" }
-    );
-    let started = Instant::now();
     let mut engines = Vec::new();
     for _ in 0..v.lua {
         engines.push(redis_engine(srv, builder()).await);
@@ -425,218 +48,42 @@ async fn run(srv: &RedisServer, v: Variant) {
     for _ in 0..v.coalesced {
         engines.push(coalesced_engine(srv, builder(), Coalescing::default(), "t").await);
     }
-    let sku = Sku::new(SKU).unwrap();
-    engines[0]
-        .load(
-            &sku,
-            LOADED,
-            LoadOptions::new(SEGMENTS).per_user_limit(LIMIT),
-        )
-        .await
-        .unwrap();
-    let sweeper = engines[0].start_sweeper(ms(100));
-
-    // Bounded: at most 12 000 rounds of ~5 ms.
-    let killer = v.kills.then(|| ConnectionKiller::start(srv.port, 12_000));
-
-    let cx = Arc::new(Ctx {
-        engines: engines.clone(),
-        sh: Shared::default(),
-        total,
-        reuse: env_knob::<u64>("HISTORY_REUSE").unwrap_or(30) as u32,
-        drops: env_knob::<u64>("HISTORY_DROPS").unwrap_or(12) as u32,
-    });
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| tokio::spawn(task(cx.clone(), t, seed)))
-        .collect();
-    let mut ops: Vec<Op> = Vec::new();
-    for t in futures::future::join_all(tasks).await {
-        ops.extend(t.unwrap());
-    }
-    let workload = started.elapsed();
-    let kills = killer.map_or(0, ConnectionKiller::stop);
-    drop(sweeper);
-
-    // Settle: every reservation, claim lease and user claim has expired; sweep.
-    tokio::time::sleep(ms(MAX_RESV_MS + USER_CLAIM_TTL_MS + CLAIM_LEASE_MS)).await;
-    sweep_all(&engines).await;
-
-    // Every user below the limit can still buy one unit (stock is added first).
-    let mut finals = Vec::new();
-    let mut seq = ops.len() + 1_000_000;
-    let users: Vec<String> = {
-        let mut u: Vec<String> = ops
-            .iter()
-            .filter(|o| o.kind.takes())
-            .map(|o| o.user.clone())
-            .collect();
-        u.sort();
-        u.dedup();
-        u
-    };
-    let before = read_facts(&engines[0], &sku).await;
-    let held = sold_per_user(&before);
-    let below: Vec<String> = users
-        .iter()
-        .filter(|u| held.get(*u).copied().unwrap_or(0) < LIMIT)
-        .cloned()
-        .collect();
-    {
-        let inv = now_us();
-        let r = engines[0]
-            .restock(
-                &sku,
-                below.len() as u64 + 1,
-                &RequestId::new("final-restock").unwrap(),
-            )
-            .await;
-        finals.push(Op {
-            seq,
-            engine: 0,
-            kind: Kind::Restock,
-            rid: "final-restock".into(),
-            user: String::new(),
-            qty: below.len() as u64 + 1,
-            ttl_ms: 0,
-            resv: String::new(),
-            why: "final",
-            inv,
-            ret: now_us(),
-            out: classify(Ok(r), Val::Stock),
-        });
-        seq += 1;
-    }
-    // Each user tries every engine in turn, then a new engine (empty in-process state): which
-    // one sells tells an engine-local refusal from a lockout in the store.
-    let mut with_fresh = engines.clone();
-    with_fresh.push(redis_engine(srv, builder()).await);
-    let attempts = below.iter().enumerate().map(|(k, user)| {
-        let engines = with_fresh.clone();
-        let n_old = engines.len() - 1;
-        async move {
-            let rid = format!("final-{user}");
-            let d = Deduct::new(SKU, user, 1, &rid).unwrap();
-            let mut log = Vec::new();
-            // On each engine in turn, retry (same id) for 1.5 s while refused.
-            'engines: for n in 0..engines.len() {
-                let e = if n == n_old { n_old } else { (k + n) % n_old };
-                let deadline = Instant::now() + ms(1500);
-                loop {
-                    let inv = now_us();
-                    let r = engines[e].deduct(&d).await;
-                    let out = classify(Ok(r), Val::Ded);
-                    let refused = matches!(
-                        &out,
-                        Out::Ok(Val::Ded(
-                            Deduction::UserBusy
-                                | Deduction::LimitReached { .. }
-                                | Deduction::InFlight
-                        )) | Out::Unknown(_)
-                    );
-                    log.push(Op {
-                        seq: 0,
-                        engine: e,
-                        kind: Kind::Final,
-                        rid: rid.clone(),
-                        user: user.clone(),
-                        qty: 1,
-                        ttl_ms: 0,
-                        resv: String::new(),
-                        why: "final",
-                        inv,
-                        ret: now_us(),
-                        out,
-                    });
-                    if !refused {
-                        break 'engines;
-                    }
-                    if Instant::now() >= deadline {
-                        break;
-                    }
-                    tokio::time::sleep(ms(100)).await;
+    let port = srv.port;
+    let fault = v.kills.then(|| {
+        Fault::new("client connections killed every ~5 ms", move |stop| {
+            tokio::spawn(async move {
+                // Bounded: at most 12 000 rounds of ~5 ms.
+                let killer = ConnectionKiller::start(port, 12_000);
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(ms(20)).await;
                 }
-            }
-            log
-        }
+                killer.stop()
+            })
+        })
     });
-    for log in futures::future::join_all(attempts).await {
-        for mut o in log {
-            o.seq = seq;
-            seq += 1;
-            finals.push(o);
-        }
-    }
-    ops.extend(finals);
-    ops.sort_by_key(|o| (o.inv, o.seq));
-    sweep_all(&engines).await;
-    let facts = read_facts(&engines[0], &sku).await;
-    let violations = check(
-        &ops,
-        &facts,
-        Params {
-            limit: LIMIT,
-            loaded: LOADED,
-            // How long a dropped or failed call may keep its user busy: its per-user entry is
-            // resolved at once by the engine's cleanup task, but when that cleanup fails too
-            // (connections killed) and the call held a fallback claim, only after the entry
-            // expired and the claim's lease ran out.
-            user_claim_ttl_us: (USER_CLAIM_TTL_MS + CLAIM_LEASE_MS) * 1000 + SLACK_US,
-            engines: engines.len(),
+    workload::run(Run {
+        name: v.name.into(),
+        targets: engines
+            .iter()
+            .map(|e| Arc::new(e.clone()) as Arc<dyn Target>)
+            .collect(),
+        engines,
+        fresh: Arc::new(redis_engine(srv, builder()).await),
+        admin: admin_at(&srv.url()).await,
+        fault,
+        // Open finding, not yet explained (seen once in 16 runs of the kills variant): with
+        // connections killed every ~5 ms, a user whose store records show nothing held was
+        // refused `limit_reached`; its likely cause is a dropped reservation finished in the
+        // background after its call was dropped, which the checker's timeline does not model.
+        // Reported loudly without failing the run; every other class still fails it.
+        tolerated: if v.kills {
+            |x| x.class == "refused below the limit (no stale entry left in the store)"
+        } else {
+            none_tolerated
         },
-    );
-    eprintln!(
-        "[{}] {} ops in {:.1} s (+ settle and checks: {:.1} s total); connections killed: {}; audit: remaining {} reserved {} sold {} restocked {}\n[{}] outcomes: {}",
-        v.name,
-        ops.len(),
-        workload.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        kills,
-        facts.audit.remaining,
-        facts.audit.reserved,
-        facts.audit.sold,
-        facts.audit.restocked,
-        v.name,
-        summary(&ops)
-    );
-    eprintln!("[{}] store: {}", v.name, store_summary(&facts));
-    // The whole history, for digging deeper than the report.
-    let dump =
-        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("history-{}.log", v.name));
-    let t0 = ops.first().map_or(0, |o| o.inv);
-    let text: String = ops.iter().map(|o| o.line(t0) + "\n").collect();
-    let _ = std::fs::write(&dump, text);
-    eprintln!("[{}] full history: {}", v.name, dump.display());
-    if v.kills {
-        assert!(kills > 0, "the killer never hit a connection");
-    }
-    // Open finding, not yet explained (seen once in 16 runs of this variant): with connections
-    // killed every ~5 ms, a user whose store records show nothing held was refused
-    // `limit_reached`; its likely cause is a dropped reservation finished in the background
-    // after its call was dropped, which the checker's timeline does not model. Reported here,
-    // loudly, without failing the run; every other class still fails it.
-    let (known, violations): (Vec<_>, Vec<_>) = violations.into_iter().partition(|x| {
-        v.kills && x.class == "refused below the limit (no stale entry left in the store)"
-    });
-    if !known.is_empty() {
-        eprintln!(
-            "[{}] KNOWN OPEN FINDING (not failing; HISTORY_SEED={seed}):{}",
-            v.name,
-            report(&ops, &facts, &known, 2)
-        );
-    }
-    if !violations.is_empty() {
-        eprintln!(
-            "[{}] VIOLATIONS (HISTORY_SEED={seed}), examples with their operations:{}",
-            v.name,
-            report(&ops, &facts, &violations, 2)
-        );
-        panic!(
-            "[{}] history check failed (HISTORY_SEED={seed}): {} violation(s) by check and class:\n{}",
-            v.name,
-            violations.len(),
-            table(&violations)
-        );
-    }
+        tolerated_why: "KNOWN OPEN FINDING",
+    })
+    .await;
 }
 
 /// (a) Three engines, plain lua.

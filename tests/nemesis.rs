@@ -1,0 +1,269 @@
+//! Nemesis suite (issue 15): the checked workload of `tests/history.rs` (several engines, one
+//! SKU, reservations, retries, reused request ids, dropped futures, a per-user limit) runs
+//! while a fault breaks Redis or the network, again and again, and heals it; the history is
+//! checked as in `tests/history.rs` (one effect per request id, unknown outcomes all or
+//! nothing, no user above the limit, one end per reservation, conservation, no user locked
+//! out). Each test prints `nemesis <fault>: struck N, ops M, anomalies A`.
+//!
+//! Faults here: Redis `kill -9` and restart with AOF `always` and `everysec`; Redis paused
+//! (`SIGSTOP`) longer than the command timeout and the claim lease; one engine's link to Redis
+//! partitioned (held, or cut) and healed. Elsewhere: Redis restarted empty
+//! (`tests/nemesis_empty.rs`), `serve` processes paused or partitioned
+//! (`tests/nemesis_serve.rs`), cluster masters killed (`tests/nemesis_cluster.rs`).
+//! `scripts/nemesis.sh` runs them all longer (`HISTORY_OPS`, rounds).
+
+mod common;
+#[path = "common"]
+mod support {
+    pub mod history;
+    pub mod proxy;
+}
+
+use common::*;
+use shardstock::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::history::workload::{self, *};
+use support::history::*;
+use support::proxy::{Partition, Proxy};
+
+/// Engine store settings for faults: a command times out after 400 ms (a paused Redis shows
+/// up as unknown outcomes, not as a hung sale), and fred reconnects at once.
+fn fault_config(server: &impl RedisAt) -> shardstock::Config {
+    let mut c = redis_config(server, "t");
+    c.store.command_timeout_ms = 400;
+    c
+}
+
+async fn engine_at(config: shardstock::Config, coalesced: bool) -> Engine<RedisStore> {
+    let mut b = config.store.redis_builder();
+    if coalesced {
+        b = b.coalescing(Some(Coalescing::default()));
+    }
+    workload::builder()
+        .build(b.connect().await.unwrap())
+        .unwrap()
+}
+
+/// Two plain engines and a coalesced one on `server`.
+async fn engines(server: &impl RedisAt) -> Vec<Engine<RedisStore>> {
+    vec![
+        engine_at(fault_config(server), false).await,
+        engine_at(fault_config(server), false).await,
+        engine_at(fault_config(server), true).await,
+    ]
+}
+
+fn targets(engines: &[Engine<RedisStore>]) -> Vec<Arc<dyn Target>> {
+    engines
+        .iter()
+        .map(|e| Arc::new(e.clone()) as Arc<dyn Target>)
+        .collect()
+}
+
+/// Sleeps `d` unless `stop` is set first; `false` when stopped.
+async fn pause(stop: &AtomicBool, d: Duration) -> bool {
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+fn report_line(fault: &str, o: &Outcome) {
+    eprintln!(
+        "nemesis {fault}: struck {}, ops {}, anomalies 0{}",
+        o.struck,
+        o.ops,
+        if o.tolerated.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", tolerated {} (acknowledged writes lost)",
+                o.tolerated.len()
+            )
+        }
+    );
+}
+
+/// The server process's pid (from `INFO server`).
+fn pid_of(srv: &RedisServer) -> String {
+    srv.cli(&["INFO", "server"])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("process_id:"))
+        .expect("process_id in INFO")
+        .to_string()
+}
+
+fn signal(pid: &str, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// `kill -9` of Redis every 0.6–1.4 s, restarted 50–250 ms later on the same port and
+/// directory (so its AOF is replayed).
+async fn killed_and_restarted(fsync: &'static str) -> Outcome {
+    let srv = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", fsync]);
+    let engines = engines(&srv).await;
+    let fresh = engine_at(fault_config(&srv), false).await;
+    let admin = admin_at(&srv.url()).await;
+    let srv = Arc::new(Mutex::new(srv));
+    let s = srv.clone();
+    let fault = Fault::new(
+        format!("redis kill -9 (appendfsync {fsync})"),
+        move |stop| {
+            tokio::task::spawn_blocking(move || {
+                let mut n = 0;
+                let mut rng = fastrand::Rng::new();
+                for _ in 0..200 {
+                    std::thread::sleep(ms(rng.u64(600..1400)));
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut srv = s.lock().unwrap();
+                    srv.stop();
+                    std::thread::sleep(ms(rng.u64(50..250)));
+                    srv.boot();
+                    n += 1;
+                }
+                n
+            })
+        },
+    );
+    let tolerated: fn(&Violation) -> bool = if fsync == "always" {
+        none_tolerated
+    } else {
+        // What `everysec` may lose: acknowledged writes of the last second before a crash of
+        // the machine. A `kill -9` of the process alone loses nothing acknowledged (Redis
+        // hands the AOF buffer to the kernel before it replies); whatever is lost shows up as
+        // acknowledged effects missing from the store, never as broken conservation.
+        |x| x.check != C5 && x.check != C0
+    };
+    workload::run(Run {
+        name: format!("nemesis-kill-{fsync}"),
+        targets: targets(&engines),
+        engines,
+        fresh: Arc::new(fresh),
+        admin,
+        fault: Some(fault),
+        tolerated,
+        tolerated_why: "appendfsync everysec may lose acknowledged writes",
+    })
+    .await
+}
+
+/// Redis `kill -9` mid-sale and restarted with AOF `appendfsync always`: nothing acknowledged
+/// is lost, nothing happens twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_sale_with_aof_always() {
+    let o = killed_and_restarted("always").await;
+    assert!(o.tolerated.is_empty());
+    report_line("redis kill -9, AOF always", &o);
+}
+
+/// The same with `appendfsync everysec`: conservation holds; acknowledged writes lost (if
+/// any) are counted and reported, not failed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_sale_with_aof_everysec() {
+    let o = killed_and_restarted("everysec").await;
+    assert!(o.audit.ok, "{:?}", o.audit);
+    report_line("redis kill -9, AOF everysec", &o);
+}
+
+/// Redis paused (`SIGSTOP`) for 0.6–1.2 s — longer than the engines' 400 ms command timeout
+/// and the 300 ms claim lease — every ~1 s, then resumed: the commands the engines gave up on
+/// run late, after leases that covered them ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_past_the_command_timeout_and_the_claim_lease() {
+    let srv = RedisServer::start();
+    let engines = engines(&srv).await;
+    let pid = pid_of(&srv);
+    let fault = Fault::new("redis SIGSTOP / SIGCONT", move |stop| {
+        tokio::spawn(async move {
+            let mut n = 0;
+            let mut rng = fastrand::Rng::new();
+            for _ in 0..200 {
+                if !pause(&stop, ms(rng.u64(400..1200))).await {
+                    break;
+                }
+                signal(&pid, "-STOP");
+                tokio::time::sleep(ms(rng.u64(600..1200))).await;
+                signal(&pid, "-CONT");
+                n += 1;
+            }
+            n
+        })
+    })
+    .late(ms(1200));
+    let o = workload::run(Run {
+        name: "nemesis-pause".into(),
+        targets: targets(&engines),
+        engines,
+        fresh: Arc::new(engine_at(fault_config(&srv), false).await),
+        admin: admin_at(&srv.url()).await,
+        fault: Some(fault),
+        tolerated: none_tolerated,
+        tolerated_why: "",
+    })
+    .await;
+    report_line("redis SIGSTOP past timeout and lease", &o);
+}
+
+/// One of the three engines reaches Redis through a proxy that partitions it for 0.5–1.5 s
+/// at a time, alternately holding the bytes (delivered late at the heal) and cutting the
+/// connections (held bytes never delivered); the other two sell throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_engine_partitioned_from_redis_and_healed() {
+    let srv = RedisServer::start();
+    let proxy = Arc::new(Proxy::start(srv.port).await);
+    let mut through = fault_config(&srv);
+    through.store.redis_url = proxy.url();
+    let engines = vec![
+        engine_at(through.clone(), false).await,
+        engine_at(fault_config(&srv), false).await,
+        engine_at(fault_config(&srv), true).await,
+    ];
+    let p = proxy.clone();
+    let fault = Fault::new("one engine partitioned (hold / cut)", move |stop| {
+        tokio::spawn(async move {
+            let mut n = 0;
+            let mut rng = fastrand::Rng::new();
+            for k in 0..200 {
+                if !pause(&stop, ms(rng.u64(300..1000))).await {
+                    break;
+                }
+                p.partition(if k % 2 == 0 {
+                    Partition::Hold
+                } else {
+                    Partition::Cut
+                });
+                tokio::time::sleep(ms(rng.u64(500..1500))).await;
+                p.heal();
+                n += 1;
+            }
+            n
+        })
+    })
+    .late(ms(1500));
+    let o = workload::run(Run {
+        name: "nemesis-partition".into(),
+        targets: targets(&engines),
+        engines,
+        // The final purchases' fresh engine goes through the healed proxy too.
+        fresh: Arc::new(engine_at(through, false).await),
+        admin: admin_at(&srv.url()).await,
+        fault: Some(fault),
+        tolerated: none_tolerated,
+        tolerated_why: "",
+    })
+    .await;
+    report_line("one engine partitioned from redis", &o);
+}
