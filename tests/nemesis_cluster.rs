@@ -36,7 +36,7 @@ mod support {
     pub mod history;
 }
 
-use common::cluster::{Kill, RedisCluster, now_us};
+use common::cluster::{Kill, RedisCluster};
 use common::env_knob;
 use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
 use futures::StreamExt;
@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::history::workload::{ms, now_us, sweep_all};
 use support::history::*;
 
 const SKU: &str = "nem";
@@ -69,10 +70,6 @@ const WAIT_MS: u64 = 300;
 /// One cluster at a time: the two modes would share two cores, and a starved node misses its
 /// cluster heartbeats.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 fn builder() -> EngineBuilder {
     Engine::builder()
@@ -492,14 +489,7 @@ async fn run(durable: bool) -> Outcome {
 
     // Settle: every claim lease and per-user claim has expired; sweep.
     tokio::time::sleep(ms(USER_CLAIM_TTL_MS + CLAIM_LEASE_MS + 200)).await;
-    for e in &engines {
-        for _ in 0..20 {
-            if e.sweep().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(ms(100)).await;
-        }
-    }
+    sweep_all(&engines).await;
     let facts = read_facts(&cluster, &engines[0], &sku).await;
     ops.sort_by_key(|o| (o.inv, o.seq));
     let lost = lost_acks(&ops, &facts);

@@ -512,7 +512,7 @@ pub struct Kill {
 }
 
 /// Now, µs since the UNIX epoch (the clock the histories record).
-pub fn now_us() -> u64 {
+fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
