@@ -324,6 +324,16 @@ impl ClusterAdmin {
         m
     }
 
+    /// The slot ranges the node on `port` serves now (as one live node sees it; none for a
+    /// replica).
+    pub fn slots_of(&self, port: u16) -> Vec<(u16, u16)> {
+        nodes_view(self.live())
+            .into_iter()
+            .find(|n| n.1 == port)
+            .map(|n| n.3)
+            .unwrap_or_default()
+    }
+
     /// The slot of `key` as the server computes it (`CLUSTER KEYSLOT`; [`key_slot`] computes
     /// the same without a round trip).
     pub fn keyslot(&self, key: &str) -> u16 {
@@ -476,4 +486,77 @@ fn signal(pid: &str, sig: &str) {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok || std::thread::panicking(), "kill {sig} {pid}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nemesis (issue 15, `tests/nemesis_cluster.rs`): `kill -9` of a master, its replica promoted,
+// the killed node back as a replica.
+// ---------------------------------------------------------------------------------------------
+
+/// What one [`RedisCluster::kill_master`] did, with its moments (µs since the UNIX epoch, the
+/// clock the histories record).
+#[derive(Debug, Clone)]
+pub struct Kill {
+    /// The node killed (`kill -9`).
+    pub victim: usize,
+    /// Its replica, promoted in its place.
+    pub promoted: usize,
+    /// When the replica was cut off (= `killed_us` without a lag).
+    pub lag_us: u64,
+    /// When the master was killed.
+    pub killed_us: u64,
+    /// When the replica was a master and the cluster ready again.
+    pub promoted_us: u64,
+    /// When the killed node was back as a replica (cluster ready).
+    pub rejoined_us: u64,
+}
+
+/// Now, µs since the UNIX epoch (the clock the histories record).
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+impl RedisCluster {
+    /// The indexes (into `nodes`) of the running nodes that are masters now.
+    pub fn master_nodes(&self) -> Vec<usize> {
+        let masters = self.master_ports();
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_running() && masters.contains(&self.nodes[i].port))
+            .collect()
+    }
+
+    /// `kill -9` of the master `nodes[victim]` with no failover asked for: its replica is
+    /// promoted once the other masters flag it failed (`cluster-node-timeout` 2 s); then the
+    /// killed node is started again (empty) and rejoins as the new master's replica. With
+    /// `lag`, the replica is first cut off for that long (frozen, its link killed by the
+    /// master: it misses every write of that window, acknowledged or not — what an
+    /// asynchronous replica that fell behind loses), then the master dies, then the replica
+    /// runs again and takes over. Blocking (seconds): call it from a blocking thread.
+    pub fn kill_master(&mut self, victim: usize, lag: Option<Duration>) -> Kill {
+        let promoted = self.replica_of(victim);
+        let lag_us = now_us();
+        let frozen = lag.map(|d| {
+            let f = self.freeze(promoted);
+            self.nodes[victim].cli(&["CLIENT", "KILL", "TYPE", "replica"]);
+            std::thread::sleep(d);
+            f
+        });
+        self.nodes[victim].stop();
+        let killed_us = now_us();
+        drop(frozen);
+        self.wait_failed_over(promoted);
+        let promoted_us = now_us();
+        self.rejoin(victim);
+        Kill {
+            victim,
+            promoted,
+            lag_us: if lag.is_some() { lag_us } else { killed_us },
+            killed_us,
+            promoted_us,
+            rejoined_us: now_us(),
+        }
+    }
 }

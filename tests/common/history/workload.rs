@@ -109,6 +109,8 @@ pub fn classify<T>(
                 Out::Fail(format!("{e:?}"))
             }
             Error::Redis(_) => Out::Unknown(format!("redis: {e}")),
+            // The write may be on the master and lost with it, or kept: unknown.
+            Error::NotDurable { .. } => Out::Unknown(format!("not durable: {e}")),
             other => Out::Unknown(format!("unexpected {other:?}")),
         },
     }
