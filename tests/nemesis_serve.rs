@@ -288,6 +288,28 @@ async fn metric_sum(serves: &[ServeProcess], name: &'static str) -> u64 {
     .unwrap()
 }
 
+/// What the request records show of claims changing hands: records of a claim epoch above 1
+/// (a claim taken over from a holder whose lease ran out), shut-out markers (`V`: older epochs
+/// refused at that segment) and refunded parts (`R`). A paused holder's late writes meet these.
+async fn claim_figures(admin: &fred::clients::Client) -> (usize, usize, usize) {
+    let keys: Vec<String> = admin
+        .custom(fred::cmd!("KEYS"), vec![format!("t:{{{SKU}#*}}:g*:rq:*")])
+        .await
+        .unwrap();
+    let (mut later_epoch, mut shut_out, mut refunded) = (0, 0, 0);
+    for k in keys {
+        let v: Vec<Option<String>> = admin
+            .custom(fred::cmd!("HMGET"), vec![k, "s".into(), "e".into()])
+            .await
+            .unwrap();
+        let epoch: u64 = v[1].as_deref().and_then(|e| e.parse().ok()).unwrap_or(0);
+        later_epoch += usize::from(epoch >= 2);
+        shut_out += usize::from(v[0].as_deref() == Some("V"));
+        refunded += usize::from(v[0].as_deref() == Some("R"));
+    }
+    (later_epoch, shut_out, refunded)
+}
+
 fn report_line(fault: &str, held: u64, o: &Outcome) {
     eprintln!(
         "nemesis {fault}: struck {}, held {held}, ops {}, anomalies 0",
@@ -322,6 +344,7 @@ async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>) {
         Mode::Lua => "nemesis-serve-pause-lua",
         Mode::Lock => "nemesis-serve-pause-lock",
     };
+    let figures_admin = admin.clone();
     let o = workload::run(Run {
         name: name.into(),
         targets: victims
@@ -336,6 +359,11 @@ async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>) {
         tolerated_why: "",
     })
     .await;
+    let (later_epoch, shut_out, refunded) = claim_figures(&figures_admin).await;
+    eprintln!(
+        "[{name}] records of a claim epoch >= 2: {later_epoch}, shut-out markers: {shut_out}, \
+         refunded parts: {refunded}"
+    );
     (o, held.load(Ordering::Relaxed), serves)
 }
 
@@ -363,6 +391,10 @@ async fn serve_paused_holding_a_segment_lock() {
     assert!(
         held > 0,
         "no pause caught a serve holding a segment lock: the run proved less than it says"
+    );
+    assert!(
+        fenced > 0,
+        "no late write met the fence token ({held} pauses caught a lock holder)"
     );
 }
 
