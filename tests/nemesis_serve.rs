@@ -161,51 +161,64 @@ impl Watch {
         g.and_then(|g| g.parse().ok()).expect("the SKU is loaded")
     }
 
-    /// How many things serve `k` holds now: (strategy `lua`) pending fallback claims with a
-    /// live lease on a request id sent to `k` and to no other serve in the last 2 s;
-    /// (strategy `lock`) segment locks whose owner token starts with `k`'s pid.
-    async fn held_by(&self, k: usize, generation: u64) -> usize {
-        let mut held = 0;
-        for seg in 0..SEGMENTS {
+    /// How many things each serve holds now: (strategy `lua`) pending fallback claims with a
+    /// live lease on a request id sent to that serve and to no other in the last 2 s;
+    /// (strategy `lock`) segment locks whose owner token starts with the serve's pid. The
+    /// segments are read concurrently (one round trip's time), so short holdings are seen.
+    async fn holdings(&self, generation: u64) -> Vec<usize> {
+        let mut held = vec![0; self.victims.len()];
+        let per_segment = (0..SEGMENTS).map(|seg| {
             let tag = format!("{SKU}#{seg}");
-            match self.mode {
-                Mode::Lua => {
-                    let key = format!("t:{{{tag}}}:g{generation}:claims");
-                    let now_ms = (now_us() / 1000).to_string();
-                    let live: Vec<String> = self
-                        .admin
-                        .custom(
-                            fred::cmd!("ZRANGEBYSCORE"),
-                            vec![key, now_ms, "+inf".into()],
-                        )
-                        .await
-                        .unwrap_or_default();
-                    for record in live {
-                        let Some((_, rid)) = record.split_once(":rq:") else {
-                            continue;
-                        };
-                        let window = ms(2000);
-                        let sent = |j: usize| self.victims[j].target.sent_within(rid, window);
-                        if !sent(k) || (0..self.victims.len()).any(|j| j != k && sent(j)) {
-                            continue;
-                        }
-                        let state: Option<String> = self
+            async move {
+                match self.mode {
+                    Mode::Lua => {
+                        let key = format!("t:{{{tag}}}:g{generation}:claims");
+                        let now_ms = (now_us() / 1000).to_string();
+                        let live: Vec<String> = self
                             .admin
-                            .custom(fred::cmd!("HGET"), vec![record.clone(), "s".into()])
+                            .custom(
+                                fred::cmd!("ZRANGEBYSCORE"),
+                                vec![key, now_ms, "+inf".into()],
+                            )
                             .await
                             .unwrap_or_default();
-                        held += usize::from(state.as_deref() == Some("P"));
+                        live
+                    }
+                    Mode::Lock => {
+                        let key = format!("t:{{{tag}}}:lock");
+                        let owner: Option<String> = self
+                            .admin
+                            .custom(fred::cmd!("GET"), vec![key])
+                            .await
+                            .unwrap_or_default();
+                        owner.into_iter().collect()
                     }
                 }
-                Mode::Lock => {
-                    let key = format!("t:{{{tag}}}:lock");
-                    let owner: Option<String> = self
+            }
+        });
+        for found in futures::future::join_all(per_segment).await.concat() {
+            match self.mode {
+                Mode::Lua => {
+                    let Some((_, rid)) = found.split_once(":rq:") else {
+                        continue;
+                    };
+                    let sent: Vec<usize> = (0..self.victims.len())
+                        .filter(|&j| self.victims[j].target.sent_within(rid, ms(2000)))
+                        .collect();
+                    let [k] = sent[..] else {
+                        continue;
+                    };
+                    let state: Option<String> = self
                         .admin
-                        .custom(fred::cmd!("GET"), vec![key])
+                        .custom(fred::cmd!("HGET"), vec![found.clone(), "s".into()])
                         .await
                         .unwrap_or_default();
-                    let pid = format!("{:x}.", self.victims[k].pid);
-                    held += usize::from(owner.is_some_and(|o| o.starts_with(&pid)));
+                    held[k] += usize::from(state.as_deref() == Some("P"));
+                }
+                Mode::Lock => {
+                    for (k, v) in self.victims.iter().enumerate() {
+                        held[k] += usize::from(found.starts_with(&format!("{:x}.", v.pid)));
+                    }
                 }
             }
         }
@@ -213,7 +226,7 @@ impl Watch {
     }
 }
 
-/// The pause fault: every 0.2–0.6 s, watch Redis for up to 1 s for a serve holding something
+/// The pause fault: every 0.2–0.6 s, watch Redis for up to 2 s for a serve holding something
 /// (preferring another serve than last time), `SIGSTOP` it (a random one when none was seen
 /// holding), look again, keep it stopped 0.6–1.5 s and `SIGCONT` it. Counts the pauses that
 /// caught the serve holding something in `held`.
@@ -233,27 +246,23 @@ fn aimed_pauses(watch: Watch, held: Arc<std::sync::atomic::AtomicU64>) -> Fault 
                 if !pause(&stop, ms(rng.u64(200..600))).await {
                     break;
                 }
-                let deadline = tokio::time::Instant::now() + ms(1000);
+                let deadline = tokio::time::Instant::now() + ms(2000);
                 let mut aim = None;
-                'watch: while tokio::time::Instant::now() < deadline {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    for i in 0..count {
-                        // Start after the last victim: different serves get their turn.
-                        let k = (last + 1 + i) % count;
-                        if watch.held_by(k, generation).await > 0 {
-                            aim = Some(k);
-                            break 'watch;
-                        }
-                    }
-                    tokio::time::sleep(ms(1)).await;
+                while aim.is_none()
+                    && tokio::time::Instant::now() < deadline
+                    && !stop.load(Ordering::Relaxed)
+                {
+                    let held = watch.holdings(generation).await;
+                    // Start after the last victim: different serves get their turn.
+                    aim = (1..=count)
+                        .map(|i| (last + i) % count)
+                        .find(|&k| held[k] > 0);
                 }
                 let k = aim.unwrap_or_else(|| rng.usize(..count));
                 let pid = watch.victims[k].pid;
                 signal(pid, "-STOP");
                 // Frozen now: what Redis shows as its own stays until its lease runs out.
-                if watch.held_by(k, generation).await > 0 {
+                if watch.holdings(generation).await[k] > 0 {
                     held.fetch_add(1, Ordering::Relaxed);
                 }
                 tokio::time::sleep(ms(rng.u64(600..=LONGEST_MS))).await;
