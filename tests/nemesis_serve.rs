@@ -424,7 +424,7 @@ async fn one_serve_partitioned_from_redis_and_healed() {
         "{url} goes through the proxy at {}",
         proxy.url()
     );
-    let serves = vec![
+    let serves = [
         serve(&url, &config, false),
         serve(&config.store.redis_url, &config, false),
         serve(&config.store.redis_url, &config, true),

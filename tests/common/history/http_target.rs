@@ -8,9 +8,11 @@
 //! a 2xx body parsed back into [`Deduction`] / [`Reserved`] / [`ReservationEnd`] /
 //! [`Restocked`]; 400 (invalid input) and 409 (request id conflict, sealed) are typed "nothing
 //! happened" → fail; a confirm or cancel answered 404 naming the reservation is the engine's
-//! "no such reservation" (`state: None`); every other status (503 Redis error or request
-//! timeout, 500, ...), a connection error or no answer within 10 s → unknown. A 2xx body that
-//! does not parse panics (a protocol bug, never an outcome).
+//! "no such reservation" (`state: None`); 503 (Redis error, lost lock lease, request timeout),
+//! a connection error or no answer within 10 s → unknown; any other status (500: a store reply
+//! not understood, 404 unknown SKU, 422, ...) → unknown marked "unexpected", as the engine's
+//! other errors are in process (the history's check 0 flags them). A 2xx body that does not
+//! parse panics (a protocol bug, never an outcome).
 //!
 //! The target also remembers which request ids it sent and when, and how many requests are
 //! open right now, so a fault can tell what the process it pauses or partitions was serving.
@@ -162,9 +164,14 @@ fn outcome(answer: Answer, ok: impl FnOnce(&Value) -> Option<Val>, gone: Option<
         400 | 409 => Out::Fail(format!("{status} {body}")),
         404 if v["field"] == "reservation" => match gone {
             Some(g) => Out::Ok(g),
-            None => Out::Unknown(format!("{status} {body}")),
+            None => Out::Unknown(format!("unexpected {status} {body}")),
         },
-        _ => Out::Unknown(format!("{status} {body}")),
+        // Redis errors, a lost lock lease, a request timeout: the engine's infrastructure
+        // errors, retryable with the same request id.
+        503 => Out::Unknown(format!("{status} {body}")),
+        // Anything else (500: a store reply this version does not understand, ...) is what
+        // the engine in process reports as unexpected (check 0 flags it).
+        _ => Out::Unknown(format!("unexpected {status} {body}")),
     }
 }
 
