@@ -113,6 +113,17 @@ impl HttpTarget {
     }
 }
 
+impl HttpTarget {
+    /// `POST /reservations/{id}/{how}` (confirm or cancel).
+    async fn end(&self, id: &ReservationId, how: &str) -> Out {
+        let a = self
+            .post(&format!("/reservations/{id}/{how}"), None, &json!({}))
+            .await;
+        let gone = Some(Val::End(NO_RESERVATION));
+        outcome(a, |v| reservation_end(v).map(Val::End), gone)
+    }
+}
+
 /// Status and body of a raw HTTP/1.1 response (content-length or chunked).
 fn parse_response(raw: &[u8]) -> Answer {
     let text = String::from_utf8_lossy(raw);
@@ -288,23 +299,11 @@ impl Target for HttpTarget {
     }
 
     fn confirm<'a>(&'a self, id: &'a ReservationId) -> BoxFuture<'a, Out> {
-        Box::pin(async move {
-            let a = self
-                .post(&format!("/reservations/{id}/confirm"), None, &json!({}))
-                .await;
-            let gone = Some(Val::End(NO_RESERVATION));
-            outcome(a, |v| reservation_end(v).map(Val::End), gone)
-        })
+        Box::pin(self.end(id, "confirm"))
     }
 
     fn cancel<'a>(&'a self, id: &'a ReservationId) -> BoxFuture<'a, Out> {
-        Box::pin(async move {
-            let a = self
-                .post(&format!("/reservations/{id}/cancel"), None, &json!({}))
-                .await;
-            let gone = Some(Val::End(NO_RESERVATION));
-            outcome(a, |v| reservation_end(v).map(Val::End), gone)
-        })
+        Box::pin(self.end(id, "cancel"))
     }
 
     fn restock<'a>(&'a self, sku: &'a Sku, qty: u64, rid: &'a RequestId) -> BoxFuture<'a, Out> {
