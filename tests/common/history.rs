@@ -13,11 +13,14 @@
 //! - [`mod@check`]: the checks, one file per promise under `check/`;
 //! - [`mod@report`]: violations printed with the operations and records involved; run summaries;
 //! - [`workload`]: the randomized workload over several targets, with a fault hook (the nemesis
-//!   suite's), that records the history, reads the facts and runs the checks.
+//!   suite's), that records the history, reads the facts and runs the checks;
+//! - [`http_target`]: a `shardstock serve` process as a workload target (HTTP answers mapped
+//!   to the same outcomes).
 #![allow(dead_code)]
 
 mod check;
 mod facts;
+pub mod http_target;
 mod record;
 mod report;
 pub mod workload;
