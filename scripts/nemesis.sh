@@ -39,7 +39,7 @@ for r in $(seq 1 "$ROUNDS"); do
         # The history variant prints no nemesis line: name it from its summary.
         grep -E '^nemesis ' "$log" >>"$out/lines" || true
         grep -E '^\[kills\] [0-9]+ ops' "$log" |
-            sed -E 's/^\[kills\] ([0-9]+) ops.*fault struck: ([0-9]+).*/nemesis client connections killed every 5 ms: struck \2, ops \1, anomalies 0/' \
+            sed -nE 's/^\[kills\] ([0-9]+) ops.*fault struck: ([0-9]+).*/nemesis client connections killed every 5 ms: struck \2, ops \1, anomalies 0/p' \
                 >>"$out/lines" || true
         echo "round $r/$ROUNDS: $s ok ($(( $(date +%s) - start )) s)" >&2
     done

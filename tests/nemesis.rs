@@ -21,9 +21,8 @@ mod support {
 
 use common::*;
 use shardstock::*;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use support::history::workload::{self, *};
 use support::history::*;
 use support::proxy::{Partition, Proxy};
@@ -62,18 +61,6 @@ fn targets(engines: &[Engine<RedisStore>]) -> Vec<Arc<dyn Target>> {
         .collect()
 }
 
-/// Sleeps `d` unless `stop` is set first; `false` when stopped.
-async fn pause(stop: &AtomicBool, d: Duration) -> bool {
-    let end = tokio::time::Instant::now() + d;
-    while tokio::time::Instant::now() < end {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        tokio::time::sleep(ms(10)).await;
-    }
-    !stop.load(Ordering::Relaxed)
-}
-
 fn report_line(fault: &str, o: &Outcome) {
     eprintln!(
         "nemesis {fault}: struck {}, ops {}, anomalies 0{}",
@@ -97,15 +84,6 @@ fn pid_of(srv: &RedisServer) -> String {
         .find_map(|l| l.trim().strip_prefix("process_id:"))
         .expect("process_id in INFO")
         .to_string()
-}
-
-fn signal(pid: &str, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, pid])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
 }
 
 /// `kill -9` of Redis every 0.6–1.4 s, restarted 50–250 ms later on the same port and

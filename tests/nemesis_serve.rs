@@ -28,7 +28,7 @@ use common::*;
 use fred::prelude::ClientLike;
 use shardstock::*;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use support::history::http_target::HttpTarget;
 use support::history::workload::{self, *};
@@ -110,27 +110,6 @@ fn serve(redis_url: &str, config: &shardstock::Config, coalesce: bool) -> ServeP
         &["--audit-every-ms", "0", "--critical-pause-ms", pause],
         &env,
     )
-}
-
-/// Sleeps `d` unless `stop` is set first; `false` when stopped.
-async fn pause(stop: &AtomicBool, d: Duration) -> bool {
-    let end = tokio::time::Instant::now() + d;
-    while tokio::time::Instant::now() < end {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        tokio::time::sleep(ms(10)).await;
-    }
-    !stop.load(Ordering::Relaxed)
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
 }
 
 /// A serve the fault may pause: its pid and the target that talks to it.

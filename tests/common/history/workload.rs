@@ -197,6 +197,28 @@ impl Fault {
     }
 }
 
+/// For a fault's loop: sleeps `d` unless `stop` is set first; `false` when stopped.
+pub async fn pause(stop: &AtomicBool, d: Duration) -> bool {
+    let end = tokio::time::Instant::now() + d;
+    while tokio::time::Instant::now() < end {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+/// Sends `sig` (e.g. `-STOP`, `-CONT`) to process `pid`.
+pub fn signal(pid: impl std::fmt::Display, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
 /// One checked run.
 pub struct Run {
     pub name: String,
