@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use support::history::workload::{self, *};
 use support::history::*;
-use support::proxy::{Partition, Proxy};
+use support::proxy::Proxy;
 
 /// Engine store settings for faults: a command times out after 400 ms (a paused Redis shows
 /// up as unknown outcomes, not as a hung sale), and fred reconnects at once.
@@ -213,24 +213,7 @@ async fn one_engine_partitioned_from_redis_and_healed() {
     ];
     let p = proxy.clone();
     let fault = Fault::new("one engine partitioned (hold / cut)", move |stop| {
-        tokio::spawn(async move {
-            let mut n = 0;
-            let mut rng = fastrand::Rng::new();
-            for k in 0..200 {
-                if !pause(&stop, ms(rng.u64(300..1000))).await {
-                    break;
-                }
-                p.partition(if k % 2 == 0 {
-                    Partition::Hold
-                } else {
-                    Partition::Cut
-                });
-                tokio::time::sleep(ms(rng.u64(500..1500))).await;
-                p.heal();
-                n += 1;
-            }
-            n
-        })
+        tokio::spawn(async move { p.partition_repeatedly(&stop, 500..=1500, || {}).await })
     })
     .late(ms(1500));
     let o = workload::run(Run {

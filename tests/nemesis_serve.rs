@@ -33,7 +33,7 @@ use std::time::Duration;
 use support::history::http_target::HttpTarget;
 use support::history::workload::{self, *};
 use support::history::*;
-use support::proxy::{Partition, Proxy};
+use support::proxy::Proxy;
 
 /// Store command timeout of every process (a stalled Redis link shows up as unknown outcomes).
 const COMMAND_TIMEOUT_MS: u64 = 400;
@@ -416,25 +416,12 @@ async fn one_serve_partitioned_from_redis_and_healed() {
     let (p, cut_off, h) = (proxy.clone(), targets[0].clone(), held.clone());
     let fault = Fault::new("one serve partitioned (hold / cut)", move |stop| {
         tokio::spawn(async move {
-            let mut n = 0;
-            let mut rng = fastrand::Rng::new();
-            for k in 0..200 {
-                if !pause(&stop, ms(rng.u64(300..1000))).await {
-                    break;
-                }
-                p.partition(if k % 2 == 0 {
-                    Partition::Hold
-                } else {
-                    Partition::Cut
-                });
-                tokio::time::sleep(ms(rng.u64(500..=LONGEST_MS))).await;
+            p.partition_repeatedly(&stop, 500..=LONGEST_MS, || {
                 if cut_off.open() > 0 {
                     h.fetch_add(1, Ordering::Relaxed);
                 }
-                p.heal();
-                n += 1;
-            }
-            n
+            })
+            .await
         })
     })
     .late(ms(LONGEST_MS));

@@ -11,8 +11,9 @@
 //!
 //! New connections made during a partition are accepted and held like the others.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -101,6 +102,38 @@ impl Proxy {
             self.state.epoch.fetch_add(1, Ordering::SeqCst);
         }
         self.state.mode.store(PASS, Ordering::SeqCst);
+    }
+}
+
+impl Proxy {
+    /// A nemesis loop: until `stop`, waits 0.3–1 s, partitions the link for a random time in
+    /// `len_ms` (holding and cutting in turn), calls `before_heal`, heals. Returns how many
+    /// partitions it made; the link is healed when it returns.
+    pub async fn partition_repeatedly(
+        &self,
+        stop: &AtomicBool,
+        len_ms: RangeInclusive<u64>,
+        mut before_heal: impl FnMut(),
+    ) -> u64 {
+        let mut rng = fastrand::Rng::new();
+        for k in 0..200 {
+            let until = tokio::time::Instant::now() + Duration::from_millis(rng.u64(300..1000));
+            while tokio::time::Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if stop.load(Ordering::Relaxed) {
+                return k;
+            }
+            self.partition(if k % 2 == 0 {
+                Partition::Hold
+            } else {
+                Partition::Cut
+            });
+            tokio::time::sleep(Duration::from_millis(rng.u64(len_ms.clone()))).await;
+            before_heal();
+            self.heal();
+        }
+        200
     }
 }
 

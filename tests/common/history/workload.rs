@@ -525,13 +525,6 @@ fn store_summary(f: &Facts) -> String {
         .join(", ")
 }
 
-#[derive(Clone, Copy)]
-struct Variant {
-    name: &'static str,
-    lua: usize,
-    coalesced: usize,
-    kills: bool,
-}
 /// Runs the workload (with its fault), settles, makes the final purchases and checks the
 /// history; panics on any violation that is not tolerated, after printing examples.
 pub async fn run(r: Run) -> Outcome {
