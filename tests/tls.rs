@@ -1,9 +1,11 @@
 //! TLS to Redis: a `rediss://` store over a TLS-only `redis-server` whose certificate a
 //! self-made CA (openssl) signed, trusted through `store.tls_ca_file`; another CA is refused.
+//! (With `SHARDSTOCK_TEST_TLS=1` the other single-node suites run over TLS too.)
 
 mod common;
 
-use common::tls::{Ca, TlsRedis};
+use common::RedisServer;
+use common::tls::Ca;
 use shardstock::{Deduct, Deduction, EngineBuilder, ErrorKind, LoadOptions, Sku};
 
 fn config(url: String, ca: &std::path::Path) -> shardstock::Config {
@@ -17,8 +19,8 @@ fn config(url: String, ca: &std::path::Path) -> shardstock::Config {
 
 #[tokio::test]
 async fn a_sale_over_tls_with_the_servers_ca() {
-    let redis = TlsRedis::start();
-    let store = config(redis.url(), &redis.ca.cert)
+    let redis = RedisServer::start_tls();
+    let store = config(redis.url(), redis.tls_ca().unwrap())
         .build_store()
         .await
         .unwrap();
@@ -44,7 +46,7 @@ async fn a_sale_over_tls_with_the_servers_ca() {
 
 #[tokio::test]
 async fn another_ca_is_refused_with_a_clear_error() {
-    let redis = TlsRedis::start();
+    let redis = RedisServer::start_tls();
     let other = tempfile::tempdir().unwrap();
     let wrong = Ca::new(other.path(), "other-ca");
     let err = config(redis.url(), &wrong.cert)
