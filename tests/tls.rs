@@ -87,3 +87,34 @@ async fn tls_options_that_cannot_work_are_config_errors() {
         .unwrap_err();
     assert!(err.to_string().contains("no CA certificate"), "{err}");
 }
+
+/// The suite-wide knobs are in force, not just set: with `SHARDSTOCK_TEST_TLS=1` a harness
+/// server does not answer plain RESP and the engines' connections use TLS; with
+/// `SHARDSTOCK_TEST_ACL=1` they log in as the least-privilege user, refused `KEYS`, while the
+/// admin connection (the harness's checks) may. `scripts/test.sh --acl-tls` runs it with both.
+#[tokio::test]
+async fn the_suite_knobs_are_in_force() {
+    use fred::interfaces::ClientLike;
+    let (tls, acl) = (common::tls_knob(), common::acl_knob());
+    eprintln!("SHARDSTOCK_TEST_TLS: {tls}, SHARDSTOCK_TEST_ACL: {acl}");
+    let srv = RedisServer::start();
+    assert_eq!(srv.url().starts_with("rediss://"), tls, "{}", srv.url());
+    assert_eq!(
+        common::redis_server::ping(srv.port),
+        !tls,
+        "plain PING answered"
+    );
+    let e = common::redis_engine(&srv, EngineBuilder::default()).await;
+    let sku = Sku::new("knob").unwrap();
+    e.load(&sku, 3, LoadOptions::new(1)).await.unwrap();
+    let conn = e.store().pool().next();
+    let config = conn.client_config();
+    assert_eq!(config.uses_tls(), tls);
+    assert_eq!(config.username.is_some(), acl, "{:?}", config.username);
+    let keys: Result<Vec<String>, _> = conn.custom(fred::cmd!("KEYS"), vec!["*"]).await;
+    assert_eq!(keys.is_err(), acl, "{keys:?}");
+    let admin = common::admin_client(&srv).await;
+    assert_eq!(admin.client_config().uses_tls(), tls);
+    let keys: Vec<String> = admin.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    assert!(keys.iter().any(|k| k.contains("{knob#0}")), "{keys:?}");
+}

@@ -132,14 +132,10 @@ pub fn redis_config(server: &impl RedisAt, prefix: &str) -> shardstock::Config {
     config
 }
 
-/// A store builder for `server`'s [`RedisAt::store_url`] (the `default` user), trusting its
-/// CA when it speaks TLS: for tests that set the store up by hand.
-pub fn store_builder(server: &impl RedisAt) -> RedisStoreBuilder {
-    let builder = RedisStore::builder(server.store_url());
-    match server.tls_ca() {
-        Some(ca) => builder.tls_ca_file(ca),
-        None => builder,
-    }
+/// The store builder of [`redis_config`] (the knobs' user and CA included), for tests that set
+/// more store options by hand.
+pub fn store_builder(server: &impl RedisAt, prefix: &str) -> RedisStoreBuilder {
+    redis_config(server, prefix).store.redis_builder()
 }
 
 /// A connection to `server` as the `default` user (all rights; over TLS when the server
@@ -181,9 +177,7 @@ pub async fn coalesced_engine(
     opts: shardstock::Coalescing,
     prefix: &str,
 ) -> Engine<RedisStore> {
-    let store = redis_config(server, prefix)
-        .store
-        .redis_builder()
+    let store = store_builder(server, prefix)
         .coalescing(Some(opts))
         .connect()
         .await
@@ -198,9 +192,7 @@ pub async fn strategy_engine(
     strategy: shardstock::Strategy,
     lock: shardstock::lock::LockOptions,
 ) -> Engine<RedisStore> {
-    let store = redis_config(server, "t")
-        .store
-        .redis_builder()
+    let store = store_builder(server, "t")
         .strategy(strategy)
         .lock_options(lock)
         .connect()

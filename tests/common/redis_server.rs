@@ -19,6 +19,16 @@ use super::ports::free_port;
 use super::process::Proc;
 use super::tls::process_tls;
 
+/// Why RedLock lock nodes stay plain under `SHARDSTOCK_TEST_TLS=1`.
+pub const LOCK_NODE: &str = "a RedLock lock node: the redlock strategy connects to its lock \
+    nodes without store.tls_ca_file (src/lock/redlock.rs), so it cannot trust the test CA";
+
+fn say_plain(why: &str) {
+    if super::tls_knob() {
+        eprintln!("NOT TLS under SHARDSTOCK_TEST_TLS=1: a plain redis-server for {why}");
+    }
+}
+
 /// The ports of this process's TLS servers, so [`redis_cli`] (which knows only a port) adds
 /// `--tls --cacert`.
 static TLS_PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
@@ -57,10 +67,19 @@ impl RedisServer {
         Self::start_as(extra, super::tls_knob())
     }
 
-    /// A server without TLS whatever the knob says: for what takes no CA file (the redlock
-    /// strategy's lock nodes).
-    pub fn start_plain() -> Self {
+    /// A server without TLS whatever the knob says, for what cannot use one (`why`, printed
+    /// under `SHARDSTOCK_TEST_TLS=1` so a TLS run says what it did not cover), e.g.
+    /// [`LOCK_NODE`].
+    pub fn start_plain(why: &str) -> Self {
+        say_plain(why);
         Self::start_as(&[], false)
+    }
+
+    /// [`RedisServer::reserved`] without TLS whatever the knob says (see
+    /// [`RedisServer::start_plain`]).
+    pub fn reserved_plain(why: &str) -> Self {
+        say_plain(why);
+        Self::reserved_on(free_port(), &[], false)
     }
 
     /// A server with TLS only whatever the knob says (the process's CA:
@@ -303,7 +322,8 @@ pub fn acl_line(prefix: &str, user: &str, pass: &str, extra: &[&str]) -> String 
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-fn ping(port: u16) -> bool {
+/// Whether a server on `port` answers `PING` in plain RESP (a TLS-only one does not).
+pub fn ping(port: u16) -> bool {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
