@@ -63,17 +63,6 @@ pub fn tls_knob() -> bool {
     env_knob::<u8>("SHARDSTOCK_TEST_TLS") == Some(1)
 }
 
-/// Under `SHARDSTOCK_TEST_TLS=1`, says on stderr that `test` is skipped and why, and returns
-/// `true` (the caller returns at once); `false` otherwise. For what cannot run over TLS, so
-/// a TLS run never passes it silently.
-pub fn skip_under_tls(test: &str, why: &str) -> bool {
-    let skip = tls_knob();
-    if skip {
-        eprintln!("SKIPPED under SHARDSTOCK_TEST_TLS=1: {test}: {why}");
-    }
-    skip
-}
-
 /// Where a test's Redis store lives: one [`RedisServer`] or a [`cluster::RedisCluster`]. The
 /// engine helpers below take either, so one test body runs on a single node and on a cluster.
 pub trait RedisAt {

@@ -23,6 +23,10 @@ use super::tls::process_tls;
 pub const LOCK_NODE: &str = "a RedLock lock node: the redlock strategy connects to its lock \
     nodes without store.tls_ca_file (src/lock/redlock.rs), so it cannot trust the test CA";
 
+/// Why cluster nodes stay plain under `SHARDSTOCK_TEST_TLS=1`.
+pub const CLUSTER_NODE: &str = "a cluster node: the harness builds clusters without TLS \
+    (--tls-cluster, redis-cli --cluster --tls, rediss cluster URLs: not done)";
+
 fn say_plain(why: &str) {
     if super::tls_knob() {
         eprintln!("NOT TLS under SHARDSTOCK_TEST_TLS=1: a plain redis-server for {why}");
@@ -102,6 +106,7 @@ impl RedisServer {
     /// Starts a server on `port` (chosen by the caller, e.g. a cluster node whose bus port
     /// `port + 10000` must be free too), always plain; `None` when it could not start there.
     pub fn start_on(port: u16, extra: &[&str]) -> Option<Self> {
+        say_plain(CLUSTER_NODE);
         let mut server = Self::reserved_on(port, extra, false);
         server.launch().then_some(server)
     }
