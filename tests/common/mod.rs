@@ -17,7 +17,7 @@
 //! - here: engines over fresh stores, an admin connection for checks, and the two knobs a run
 //!   sets for the whole suite: `SHARDSTOCK_TEST_ACL=1` (engines log in as the least-privilege
 //!   user `scripts/acl.sh` describes) and `SHARDSTOCK_TEST_TLS=1` (single-node servers speak
-//!   TLS only); `scripts/test.sh --acl-tls` runs the core suites with both.
+//!   TLS only); `scripts/test.sh --acl-tls` runs the suites with both.
 //!
 //! Each test crate includes `mod common;` and uses a part of it, hence `allow(dead_code)`.
 #![allow(dead_code)]
