@@ -89,7 +89,7 @@ impl Ca {
 /// `SHARDSTOCK_TEST_TLS=1` that is every single-node server, else the ones
 /// [`super::RedisServer::start_tls`] starts. It lives under the target directory's
 /// `tmp/` (`CARGO_TARGET_TMPDIR`), not in the system's temporary directory: a static is never
-/// dropped, and `cargo clean` removes it.
+/// dropped, and `cargo clean` removes it (or the next process, an hour later).
 pub struct ProcessTls {
     pub ca: Ca,
     pub cert: PathBuf,
@@ -100,15 +100,32 @@ pub struct ProcessTls {
 pub fn process_tls() -> &'static ProcessTls {
     static TLS: std::sync::OnceLock<ProcessTls> = std::sync::OnceLock::new();
     TLS.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        remove_stale(root);
         let dir = tempfile::Builder::new()
             .prefix("tls-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in(root)
             .unwrap()
             .keep();
         let ca = Ca::new(&dir, "ca");
         let (cert, key) = ca.server_cert(&dir);
         ProcessTls { ca, cert, key }
     })
+}
+
+/// Removes the `tls-*` directories of test processes that started over an hour ago (no test
+/// process lives that long; their certificates are valid for 2 days).
+fn remove_stale(root: &Path) {
+    let hour = std::time::Duration::from_secs(3600);
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hour));
+        if old && entry.file_name().to_string_lossy().starts_with("tls-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A rustls connector trusting only the CA certificate in the PEM file `ca` (what the store
