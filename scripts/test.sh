@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (redis-server, prometheus, docker-compose,
 # postgresql), then format, lints, tests, docs, benches compile.
-# Usage: scripts/test.sh
+# Usage: scripts/test.sh [--acl-tls [SUITE...]]
+#   --acl-tls  instead: the tests only (every suite, or the SUITEs named, e.g. deduct safety),
+#              with the engines logged in as the least-privilege user scripts/acl.sh describes
+#              and every single-node redis-server speaking TLS only (SHARDSTOCK_TEST_ACL=1
+#              SHARDSTOCK_TEST_TLS=1, see tests/common/mod.rs). Cluster nodes and RedLock lock
+#              nodes stay plain; the CLI tests log in as the default user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+acl_tls=false
+if [ "${1:-}" = "--acl-tls" ]; then
+  acl_tls=true
+  shift
+fi
+if [ $# -gt 0 ] && ! $acl_tls; then
+  echo "usage: scripts/test.sh [--acl-tls [SUITE...]]" >&2
+  exit 2
+fi
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
@@ -23,6 +37,19 @@ fi
 # The distribution's services (redis, prometheus, postgresql) are not needed: tests start their
 # own servers on free loopback ports. (Debian's postgresql package creates a cluster on 5432 and
 # starts it where a service manager runs; the tests never use it.)
+
+if $acl_tls; then
+  targets=(--tests)
+  if [ $# -gt 0 ]; then
+    targets=()
+    for suite in "$@"; do targets+=(--test "$suite"); done
+  fi
+  echo "== cargo test as the ACL user over TLS: ${*:-every suite}"
+  # Same features as the default run: its test binaries are reused, nothing is rebuilt.
+  SHARDSTOCK_TEST_ACL=1 SHARDSTOCK_TEST_TLS=1 cargo test --locked --all-features "${targets[@]}"
+  echo "== green as the ACL user over TLS"
+  exit 0
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -36,8 +36,11 @@ fn admin(redis: &RedisServer, line: &str) -> String {
     redis_cli_stdin(redis.port, &auth, line)
 }
 
+/// The server's URL (`rediss://` under `SHARDSTOCK_TEST_TLS=1`) logging in as `user`.
 fn url(redis: &RedisServer, user: &str) -> String {
-    format!("redis://{user}:{PASS}@127.0.0.1:{}", redis.port)
+    redis
+        .url()
+        .replacen("://", &format!("://{user}:{PASS}@"), 1)
 }
 
 fn config(redis: &RedisServer, user: &str, prefix: &str) -> shardstock::Config {

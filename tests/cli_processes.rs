@@ -184,7 +184,9 @@ fn per_user_limit_holds_in_one_and_across_three_processes() {
 #[test]
 fn redlock_strategy_across_three_processes_sells_exactly_the_stock() {
     let srv = RedisServer::start();
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_plain(common::redis_server::LOCK_NODE))
+        .collect();
     for n in &nodes {
         n.cli(&["SET", shardstock::lock::redlock::QUARANTINE_KEY, "0"]);
     }

@@ -745,7 +745,9 @@ fn args<'a>(e: &Engine<RedisStore>, rid: &'a RequestId, user: &'a UserId, qty: u
 fn every_script_runs_in_one_slot_after_a_script_flush() {
     let (rt, reloads) = Reloads::runtime();
     let cluster = RedisCluster::start(3, 0);
-    let lock_nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let lock_nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_plain(common::redis_server::LOCK_NODE))
+        .collect();
     for n in &lock_nodes {
         assert_eq!(
             n.cli(&["SET", shardstock::lock::redlock::QUARANTINE_KEY, "0"]),

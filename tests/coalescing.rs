@@ -283,9 +283,8 @@ async fn coalescing_options_are_checked() {
         opts(8, 0, 0),
         opts(8, 200_000, 1),
     ] {
-        let store = RedisStore::builder(srv.url())
+        let store = store_builder(&srv, "t")
             .pool_size(1)
-            .key_prefix("t")
             .coalescing(Some(bad))
             .connect()
             .await;

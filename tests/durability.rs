@@ -11,8 +11,8 @@
 
 mod common;
 
-use common::RedisServer;
 use common::cluster::RedisCluster;
+use common::{RedisServer, store_builder};
 use shardstock::error::ErrorKind;
 use shardstock::{Coalescing, Deduct, Deduction, Engine, Error, LoadOptions, RedisStore, Sku};
 use std::sync::Arc;
@@ -46,11 +46,9 @@ async fn a_write_the_replica_did_not_acknowledge_is_a_typed_retryable_error() {
     let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     wait_in_sync(&replica);
     let engine = |prefix: &'static str, coalescing: Option<Coalescing>| {
-        let url = master.url();
+        let builder = store_builder(&master, prefix);
         async move {
-            let store = RedisStore::builder(url)
-                .pool_size(2)
-                .key_prefix(prefix)
+            let store = builder
                 .coalescing(coalescing)
                 .wait_replicas(1)
                 .wait_timeout(Duration::from_millis(300))
@@ -322,9 +320,8 @@ async fn a_replay_read_from_the_record_waits_for_the_replica_too() {
     let port = master.port.to_string();
     let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     wait_in_sync(&replica);
-    let store = RedisStore::builder(master.url())
+    let store = store_builder(&master, "rec")
         .pool_size(1)
-        .key_prefix("rec")
         .wait_replicas(1)
         .wait_timeout(Duration::from_millis(200))
         .connect()

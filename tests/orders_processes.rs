@@ -102,13 +102,7 @@ async fn three_consumers_one_killed_one_restarted_write_exactly_the_applied_sale
             .success();
         assert!(ok, "kill {sig} {pid}");
     };
-    let probe = fred::prelude::Client::new(
-        fred::prelude::Config::from_url(&redis.url()).unwrap(),
-        None,
-        None,
-        None,
-    );
-    fred::interfaces::ClientLike::init(&probe).await.unwrap();
+    let probe = common::admin_client(&redis).await;
     let streams: Vec<String> = redis
         .cli(&["--scan", "--pattern", "*:out"])
         .lines()

@@ -1,8 +1,11 @@
 //! RedLock over real, independent redis-server processes: mutual exclusion on 3 and 5 nodes,
 //! a minority and a majority of nodes down, a node restarted empty (quarantine), the watchdog,
 //! and cancelled acquisitions. Every test is bounded in time.
+//! (The nodes stay plain under `SHARDSTOCK_TEST_TLS=1`: the redlock strategy gives its lock
+//! nodes no CA file; see `common::redis_server::LOCK_NODE`.)
 
 mod common;
+use common::redis_server::LOCK_NODE;
 use common::*;
 use shardstock::lock::redlock::QUARANTINE_KEY;
 use shardstock::lock::{LockGuard, LockOptions, Locker};
@@ -76,7 +79,7 @@ fn is_no_quorum(e: &Error) -> bool {
 fn start_marked(n: usize) -> Vec<RedisServer> {
     (0..n)
         .map(|_| {
-            let s = RedisServer::start();
+            let s = RedisServer::start_plain(LOCK_NODE);
             assert_eq!(s.cli(&["SET", QUARANTINE_KEY, "0"]), "OK");
             s
         })
@@ -310,8 +313,11 @@ async fn minority_down_5_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_down_at_connect() {
     bounded(Duration::from_secs(30), async {
-        let (a, b) = (RedisServer::start(), RedisServer::start());
-        let mut c = RedisServer::reserved(); // nothing listens there yet
+        let (a, b) = (
+            RedisServer::start_plain(LOCK_NODE),
+            RedisServer::start_plain(LOCK_NODE),
+        );
+        let mut c = RedisServer::reserved_plain(LOCK_NODE); // nothing listens there yet
         let urls = vec![a.url(), b.url(), c.url()];
         let t = Instant::now();
         let locker = Locker::redlock(
@@ -399,9 +405,9 @@ async fn restarted_empty_node_is_quarantined() {
         let key = "rl:restart";
         let lease = Duration::from_secs(1);
         let quarantine = lease * 3;
-        let a = RedisServer::start();
-        let mut b = RedisServer::start();
-        let mut c = RedisServer::reserved();
+        let a = RedisServer::start_plain(LOCK_NODE);
+        let mut b = RedisServer::start_plain(LOCK_NODE);
+        let mut c = RedisServer::reserved_plain(LOCK_NODE);
         let urls = vec![a.url(), b.url(), c.url()];
         let holder1 = Locker::redlock(&urls, opts(lease, Duration::from_secs(5)))
             .await
@@ -488,9 +494,9 @@ async fn fresh_nodes_quarantine_on_first_contact() {
     bounded(Duration::from_secs(30), async {
         let lease = Duration::from_millis(300);
         let servers = [
-            RedisServer::start(),
-            RedisServer::start(),
-            RedisServer::start(),
+            RedisServer::start_plain(LOCK_NODE),
+            RedisServer::start_plain(LOCK_NODE),
+            RedisServer::start_plain(LOCK_NODE),
         ];
         let urls = urls_of(&[&servers[0], &servers[1], &servers[2]]);
         let locker = Locker::redlock(&urls, opts(lease, Duration::from_millis(200)))
@@ -521,9 +527,9 @@ async fn fresh_nodes_quarantine_on_first_contact() {
 
         // Marked as new by an operator: no quarantine.
         let marked = [
-            RedisServer::start(),
-            RedisServer::start(),
-            RedisServer::start(),
+            RedisServer::start_plain(LOCK_NODE),
+            RedisServer::start_plain(LOCK_NODE),
+            RedisServer::start_plain(LOCK_NODE),
         ];
         for s in &marked {
             assert_eq!(s.cli(&["SET", QUARANTINE_KEY, "0"]), "OK");

@@ -120,7 +120,8 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         .await
         .unwrap()
         .to_string();
-    let client = e.store().pool().next().clone();
+    // Raw EVAL is the harness's, not the engine's (its ACL user may only EVALSHA).
+    let client = admin_client(&srv).await;
     let lua = concat!(
         include_str!("../src/scripts/prelude.lua"),
         include_str!("../src/scripts/deduct_core.lua"),

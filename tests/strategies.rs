@@ -371,7 +371,9 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
 /// Three fresh lock nodes, marked new so they vote at once (see the quarantine in
 /// `shardstock::lock::redlock`).
 fn lock_nodes() -> (Vec<RedisServer>, Vec<String>) {
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_plain(redis_server::LOCK_NODE))
+        .collect();
     for n in &nodes {
         assert_eq!(
             n.cli(&["SET", shardstock::lock::redlock::QUARANTINE_KEY, "0"]),
@@ -392,9 +394,7 @@ async fn redlock_strategy_conserves_stock_for_1_and_16_segments() {
         if kill_one {
             drop(nodes.pop()); // a minority of lock nodes is down
         }
-        let store = RedisStore::builder(srv.url())
-            .pool_size(2)
-            .key_prefix("t")
+        let store = store_builder(&srv, "t")
             .strategy(Strategy::Redlock)
             .lock_options(lock_opts(2000, 5000))
             .lock_nodes(&urls)

@@ -66,14 +66,22 @@ impl Run {
 }
 
 /// The binary, with no `SHARDSTOCK_*` settings or `RUST_LOG` inherited from the environment
-/// (a developer's shell must not change what a test sees); stdin closed, stdout and stderr
-/// piped.
+/// (a developer's shell must not change what a test sees), but the test process's CA as
+/// `store.tls_ca_file` when an argument holds a `rediss://` URL; stdin closed, stdout and
+/// stderr piped.
 pub fn shardstock(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("SHARDSTOCK_") {
             cmd.env_remove(&k);
         }
+    }
+    // A `rediss://` URL of a test server (`SHARDSTOCK_TEST_TLS=1`): trust the process's CA.
+    if args.iter().any(|a| a.contains("rediss://")) {
+        cmd.env(
+            "SHARDSTOCK_STORE__TLS_CA_FILE",
+            &super::tls::process_tls().ca.cert,
+        );
     }
     cmd.env_remove("RUST_LOG")
         .args(args)

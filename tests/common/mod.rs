@@ -13,14 +13,18 @@
 //! - [`edges`]: what the edge-case regression tests (`tests/edges_*.rs`) share;
 //! - [`serve_process`]: a `shardstock serve` process and its address;
 //! - [`http_client`] and [`prometheus`]: HTTP calls and a real Prometheus for the metrics test;
-//! - [`tls`]: a CA and a server certificate made by `openssl`, and a TLS-only `redis-server`;
-//! - here: engines over fresh stores.
+//! - [`tls`]: a CA and a server certificate made by `openssl`, once per test process;
+//! - here: engines over fresh stores, an admin connection for checks, and the two knobs a run
+//!   sets for the whole suite: `SHARDSTOCK_TEST_ACL=1` (engines log in as the least-privilege
+//!   user `scripts/acl.sh` describes) and `SHARDSTOCK_TEST_TLS=1` (single-node servers speak
+//!   TLS only); `scripts/test.sh --acl-tls` runs the suites with both.
 //!
 //! Each test crate includes `mod common;` and uses a part of it, hence `allow(dead_code)`.
 #![allow(dead_code)]
 
 use std::time::Duration;
 
+use shardstock::store::redis::RedisStoreBuilder;
 use shardstock::{Engine, EngineBuilder, MemoryStore, RedisStore};
 
 pub mod binary;
@@ -46,6 +50,19 @@ pub fn env_knob<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// `SHARDSTOCK_TEST_ACL=1`: engines made by these helpers log in as the least-privilege user
+/// of their key prefix ([`RedisServer::acl_url`]); checks go through [`admin_client`] or
+/// redis-cli (the `default` user, the harness's).
+pub fn acl_knob() -> bool {
+    env_knob::<u8>("SHARDSTOCK_TEST_ACL") == Some(1)
+}
+
+/// `SHARDSTOCK_TEST_TLS=1`: single-node [`RedisServer`]s listen with TLS only, their URLs are
+/// `rediss://` and the engines trust the process's CA (`store.tls_ca_file`).
+pub fn tls_knob() -> bool {
+    env_knob::<u8>("SHARDSTOCK_TEST_TLS") == Some(1)
+}
+
 /// Where a test's Redis store lives: one [`RedisServer`] or a [`cluster::RedisCluster`]. The
 /// engine helpers below take either, so one test body runs on a single node and on a cluster.
 pub trait RedisAt {
@@ -59,6 +76,11 @@ pub trait RedisAt {
         let _ = prefix;
         self.store_url()
     }
+
+    /// The CA to trust (`store.tls_ca_file`) when the URL is `rediss://`.
+    fn tls_ca(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 impl RedisAt for RedisServer {
@@ -67,11 +89,15 @@ impl RedisAt for RedisServer {
     }
 
     fn store_url_for(&self, prefix: &str) -> String {
-        if env_knob::<u8>("SHARDSTOCK_TEST_ACL") == Some(1) {
+        if acl_knob() {
             self.acl_url(prefix)
         } else {
             self.url()
         }
+    }
+
+    fn tls_ca(&self) -> Option<&std::path::Path> {
+        RedisServer::tls_ca(self)
     }
 }
 
@@ -89,7 +115,31 @@ pub fn redis_config(server: &impl RedisAt, prefix: &str) -> shardstock::Config {
     config.store.pool_size = 2;
     config.store.key_prefix = prefix.into();
     config.store.coalesce = false;
+    if let Some(ca) = server.tls_ca() {
+        config.store.tls_ca_file = ca.to_str().unwrap().into();
+    }
     config
+}
+
+/// The store builder of [`redis_config`] (the knobs' user and CA included), for tests that set
+/// more store options by hand.
+pub fn store_builder(server: &impl RedisAt, prefix: &str) -> RedisStoreBuilder {
+    redis_config(server, prefix).store.redis_builder()
+}
+
+/// A connection to `server` as the `default` user (all rights; over TLS when the server
+/// speaks it), for what a test inspects or breaks on purpose: `KEYS`, raw records, raw `EVAL`.
+/// Never the engine's own connection: under `SHARDSTOCK_TEST_ACL=1` that one has only the
+/// rights `scripts/acl.sh` grants.
+pub async fn admin_client(server: &RedisServer) -> fred::clients::Client {
+    use fred::interfaces::ClientLike;
+    let mut config = fred::types::config::Config::from_url(&server.url()).unwrap();
+    if let Some(ca) = server.tls_ca() {
+        config.tls = Some(tls::connector(ca).into());
+    }
+    let client = fred::clients::Client::new(config, None, None, None);
+    client.init().await.unwrap();
+    client
 }
 
 /// An engine over a fresh Redis store on `server`.
@@ -116,9 +166,7 @@ pub async fn coalesced_engine(
     opts: shardstock::Coalescing,
     prefix: &str,
 ) -> Engine<RedisStore> {
-    let store = redis_config(server, prefix)
-        .store
-        .redis_builder()
+    let store = store_builder(server, prefix)
         .coalescing(Some(opts))
         .connect()
         .await
@@ -133,9 +181,7 @@ pub async fn strategy_engine(
     strategy: shardstock::Strategy,
     lock: shardstock::lock::LockOptions,
 ) -> Engine<RedisStore> {
-    let store = redis_config(server, "t")
-        .store
-        .redis_builder()
+    let store = store_builder(server, "t")
         .strategy(strategy)
         .lock_options(lock)
         .connect()

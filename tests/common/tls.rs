@@ -1,12 +1,8 @@
-//! TLS material made by `openssl` (a CA, a server certificate for `127.0.0.1`/`localhost`
-//! signed by it) and a `redis-server` that listens with TLS only.
+//! TLS material made by `openssl`: a CA, a server certificate for `127.0.0.1`/`localhost`
+//! signed by it, and the one set of both a test process gives its TLS `redis-server`s.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-use super::ports::free_port;
-use super::process::Proc;
 
 /// A self-made CA (`ca.crt`, `ca.key`) in `dir`, optionally with a server certificate.
 pub struct Ca {
@@ -88,62 +84,65 @@ impl Ca {
     }
 }
 
-/// A redis-server listening with TLS only (`--port 0 --tls-port P`, no client certificates),
-/// its certificate signed by [`TlsRedis::ca`]. Killed on drop.
-pub struct TlsRedis {
-    _proc: Proc,
-    pub port: u16,
+/// The TLS material of this test process, made once (a CA and a server certificate for
+/// `127.0.0.1`/`localhost` signed by it), for every TLS [`super::RedisServer`]: with
+/// `SHARDSTOCK_TEST_TLS=1` that is every single-node server, else the ones
+/// [`super::RedisServer::start_tls`] starts. It lives under the target directory's
+/// `tmp/` (`CARGO_TARGET_TMPDIR`), not in the system's temporary directory: a static is never
+/// dropped, and `cargo clean` removes it (or the next process, an hour later).
+pub struct ProcessTls {
     pub ca: Ca,
-    pub dir: tempfile::TempDir,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
-impl TlsRedis {
-    pub fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = Ca::new(dir.path(), "ca");
-        let (crt, key) = ca.server_cert(dir.path());
-        let port = free_port();
-        let log = dir.path().join("redis.log");
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", "0", "--bind", "127.0.0.1"])
-            .args(["--tls-port", &port.to_string()])
-            .args(["--tls-cert-file", crt.to_str().unwrap()])
-            .args(["--tls-key-file", key.to_str().unwrap()])
-            .args(["--tls-ca-cert-file", ca.cert.to_str().unwrap()])
-            .args(["--tls-auth-clients", "no"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", dir.path().to_str().unwrap()]);
-        let proc = Proc::spawn(&format!("redis-server tls :{port}"), &mut cmd, log);
-        let server = Self {
-            _proc: proc,
-            port,
-            ca,
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.cli(&["PING"]) != "PONG" {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server with TLS on :{port} did not answer (built without TLS?)"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+/// [`ProcessTls`], made on the first call.
+pub fn process_tls() -> &'static ProcessTls {
+    static TLS: std::sync::OnceLock<ProcessTls> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        remove_stale(root);
+        let dir = tempfile::Builder::new()
+            .prefix("tls-")
+            .tempdir_in(root)
+            .unwrap()
+            .keep();
+        let ca = Ca::new(&dir, "ca");
+        let (cert, key) = ca.server_cert(&dir);
+        ProcessTls { ca, cert, key }
+    })
+}
+
+/// Removes the `tls-*` directories of test processes that started over an hour ago (no test
+/// process lives that long; their certificates are valid for 2 days).
+fn remove_stale(root: &Path) {
+    let hour = std::time::Duration::from_secs(3600);
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > hour));
+        if old && entry.file_name().to_string_lossy().starts_with("tls-") {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
-        server
     }
+}
 
-    /// `rediss://127.0.0.1:P`.
-    pub fn url(&self) -> String {
-        format!("rediss://127.0.0.1:{}", self.port)
+/// A rustls connector trusting only the CA certificate in the PEM file `ca` (what the store
+/// builds from `store.tls_ca_file`), for test clients of TLS servers.
+pub fn connector(ca: &Path) -> fred::types::config::TlsConnector {
+    use fred::rustls::pki_types::CertificateDer;
+    use fred::rustls::pki_types::pem::PemObject;
+    use fred::rustls::{ClientConfig, RootCertStore};
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
     }
-
-    /// redis-cli over TLS, trusting the CA; its stdout.
-    pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["--tls", "--cacert", self.ca.cert.to_str().unwrap()])
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
+    let provider = std::sync::Arc::new(fred::rustls::crypto::ring::default_provider());
+    ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+        .into()
 }

@@ -3,7 +3,7 @@
 
 use super::edge_builder;
 use super::world::World;
-use crate::common::{RedisAt, env_knob};
+use crate::common::{RedisAt, env_knob, store_builder};
 use shardstock::{Coalescing, MemoryStore, RedisStore};
 
 /// The three worlds of one case.
@@ -21,21 +21,14 @@ impl Worlds {
         let b = edge_builder;
         let mem = MemoryStore::new();
         let m = [b().build(mem.clone()).unwrap(), b().build(mem).unwrap()];
-        let url = srv.store_url();
-        let redis = || {
-            RedisStore::builder(&url)
-                .pool_size(2)
-                .key_prefix("t")
-                .connect()
-        };
+        // The knobs' user and CA (`SHARDSTOCK_TEST_ACL`, `SHARDSTOCK_TEST_TLS`), 2 clients.
+        let redis = || store_builder(srv, "t").connect();
         let r = [
             b().build(redis().await.unwrap()).unwrap(),
             b().build(redis().await.unwrap()).unwrap(),
         ];
         let coalesced = || async {
-            RedisStore::builder(&url)
-                .pool_size(2)
-                .key_prefix("c")
+            store_builder(srv, "c")
                 .coalescing(Some(Coalescing::default()))
                 .connect()
                 .await
