@@ -69,7 +69,7 @@ async fn run(srv: &RedisServer, v: Variant) {
             .collect(),
         engines,
         fresh: Arc::new(redis_engine(srv, builder()).await),
-        admin: admin_at(&srv.url()).await,
+        admin: admin_client(srv).await,
         fault,
         // Open finding, not yet explained (seen once in 16 runs of the kills variant): with
         // connections killed every ~5 ms, a user whose store records show nothing held was

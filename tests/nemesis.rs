@@ -92,7 +92,7 @@ async fn killed_and_restarted(fsync: &'static str) -> Outcome {
     let srv = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", fsync]);
     let engines = engines(&srv).await;
     let fresh = engine_at(fault_config(&srv), false).await;
-    let admin = admin_at(&srv.url()).await;
+    let admin = admin_client(&srv).await;
     let srv = Arc::new(Mutex::new(srv));
     let s = srv.clone();
     let fault = Fault::new(
@@ -188,7 +188,7 @@ async fn redis_paused_past_the_command_timeout_and_the_claim_lease() {
         targets: targets(&engines),
         engines,
         fresh: Arc::new(engine_at(fault_config(&srv), false).await),
-        admin: admin_at(&srv.url()).await,
+        admin: admin_client(&srv).await,
         fault: Some(fault),
         tolerated: none_tolerated,
         tolerated_why: "",
@@ -205,7 +205,7 @@ async fn one_engine_partitioned_from_redis_and_healed() {
     let srv = RedisServer::start();
     let proxy = Arc::new(Proxy::start(srv.port).await);
     let mut through = fault_config(&srv);
-    through.store.redis_url = proxy.url();
+    through.store.redis_url = proxy.reroute(&through.store.redis_url);
     let engines = vec![
         engine_at(through.clone(), false).await,
         engine_at(fault_config(&srv), false).await,
@@ -222,7 +222,7 @@ async fn one_engine_partitioned_from_redis_and_healed() {
         engines,
         // The final purchases' fresh engine goes through the healed proxy too.
         fresh: Arc::new(engine_at(through, false).await),
-        admin: admin_at(&srv.url()).await,
+        admin: admin_client(&srv).await,
         fault: Some(fault),
         tolerated: none_tolerated,
         tolerated_why: "",

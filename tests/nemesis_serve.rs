@@ -321,7 +321,7 @@ async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>) {
             target: Arc::new(HttpTarget::new(s.addr())),
         })
         .collect();
-    let admin = admin_at(&srv.url()).await;
+    let admin = admin_client(&srv).await;
     let held = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watch = Watch {
         mode,
@@ -394,15 +394,7 @@ async fn one_serve_partitioned_from_redis_and_healed() {
     let srv = RedisServer::start();
     let config = store_config(&srv, Mode::Lua);
     let proxy = Arc::new(Proxy::start(srv.port).await);
-    let url = config
-        .store
-        .redis_url
-        .replace(&format!(":{}", srv.port), &format!(":{}", proxy.port));
-    assert!(
-        url.contains(&format!(":{}", proxy.port)),
-        "{url} goes through the proxy at {}",
-        proxy.url()
-    );
+    let url = proxy.reroute(&config.store.redis_url);
     let serves = [
         serve(&url, &config, false),
         serve(&config.store.redis_url, &config, false),
@@ -433,7 +425,7 @@ async fn one_serve_partitioned_from_redis_and_healed() {
             .collect(),
         engines: vec![engine_at(&config).await],
         fresh: Arc::new(engine_at(&config).await),
-        admin: admin_at(&srv.url()).await,
+        admin: admin_client(&srv).await,
         fault: Some(fault),
         tolerated: none_tolerated,
         tolerated_why: "",

@@ -137,7 +137,9 @@ pub async fn admin_client(server: &RedisServer) -> fred::clients::Client {
     if let Some(ca) = server.tls_ca() {
         config.tls = Some(tls::connector(ca).into());
     }
-    let client = fred::clients::Client::new(config, None, None, None);
+    // Reconnects (every 50 ms, forever): a nemesis test kills and restarts the server under it.
+    let policy = fred::types::config::ReconnectPolicy::new_constant(0, 50);
+    let client = fred::clients::Client::new(config, None, None, Some(policy));
     client.init().await.unwrap();
     client
 }

@@ -40,6 +40,7 @@ struct State {
 /// A running proxy; stops accepting when dropped (open connections end with their peers).
 pub struct Proxy {
     pub port: u16,
+    upstream: u16,
     state: Arc<State>,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -76,14 +77,22 @@ impl Proxy {
         });
         Self {
             port,
+            upstream,
             state,
             accept,
         }
     }
 
-    /// `redis://` URL of the proxy.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+    /// `url` (a store URL of the upstream server: its scheme, user and password kept, so
+    /// TLS and the ACL user go through the proxy too) pointed at the proxy instead.
+    pub fn reroute(&self, url: &str) -> String {
+        let (from, to) = (format!(":{}", self.upstream), format!(":{}", self.port));
+        assert!(
+            url.contains(&from),
+            "{url} is not a URL of port {}",
+            self.upstream
+        );
+        url.replace(&from, &to)
     }
 
     /// Starts a partition.

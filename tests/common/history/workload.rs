@@ -146,19 +146,6 @@ impl Target for Engine<RedisStore> {
     }
 }
 
-/// A connection as the server's default user, which reconnects (every 50 ms, forever) after
-/// the server was killed or the link cut: the checker reads every key with it.
-pub async fn admin_at(url: &str) -> fred::clients::Client {
-    let c = fred::clients::Client::new(
-        fred::types::config::Config::from_url(url).unwrap(),
-        None,
-        None,
-        Some(fred::types::config::ReconnectPolicy::new_constant(0, 50)),
-    );
-    c.init().await.unwrap();
-    c
-}
-
 /// A call given at most `limit`: past it the future is dropped and the outcome is unknown.
 async fn timed(limit: Duration, call: BoxFuture<'_, Out>) -> Out {
     tokio::time::timeout(limit, call)
