@@ -550,11 +550,30 @@ async fn run(durable: bool) -> Outcome {
         // operations that ran while a master's writes could be lost and touched that master.
         // Conservation is never explained away.
         let g = facts.audit.generation;
+        // A lost acknowledgement must come from a kill: one of the id's acknowledged ops ran
+        // in a loss window and touched the killed master. Any other is an anomaly (a sale
+        // applied twice looks the same as a forgotten one).
+        let by_seq: BTreeMap<usize, &Op> = ops.iter().map(|o| (o.seq, o)).collect();
+        for (rid, seqs) in &lost {
+            let from_a_kill = seqs.iter().any(|q| {
+                by_seq
+                    .get(q)
+                    .is_some_and(|o| windows.iter().any(|w| w.touches(o, &facts, g)))
+            });
+            if !from_a_kill {
+                anomalies.push(Violation {
+                    check: C2,
+                    class: "acknowledged sale lost outside every failover's loss window",
+                    text: format!("{rid}: acknowledged by ops {seqs:?}, not in the store"),
+                    rids: vec![rid.clone()],
+                    users: Vec::new(),
+                    window: None,
+                });
+            }
+        }
         let touched: Vec<&Op> = ops
             .iter()
-            .filter(|o| {
-                lost.contains_key(&o.rid) || windows.iter().any(|w| w.touches(o, &facts, g))
-            })
+            .filter(|o| windows.iter().any(|w| w.touches(o, &facts, g)))
             .collect();
         let rids: BTreeSet<&str> = touched.iter().map(|o| o.rid.as_str()).collect();
         let users: BTreeSet<&str> = touched.iter().map(|o| o.user.as_str()).collect();

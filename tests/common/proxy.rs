@@ -58,11 +58,13 @@ impl Proxy {
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let st = st.clone();
+                // The epoch at accept: a connection made during a cut is cut at its heal, even
+                // when its upstream connect finishes after it.
+                let epoch = st.epoch.load(Ordering::SeqCst);
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                         return;
                     };
-                    let epoch = st.epoch.load(Ordering::SeqCst);
                     let _ = client.set_nodelay(true);
                     let _ = server.set_nodelay(true);
                     let (cr, cw) = client.into_split();

@@ -177,6 +177,11 @@ fn outcome(answer: Answer, ok: impl FnOnce(&Value) -> Option<Val>, gone: Option<
             Some(g) => Out::Ok(g),
             None => Out::Unknown(format!("unexpected {status} {body}")),
         },
+        // "Being loaded" (`NotReady`) never happens in a steady sale: unexpected, as in
+        // process.
+        503 if body.contains("is being loaded") => {
+            Out::Unknown(format!("unexpected {status} {body}"))
+        }
         // Redis errors, a lost lock lease, a request timeout: the engine's infrastructure
         // errors, retryable with the same request id.
         503 => Out::Unknown(format!("{status} {body}")),

@@ -222,7 +222,7 @@ pub struct Run {
     pub fault: Option<Fault>,
     /// Violations this run reports without failing (a fault's documented loss, or a known
     /// open finding).
-    pub tolerated: fn(&Violation) -> bool,
+    pub tolerated: Tolerate,
     /// What the tolerated violations are, for the report.
     pub tolerated_why: &'static str,
 }
@@ -238,9 +238,12 @@ pub struct Outcome {
     pub audit: Audit,
 }
 
+/// Which violations a run reports without failing, judged with the whole history.
+pub type Tolerate = Box<dyn Fn(&Violation, &[Op]) -> bool + Send + Sync>;
+
 /// Admits nothing.
-pub fn none_tolerated(_: &Violation) -> bool {
-    false
+pub fn none_tolerated() -> Tolerate {
+    Box::new(|_, _| false)
 }
 
 struct Ctx {
@@ -717,7 +720,8 @@ pub async fn run(r: Run) -> Outcome {
     let text: String = ops.iter().map(|o| o.line(t0) + "\n").collect();
     let _ = std::fs::write(&dump, text);
     eprintln!("[{name}] full history: {}", dump.display());
-    let (known, violations): (Vec<_>, Vec<_>) = violations.into_iter().partition(r.tolerated);
+    let (known, violations): (Vec<_>, Vec<_>) =
+        violations.into_iter().partition(|x| (r.tolerated)(x, &ops));
     if !known.is_empty() {
         eprintln!(
             "[{name}] TOLERATED ({}; not failing; HISTORY_SEED={seed}): {} violation(s):\n{}{}",
