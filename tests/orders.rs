@@ -674,9 +674,7 @@ async fn a_reload_ends_the_reservations_of_the_generation_the_segment_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_fallback_claim_leaves_one_sold_when_completed_and_none_when_refunded() {
     use shardstock::segments::home;
-    use shardstock::store::{
-        HomeReply, OnShort, ReqArgs, RequestKind, SegAddr, SegmentRole, Store, TakeReply,
-    };
+    use shardstock::store::{HomeReply, OnShort, SegAddr, SegmentRole, Store, TakeReply};
     let redis = RedisServer::start();
     let e = engine(&redis, "t", false).await;
     let lease = e.options().claim_lease;
@@ -700,15 +698,7 @@ async fn an_abandoned_fallback_claim_leaves_one_sold_when_completed_and_none_whe
             shardstock::RequestId::new(rid).unwrap(),
             shardstock::UserId::new(format!("u-{rid}")).unwrap(),
         );
-        let a = ReqArgs {
-            request_id: &r,
-            user: &u,
-            qty,
-            ttl_ms: e.options().request_ttl.as_millis() as u64,
-            lease_ms: e.options().claim_lease.as_millis() as u64,
-            resv_ttl_ms: 0,
-            kind: RequestKind::Sale,
-        };
+        let a = common::edges::args(e, &r, &u, qty, 0);
         let h = home(&r, 2);
         let st = e.store();
         let c = st

@@ -418,46 +418,8 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
 /// Reads every request record and user record of the SKU's generation.
 pub async fn read_facts(e: &Engine<RedisStore>, admin: &fred::clients::Client, sku: &Sku) -> Facts {
     let audit = e.audit(sku).await.unwrap();
-    let g = audit.generation;
-    let client = admin.clone();
-    let keys = |pattern: String| {
-        let client = client.clone();
-        async move {
-            client
-                .custom::<Vec<String>, String>(fred::cmd!("KEYS"), vec![pattern])
-                .await
-                .unwrap()
-        }
-    };
-    let rq = keys(format!("t:{{{SKU}#*}}:g{g}:rq:*")).await;
-    let us = keys(format!("t:{{{SKU}@*}}:g{g}:user")).await;
-    let all: Vec<String> = rq.iter().chain(us.iter()).cloned().collect();
-    let got: Vec<(String, HashMap<String, String>)> = futures::stream::iter(all)
-        .map(|k| {
-            let client = client.clone();
-            async move {
-                let m: HashMap<String, String> = client.hgetall(&k).await.unwrap();
-                (k, m)
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    let mut records: BTreeMap<String, Vec<HashMap<String, String>>> = BTreeMap::new();
-    let mut users = BTreeMap::new();
-    for (k, m) in got {
-        if let Some((_, rid)) = k.split_once(":rq:") {
-            let seg: usize = k[k.find('#').unwrap() + 1..k.find('}').unwrap()]
-                .parse()
-                .unwrap();
-            records
-                .entry(rid.to_string())
-                .or_insert_with(|| vec![HashMap::new(); SEGMENTS as usize])[seg] = m;
-        } else {
-            let user = k[k.find('@').unwrap() + 1..k.find('}').unwrap()].to_string();
-            users.insert(user, m);
-        }
-    }
+    let (records, users) =
+        read_records(std::slice::from_ref(admin), SKU, audit.generation, SEGMENTS).await;
     Facts {
         segments: SEGMENTS,
         limit: LIMIT,
@@ -465,6 +427,59 @@ pub async fn read_facts(e: &Engine<RedisStore>, admin: &fred::clients::Client, s
         users,
         audit,
     }
+}
+
+/// Request records (by request id, per segment index) and user records (by user) of `sku`'s
+/// generation `g` under prefix `t`, read through every client in `clients` (one node, or
+/// each master of a cluster: each answers for the keys of its own slots). Segment tags may
+/// carry a placement suffix (`{sku#i.k}`).
+pub async fn read_records(
+    clients: &[fred::clients::Client],
+    sku: &str,
+    g: u64,
+    segments: u32,
+) -> (
+    BTreeMap<String, Vec<HashMap<String, String>>>,
+    BTreeMap<String, HashMap<String, String>>,
+) {
+    let mut records: BTreeMap<String, Vec<HashMap<String, String>>> = BTreeMap::new();
+    let mut users = BTreeMap::new();
+    for client in clients {
+        for pattern in [
+            format!("t:{{{sku}#*}}:g{g}:rq:*"),
+            format!("t:{{{sku}@*}}:g{g}:user"),
+        ] {
+            let keys: Vec<String> = client
+                .custom(fred::cmd!("KEYS"), vec![pattern])
+                .await
+                .unwrap();
+            let got: Vec<(String, HashMap<String, String>)> = futures::stream::iter(keys)
+                .map(|k| async move {
+                    let m: HashMap<String, String> = client.hgetall(&k).await.unwrap();
+                    (k, m)
+                })
+                .buffer_unordered(32)
+                .collect()
+                .await;
+            for (k, m) in got {
+                let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
+                if let Some((_, rid)) = k.split_once(":rq:") {
+                    let seg: usize = tag[tag.find('#').unwrap() + 1..]
+                        .split('.')
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    records
+                        .entry(rid.to_string())
+                        .or_insert_with(|| vec![HashMap::new(); segments as usize])[seg] = m;
+                } else {
+                    users.insert(tag[tag.find('@').unwrap() + 1..].to_string(), m);
+                }
+            }
+        }
+    }
+    (records, users)
 }
 
 pub async fn sweep_all(engines: &[Engine<RedisStore>]) {
