@@ -109,6 +109,11 @@ pub struct ReqArgs<'a> {
     pub resv_ttl_ms: u64,
     /// Sale or reservation: records carry it, and a record of the other kind is a conflict.
     pub kind: RequestKind,
+    /// This attempt of the request: a random token per engine call, shared by the background
+    /// task that finishes a dropped call (0: none). The per-user entry remembers the attempts
+    /// in flight, so one that sold nothing never uncounts a twin's units
+    /// ([`UserFinish::Release`]).
+    pub attempt: u64,
 }
 
 /// What [`Store::deduct_home`] does when the home segment is short.
@@ -215,6 +220,10 @@ pub enum UserFinish {
     Reserved,
     /// Nothing was (or will be) sold: the entry goes.
     Void,
+    /// This attempt ([`ReqArgs::attempt`]) sold nothing, but a twin of the request (the same
+    /// id, running at the same time) may still sell: a pending entry goes only when no attempt
+    /// that joined it is left; a sold or reserved entry stays.
+    Release,
 }
 
 /// A storage backend: atomic per-segment steps. See the module docs.

@@ -718,6 +718,7 @@ fn registry() -> Vec<String> {
 fn args<'a>(e: &Engine<RedisStore>, rid: &'a RequestId, user: &'a UserId, qty: u64) -> ReqArgs<'a> {
     let o = e.options();
     ReqArgs {
+        attempt: 0,
         request_id: rid,
         user,
         qty,

@@ -14,7 +14,7 @@ use common::*;
 use futures::FutureExt;
 use futures::future::join_all;
 use shardstock::segments::home;
-use shardstock::store::{HomeReply, OnShort, SealReply, UserClaim};
+use shardstock::store::{HomeReply, OnShort, ReqArgs, SealReply, UserClaim, UserFinish};
 use shardstock::*;
 use std::time::Duration;
 
@@ -464,7 +464,7 @@ async fn twin_voided_entry<S: Store>(e: Engine<S>, tag: &'static str) {
         "[{tag}]"
     );
     // Twin 1 sold nothing and removed the entry.
-    st.user_finish(&s, generation, a, shardstock::store::UserFinish::Void)
+    st.user_finish(&s, generation, a, UserFinish::Void)
         .await
         .unwrap();
     // Twin 2 (paused until now) sells and records it.
@@ -476,7 +476,7 @@ async fn twin_voided_entry<S: Store>(e: Engine<S>, tag: &'static str) {
         matches!(placed, HomeReply::Applied { .. }),
         "[{tag}] {placed:?}"
     );
-    st.user_finish(&s, generation, a, shardstock::store::UserFinish::Sold)
+    st.user_finish(&s, generation, a, UserFinish::Sold)
         .await
         .unwrap();
     let r = e.deduct(&d("twinvoid", "bob", 1, "y1")).await.unwrap();
@@ -497,6 +497,114 @@ async fn review_sold_twin_is_counted_after_its_twin_removed_the_entry() {
             ("memory", twin_voided_entry(m, "memory").boxed()),
             ("redis", twin_voided_entry(r, "redis").boxed()),
             ("coalesced", twin_voided_entry(c, "coalesced").boxed()),
+        ],
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Found by the history suite under connection kills over TLS (user above the limit): twins of
+// one request id ran at once — a dropped call's background finish on one instance, a retry on
+// another. The first sold nothing (shut out by the second's takeover) and removed the shared
+// entry; the second's units went uncounted until its "reserved", and a third request of the user
+// passed the limit in between. Now an attempt that sold nothing only releases itself: the entry
+// stays while another attempt that joined it may still sell, and goes with the last one.
+
+async fn twin_release<S: Store>(e: Engine<S>, tag: &'static str) {
+    let s = sku("twinrel");
+    let generation = e
+        .load(&s, 10, LoadOptions::new(1).per_user_limit(1))
+        .await
+        .unwrap();
+    let (x2, bob) = (rid("x2"), uid("bob"));
+    let st = e.store();
+    let twin = |attempt| ReqArgs {
+        attempt,
+        ..args(&e, &x2, &bob, 1, 0)
+    };
+    let (a, b) = (twin(11), twin(22));
+    assert_eq!(
+        st.user_claim(&s, generation, a, 1, 60_000).await.unwrap(),
+        UserClaim::Ok,
+        "[{tag}]"
+    );
+    assert!(
+        matches!(
+            st.user_claim(&s, generation, b, 1, 60_000).await.unwrap(),
+            UserClaim::Dup { sold: false }
+        ),
+        "[{tag}] the twin joins"
+    );
+    // Twin a sold nothing: it releases itself; twin b is still in flight.
+    st.user_finish(&s, generation, a, UserFinish::Release)
+        .await
+        .unwrap();
+    let r = e.deduct(&d("twinrel", "bob", 1, "y2")).await.unwrap();
+    assert_eq!(
+        r,
+        Deduction::UserBusy,
+        "[{tag}] bob's unit in flight through twin b went uncounted"
+    );
+    // Twin b sells.
+    let placed = st
+        .deduct_home(at(&s, generation, home(&x2, 1)), b, OnShort::Claim)
+        .await
+        .unwrap();
+    assert!(
+        matches!(placed, HomeReply::Applied { .. }),
+        "[{tag}] {placed:?}"
+    );
+    st.user_finish(&s, generation, b, UserFinish::Sold)
+        .await
+        .unwrap();
+    // A late release of a twin that sold nothing leaves a sold entry alone.
+    st.user_finish(&s, generation, a, UserFinish::Release)
+        .await
+        .unwrap();
+    let r = e.deduct(&d("twinrel", "bob", 1, "y3")).await.unwrap();
+    assert_eq!(r, Deduction::LimitReached { limit: 1 }, "[{tag}]");
+
+    // Both twins of another id sell nothing: the entry goes with the last release, and the
+    // user is not locked out.
+    let (x4, ann) = (rid("x4"), uid("ann"));
+    let twin = |attempt| ReqArgs {
+        attempt,
+        ..args(&e, &x4, &ann, 1, 0)
+    };
+    let (a, b) = (twin(33), twin(44));
+    st.user_claim(&s, generation, a, 1, 60_000).await.unwrap();
+    st.user_claim(&s, generation, b, 1, 60_000).await.unwrap();
+    // The same attempt claiming again (a command re-sent by the client) joins once.
+    st.user_claim(&s, generation, b, 1, 60_000).await.unwrap();
+    st.user_finish(&s, generation, b, UserFinish::Release)
+        .await
+        .unwrap();
+    assert_eq!(
+        e.deduct(&d("twinrel", "ann", 1, "y4")).await.unwrap(),
+        Deduction::UserBusy,
+        "[{tag}] twin a still in flight"
+    );
+    st.user_finish(&s, generation, a, UserFinish::Release)
+        .await
+        .unwrap();
+    let r = e.deduct(&d("twinrel", "ann", 1, "y5")).await.unwrap();
+    assert!(
+        matches!(r, Deduction::Applied { .. }),
+        "[{tag}] ann locked out after both twins released: {r:?}"
+    );
+    audit_ok(&e, &s, tag).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_finding_a_twin_that_sold_nothing_never_uncounts_the_other_twin() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three(&srv, quick()).await;
+    run_all(
+        true,
+        vec![
+            ("memory", twin_release(m, "memory").boxed()),
+            ("redis", twin_release(r, "redis").boxed()),
+            ("coalesced", twin_release(c, "coalesced").boxed()),
         ],
     )
     .await;

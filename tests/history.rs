@@ -407,6 +407,7 @@ async fn released_claim_retried<S: shardstock::store::Store>(e: Engine<S>) {
     }
     // 1. Claimed at home (epoch 1, home short), then abandoned: a dead holder.
     let args = ReqArgs {
+        attempt: 0,
         request_id: &r,
         user: &u,
         qty: 2,

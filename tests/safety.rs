@@ -355,6 +355,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     let at = |index| SegAddr::new(&s, generation, index);
     let qty = 2;
     let args = ReqArgs {
+        attempt: 0,
         request_id: &rid,
         user: &user,
         qty,
@@ -367,6 +368,7 @@ async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
     // Empty the home with a one-unit request routed there explicitly.
     let filler = RequestId::new("filler").unwrap();
     let fa = ReqArgs {
+        attempt: 0,
         request_id: &filler,
         user: &user,
         qty: 1,
@@ -491,6 +493,7 @@ async fn duplicate_of_a_live_claim_is_in_flight() {
     let home = shardstock::segments::home(&rid, 2);
     let at = SegAddr::new(&s, generation, home);
     let args = ReqArgs {
+        attempt: 0,
         request_id: &rid,
         user: &user,
         qty: 2,

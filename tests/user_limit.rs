@@ -158,6 +158,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
     let claim = |rid: &'static str, user: &'static str| async move {
         let (r, u) = (RequestId::new(rid).unwrap(), UserId::new(user).unwrap());
         let args = ReqArgs {
+            attempt: 0,
             request_id: &r,
             user: &u,
             qty: 1,
@@ -210,6 +211,7 @@ async fn dead_claimer<S: Store>(e: Engine<S>) {
         UserId::new("dee").unwrap(),
     );
     let args = ReqArgs {
+        attempt: 0,
         request_id: &r,
         user: &u,
         qty: 1,

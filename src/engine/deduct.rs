@@ -109,9 +109,15 @@ impl<S: Store> Engine<S> {
     ) -> Result<(Deduction, u64)> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
         let (mut stale, mut restarts) = (0, 0);
+        // One token for the whole call (restarts included): the per-user entry counts this
+        // call as one attempt, whatever twins of its request id run elsewhere.
+        let token = fastrand::u64(1..);
         loop {
             let layout = self.layout(&req.sku).await?;
-            let a = self.attempt(&layout, req, intent).traced(trace);
+            let a = self
+                .attempt(&layout, req, intent)
+                .traced(trace)
+                .token(token);
             let flow = if layout.user_limit > 0 {
                 self.guarded(&a).await?
             } else {

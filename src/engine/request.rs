@@ -100,6 +100,12 @@ impl<'a> Attempt<'a> {
         }
     }
 
+    /// This attempt, known to the per-user record as `token` ([`ReqArgs::attempt`]).
+    pub(super) fn token(mut self, token: u64) -> Self {
+        self.args.attempt = token;
+        self
+    }
+
     /// Counts a segment script that could take units (for metrics).
     pub(super) fn tried(&self) {
         if let Some(t) = self.trace {
@@ -193,6 +199,7 @@ impl<S: Store> Engine<S> {
             lease_ms: opts.claim_lease.as_millis() as u64,
             resv_ttl_ms: hold_ms,
             kind: intent.kind(),
+            attempt: 0,
         }
     }
 }

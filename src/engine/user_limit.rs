@@ -36,14 +36,16 @@ impl<S: Store> Drop for PendingEntry<'_, S> {
             return; // no runtime (shutting down): the entry is verified when it lingers
         };
         let a = self.attempt;
-        let (engine, l, req, intent) = (
+        let (engine, l, req, intent, token) = (
             self.engine.clone(),
             Arc::clone(a.layout),
             a.req.clone(),
             a.intent,
+            a.args.attempt,
         );
         rt.spawn(async move {
-            let a = engine.attempt(&l, &req, intent);
+            // The same attempt, carried on: it released nothing and joins nothing new.
+            let a = engine.attempt(&l, &req, intent).token(token);
             if let Err(e) = Box::pin(engine.user_counted(&a)).await {
                 tracing::warn!(error = %e, request_id = %req.request_id,
                     "finishing a dropped call failed; its per-user entry is verified when it lingers");
@@ -223,12 +225,13 @@ impl<S: Store> Engine<S> {
                 Some(UserFinish::Reserved)
             }
             Done(Deduction::Applied { .. } | Deduction::Replayed { .. }) => Some(UserFinish::Sold),
+            // This attempt sold nothing; a twin of the request id may still sell (user_claim.lua).
             Done(
                 Deduction::SoldOut
                 | Deduction::Insufficient { .. }
                 | Deduction::TooLargeToHold { .. },
             )
-            | Refused(_) => Some(UserFinish::Void),
+            | Refused(_) => Some(UserFinish::Release),
             // In flight, restarted or stale: the entry stays pending (verified if it lingers).
             _ => None,
         };

@@ -23,9 +23,21 @@
 -- ARGV[4]  claim_ttl_ms   after this a Pending entry may be verified (> 0)
 -- ARGV[5]  record_ttl_ms  lifetime of the user record (> 0)
 -- ARGV[6]  kind      's' (a sale) | 'r' (a reservation)
+-- ARGV[7]  attempt   this call's attempt token (decimal; "0": none)
 --
--- Entry value: "<qty>:<P|R|S>:<expiry ms, server clock>:<s|r>" (Pending, Reserved, Sold; the
--- request's kind). Entries written before kinds existed have no kind and are sales.
+-- Entry value: "<qty>:<P|R|S>:<expiry ms, server clock>:<s|r>[:<attempt>.<attempt>...]"
+-- (Pending, Reserved, Sold; the request's kind; while Pending, the attempts of the request that
+-- joined it and have not released it). Entries written before kinds existed have no kind and
+-- are sales; entries without attempts are released by any attempt.
+--
+-- Why attempts: the same request id may run twice at once (a client re-send through another
+-- instance, or the background finish of a dropped call next to a retry). One twin may sell
+-- nothing (shut out by the other's takeover, sold out) while the other sells. If the first
+-- removed the entry, the user's record would not count the second's units until it marks them,
+-- and a concurrent request of the user could pass the limit in between. So a twin that joins a
+-- pending entry adds its attempt (and extends the expiry: it is in flight), and a twin that
+-- sold nothing only removes its own attempt (user_finish.lua "release"); the entry goes when no
+-- attempt is left, and an attempt that died is covered by the verification after expiry.
 -- Reply: {"ok"} | {"dup", state} (this request id is already counted) | {"mismatch", field}
 --        (qty or kind differ) | {"limit", used, stale, final, fresh} where stale =
 --          "rid:qty:state:kind,..." Pending entries past expiry and Reserved entries, final =
@@ -37,21 +49,33 @@ local limit = posint('limit', ARGV[3])
 local claim_ttl = posint('claim_ttl_ms', ARGV[4])
 posint('record_ttl_ms', ARGV[5])
 local kind = kindarg('kind', ARGV[6])
+local attempt = ARGV[7]
+if type(attempt) ~= 'string' or not string.match(attempt, '^%d+$') or #attempt > 20 then bad('attempt') end
 
--- "<qty>:<state>:<expiry>[:<kind>]" -> qty, state, expiry, kind
+-- "<qty>:<state>:<expiry>[:<kind>[:<attempts>]]" -> qty, state, expiry, kind, attempts
 local function entry(v)
-  local q, state, exp, k = string.match(v, '^(%d+):(%a):(%d+):?(%a?)$')
+  local q, state, exp, k, att = string.match(v, '^(%d+):(%a):(%d+):?(%a?):?([%d.]*)$')
   if k == '' then k = 's' end
-  return tonumber(q), state, tonumber(exp), k
+  return tonumber(q), state, tonumber(exp), k, att
 end
 
 local now = now_ms()
 local field = 'r:' .. rid
 local mine = redis.call('HGET', KEYS[1], field)
 if mine then
-  local q, state, _, k = entry(mine)
+  local q, state, exp, k, att = entry(mine)
   if q ~= qty then return { 'mismatch', 'qty' } end
   if k ~= kind then return { 'mismatch', 'kind' } end
+  if state == 'P' and attempt ~= '0' then
+    -- A twin joins: its attempt counts, and the entry is not verified while it runs.
+    local joined = false
+    for a in string.gmatch(att, '[^.]+') do
+      if a == attempt then joined = true end
+    end
+    if not joined then att = (att == '' and attempt) or (att .. '.' .. attempt) end
+    if now + claim_ttl > exp then exp = now + claim_ttl end
+    redis.call('HSET', KEYS[1], field, ARGV[2] .. ':P:' .. int(exp) .. ':' .. kind .. ':' .. att)
+  end
   return { 'dup', state }
 end
 
@@ -72,6 +96,7 @@ end
 if used + qty > limit then
   return { 'limit', used, table.concat(stale, ','), final, fresh }
 end
-redis.call('HSET', KEYS[1], field, ARGV[2] .. ':P:' .. int(now + claim_ttl) .. ':' .. kind)
+local att = (attempt == '0' and '') or attempt
+redis.call('HSET', KEYS[1], field, ARGV[2] .. ':P:' .. int(now + claim_ttl) .. ':' .. kind .. ':' .. att)
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return { 'ok' }

@@ -291,6 +291,12 @@ impl Store for MemoryStore {
             }
             return Ok(());
         }
+        if how == UserFinish::Release {
+            if let Some(mut rec) = self.inner.users.get_mut(&key) {
+                rec.release(req.request_id, req.attempt);
+            }
+            return Ok(());
+        }
         let mut rec = self.inner.users.entry(key).or_default();
         rec.finish(&req, how, Instant::now());
         Ok(())

@@ -43,6 +43,7 @@ pub fn args<'a, S: Store>(
     resv_ttl_ms: u64,
 ) -> ReqArgs<'a> {
     ReqArgs {
+        attempt: 0,
         request_id,
         user,
         qty,

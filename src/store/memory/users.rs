@@ -16,13 +16,15 @@ enum EntryState {
 }
 
 /// One counted request of a user (an entry of user_claim.lua's user record).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Entry {
     qty: u64,
     state: EntryState,
     /// Pending: when it may be verified.
     until: Instant,
     kind: RequestKind,
+    /// Pending: the attempts that joined it and have not released it (user_claim.lua).
+    attempts: Vec<u64>,
 }
 
 /// A user's counted requests by request id.
@@ -39,12 +41,19 @@ impl UserRecord {
         now: Instant,
     ) -> UserClaim {
         let entries = &mut self.0;
-        if let Some(e) = entries.get(req.request_id) {
+        if let Some(e) = entries.get_mut(req.request_id) {
             return if e.qty != req.qty {
                 UserClaim::Mismatch("qty")
             } else if e.kind != req.kind {
                 UserClaim::Mismatch("kind")
             } else {
+                if e.state == EntryState::Pending && req.attempt != 0 {
+                    // A twin joins (see user_claim.lua).
+                    if !e.attempts.contains(&req.attempt) {
+                        e.attempts.push(req.attempt);
+                    }
+                    e.until = e.until.max(now + ms(claim_ttl_ms));
+                }
                 UserClaim::Dup {
                     sold: e.state == EntryState::Sold,
                 }
@@ -83,6 +92,11 @@ impl UserRecord {
                 state: EntryState::Pending,
                 until: now + ms(claim_ttl_ms),
                 kind: req.kind,
+                attempts: if req.attempt == 0 {
+                    Vec::new()
+                } else {
+                    vec![req.attempt]
+                },
             },
         );
         UserClaim::Ok
@@ -91,6 +105,19 @@ impl UserRecord {
     /// user_finish.lua "void": removes `rid`'s entry.
     pub(super) fn remove(&mut self, rid: &RequestId) {
         self.0.remove(rid);
+    }
+
+    /// user_finish.lua "release": `attempt` sold nothing; a pending entry goes when no attempt
+    /// of its request is left.
+    pub(super) fn release(&mut self, rid: &RequestId, attempt: u64) {
+        let Some(e) = self.0.get_mut(rid) else { return };
+        if e.state != EntryState::Pending {
+            return; // a twin sold or reserved: it counts
+        }
+        e.attempts.retain(|a| *a != attempt);
+        if e.attempts.is_empty() {
+            self.0.remove(rid);
+        }
     }
 
     /// user_finish.lua "sold" / "reserved": writes `req`'s entry, even when it is missing (see
@@ -108,6 +135,7 @@ impl UserRecord {
                 state,
                 until: now,
                 kind: req.kind,
+                attempts: Vec::new(),
             },
         );
     }

@@ -52,7 +52,7 @@
 //! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
 //! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
 //! | decrement token `<segment key>:dt:<nonce>` | `decr-compensate` only: a decrement given back once |
-//! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P\|R\|S>:<expiry ms>:<s\|r>` |
+//! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P\|R\|S>:<expiry ms>:<s\|r>[:<attempt>.…]` (a pending entry's attempts in flight) |
 //! | outbox stream `<prefix>:{<sku>#<i>}:out` (all generations) | one entry per change of a request's units: `kind` (`sold`, `reserved`, `confirmed`, `cancelled`, `expired`), `rid`, `sku`, `user`, `units`, `parts`, `gen`; appended by deduct, deduct_batch, settle (applied), reserve_end and the prelude's reclaim (`emit`); consumer groups per order service |
 //! | dead letters `<prefix>:{<sku>#<i>}:dead` | an outbox entry's fields plus `origin` (its id), `group`, `deliveries`, `reason` (outbox_dead) |
 //! | failure reasons `<prefix>:{<sku>#<i>}:why` | hash: outbox entry id → the handler's last error |

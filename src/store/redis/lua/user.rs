@@ -44,6 +44,7 @@ impl Call for UserClaim<'_> {
             self.claim_ttl_ms,
             req.ttl_ms,
             req.kind.code(),
+            req.attempt,
         ];
         (keys, args)
     }
@@ -106,17 +107,25 @@ impl Call for UserFinish<'_> {
             How::Sold => "sold",
             How::Reserved => "reserved",
             How::Void => "void",
+            How::Release => "release",
         };
         let req = &self.req;
         let keys = vec![self.users.record(req.user)];
-        let args = argv![req.request_id, action, req.qty, req.kind.code(), req.ttl_ms];
+        let args = argv![
+            req.request_id,
+            action,
+            req.qty,
+            req.kind.code(),
+            req.ttl_ms,
+            req.attempt
+        ];
         (keys, args)
     }
 
     fn decode(&self, reply: Value) -> Result<()> {
         let r = Reply::parse(reply, Self::SCRIPT)?;
         match r.tag() {
-            "ok" | "absent" => Ok(()),
+            "ok" | "absent" | "kept" => Ok(()),
             _ => Err(r.bad()),
         }
     }

@@ -44,6 +44,7 @@ impl<S: Store> World<S> {
         };
         let opts = eng.options();
         let args = ReqArgs {
+            attempt: 0,
             request_id: &d.request_id,
             user: &d.user,
             qty,
