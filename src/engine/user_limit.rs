@@ -230,8 +230,9 @@ impl<S: Store> Engine<S> {
                 Deduction::SoldOut
                 | Deduction::Insufficient { .. }
                 | Deduction::TooLargeToHold { .. },
-            )
-            | Refused(_) => Some(UserFinish::Release),
+            ) => Some(UserFinish::Release),
+            // The request id is another request's, or sealed: no twin of this request can sell.
+            Refused(_) => Some(UserFinish::Void),
             // In flight, restarted or stale: the entry stays pending (verified if it lingers).
             _ => None,
         };

@@ -35,9 +35,9 @@
 -- nothing (shut out by the other's takeover, sold out) while the other sells. If the first
 -- removed the entry, the user's record would not count the second's units until it marks them,
 -- and a concurrent request of the user could pass the limit in between. So a twin that joins a
--- pending entry adds its attempt (and extends the expiry: it is in flight), and a twin that
--- sold nothing only removes its own attempt (user_finish.lua "release"); the entry goes when no
--- attempt is left, and an attempt that died is covered by the verification after expiry.
+-- pending entry adds its attempt, and a twin that sold nothing only removes its own attempt
+-- (user_finish.lua "release"); the entry goes when no attempt is left, and an attempt that died
+-- is covered by the verification after expiry.
 -- Reply: {"ok"} | {"dup", state} (this request id is already counted) | {"mismatch", field}
 --        (qty or kind differ) | {"limit", used, stale, final, fresh} where stale =
 --          "rid:qty:state:kind,..." Pending entries past expiry and Reserved entries, final =
@@ -67,14 +67,17 @@ if mine then
   if q ~= qty then return { 'mismatch', 'qty' } end
   if k ~= kind then return { 'mismatch', 'kind' } end
   if state == 'P' and attempt ~= '0' then
-    -- A twin joins: its attempt counts, and the entry is not verified while it runs.
+    -- A twin joins: its attempt counts. The expiry stays: past it the entry is verified at the
+    -- request's home (seal.lua), which a twin in flight survives (a live claim is left alone;
+    -- otherwise the twin finds its id sealed and sells nothing).
     local joined = false
     for a in string.gmatch(att, '[^.]+') do
       if a == attempt then joined = true end
     end
-    if not joined then att = (att == '' and attempt) or (att .. '.' .. attempt) end
-    if now + claim_ttl > exp then exp = now + claim_ttl end
-    redis.call('HSET', KEYS[1], field, ARGV[2] .. ':P:' .. int(exp) .. ':' .. kind .. ':' .. att)
+    if not joined then
+      att = (att == '' and attempt) or (att .. '.' .. attempt)
+      redis.call('HSET', KEYS[1], field, ARGV[2] .. ':P:' .. int(exp) .. ':' .. kind .. ':' .. att)
+    end
   end
   return { 'dup', state }
 end

@@ -52,7 +52,6 @@ impl UserRecord {
                     if !e.attempts.contains(&req.attempt) {
                         e.attempts.push(req.attempt);
                     }
-                    e.until = e.until.max(now + ms(claim_ttl_ms));
                 }
                 UserClaim::Dup {
                     sold: e.state == EntryState::Sold,
