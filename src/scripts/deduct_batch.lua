@@ -41,22 +41,28 @@ local lease = posint('lease_ms', ARGV[4])
 local n = posint('n', ARGV[5])
 if n > 1000 or #KEYS ~= n + 4 or #ARGV ~= 5 + 4 * n then bad('n') end
 
+local pre = records_base(KEYS[1], gen) .. ':rq:'
+-- Each distinct qty, reservation TTL and user text is checked once per call.
+local okq, okr, oku = {}, {}, {}
 local function parse(j)
   local b = 5 + 4 * (j - 1)
-  local r = { rk = KEYS[4 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
-    fence_token = 0 }
-  r.u = ident('user', ARGV[b + 1])
-  r.q = ARGV[b + 2]
-  r.qty = posint('qty', r.q)
-  r.claim = ARGV[b + 3]
-  if r.claim ~= '0' and r.claim ~= '1' then bad('claim') end
-  r.resv_ttl = uint('resv_ttl_ms', ARGV[b + 4])
-  r.k = r.resv_ttl > 0 and 'r' or 's'
-  return r
+  local rk = KEYS[4 + j]
+  local rid = record_id(pre, rk)
+  local u, q, claim, rt = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  if not oku[u] then oku[u] = ident('user', u) end
+  local qty = okq[q]
+  if not qty then qty = posint('qty', q); okq[q] = qty end
+  if claim ~= '0' and claim ~= '1' then bad('claim') end
+  local resv_ttl = okr[rt]
+  if not resv_ttl then resv_ttl = uint('resv_ttl_ms', rt); okr[rt] = resv_ttl end
+  -- One constructor with every field decide() sets: the table is sized once.
+  return { rk = rk, rid = rid, u = u, q = q, qty = qty, claim = claim, resv_ttl = resv_ttl,
+    k = resv_ttl > 0 and 'r' or 's', j = j, s = false, parts = false, e = false, l = false }
 end
 
-local out = {}
-local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4])
+local out, rs = {}, {}
+local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4],
+  { index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua', fence_token = 0 })
 for j = 1, n do
   local ok, r = pcall(parse, j)
   if not ok then
@@ -64,8 +70,12 @@ for j = 1, n do
   elseif not st then
     out[j] = { 'stale', other }
   else
-    out[j] = decide(st, KEYS[1], r)
+    rs[#rs + 1] = r
   end
 end
-if st then commit(st, KEYS[1], KEYS[2], KEYS[3]) end
+if st then
+  prefetch(st, rs)
+  for _, r in ipairs(rs) do out[r.j] = decide(st, KEYS[1], r) end
+  commit(st, KEYS[1], KEYS[2], KEYS[3])
+end
 return out

@@ -123,6 +123,8 @@ scripts! {
     Deduct "deduct" after ["deduct_core.lua"],
     /// Many deductions bound for one segment (request coalescing).
     DeductBatch "deduct_batch" after ["deduct_core.lua"],
+    /// Reads one request record, full or compact (read only).
+    Record "record",
     /// A part of a claimed request at one segment.
     Take "take",
     /// Ends a fallback claim.
@@ -271,6 +273,7 @@ impl Script {
         !matches!(
             self,
             Script::Held
+                | Script::Record
                 | Script::ClaimsDue
                 | Script::OutboxLag
                 | Script::OutboxTrim
