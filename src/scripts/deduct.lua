@@ -77,5 +77,6 @@ local r = { rk = KEYS[2], rid = rid, u = user, qty = qty, q = ARGV[3], claim = c
   resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' }
 prefetch(st, { r })
 local reply = decide(st, KEYS[1], r)
+if type(reply) == 'number' then reply = { 'applied', reply } end
 commit(st, KEYS[1], KEYS[3], KEYS[4])
 return reply

@@ -24,8 +24,9 @@
 -- ARGV[5+4(j-1)+1..4]    request j: user, qty, claim ("0"|"1"), resv_ttl_ms — meanings as
 --                        in deduct.lua, mode "lua" (check the stock here)
 --
--- Reply: an array of n replies, reply j for request j, each one of deduct.lua's replies
--- ({"applied", stock_after}, {"short", stock, epoch}, {"replay", parts}, {"pending", epoch,
+-- Reply: an array of n replies, reply j for request j: an integer, the stock after it, for a
+-- request applied (deduct.lua's {"applied", stock_after}; the bare number spares a nested
+-- reply per sale), otherwise one of deduct.lua's replies ({"short", stock, epoch}, {"replay", parts}, {"pending", epoch,
 -- lease_left_ms}, {"mismatch", field}, {"stale", gen_or_missing}, {"sealed"}) or
 --   {"bad", "ERR shardstock bad argument: <name>"}   request j's arguments were refused; nothing
 --                                                    was written for it (the others still ran)

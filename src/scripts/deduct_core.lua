@@ -72,9 +72,9 @@ local function prefetch(st, rs)
       end
     end
   end
-  st.width = compact_width(st.base)
+  st.width, st.wlast = compact_width(st.base)
   if st.width then
-    local found = compact_find(st.base, st.width, rids, st.now)
+    local found = compact_find(st.base, st.width, st.wlast, rids, st.now)
     for _, r in ipairs(rs) do
       local e = found[r.rid]
       if e and not st.full[r.rk] then st.pre[r.rk] = compact_record(e, st.index) end
@@ -87,7 +87,9 @@ local function clock(st)
   return st.now
 end
 
--- Phase 1 for one request. Returns its reply; queues its write in st.acts.
+-- Phase 1 for one request. Returns its reply — for a request applied, only the stock after it
+-- (a number; deduct.lua answers {"applied", stock}, deduct_batch.lua the bare integer) —
+-- and queues its write in st.acts.
 -- `r` = { rk, u (user), qty (number), q (canonical qty string), index (string), ttl_s
 -- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence_token, resv_ttl,
 -- k (kind: 'r' when resv_ttl > 0, else 's') }.
@@ -125,7 +127,7 @@ local function decide(st, seg, r)
     r.s = 'A'
     st.fresh[r.rk] = r
     st.acts[#st.acts + 1] = r
-    return { 'applied', st.stock }
+    return st.stock -- {'applied', st.stock}: the callers wrap it (see applied())
   end
 
   if r.claim == '1' then
@@ -174,10 +176,14 @@ local function commit(st, seg, zkey, ckey)
   end
   if #compact > 0 then
     local w = math.floor(st.now / width)
-    local left = int((w + 2) * width - st.now) -- the window outlives its entries (ttl <= width)
     local wkey = st.base .. ':rw:' .. int(width) .. ':' .. int(w)
     redis.call('HSET', wkey, unpack(compact))
-    redis.call('PEXPIRE', wkey, left)
-    redis.call('SET', st.base .. ':rw', int(width), 'PX', left)
+    if st.wlast ~= w then
+      -- The window's first write: it expires at (w + 2) * W, after every entry in it (ttl <= W),
+      -- and the width key with it (later writes of this window need neither call).
+      local left = int((w + 2) * width - st.now)
+      redis.call('PEXPIRE', wkey, left)
+      redis.call('SET', st.base .. ':rw', int(width) .. ':' .. int(w), 'PX', left)
+    end
   end
 end

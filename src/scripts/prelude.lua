@@ -85,8 +85,8 @@ end
 
 -- Compact sale entries. A sale applied wholly at its home segment (the hot path) is not given
 -- a record key of its own: it is one field of a per-window hash of its segment and generation,
---   <base>:rw            string W: the window width in ms (set by the first writer, kept as long
---                        as any window: expires with the newest one)
+--   <base>:rw            string "<W>:<w>": the window width in ms (set by the first writer, kept
+--                        as long as any window: expires with the newest one, w)
 --   <base>:rw:<W>:<w>    hash: request id -> "<qty>:<expiry ms>:<user>", entries written while
 --                        floor(now / W) = w; the hash expires at (w + 2) * W
 -- where <base> is the record key's `<prefix>:{<tag>}:g<gen>` and now the server clock. Only a
@@ -101,18 +101,22 @@ local function record_base(rk)
   return string.match(rk, '^(.-}:g%d+):rq:(.+)$')
 end
 
--- The window width in force under `base` (a number), or nil when no compact entry can be live.
+-- The window width in force under `base` (a number) and the newest window written (a number),
+-- or nil when no compact entry can be live.
 local function compact_width(base)
-  local w = redis.call('GET', base .. ':rw')
-  return w and tonumber(w)
+  local v = redis.call('GET', base .. ':rw')
+  if not v then return nil end
+  local width, last = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(width), tonumber(last)
 end
 
 -- The live compact entries of request ids `rids` under `base` at server time `now`, with
--- window width `width`: a table request id -> entry text. Two HMGETs whatever the count.
-local function compact_find(base, width, rids, now)
+-- window width `width` and newest window written `last`: a table request id -> entry text.
+-- At most two HMGETs whatever the count (windows newer than `last` were never written).
+local function compact_find(base, width, last, rids, now)
   local found = {}
   local w = math.floor(now / width)
-  for back = 0, 1 do
+  for back = math.max(0, w - last), 1 do
     local v = redis.call('HMGET', base .. ':rw:' .. int(width) .. ':' .. int(w - back), unpack(rids))
     for i = 1, #rids do
       local e = v[i]
@@ -137,9 +141,10 @@ local function record(key, now)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
     local base, rid = record_base(key)
-    local width = base and compact_width(base)
+    if not base then return nil end
+    local width, last = compact_width(base)
     if not width then return nil end
-    local e = compact_find(base, width, { rid }, now or now_ms())[rid]
+    local e = compact_find(base, width, last, { rid }, now or now_ms())[rid]
     return e and compact_record(e, string.match(key, '{[^#}]*#(%d+)'))
   end
   local r = {}

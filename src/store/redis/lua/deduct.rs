@@ -194,7 +194,13 @@ impl Call for DeductBatch<'_> {
         }
         Ok(replies
             .into_iter()
-            .map(|r| Reply::parse(r, Self::SCRIPT).and_then(|r| home_reply(r, &self.at)))
+            .map(|r| match r {
+                // An applied request: the stock after it, as a bare integer.
+                Value::Integer(stock_after) => Ok(HomeReply::Applied {
+                    stock_after: stock_after.max(0) as u64,
+                }),
+                r => Reply::parse(r, Self::SCRIPT).and_then(|r| home_reply(r, &self.at)),
+            })
             .collect())
     }
 }
