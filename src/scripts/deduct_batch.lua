@@ -63,7 +63,7 @@ end
 
 local out, rs = {}, {}
 local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4],
-  { index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua', fence_token = 0 })
+  { index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua', fence_token = 0, compact = true })
 for j = 1, n do
   local ok, r = pcall(parse, j)
   if not ok then

@@ -20,6 +20,12 @@
 -- redis.call with printf, so the hot path passes the canonical ARGV strings instead; TIME and
 -- the reclaim range query run only when the segment holds reservations.
 
+-- Server time in ms, read at most once per call, and only when needed.
+local function clock(st)
+  if not st.now then st.now = now_ms() end
+  return st.now
+end
+
 -- `<prefix>:{<tag>}:g<gen>`, the base of segment `seg`'s record keys in generation `gen`.
 local function records_base(seg, gen)
   return string.sub(seg, 1, -5) .. ':g' .. gen
@@ -28,12 +34,16 @@ end
 -- The segment state a call starts from, or nil and the reason (other generation / missing).
 -- `gen` is the canonical generation string; `okey` the segment's outbox stream.
 local function open_segment(seg, zkey, gen, okey, call)
-  local v = redis.call('HMGET', seg, 'gen', 'stock', 'reserved', 'out')
+  local v = redis.call('HMGET', seg, 'gen', 'stock', 'reserved', 'out', 'rw')
   if not v[1] then return nil, 'missing' end
   if v[1] ~= gen then return nil, v[1] end
+  -- rw = 1: compact entries were written for this generation (set by the first one; a reload
+  -- of another generation drops it with the hash, load_segment keeps it for the same one).
+  -- Without it, a call reads no window. A compact call (deduct_batch) reads the clock at once.
   local st = { stock = tonumber(v[2]), fresh = {}, pre = {}, full = {}, taken = 0, sold = 0,
-    napplied = 0, acts = {}, now = now_ms(), index = call.index, ttl_s = call.ttl_s,
-    lease = call.lease, mode = call.mode, fence_token = call.fence_token }
+    napplied = 0, acts = {}, index = call.index, ttl_s = call.ttl_s, lease = call.lease,
+    mode = call.mode, fence_token = call.fence_token, compact = call.compact, rw = v[5] == '1' }
+  if st.compact then st.now = now_ms() end
   -- The record keys of this segment and generation: <base>:rq:<request id> (see the prelude).
   st.base = records_base(seg, gen)
   st.ob = outbox(seg, okey)
@@ -41,7 +51,7 @@ local function open_segment(seg, zkey, gen, okey, call)
   outbox_ready(st.ob)
   if v[3] and v[3] ~= '0' then
     -- Only a segment holding reservations can have expired ones to take back.
-    st.stock = st.stock + reclaim(seg, zkey, st.now, st.ob)
+    st.stock = st.stock + reclaim(seg, zkey, clock(st), st.ob)
   end
   return st
 end
@@ -62,7 +72,7 @@ local function prefetch(st, rs)
   if #rs == 0 then return end
   local keys, rids = {}, {}
   for i, r in ipairs(rs) do keys[i], rids[i] = r.rk, r.rid end
-  if redis.call('EXISTS', unpack(keys)) > 0 then
+  if #keys == 1 or redis.call('EXISTS', unpack(keys)) > 0 then
     for _, rk in ipairs(keys) do
       local flat = redis.call('HGETALL', rk)
       if #flat > 0 then
@@ -72,9 +82,9 @@ local function prefetch(st, rs)
       end
     end
   end
-  st.width, st.wlast = compact_width(st.base)
+  if st.rw then st.width, st.wlast = compact_width(st.base) end
   if st.width then
-    local found = compact_find(st.base, st.width, st.wlast, rids, st.now)
+    local found = compact_find(st.base, st.width, st.wlast, rids, clock(st))
     for _, r in ipairs(rs) do
       local e = found[r.rid]
       if e and not st.full[r.rk] then st.pre[r.rk] = compact_record(e, st.index) end
@@ -82,10 +92,6 @@ local function prefetch(st, rs)
   end
 end
 
--- Server time in ms, read once per call (open_segment).
-local function clock(st)
-  return st.now
-end
 
 -- Phase 1 for one request. Returns its reply — for a request applied, only the stock after it
 -- (a number; deduct.lua answers {"applied", stock}, deduct_batch.lua the bare integer) —
@@ -154,7 +160,7 @@ local function commit(st, seg, zkey, ckey)
   local width = st.width or ttl
   local compact, exp = {}, nil
   for _, r in ipairs(st.acts) do
-    if r.s == 'A' and r.resv_ttl == 0 and not st.full[r.rk] and ttl <= width then
+    if st.compact and r.s == 'A' and r.resv_ttl == 0 and not st.full[r.rk] and ttl <= width then
       exp = exp or int(st.now + ttl)
       compact[#compact + 1] = r.rid
       compact[#compact + 1] = r.q .. ':' .. exp .. ':' .. r.u
@@ -178,6 +184,7 @@ local function commit(st, seg, zkey, ckey)
     local w = math.floor(st.now / width)
     local wkey = st.base .. ':rw:' .. int(width) .. ':' .. int(w)
     redis.call('HSET', wkey, unpack(compact))
+    if not st.rw then redis.call('HSET', seg, 'rw', '1') end
     if st.wlast ~= w then
       -- The window's first write: it expires at (w + 2) * W, after every entry in it (ttl <= W),
       -- and the width key with it (later writes of this window need neither call).
