@@ -56,27 +56,40 @@ local function parse(j)
   if claim ~= '0' and claim ~= '1' then bad('claim') end
   local resv_ttl = okr[rt]
   if not resv_ttl then resv_ttl = uint('resv_ttl_ms', rt); okr[rt] = resv_ttl end
-  -- One constructor with every field decide() sets: the table is sized once.
-  return { rk = rk, rid = rid, u = u, q = q, qty = qty, claim = claim, resv_ttl = resv_ttl,
-    k = resv_ttl > 0 and 'r' or 's', j = j, s = false, parts = false, e = false, l = false }
+  -- Seven fields and the `s` decide() sets: one table of eight slots (kind 'r' only for a
+  -- reservation; a sale reads as 's'). Claims and reservations grow it, rarely.
+  local r = { rk = rk, rid = rid, u = u, q = q, qty = qty, claim = claim, resv_ttl = resv_ttl,
+    s = false }
+  if resv_ttl > 0 then r.k = 'r' end
+  return r
 end
 
-local out, rs = {}, {}
+local out, rs, js = {}, {}, {}
 local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4],
   { index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua', fence_token = 0, compact = true })
-for j = 1, n do
-  local ok, r = pcall(parse, j)
-  if not ok then
-    out[j] = { 'bad', type(r) == 'table' and r.err or tostring(r) }
-  elseif not st then
-    out[j] = { 'stale', other }
-  else
-    rs[#rs + 1] = r
+-- Every request parsed under one pcall; only when one is refused, each under its own.
+local all_ok = pcall(function()
+  for j = 1, n do rs[j] = parse(j) end
+end)
+if all_ok and st then
+  for j = 1, n do js[j] = j end
+else
+  rs = {}
+  for j = 1, n do
+    local ok, r = pcall(parse, j)
+    if not ok then
+      out[j] = { 'bad', type(r) == 'table' and r.err or tostring(r) }
+    elseif not st then
+      out[j] = { 'stale', other }
+    else
+      local i = #rs + 1
+      rs[i], js[i] = r, j
+    end
   end
 end
 if st then
   prefetch(st, rs)
-  for _, r in ipairs(rs) do out[r.j] = decide(st, KEYS[1], r) end
+  for i, r in ipairs(rs) do out[js[i]] = decide(st, KEYS[1], r) end
   commit(st, KEYS[1], KEYS[2], KEYS[3])
 end
 return out

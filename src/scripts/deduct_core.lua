@@ -96,9 +96,9 @@ end
 -- Phase 1 for one request. Returns its reply — for a request applied, only the stock after it
 -- (a number; deduct.lua answers {"applied", stock}, deduct_batch.lua the bare integer) —
 -- and queues its write in st.acts.
--- `r` = { rk, u (user), qty (number), q (canonical qty string), index (string), ttl_s
--- (canonical string), lease, claim ("0"|"1"), mode ("lua"|"claim"|"fenced"), fence_token, resv_ttl,
--- k (kind: 'r' when resv_ttl > 0, else 's') }.
+-- `r` = { rk, rid (request id), u (user), qty (number), q (canonical qty string), claim
+-- ("0"|"1"), resv_ttl, k (kind: 'r' when resv_ttl > 0; nil or 's' for a sale) }; the call's
+-- index, ttl_s, lease, mode ("lua"|"claim"|"fenced") and fence_token are in `st`.
 -- Once decided, `r` itself becomes the fresh record (fields s, u, q, parts / e, l as in a
 -- stored record) and the queued write: no further tables per request. Writing over a
 -- released claim ('F', which holds only s, u, q, e, k) needs no DEL: every write sets them all.
@@ -109,7 +109,7 @@ local function decide(st, seg, r)
   local past = 0
   if rec and rec.s == 'F' then past, rec = tonumber(rec.e), nil end
   if rec then
-    local f = conflict(rec, r.u, r.qty, r.k)
+    local f = conflict(rec, r.u, r.qty, r.k or 's')
     if f then return { 'mismatch', f } end
     if rec.s == 'A' then return { 'replay', rec.parts or st.index .. ':' .. rec.q } end
     if rec.s == 'X' then return { 'sealed' } end
@@ -167,7 +167,7 @@ local function commit(st, seg, zkey, ckey)
       if st.ob.on then emit(st.ob, 'sold', r.rk, r.u, r.q, st.index .. ':' .. r.q) end
     elseif r.s == 'A' then
       r.parts = st.index .. ':' .. r.q
-      redis.call('HSET', r.rk, 's', 'A', 'u', r.u, 'q', r.q, 'e', '0', 'parts', r.parts, 'k', r.k)
+      redis.call('HSET', r.rk, 's', 'A', 'u', r.u, 'q', r.q, 'e', '0', 'parts', r.parts, 'k', r.k or 's')
       redis.call('PEXPIRE', r.rk, st.ttl_s)
       if r.resv_ttl > 0 then
         hold(seg, zkey, r.rk, r.qty, clock(st), r.resv_ttl, tonumber(st.ttl_s))
@@ -175,7 +175,7 @@ local function commit(st, seg, zkey, ckey)
       if st.ob.on then emit(st.ob, r.resv_ttl > 0 and 'reserved' or 'sold', r.rk, r.u, r.q, r.parts) end
     else
       redis.call('HSET', r.rk, 's', 'P', 'u', r.u, 'q', r.q, 'e', r.e, 'l', int(r.l), 'hp', '0',
-        'k', r.k, 'o', st.ob.on and '1' or '0')
+        'k', r.k or 's', 'o', st.ob.on and '1' or '0')
       redis.call('PEXPIRE', r.rk, st.ttl_s)
       redis.call('ZADD', ckey, int(r.l), r.rk)
     end
