@@ -461,13 +461,7 @@ pub async fn read_records(
             .await
             .unwrap();
         for k in windows {
-            let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
-            let seg: usize = tag[tag.find('#').unwrap() + 1..]
-                .split('.')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
+            let seg = segment_of(&k);
             let m: HashMap<String, String> = client.hgetall(&k).await.unwrap();
             for (rid, e) in m {
                 let mut it = e.splitn(3, ':');
@@ -507,12 +501,7 @@ pub async fn read_records(
             for (k, m) in got {
                 let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
                 if let Some((_, rid)) = k.split_once(":rq:") {
-                    let seg: usize = tag[tag.find('#').unwrap() + 1..]
-                        .split('.')
-                        .next()
-                        .unwrap()
-                        .parse()
-                        .unwrap();
+                    let seg = segment_of(&k);
                     records
                         .entry(rid.to_string())
                         .or_insert_with(|| vec![HashMap::new(); segments as usize])[seg] = m;
@@ -523,6 +512,17 @@ pub async fn read_records(
         }
     }
     (records, users)
+}
+
+/// The segment index in a key's hash tag (`{sku#i}` or, placed, `{sku#i.k}`).
+fn segment_of(key: &str) -> usize {
+    let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
+    tag[tag.find('#').unwrap() + 1..]
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 pub async fn sweep_all(engines: &[Engine<RedisStore>]) {
