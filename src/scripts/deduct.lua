@@ -61,7 +61,6 @@ local mode = ARGV[8]
 if mode ~= 'lua' and mode ~= 'claim' and mode ~= 'fenced' and mode ~= 'decr' then bad('mode') end
 local fence_token = uint('fence_token', ARGV[9])
 local resv_ttl = uint('resv_ttl_ms', ARGV[10])
-local rid = record_id(records_base(KEYS[1], gen) .. ':rq:', KEYS[2])
 
 if mode == 'decr' then
   -- decr-compensate: give the caller's decrement back (once, see give_back_once) and decide
@@ -73,7 +72,7 @@ end
 local st, other = open_segment(KEYS[1], KEYS[3], gen, KEYS[5],
   { index = ARGV[4], ttl_s = ARGV[5], lease = lease, mode = mode, fence_token = fence_token })
 if not st then return { 'stale', other } end
-local r = { rk = KEYS[2], rid = rid, u = user, qty = qty, q = ARGV[3], claim = claim,
+local r = { rk = KEYS[2], u = user, qty = qty, q = ARGV[3], claim = claim,
   resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' }
 prefetch(st, { r })
 local reply = decide(st, KEYS[1], r)

@@ -45,7 +45,8 @@ local function open_segment(seg, zkey, gen, okey, call)
     mode = call.mode, fence_token = call.fence_token, compact = call.compact, rw = v[5] == '1' }
   if st.compact then st.now = now_ms() end
   -- The record keys of this segment and generation: <base>:rq:<request id> (see the prelude).
-  st.base = records_base(seg, gen)
+  st.base = st.compact and records_base(seg, gen)
+  st.seg, st.gen = seg, gen
   st.ob = outbox(seg, okey)
   st.ob.on = v[4] == '1'
   outbox_ready(st.ob)
@@ -70,8 +71,10 @@ end
 -- st.pre[rk] = the record (table) or nil; st.full[rk] = true when a full record key exists.
 local function prefetch(st, rs)
   if #rs == 0 then return end
-  local keys, rids = {}, {}
-  for i, r in ipairs(rs) do keys[i], rids[i] = r.rk, r.rid end
+  local keys = { rs[1].rk }
+  if #rs > 1 then
+    for i, r in ipairs(rs) do keys[i] = r.rk end
+  end
   if #keys == 1 or redis.call('EXISTS', unpack(keys)) > 0 then
     for _, rk in ipairs(keys) do
       local flat = redis.call('HGETALL', rk)
@@ -82,7 +85,17 @@ local function prefetch(st, rs)
       end
     end
   end
-  if st.rw then st.width, st.wlast = compact_width(st.base) end
+  if not st.rw then return end
+  -- Compact entries exist for this generation: look the ids up (deduct.lua's request names
+  -- its id here, from its record key, checked against this segment's; nothing of the request
+  -- is written before).
+  if not st.base then st.base = records_base(st.seg, st.gen) end
+  local rids = {}
+  for i, r in ipairs(rs) do
+    if not r.rid then r.rid = record_id(st.base .. ':rq:', r.rk) end
+    rids[i] = r.rid
+  end
+  st.width, st.wlast = compact_width(st.base)
   if st.width then
     local found = compact_find(st.base, st.width, st.wlast, rids, clock(st))
     for _, r in ipairs(rs) do
@@ -156,11 +169,11 @@ local function commit(st, seg, zkey, ckey)
     if st.sold > 0 then redis.call('HINCRBY', seg, 'sold', st.sold == st.taken and one or int(st.sold)) end
   end
   -- A sale applied here over no full record, with a TTL the windows cover: a compact entry.
-  local ttl = tonumber(st.ttl_s)
+  local ttl = st.compact and tonumber(st.ttl_s)
   local width = st.width or ttl
-  local compact, exp = {}, nil
+  local compact, exp = st.compact and {}, nil
   for _, r in ipairs(st.acts) do
-    if st.compact and r.s == 'A' and r.resv_ttl == 0 and not st.full[r.rk] and ttl <= width then
+    if compact and r.s == 'A' and r.resv_ttl == 0 and not st.full[r.rk] and ttl <= width then
       exp = exp or int(st.now + ttl)
       compact[#compact + 1] = r.rid
       compact[#compact + 1] = r.q .. ':' .. exp .. ':' .. r.u
@@ -180,7 +193,7 @@ local function commit(st, seg, zkey, ckey)
       redis.call('ZADD', ckey, int(r.l), r.rk)
     end
   end
-  if #compact > 0 then
+  if compact and #compact > 0 then
     local w = math.floor(st.now / width)
     local wkey = st.base .. ':rw:' .. int(width) .. ':' .. int(w)
     redis.call('HSET', wkey, unpack(compact))
