@@ -212,7 +212,7 @@ fn not_loaded<T>(r: &Result<T>) -> bool {
 /// calls whose outcome is unknown may have left, and that expire by themselves: the per-user
 /// record of a user with such a call (a `user_claim`/`user_finish` re-sent by the client after
 /// the reconnect; a call also settles its user's other entries, see `verify_stale`), the
-/// request record of such a call, a lock with its lease. Anything else — a segment hash, SKU
+/// request record (or compact entry) of such a call, a lock with its lease. Anything else — a segment hash, SKU
 /// metadata, a restock record, a key without expiry — is an anomaly.
 fn leftovers(srv: &RedisServer, t: &Tally) -> (Vec<String>, Vec<String>) {
     let (mut justified, mut anomalies) = (Vec::new(), Vec::new());
@@ -232,6 +232,13 @@ fn leftovers(srv: &RedisServer, t: &Tally) -> (Vec<String>, Vec<String>) {
                 t.unknown_users.contains(tag)
             } else if let Some((_, id)) = key.split_once(":rq:") {
                 t.unknown_ids.contains(id)
+            } else if key.contains(":rw:") && ty == "hash" {
+                // A window of compact entries (sales applied at home): field = request id.
+                let ids = srv.cli(&["HKEYS", key]);
+                ids.lines()
+                    .all(|id| id.is_empty() || t.unknown_ids.contains(id))
+            } else if key.ends_with(":rw") {
+                true // the window width, expiring with the newest window
             } else {
                 key.ends_with(":lock")
             };

@@ -69,10 +69,13 @@ if mode == 'decr' then
   give_back_once(KEYS[1], KEYS[6], ARGV[3], ARGV[5])
   mode = 'lua'
 end
-local st, other = open_segment(KEYS[1], KEYS[3], gen, KEYS[5])
+local st, other = open_segment(KEYS[1], KEYS[3], gen, KEYS[5],
+  { index = ARGV[4], ttl_s = ARGV[5], lease = lease, mode = mode, fence_token = fence_token })
 if not st then return { 'stale', other } end
-local reply = decide(st, KEYS[1], { rk = KEYS[2], u = user, qty = qty, q = ARGV[3],
-  index = ARGV[4], ttl_s = ARGV[5], lease = lease, claim = claim, mode = mode,
-  fence_token = fence_token, resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' })
+local r = { rk = KEYS[2], u = user, qty = qty, q = ARGV[3], claim = claim,
+  resv_ttl = resv_ttl, k = resv_ttl > 0 and 'r' or 's' }
+prefetch(st, { r })
+local reply = decide(st, KEYS[1], r)
+if type(reply) == 'number' then reply = { 'applied', reply } end
 commit(st, KEYS[1], KEYS[3], KEYS[4])
 return reply

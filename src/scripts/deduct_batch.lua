@@ -24,8 +24,9 @@
 -- ARGV[5+4(j-1)+1..4]    request j: user, qty, claim ("0"|"1"), resv_ttl_ms — meanings as
 --                        in deduct.lua, mode "lua" (check the stock here)
 --
--- Reply: an array of n replies, reply j for request j, each one of deduct.lua's replies
--- ({"applied", stock_after}, {"short", stock, epoch}, {"replay", parts}, {"pending", epoch,
+-- Reply: an array of n replies, reply j for request j: an integer, the stock after it, for a
+-- request applied (deduct.lua's {"applied", stock_after}; the bare number spares a nested
+-- reply per sale), otherwise one of deduct.lua's replies ({"short", stock, epoch}, {"replay", parts}, {"pending", epoch,
 -- lease_left_ms}, {"mismatch", field}, {"stale", gen_or_missing}, {"sealed"}) or
 --   {"bad", "ERR shardstock bad argument: <name>"}   request j's arguments were refused; nothing
 --                                                    was written for it (the others still ran)
@@ -41,31 +42,54 @@ local lease = posint('lease_ms', ARGV[4])
 local n = posint('n', ARGV[5])
 if n > 1000 or #KEYS ~= n + 4 or #ARGV ~= 5 + 4 * n then bad('n') end
 
+local pre = records_base(KEYS[1], gen) .. ':rq:'
+-- Each distinct qty, reservation TTL and user text is checked once per call.
+local okq, okr, oku = {}, {}, {}
 local function parse(j)
   local b = 5 + 4 * (j - 1)
-  local r = { rk = KEYS[4 + j], index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua',
-    fence_token = 0 }
-  r.u = ident('user', ARGV[b + 1])
-  r.q = ARGV[b + 2]
-  r.qty = posint('qty', r.q)
-  r.claim = ARGV[b + 3]
-  if r.claim ~= '0' and r.claim ~= '1' then bad('claim') end
-  r.resv_ttl = uint('resv_ttl_ms', ARGV[b + 4])
-  r.k = r.resv_ttl > 0 and 'r' or 's'
+  local rk = KEYS[4 + j]
+  local rid = record_id(pre, rk)
+  local u, q, claim, rt = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  if not oku[u] then oku[u] = ident('user', u) end
+  local qty = okq[q]
+  if not qty then qty = posint('qty', q); okq[q] = qty end
+  if claim ~= '0' and claim ~= '1' then bad('claim') end
+  local resv_ttl = okr[rt]
+  if not resv_ttl then resv_ttl = uint('resv_ttl_ms', rt); okr[rt] = resv_ttl end
+  -- Seven fields and the `s` decide() sets: one table of eight slots (kind 'r' only for a
+  -- reservation; a sale reads as 's'). Claims and reservations grow it, rarely.
+  local r = { rk = rk, rid = rid, u = u, q = q, qty = qty, claim = claim, resv_ttl = resv_ttl,
+    s = false }
+  if resv_ttl > 0 then r.k = 'r' end
   return r
 end
 
-local out = {}
-local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4])
-for j = 1, n do
-  local ok, r = pcall(parse, j)
-  if not ok then
-    out[j] = { 'bad', type(r) == 'table' and r.err or tostring(r) }
-  elseif not st then
-    out[j] = { 'stale', other }
-  else
-    out[j] = decide(st, KEYS[1], r)
+local out, rs, js = {}, {}, {}
+local st, other = open_segment(KEYS[1], KEYS[2], gen, KEYS[4],
+  { index = index_s, ttl_s = ttl_s, lease = lease, mode = 'lua', fence_token = 0, compact = true })
+-- Every request parsed under one pcall; only when one is refused, each under its own.
+local all_ok = pcall(function()
+  for j = 1, n do rs[j] = parse(j) end
+end)
+if all_ok and st then
+  for j = 1, n do js[j] = j end
+else
+  rs = {}
+  for j = 1, n do
+    local ok, r = pcall(parse, j)
+    if not ok then
+      out[j] = { 'bad', type(r) == 'table' and r.err or tostring(r) }
+    elseif not st then
+      out[j] = { 'stale', other }
+    else
+      local i = #rs + 1
+      rs[i], js[i] = r, j
+    end
   end
 end
-if st then commit(st, KEYS[1], KEYS[2], KEYS[3]) end
+if st then
+  prefetch(st, rs)
+  for i, r in ipairs(rs) do out[js[i]] = decide(st, KEYS[1], r) end
+  commit(st, KEYS[1], KEYS[2], KEYS[3])
+end
 return out

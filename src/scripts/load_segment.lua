@@ -22,10 +22,13 @@ uint('gen', ARGV[1])
 uint('units', ARGV[2])
 if ARGV[3] ~= '0' and ARGV[3] ~= '1' then bad('outbox') end
 uint('old', ARGV[4])
-local cur = redis.call('HGET', KEYS[1], 'gen')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'rw')
+local cur = v[1]
 if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
 if cur and cur ~= ARGV[1] then end_reservations(KEYS[1], ARGV[4], KEYS[2], KEYS[3]) end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2], 'restocked', '0',
   'sold', '0', 'reserved', '0', 'out', ARGV[3])
+-- The same generation written again: its compact entries (deduct_core.lua) stay findable.
+if cur == ARGV[1] and v[2] then redis.call('HSET', KEYS[1], 'rw', v[2]) end
 return { 'ok' }

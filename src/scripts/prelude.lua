@@ -83,10 +83,70 @@ local function segment(key, gen)
   return tonumber(v[2])
 end
 
--- Record fields of a request record as a table (HGETALL flattened).
-local function record(key)
+-- Compact sale entries. A sale applied wholly at its home segment (the hot path) is not given
+-- a record key of its own: it is one field of a per-window hash of its segment and generation,
+--   <base>:rw            string "<W>:<w>": the window width in ms (set by the first writer, kept
+--                        as long as any window: expires with the newest one, w)
+--   <base>:rw:<W>:<w>    hash: request id -> "<qty>:<expiry ms>:<user>", entries written while
+--                        floor(now / W) = w; the hash expires at (w + 2) * W
+-- where <base> is the record key's `<prefix>:{<tag>}:g<gen>` and now the server clock. Only a
+-- call whose record TTL is at most W writes compact entries (others write full records), so an
+-- entry written in window w expires before (w + 2) * W, and a reader finds every live entry in
+-- the current window or the one before. An entry past its expiry reads as absent, exactly like
+-- an expired record key. Everything else (claims, reservations, seals, a sale over a released
+-- claim, fallback parts) keeps its full record key: at most one of the two exists per id.
+
+-- The record key's base (`<prefix>:{<tag>}:g<gen>`) and request id.
+local function record_base(rk)
+  return string.match(rk, '^(.-}:g%d+):rq:(.+)$')
+end
+
+-- The window width in force under `base` (a number) and the newest window written (a number),
+-- or nil when no compact entry can be live.
+local function compact_width(base)
+  local v = redis.call('GET', base .. ':rw')
+  if not v then return nil end
+  local width, last = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(width), tonumber(last)
+end
+
+-- The live compact entries of request ids `rids` under `base` at server time `now`, with
+-- window width `width` and newest window written `last`: a table request id -> entry text.
+-- At most two HMGETs whatever the count (windows newer than `last` were never written).
+local function compact_find(base, width, last, rids, now)
+  local found = {}
+  local w = math.floor(now / width)
+  for back = math.max(0, w - last), 1 do
+    local v = redis.call('HMGET', base .. ':rw:' .. int(width) .. ':' .. int(w - back), unpack(rids))
+    for i = 1, #rids do
+      local e = v[i]
+      if e and not found[rids[i]] then
+        local exp = string.match(e, '^%d+:(%d+):')
+        if tonumber(exp) > now then found[rids[i]] = e end
+      end
+    end
+  end
+  return found
+end
+
+-- A compact entry as the record table a full record would give: an applied sale at home.
+local function compact_record(e, index)
+  local q, u = string.match(e, '^(%d+):%d+:(.*)$')
+  return { s = 'A', u = u, q = q, e = '0', k = 's', parts = index .. ':' .. q }
+end
+
+-- Record fields of request record `key` as a table (HGETALL flattened), or its compact entry
+-- read as the same table (see above), or nil. `now` (server ms) is read when needed.
+local function record(key, now)
   local flat = redis.call('HGETALL', key)
-  if #flat == 0 then return nil end
+  if #flat == 0 then
+    local base, rid = record_base(key)
+    if not base then return nil end
+    local width, last = compact_width(base)
+    if not width then return nil end
+    local e = compact_find(base, width, last, { rid }, now or now_ms())[rid]
+    return e and compact_record(e, string.match(key, '{[^#}]*#(%d+)'))
+  end
   local r = {}
   for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
   return r

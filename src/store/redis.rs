@@ -511,7 +511,8 @@ impl Store for RedisStore {
         futures::future::try_join_all(reads).await
     }
 
-    /// A plain `HGETALL`; the record's `s` letters are tabled in [`lua`]. In durability mode a
+    /// `record.lua` (the record key or its compact entry, read as one); the record's `s`
+    /// letters are tabled in [`lua`]. In durability mode a
     /// record found is waited for like a write: the engine answers replays from it, and the
     /// write it replays may not have reached a replica yet (its own `WAIT` fell short). On
     /// Redis 7.0 any command moves the connection's replication mark to the master's current
@@ -523,8 +524,9 @@ impl Store for RedisStore {
     ) -> Result<Option<HomeRecord>> {
         let key = self.at(home).record(request_id);
         let client = self.conn.pool.next();
-        let flat: std::collections::HashMap<String, String> =
-            moving::follow(|| client.hgetall(&key)).await?;
+        // record.lua: the record key, or the compact entry of a sale applied at home.
+        let read = lua::deduct::RecordRead { key: key.clone() };
+        let flat = lua::run(client, read).await?;
         // 'F': a released claim, the request id is free (settle.lua).
         if flat.is_empty() || flat.get("s").is_some_and(|s| s == "F") {
             return Ok(None);

@@ -26,7 +26,7 @@
 //!
 //! | key (field) | letter | meaning | written by |
 //! |---|---|---|---|
-//! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e` | deduct, deduct_batch, take, settle; the unsafe baselines' write-back (`strategies.rs`) |
+//! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e`; a compact entry (below) reads as `A` | deduct, deduct_batch (a compact entry, or the record key over a released claim / for a reservation / for a TTL above the window width), take, settle; the unsafe baselines' write-back (`strategies.rs`) |
 //! | | `P` | pending fallback claim (home only): epoch `e` (1, or one above an `F`'s), lease end `l`, part taken at home `hp` | deduct, deduct_batch (when short) |
 //! | | `F` | released claim (home only): nothing sold and the request id is free — every script reads it as no record, except that a new claim continues above its epoch `e` (its shut-out markers may still refuse older epochs elsewhere); only `u`, `q`, `k`, `e` (and the claim's `o`) kept | settle (release) |
 //! | | `X` | sealed: the request never applied and never can | seal, settle (seal) |
@@ -46,8 +46,10 @@
 //! | key | fields |
 //! |---|---|
 //! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on) |
-//! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition); `out`: `1` when the generation has the outbox on |
+//! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition); `out`: `1` when the generation has the outbox on; `rw`: `1` once deduct_batch wrote a compact entry of this generation (the hot path reads no window without it; a reload of the same generation keeps it) |
 //! | request record `…:g<gen>:rq:<request id>` (segment's tag) | `s`, `u` (user), `q` (the request's qty), `k`, `e` (claim epoch), `l`, `hp`, `o` (a claim's generation had the outbox on), `parts` (`<segment>:<units>,…`), `p` (part here), `rs`, `rq`, `exp` |
+//! | compact entries: window hash `…:g<gen>:rw:<W>:<w>` (segment's tag) | field = request id, value `<qty>:<expiry ms>:<user>`: a sale applied wholly at its home segment by deduct_batch, read as a request record with `s` = `A`, `k` = `s`, `e` = `0`, `parts` = `<segment>:<qty>`; written while `floor(now / W) = w`, the hash expires at `(w + 2) · W`, an entry past its expiry reads as absent. A compact entry is written only where no record key exists, and every writer of a record key reads first through the prelude's `record` (which finds the entry), so at most one of the two is live per request id; a record key, when there is one, is what is read. Every reader goes through `record` (or `record.lua`) |
+//! | window width `…:g<gen>:rw` | string `<W>:<w>`: the window width (ms; the record TTL of the first compact write) and the newest window written, kept while any window lives; a call with a longer TTL writes full records |
 //! | reservation index `…:g<gen>:resv` | ZSET of request records holding a live reservation, by expiry |
 //! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
 //! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
@@ -123,6 +125,8 @@ scripts! {
     Deduct "deduct" after ["deduct_core.lua"],
     /// Many deductions bound for one segment (request coalescing).
     DeductBatch "deduct_batch" after ["deduct_core.lua"],
+    /// Reads one request record, full or compact (read only).
+    Record "record",
     /// A part of a claimed request at one segment.
     Take "take",
     /// Ends a fallback claim.
@@ -271,6 +275,7 @@ impl Script {
         !matches!(
             self,
             Script::Held
+                | Script::Record
                 | Script::ClaimsDue
                 | Script::OutboxLag
                 | Script::OutboxTrim

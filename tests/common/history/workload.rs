@@ -445,6 +445,43 @@ pub async fn read_records(
     let mut records: BTreeMap<String, Vec<HashMap<String, String>>> = BTreeMap::new();
     let mut users = BTreeMap::new();
     for client in clients {
+        // Compact entries (a sale applied wholly at home: a field of the segment's window
+        // hash `…:g<gen>:rw:<W>:<w>`, `<qty>:<expiry ms>:<user>`), read as the full record
+        // they stand for; one past its expiry is absent, like an expired record key.
+        let now: Vec<String> = client
+            .custom(fred::cmd!("TIME"), Vec::<String>::new())
+            .await
+            .unwrap();
+        let now_ms = now[0].parse::<u64>().unwrap() * 1000 + now[1].parse::<u64>().unwrap() / 1000;
+        let windows: Vec<String> = client
+            .custom(
+                fred::cmd!("KEYS"),
+                vec![format!("t:{{{sku}#*}}:g{g}:rw:*:*")],
+            )
+            .await
+            .unwrap();
+        for k in windows {
+            let seg = segment_of(&k);
+            let m: HashMap<String, String> = client.hgetall(&k).await.unwrap();
+            for (rid, e) in m {
+                let mut it = e.splitn(3, ':');
+                let (q, exp, user) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+                if exp.parse::<u64>().unwrap() <= now_ms {
+                    continue;
+                }
+                let rec = HashMap::from([
+                    ("s".to_string(), "A".to_string()),
+                    ("u".into(), user.into()),
+                    ("q".into(), q.into()),
+                    ("e".into(), "0".into()),
+                    ("k".into(), "s".into()),
+                    ("parts".into(), format!("{seg}:{q}")),
+                ]);
+                records
+                    .entry(rid)
+                    .or_insert_with(|| vec![HashMap::new(); segments as usize])[seg] = rec;
+            }
+        }
         for pattern in [
             format!("t:{{{sku}#*}}:g{g}:rq:*"),
             format!("t:{{{sku}@*}}:g{g}:user"),
@@ -464,12 +501,7 @@ pub async fn read_records(
             for (k, m) in got {
                 let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
                 if let Some((_, rid)) = k.split_once(":rq:") {
-                    let seg: usize = tag[tag.find('#').unwrap() + 1..]
-                        .split('.')
-                        .next()
-                        .unwrap()
-                        .parse()
-                        .unwrap();
+                    let seg = segment_of(&k);
                     records
                         .entry(rid.to_string())
                         .or_insert_with(|| vec![HashMap::new(); segments as usize])[seg] = m;
@@ -480,6 +512,17 @@ pub async fn read_records(
         }
     }
     (records, users)
+}
+
+/// The segment index in a key's hash tag (`{sku#i}` or, placed, `{sku#i.k}`).
+fn segment_of(key: &str) -> usize {
+    let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
+    tag[tag.find('#').unwrap() + 1..]
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 pub async fn sweep_all(engines: &[Engine<RedisStore>]) {

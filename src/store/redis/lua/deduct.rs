@@ -1,4 +1,5 @@
-//! Calls that take stock: `deduct.lua`, `deduct_batch.lua`, `take.lua`, `refund.lua`.
+//! Calls that take stock: `deduct.lua`, `deduct_batch.lua`, `take.lua`, `refund.lua`; and
+//! `record.lua`, the read of one request record (full or compact).
 
 use super::{Call, Reply, Script, SegmentKeys, argv, flag};
 use crate::error::{Error, Result};
@@ -193,7 +194,13 @@ impl Call for DeductBatch<'_> {
         }
         Ok(replies
             .into_iter()
-            .map(|r| Reply::parse(r, Self::SCRIPT).and_then(|r| home_reply(r, &self.at)))
+            .map(|r| match r {
+                // An applied request: the stock after it, as a bare integer.
+                Value::Integer(stock_after) => Ok(HomeReply::Applied {
+                    stock_after: stock_after.max(0) as u64,
+                }),
+                r => Reply::parse(r, Self::SCRIPT).and_then(|r| home_reply(r, &self.at)),
+            })
             .collect())
     }
 }
@@ -285,5 +292,27 @@ impl Call for Refund<'_> {
             "stale" => Ok(0),
             _ => Err(r.bad()),
         }
+    }
+}
+
+/// `record.lua`: one request record's fields (empty when there is none), whether it is kept as
+/// a key of its own or as a compact entry of its segment's windows.
+pub(crate) struct RecordRead {
+    /// The record key (`SegmentKeys::record`).
+    pub(crate) key: String,
+}
+
+impl Call for RecordRead {
+    const SCRIPT: Script = Script::Record;
+    type Output = std::collections::HashMap<String, String>;
+
+    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+        (vec![std::mem::take(&mut self.key)], Vec::new())
+    }
+
+    fn decode(&self, reply: Value) -> Result<Self::Output> {
+        reply
+            .convert()
+            .map_err(|e| Error::Protocol(format!("record.lua reply: {e}")))
     }
 }
