@@ -139,3 +139,56 @@ async fn replay_found_across_a_window_boundary_and_free_after_the_ttl() {
     window_boundary(&srv, &coalesced, &coalesced, "b").await;
     window_boundary(&srv, &coalesced, &plain, "s").await;
 }
+
+/// Found by review: the lookup read the windows at the server clock's, so a clock that stepped
+/// back (a failover to a replica whose clock lags the old master's) missed the entries written
+/// in the newest window, and a replay sold again; the next write then lowered the newest-window
+/// mark. Simulated by moving a written window one ahead of the clock, as the old master would
+/// have left it: replays (coalesced and not) must find it, and later writes go into it.
+#[tokio::test]
+async fn entries_written_ahead_of_the_clock_are_found_and_never_written_below() {
+    let srv = RedisServer::start();
+    let long = || Engine::builder().request_ttl(Duration::from_secs(600));
+    let coalesced = coalesced_engine(&srv, long(), Coalescing::default(), "k").await;
+    let plain = prefixed_engine(&srv, long(), "k").await;
+    let s = "ahead";
+    coalesced
+        .load(&sku(s), 100, LoadOptions::new(1).per_user_limit(0))
+        .await
+        .unwrap();
+    let first = coalesced.deduct(&d(s, "ann", 1, "x1")).await.unwrap();
+    assert_eq!(first.units_applied(), 1, "{first:?}");
+    let width_key = srv.cli(&["KEYS", "k:{ahead#0}:g*:rw"]).trim().to_string();
+    let mark = srv.cli(&["GET", &width_key]).trim().to_string();
+    let (w, last) = mark.split_once(':').expect("width:last");
+    let last: u64 = last.parse().unwrap();
+    let window = |n: u64| format!("{width_key}:{w}:{n}");
+    assert_eq!(srv.cli(&["HEXISTS", &window(last), "x1"]).trim(), "1");
+    // The old master's clock ran one window ahead.
+    srv.cli(&["RENAME", &window(last), &window(last + 1)]);
+    srv.cli(&["SET", &width_key, &format!("{w}:{}", last + 1), "KEEPTTL"]);
+    let before = coalesced.audit(&sku(s)).await.unwrap();
+    for (name, e) in [("coalesced", &coalesced), ("plain", &plain)] {
+        let r = e.deduct(&d(s, "ann", 1, "x1")).await.unwrap();
+        assert!(
+            matches!(r, Deduction::Replayed { .. }),
+            "[{name}] an entry in the newest window, ahead of the clock, was missed: {r:?}"
+        );
+    }
+    let after = coalesced.audit(&sku(s)).await.unwrap();
+    assert_eq!(
+        (after.sold, after.remaining),
+        (before.sold, before.remaining)
+    );
+    // A new sale goes into the newest window, and the mark is not lowered.
+    let second = coalesced.deduct(&d(s, "bob", 1, "x2")).await.unwrap();
+    assert_eq!(second.units_applied(), 1, "{second:?}");
+    assert_eq!(
+        srv.cli(&["GET", &width_key]).trim(),
+        format!("{w}:{}", last + 1),
+        "the newest-window mark was lowered"
+    );
+    assert_eq!(srv.cli(&["HEXISTS", &window(last + 1), "x2"]).trim(), "1");
+    let r = plain.deduct(&d(s, "bob", 1, "x2")).await.unwrap();
+    assert!(matches!(r, Deduction::Replayed { .. }), "{r:?}");
+}

@@ -194,7 +194,10 @@ local function commit(st, seg, zkey, ckey)
     end
   end
   if compact and #compact > 0 then
+    -- Never below the newest window written: readers look there first (compact_find), even
+    -- when the server clock stepped back.
     local w = math.floor(st.now / width)
+    if st.wlast and st.wlast > w then w = st.wlast end
     local wkey = st.base .. ':rw:' .. int(width) .. ':' .. int(w)
     redis.call('HSET', wkey, unpack(compact))
     if not st.rw then redis.call('HSET', seg, 'rw', '1') end

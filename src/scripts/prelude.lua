@@ -116,8 +116,12 @@ end
 local function compact_find(base, width, last, rids, now)
   local found = {}
   local w = math.floor(now / width)
-  for back = math.max(0, w - last), 1 do
-    local v = redis.call('HMGET', base .. ':rw:' .. int(width) .. ':' .. int(w - back), unpack(rids))
+  -- Windows `last` and the one before, never one ahead of `last` (never written) nor two or
+  -- more behind the clock (expired). Read from `last`, not from the clock: writes never go below
+  -- `last` (commit), so a clock that stepped back (a failover to a lagging replica) still finds
+  -- every entry written in the last TTL.
+  for win = last, math.max(last - 1, w - 1), -1 do
+    local v = redis.call('HMGET', base .. ':rw:' .. int(width) .. ':' .. int(win), unpack(rids))
     for i = 1, #rids do
       local e = v[i]
       if e and not found[rids[i]] then

@@ -8,6 +8,9 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  request record <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
+-- KEYS[2]  the segment hash (same tag; read by nothing here). Declared so that while Redis
+--          Cluster moves the slot, a call meets TRYAGAIN (keys split between the nodes) instead
+--          of running on the importing node, where window keys not yet moved read as missing.
 --
 -- Reply: the record's fields and values, flattened like HGETALL (empty: no record).
 local rec = record(KEYS[1])

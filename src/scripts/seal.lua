@@ -4,6 +4,8 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  request record at the home segment   <prefix>:{<sku>#<home>}:g<gen>:rq:<request id>
+-- KEYS[2]  the home segment hash (not read: declared so a slot move answers TRYAGAIN rather
+--          than run where the compact entries have not arrived yet; see record.lua)
 -- ARGV[1]  user
 -- ARGV[2]  qty
 -- ARGV[3]  ttl_ms   lifetime of the seal (the request TTL)

@@ -8,6 +8,7 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  request record at the segment   <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
+-- KEYS[2]  the segment hash (not read: declared for slot moves, see record.lua)
 -- ARGV[1]  epoch    the new holder's epoch
 -- ARGV[2]  user
 -- ARGV[3]  qty

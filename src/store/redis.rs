@@ -522,10 +522,14 @@ impl Store for RedisStore {
         home: SegAddr<'_>,
         request_id: &RequestId,
     ) -> Result<Option<HomeRecord>> {
-        let key = self.at(home).record(request_id);
+        let at = self.at(home);
+        let key = at.record(request_id);
         let client = self.conn.pool.next();
         // record.lua: the record key, or the compact entry of a sale applied at home.
-        let read = lua::deduct::RecordRead { key: key.clone() };
+        let read = lua::deduct::RecordRead {
+            key: key.clone(),
+            segment: at.segment(),
+        };
         let flat = lua::run(client, read).await?;
         // 'F': a released claim, the request id is free (settle.lua).
         if flat.is_empty() || flat.get("s").is_some_and(|s| s == "F") {

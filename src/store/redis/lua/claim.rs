@@ -62,7 +62,8 @@ impl Call for ShutOut<'_> {
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let req = &self.req;
-        let keys = vec![self.at.record(req.request_id)];
+        // The segment hash too: see record.lua (slot moves).
+        let keys = vec![self.at.record(req.request_id), self.at.segment()];
         let args = argv![self.epoch, req.user, req.qty, req.ttl_ms, req.kind.code()];
         (keys, args)
     }
@@ -128,7 +129,8 @@ impl Call for Seal<'_> {
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let req = &self.req;
-        let keys = vec![self.home.record(req.request_id)];
+        // The segment hash too: see record.lua (slot moves).
+        let keys = vec![self.home.record(req.request_id), self.home.segment()];
         let args = argv![req.user, req.qty, req.ttl_ms, req.kind.code()];
         (keys, args)
     }

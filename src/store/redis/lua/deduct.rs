@@ -300,6 +300,8 @@ impl Call for Refund<'_> {
 pub(crate) struct RecordRead {
     /// The record key (`SegmentKeys::record`).
     pub(crate) key: String,
+    /// The segment hash (`SegmentKeys::segment`): declared for slot moves (see record.lua).
+    pub(crate) segment: String,
 }
 
 impl Call for RecordRead {
@@ -307,7 +309,13 @@ impl Call for RecordRead {
     type Output = std::collections::HashMap<String, String>;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        (vec![std::mem::take(&mut self.key)], Vec::new())
+        (
+            vec![
+                std::mem::take(&mut self.key),
+                std::mem::take(&mut self.segment),
+            ],
+            Vec::new(),
+        )
     }
 
     fn decode(&self, reply: Value) -> Result<Self::Output> {
