@@ -927,6 +927,13 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
                 .units_applied(),
             1
         );
+        // At the limit: before refusing, the engine reads the request's home record in case
+        // it is a retry of one that applied (record).
+        let refused = sell(&plain, "limited", "h", 1, "next2").await;
+        assert!(
+            matches!(refused, Deduction::LimitReached { limit: 1 }),
+            "{refused:?}"
+        );
 
         // The lock strategies: fence_read on the cluster; lock_renew (a critical section
         // longer than a renewal period) and lock_release on the cluster for `lock`, on the
