@@ -64,15 +64,17 @@ cat src/scripts/prelude.lua src/scripts/deduct_core.lua src/scripts/deduct.lua >
 SHA=$("${CLI[@]}" -x SCRIPT LOAD < "$DIR/deduct.lua")
 SEG='ceil:{ceiling#0}:seg'
 # Exactly the fields load_segment.lua writes, generation 1, stock far beyond the call count.
-"${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 >/dev/null
+"${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
 # Sanity: one call must apply.
-probe=$("${CLI[@]}" EVALSHA "$SHA" 3 "$SEG" 'ceil:{ceiling#0}:g1:rq:probe' 'ceil:{ceiling#0}:g1:resv' \
+probe=$("${CLI[@]}" EVALSHA "$SHA" 5 "$SEG" 'ceil:{ceiling#0}:g1:rq:probe' 'ceil:{ceiling#0}:g1:resv' \
+  'ceil:{ceiling#0}:g1:claims' 'ceil:{ceiling#0}:out' \
   1 u1 1 0 600000 5000 1 lua 0 0 | head -1)
 [ "$probe" = applied ] || { echo "deduct script probe answered '$probe', not 'applied'"; exit 1; }
-# KEYS: segment, request record (random id per call), reservation index.
+# KEYS: segment, request record (random id per call), reservation index, claim index, outbox.
 # ARGV: gen user qty index ttl_ms lease_ms claim mode fence resv_ttl_ms
 CEIL_CSV=$(redis-benchmark -p "$PORT" -c 50 -P 64 -n "$CEILING_REQUESTS" -r 100000000000 --csv \
-  EVALSHA "$SHA" 3 "$SEG" 'ceil:{ceiling#0}:g1:rq:__rand_int__' 'ceil:{ceiling#0}:g1:resv' \
+  EVALSHA "$SHA" 5 "$SEG" 'ceil:{ceiling#0}:g1:rq:__rand_int__' 'ceil:{ceiling#0}:g1:resv' \
+  'ceil:{ceiling#0}:g1:claims' 'ceil:{ceiling#0}:out' \
   1 u1 1 0 600000 5000 1 lua 0 0)
 SOLD=$("${CLI[@]}" HGET "$SEG" sold)
 # Time spent inside Redis per script call (where the ceiling comes from).
