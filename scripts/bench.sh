@@ -116,8 +116,9 @@ print(sum(int(m.group(1)) for line in sys.stdin
 # --- the peer: the bare script through fred ---------------------------------------------------
 RESULTS="$DIR/results.jsonl"
 add_row() { # json name conc redis_usec
-  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["_name"]=sys.argv[2]; d["_conc"]=int(sys.argv[3]); d["_usec"]=None if sys.argv[4]=="-" else int(sys.argv[4]); print(json.dumps(d))' \
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["_name"]=sys.argv[2]; d["_conc"]=int(sys.argv[3]); d["_usec"]=None if sys.argv[4]=="-" else int(sys.argv[4]); d.setdefault("segments", 1); print(json.dumps(d))' \
     "$1" "$2" "$3" "$4" >> "$RESULTS"
+  echo "bench.sh: $2 ${segments:-1} seg $3 tasks done after ${SECONDS}s" >&2
 }
 for conc in 64 256; do
   requests=$(python3 -c "print(int(300000 * $SCALE))")
