@@ -426,13 +426,7 @@ impl Locker {
         loop {
             if let Some(validity) = self.backend.try_lock(key, &token, self.opts.lease).await? {
                 pending.armed = false;
-                self.stats.acquired.fetch_add(1, Relaxed);
-                let waited = start.elapsed();
-                self.stats
-                    .wait_us
-                    .fetch_add(waited.as_micros() as u64, Relaxed);
-                metrics::counter!(metric_names::ACQUIRED).increment(1);
-                metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
+                self.waited(start, &self.stats.acquired, metric_names::ACQUIRED);
                 return Ok(Some(self.guard(key, token, validity, place)));
             }
             self.stats.contended.fetch_add(1, Relaxed);
@@ -451,14 +445,19 @@ impl Locker {
 
     /// Counts an acquisition that gave up after the wait.
     fn timed_out(&self, start: Instant) -> Option<LockGuard> {
-        self.stats.timeouts.fetch_add(1, Relaxed);
+        self.waited(start, &self.stats.timeouts, metric_names::TIMEOUTS);
+        None
+    }
+
+    /// Counts an acquisition's end (`count`, metric `counter`) and the time it waited.
+    fn waited(&self, start: Instant, count: &AtomicU64, counter: &'static str) {
+        count.fetch_add(1, Relaxed);
         let waited = start.elapsed();
         self.stats
             .wait_us
             .fetch_add(waited.as_micros() as u64, Relaxed);
-        metrics::counter!(metric_names::TIMEOUTS).increment(1);
+        metrics::counter!(counter).increment(1);
         metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
-        None
     }
 
     fn guard(&self, key: &str, token: String, validity: Duration, place: Place) -> LockGuard {
