@@ -1,29 +1,52 @@
 #!/usr/bin/env bash
-# Throughput against the Redis ceiling, in one run (issue 7).
+# Throughput against the Redis ceiling and against the peers, in one run (issues 7 and 16).
 #
 # 1. Starts its own redis-server on a free loopback port.
 # 2. Measures the ceiling: redis-benchmark running EVALSHA of the single-request deduct script
 #    (src/scripts/prelude.lua + deduct_core.lua + deduct.lua, loaded with SCRIPT LOAD), 50 clients,
 #    pipeline 64, against a segment hash prepared like load_segment.lua does, with a random
 #    request id per call (__rand_int__), so every call is a new one-unit sale, not a replay.
-# 3. Runs `shardstock sim --json` for lua (coalescing off and on) and lock at 1 and 16 segments
-#    and for the embedded store, each with enough requests for a few seconds, never selling out.
-# 4. Prints a Markdown table: throughput, ratio to the ceiling, p50/p99.
+# 3. Peer: the articles' bare check-and-DECRBY script on one key through fred
+#    (examples/bare_script.rs, the engine's client settings), 64 and 256 tasks.
+# 4. Runs `shardstock sim --json` for lua (coalescing off and on) and lock at 1 and 16 segments
+#    and for the embedded store, each with enough requests for a few seconds, never selling out;
+#    then the sold-out storm (16 units, 800k buyers, coalesced, 1 segment, 256 buyers) on Redis
+#    and on the embedded store.
+# 5. Peer: PostgreSQL 15's hot row — a throwaway cluster (initdb in a temp dir, loopback, free
+#    port, fsync default), `pgbench -n -c 64 -j 2 -T 10` of one
+#    `UPDATE stock SET n = n - 1 WHERE id = 1 AND n >= 1`; removed on exit. Installs Debian's
+#    `postgresql` with apt-get when initdb is missing and the script runs as root (else n/a).
+# 6. Prints a Markdown table — throughput, ratio to the ceiling, p50/p99, Redis µs per
+#    deduction (INFO commandstats usec of every command over the row ÷ units sold; ÷
+#    requests for the storm and the bare script), client CPU µs per request (getrusage of the
+#    child) and requests per script call — and every ratio of issue 16 with its target.
 #
 # Usage: scripts/bench.sh [SCALE]   (SCALE multiplies every request count; default 1)
-#        CEILING_REQUESTS=N overrides the redis-benchmark call count (default 1,000,000).
+#        CEILING_REQUESTS=N overrides the redis-benchmark call count (default 1,000,000);
+#        PG_SECONDS=N the pgbench duration (default 10; 0 skips PostgreSQL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE=${1:-1}
 CEILING_REQUESTS=${CEILING_REQUESTS:-1000000}
+PG_SECONDS=${PG_SECONDS:-10}
 for b in redis-server redis-cli redis-benchmark python3; do
   command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }
 done
-cargo build --release --quiet
+cargo build --release --quiet --bins --example bare_script
 BIN=target/release/shardstock
+BARE=target/release/examples/bare_script
 DIR=$(mktemp -d)
 PID=
-cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; rm -rf "$DIR"; }
+PGDATA_DIR=
+PGBIN=
+AS_PG=()
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null
+  if [ -n "$PGDATA_DIR" ]; then
+    "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  rm -rf "$DIR"
+}
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -41,15 +64,17 @@ cat src/scripts/prelude.lua src/scripts/deduct_core.lua src/scripts/deduct.lua >
 SHA=$("${CLI[@]}" -x SCRIPT LOAD < "$DIR/deduct.lua")
 SEG='ceil:{ceiling#0}:seg'
 # Exactly the fields load_segment.lua writes, generation 1, stock far beyond the call count.
-"${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 >/dev/null
+"${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
 # Sanity: one call must apply.
-probe=$("${CLI[@]}" EVALSHA "$SHA" 3 "$SEG" 'ceil:{ceiling#0}:g1:rq:probe' 'ceil:{ceiling#0}:g1:resv' \
+probe=$("${CLI[@]}" EVALSHA "$SHA" 5 "$SEG" 'ceil:{ceiling#0}:g1:rq:probe' 'ceil:{ceiling#0}:g1:resv' \
+  'ceil:{ceiling#0}:g1:claims' 'ceil:{ceiling#0}:out' \
   1 u1 1 0 600000 5000 1 lua 0 0 | head -1)
 [ "$probe" = applied ] || { echo "deduct script probe answered '$probe', not 'applied'"; exit 1; }
-# KEYS: segment, request record (random id per call), reservation index.
+# KEYS: segment, request record (random id per call), reservation index, claim index, outbox.
 # ARGV: gen user qty index ttl_ms lease_ms claim mode fence resv_ttl_ms
 CEIL_CSV=$(redis-benchmark -p "$PORT" -c 50 -P 64 -n "$CEILING_REQUESTS" -r 100000000000 --csv \
-  EVALSHA "$SHA" 3 "$SEG" 'ceil:{ceiling#0}:g1:rq:__rand_int__' 'ceil:{ceiling#0}:g1:resv' \
+  EVALSHA "$SHA" 5 "$SEG" 'ceil:{ceiling#0}:g1:rq:__rand_int__' 'ceil:{ceiling#0}:g1:resv' \
+  'ceil:{ceiling#0}:g1:claims' 'ceil:{ceiling#0}:out' \
   1 u1 1 0 600000 5000 1 lua 0 0)
 SOLD=$("${CLI[@]}" HGET "$SEG" sold)
 # Time spent inside Redis per script call (where the ceiling comes from).
@@ -62,73 +87,213 @@ PY
 )
 "${CLI[@]}" FLUSHALL >/dev/null
 
-# --- the engine -------------------------------------------------------------------------------
-# name strategy segments concurrency requests (before SCALE)
-CONFIGS=(
-  "lua lua 1 64 300000"
-  "lua lua 16 64 300000"
-  "lua lua 1 256 300000"
-  "lua lua 16 256 300000"
-  "lua-coalesced lua 1 64 300000"
-  "lua-coalesced lua 16 64 300000"
-  "lua-coalesced lua 1 256 300000"
-  "lua-coalesced lua 16 256 300000"
-  "lock lock 1 64 15000"
-  "lock lock 16 64 60000"
-  "embedded - 1 64 2000000"
-  "embedded - 16 64 2000000"
-)
+
+# Runs a command whose stdout is one JSON object; prints that object with "_cpu_s" added: the
+# child's user + system CPU seconds (getrusage RUSAGE_CHILDREN delta). Fails as the child fails.
+measure() {
+  python3 -c '
+import json, resource, subprocess, sys
+t = lambda r: r.ru_utime + r.ru_stime
+before = t(resource.getrusage(resource.RUSAGE_CHILDREN))
+p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, text=True)
+cpu = t(resource.getrusage(resource.RUSAGE_CHILDREN)) - before
+if p.returncode != 0:
+    sys.stderr.write(p.stdout)
+    sys.exit(p.returncode)
+d = json.loads(p.stdout)
+d["_cpu_s"] = cpu
+print(json.dumps(d))
+' "$@"
+}
+# Microseconds Redis spent executing commands so far: every command but the bench's own INFO
+# and FLUSHALL (scripts dominate; the storm may answer with plain reads).
+redis_usec() {
+  "${CLI[@]}" INFO commandstats | tr -d '\r' | python3 -c '
+import re, sys
+print(sum(int(m.group(2)) for line in sys.stdin
+          for m in [re.match(r"cmdstat_([a-z_|]+):calls=\d+,usec=(\d+)", line)]
+          if m and m.group(1) not in ("info", "flushall")))'
+}
+
+# --- the peer: the bare script through fred ---------------------------------------------------
 RESULTS="$DIR/results.jsonl"
+add_row() { # json name conc redis_usec
+  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["_name"]=sys.argv[2]; d["_conc"]=int(sys.argv[3]); d["_usec"]=None if sys.argv[4]=="-" else int(sys.argv[4]); d.setdefault("segments", 1); print(json.dumps(d))' \
+    "$1" "$2" "$3" "$4" >> "$RESULTS"
+  echo "bench.sh: $2 ${segments:-1} seg $3 tasks done after ${SECONDS}s" >&2
+}
+for conc in 64 256; do
+  requests=$(python3 -c "print(int(300000 * $SCALE))")
+  u0=$(redis_usec)
+  out=$(measure "$BARE" --url "$URL" --tasks "$conc" --requests "$requests" --key "bare:{$conc}" --json)
+  add_row "$out" bare "$conc" $(($(redis_usec) - u0))
+  "${CLI[@]}" FLUSHALL >/dev/null
+done
+
+# --- the engine -------------------------------------------------------------------------------
+# name strategy segments concurrency requests (before SCALE) stock (- = twice the requests)
+CONFIGS=(
+  "lua lua 1 64 300000 -"
+  "lua lua 16 64 300000 -"
+  "lua lua 1 256 300000 -"
+  "lua lua 16 256 300000 -"
+  "lua-coalesced lua 1 64 300000 -"
+  "lua-coalesced lua 16 64 300000 -"
+  "lua-coalesced lua 1 256 300000 -"
+  "lua-coalesced lua 16 256 300000 -"
+  "lock lock 1 64 15000 -"
+  "lock lock 16 64 60000 -"
+  "storm lua 1 256 800000 16"
+  "embedded - 1 64 2000000 -"
+  "embedded - 16 64 2000000 -"
+  "storm-embedded - 1 256 800000 16"
+)
 for c in "${CONFIGS[@]}"; do
-  read -r name strategy segments conc requests <<<"$c"
+  read -r name strategy segments conc requests stock <<<"$c"
   requests=$(python3 -c "print(int($requests * $SCALE))")
-  args=(sim --sku "bench-$name-$segments-$conc" --stock $((requests * 2)) --segments "$segments"
+  [ "$stock" = - ] && stock=$((requests * 2))
+  args=(sim --sku "bench-$name-$segments-$conc" --stock "$stock" --segments "$segments"
     --users "$requests" --requests "$requests" --concurrency "$conc" --per-user-limit 0 --json)
-  if [ "$name" = embedded ]; then
-    out=$(env -u SHARDSTOCK_STORE__REDIS_URL "$BIN" "${args[@]}")
+  if [ "${name#storm-}" = embedded ]; then
+    out=$(measure env -u SHARDSTOCK_STORE__REDIS_URL "$BIN" "${args[@]}")
+    add_row "$out" "$name" "$conc" -
   else
     coalesce=off
-    [ "$name" = lua-coalesced ] && coalesce=on
-    out=$("$BIN" --redis "$URL" --coalesce "$coalesce" "${args[@]}" --strategy "$strategy")
+    case $name in lua-coalesced | storm) coalesce=on ;; esac
+    u0=$(redis_usec)
+    out=$(measure "$BIN" --redis "$URL" --coalesce "$coalesce" "${args[@]}" --strategy "$strategy")
+    add_row "$out" "$name" "$conc" $(($(redis_usec) - u0))
     "${CLI[@]}" FLUSHALL >/dev/null # records of the last run would only cost memory
   fi
-  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d["_name"]=sys.argv[2]; d["_conc"]=int(sys.argv[3]); print(json.dumps(d))' \
-    "$out" "$name" "$conc" >> "$RESULTS"
 done
+
+# --- the peer: PostgreSQL's hot row -----------------------------------------------------------
+PG="n/a"
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+if [ "$PG_SECONDS" != 0 ] && [ -z "$PGBIN" ] && [ "$(id -u)" = 0 ]; then
+  echo "installing PostgreSQL (apt-get install -y postgresql) for the hot-row peer" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 || true
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+fi
+if [ "$PG_SECONDS" != 0 ] && [ -n "$PGBIN" ] && [ -x "$PGBIN/pgbench" ]; then
+  PGDIR="$DIR/pg"
+  mkdir -p "$PGDIR"
+  if [ "$(id -u)" = 0 ]; then # postgres refuses to run as root
+    AS_PG=(runuser -u postgres --)
+    chmod 755 "$DIR"
+    chown postgres "$PGDIR"
+  fi
+  PGPORT=$(free_port)
+  "${AS_PG[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U postgres -A trust --no-sync >/dev/null
+  PGDATA_DIR="$PGDIR/data"
+  "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w -o \
+    "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDIR" start >/dev/null
+  PSQL=("$PGBIN/psql" -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres)
+  "${PSQL[@]}" -c 'CREATE TABLE stock (id int PRIMARY KEY, n bigint); INSERT INTO stock VALUES (1, 1000000000000)'
+  echo 'UPDATE stock SET n = n - 1 WHERE id = 1 AND n >= 1;' > "$DIR/hot_row.sql"
+  chmod 644 "$DIR/hot_row.sql"
+  PGOUT=$("$PGBIN/pgbench" -n -c 64 -j 2 -T "$PG_SECONDS" -f "$DIR/hot_row.sql" \
+    -h 127.0.0.1 -p "$PGPORT" -U postgres postgres 2>&1)
+  PG=$(grep -m1 '^tps = ' <<<"$PGOUT" | sed -E 's/^tps = ([0-9.]+).*/\1/')
+  PGTX=$(grep -m1 'number of transactions actually processed' <<<"$PGOUT" | sed -E 's/.*: ([0-9]+).*/\1/')
+  PGSOLD=$("${PSQL[@]}" -At -c 'SELECT 1000000000000 - n FROM stock WHERE id = 1')
+  PGVER=$("$PGBIN/postgres" --version | grep -o '[0-9][0-9.]*' | head -1)
+  "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null
+  PGDATA_DIR=
+  python3 -c 'import json,sys; print(json.dumps({"_name":"postgres","_conc":64,"_usec":None,"segments":1,"requests":int(sys.argv[2]),"sold_units":int(sys.argv[3]),"throughput_per_s":float(sys.argv[1]),"_version":sys.argv[4]}))' \
+    "$PG" "${PGTX:-0}" "${PGSOLD:-0}" "$PGVER" >> "$RESULTS"
+fi
 
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 python3 - "$RESULTS" "$CEIL" "$SOLD" "$CEILING_REQUESTS" "${USEC:-?}" "$(date -u '+%Y-%m-%d %H:%M UTC')" \
-  "$(nproc) cores${CPU:+ ($CPU)}, $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release && echo "$PRETTY_NAME"), redis-server $(redis-server --version | grep -o 'v=[^ ]*' | cut -c3-)" <<'PY'
+  "$(nproc) cores${CPU:+ ($CPU)}, $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release && echo "$PRETTY_NAME"), redis-server $(redis-server --version | grep -o 'v=[^ ]*' | cut -c3-)" \
+  "$PG_SECONDS" <<'PY'
 import json, sys
-path, ceil, sold, n, usec, when, machine = sys.argv[1:]
+path, ceil, sold, n, usec, when, machine, pg_seconds = sys.argv[1:]
 ceil = float(ceil)
 rows = [json.loads(l) for l in open(path)]
-print(f"Run {when} on {machine}, loopback; sim, redis-benchmark and redis-server share the cores.\n")
+print(f"Run {when} on {machine}, loopback; every client, redis-benchmark, redis-server and "
+      f"PostgreSQL share the cores.\n")
 print(f"Ceiling: redis-benchmark EVALSHA deduct (prelude + deduct_core + deduct.lua), 50 clients, -P 64, "
       f"{int(n):,} calls, random request id per call: **{ceil:,.0f}/s** ({int(sold):,} units sold by it; "
       f"{usec} µs per call inside Redis by INFO commandstats).\n")
-print("| configuration | segments | concurrency | requests | sold | oversold | audit | throughput | × ceiling | p50 | p99 | requests per script call |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+NAMES = {
+    "bare": "bare script via fred (peer)",
+    "embedded": "embedded (memory)",
+    "storm": "sold-out storm, lua-coalesced",
+    "storm-embedded": "sold-out storm, embedded",
+}
+print("| configuration | segments | concurrency | requests | sold | oversold | audit | throughput "
+      "| × ceiling | p50 | p99 | Redis µs per deduction | client CPU µs per request "
+      "| requests per script call |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def fmt_ms(d, k):
+    return f"{d[k]:.3f} ms" if k in d else "—"
 for d in rows:
-    name = d["_name"] if d["_name"] != "embedded" else "embedded (memory)"
-    audit = "ok" if d["audit_ok"] else "FAILED"
+    name = d["_name"]
+    if name == "postgres":
+        label = f"PostgreSQL {d['_version']} hot row, pgbench (peer)"
+    else:
+        label = NAMES.get(name, name)
+    audit = ("ok" if d["audit_ok"] else "FAILED") if "audit_ok" in d else "—"
     co = d.get("coalescing")
     batch = f"{co['mean_batch']:.1f}" if co else "—"
-    print(f"| {name} | {d['segments']} | {d['_conc']} | {d['requests']:,} | {d['sold_units']:,} | "
-          f"{d['oversold']} | {audit} | {d['throughput_per_s']:,.0f}/s | "
-          f"{d['throughput_per_s'] / ceil:.3f}× | {d['p50_ms']:.3f} ms | {d['p99_ms']:.3f} ms | "
-          f"{batch} |")
-by = {(d["_name"], d["segments"], d["_conc"]): d["throughput_per_s"] for d in rows}
-def r(a, b):
-    return f"{by[a] / by[b]:.2f}×" if a in by and b in by and by[b] else "n/a"
+    storm = name.startswith("storm") or name == "bare"
+    per = d["requests"] if storm else d["sold_units"]
+    rus = f"{d['_usec'] / per:.2f}" if d.get("_usec") is not None and per else "—"
+    cpu = f"{d['_cpu_s'] * 1e6 / d['requests']:.2f}" if "_cpu_s" in d else "—"
+    ovs = d.get("oversold", "—")
+    print(f"| {label} | {d['segments']} | {d['_conc']} | {d['requests']:,} | {d['sold_units']:,} | "
+          f"{ovs} | {audit} | {d['throughput_per_s']:,.0f}/s | "
+          f"{d['throughput_per_s'] / ceil:.3f}× | {fmt_ms(d, 'p50_ms')} | {fmt_ms(d, 'p99_ms')} | "
+          f"{rus} | {cpu} | {batch} |")
+rowof = {(d["_name"], d["segments"], d["_conc"]): d for d in rows}
+by = {k: d["throughput_per_s"] for k, d in rowof.items()}
+def ratio(a, b):
+    return by[a] / by[b] if a in by and b in by and by[b] else None
+def x(v):
+    return f"{v:.2f}×" if v is not None else "n/a"
+def met(v, ok):
+    return "n/a" if v is None else ("met" if ok(v) else "MISSED")
 best_lua = max((v for (k, _, _), v in by.items() if k == "lua"), default=0)
 best_co = max((v for (k, _, _), v in by.items() if k == "lua-coalesced"), default=0)
 emb = max((v for (k, _, _), v in by.items() if k == "embedded"), default=0)
+best_redis = max(best_lua, best_co)
 print()
+print("Issue 16 (every ratio from this run):\n")
+for conc in (64, 256):
+    v = ratio(("lua-coalesced", 1, conc), ("bare", 1, conc))
+    print(f"- lua-coalesced 1 seg / bare script via fred, {conc} tasks: {x(v)} (target ≥ 1.0×: "
+          f"{met(v, lambda v: v >= 1.0)})")
+co = rowof.get(("lua-coalesced", 1, 256))
+if co:
+    rus = co["_usec"] / co["sold_units"] if co["sold_units"] else None
+    cpu = co["_cpu_s"] * 1e6 / co["requests"]
+    print(f"- Redis µs per deduction, lua-coalesced 1 seg 256 buyers (batch "
+          f"{co['coalescing']['mean_batch']:.1f}): {rus:.2f} µs (target ≤ 2 µs: {met(rus, lambda v: v <= 2)})")
+    print(f"- client CPU µs per request, same row: {cpu:.2f} µs (target ≤ 2 µs: {met(cpu, lambda v: v <= 2)})")
+v = ratio(("storm", 1, 256), ("lua-coalesced", 1, 256))
+print(f"- sold-out storm / own sale (lua-coalesced 1 seg 256 buyers): {x(v)} (target ≥ 10×: "
+      f"{met(v, lambda v: v >= 10)})")
+se = by.get(("storm-embedded", 1, 256))
+if se is not None:
+    print(f"- sold-out storm in-process (embedded): {se:,.0f} answers/s (target ≥ 1,000,000/s: "
+          f"{met(se, lambda v: v >= 1e6)})")
+pg = by.get(("postgres", 1, 64))
+if pg:
+    v = best_redis / pg
+    print(f"- best shardstock on Redis / PostgreSQL hot row: {x(v)} ({best_redis:,.0f}/s vs {pg:,.0f} tps; "
+          f"target ≥ 10×: {met(v, lambda v: v >= 10)})")
+else:
+    print("- best shardstock / PostgreSQL hot row: n/a (PostgreSQL not run"
+          f"{'' if pg_seconds != '0' else ': PG_SECONDS=0'})")
+v = ratio(("lock", 16, 64), ("lock", 1, 64))
+print(f"- lock 16 seg / lock 1 seg: {x(v)} (target ≥ 10×: {met(v, lambda v: v >= 10)})")
+print(f"- embedded (best): {emb:,.0f}/s (target ≥ 5,000,000/s: {met(emb, lambda v: v >= 5e6)})")
+print()
+print("Issue 7:\n")
 print(f"- lua (best) / ceiling: {best_lua / ceil:.2f}× (target ≥ 0.5×)")
-print(f"- lock 16 seg / lock 1 seg: {r(('lock', 16, 64), ('lock', 1, 64))} (target ≥ 10×)")
-print(f"- lua 16 seg / lock 16 seg: {r(('lua', 16, 64), ('lock', 16, 64))} (target ≥ 5×)")
-print(f"- embedded (best): {emb:,.0f}/s (target ≥ 5,000,000/s)")
+print(f"- lua 16 seg / lock 16 seg: {x(ratio(('lua', 16, 64), ('lock', 16, 64)))} (target ≥ 5×)")
 print(f"- lua with coalescing (best) / ceiling: {best_co / ceil:.2f}× (target ≥ 1.5×); "
       f"vs lua without, same run: {best_co / best_lua:.2f}×" if best_lua else "- no lua rows")
 PY

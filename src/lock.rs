@@ -9,6 +9,14 @@
 //! Dropping a guard (or cancelling the task holding it, or cancelling an acquisition half-way)
 //! stops the watchdog at once and releases the lock in the background.
 //!
+//! **Waiters queue in process.** Tasks of one process that want the same key line up on a
+//! per-key async mutex of the [`Locker`] (FIFO, no polling) before the first `SET NX`, and the
+//! holder keeps its place until its release completed: only one task per process contends for
+//! a key in Redis, so waiters no longer send failed `SET NX` attempts ahead of the holder's
+//! commands nor burn the CPU the holder needs. The Redis lock stays what excludes holders
+//! (other processes, other lockers); the queue only orders this locker's own callers, and its
+//! wait counts against the same bounded `wait`.
+//!
 //! A lock alone cannot stop a holder that was paused past its lease (GC, `SIGSTOP`, a slow
 //! downstream call) from writing after someone else took over. That is what the **fence
 //! token** is for: every acquisition bumps a number stored with the segment (its `fence`
@@ -29,6 +37,7 @@ use crate::store::redis::lua::{
     self,
     lock::{LockRelease, LockRenew},
 };
+use dashmap::DashMap;
 use fred::prelude::{KeysInterface, Pool};
 use fred::types::{Expiration, SetOptions};
 use serde::Serialize;
@@ -271,6 +280,35 @@ pub struct Locker {
     backend: Arc<Backend>,
     opts: LockOptions,
     stats: Arc<LockStats>,
+    /// The in-process queue per key (see the module docs); an entry lives while someone
+    /// holds or waits for it.
+    queues: Arc<Queues>,
+}
+
+type Queues = DashMap<String, Arc<tokio::sync::Mutex<()>>>;
+
+/// A place at the head of a key's in-process queue; leaving it drops the key's entry when
+/// nobody else holds or waits for it.
+struct Place {
+    queues: Arc<Queues>,
+    key: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl std::fmt::Debug for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Place").field("key", &self.key).finish()
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        // Unlock first: a waiter woken now holds its own Arc, so the count below sees it.
+        drop(self.guard.take());
+        // Under the map's shard lock, as every clone in `Locker::queue` is: no race.
+        self.queues
+            .remove_if(&self.key, |_, m| Arc::strong_count(m) == 1);
+    }
 }
 
 impl std::fmt::Debug for Locker {
@@ -322,6 +360,7 @@ impl Locker {
             backend: Arc::new(backend),
             opts,
             stats: Arc::new(LockStats::default()),
+            queues: Arc::new(DashMap::new()),
         }
     }
 
@@ -361,6 +400,22 @@ impl Locker {
         let start = Instant::now();
         let deadline = start + self.opts.wait;
         let mut backoff = self.opts.backoff_min;
+        // Wait in process first, without touching Redis (bounded by the same deadline).
+        let queue = Arc::clone(&*self.queues.entry(key.to_string()).or_default());
+        let mut place = Place {
+            queues: Arc::clone(&self.queues),
+            key: key.to_string(),
+            guard: None,
+        };
+        match tokio::time::timeout_at(deadline.into(), queue.lock_owned()).await {
+            Ok(g) => place.guard = Some(g),
+            Err(_) => {
+                drop(place);
+                self.stats.contended.fetch_add(1, Relaxed);
+                metrics::counter!(metric_names::CONTENDED).increment(1);
+                return Ok(self.timed_out(start));
+            }
+        }
         let token = token();
         let mut pending = Pending {
             backend: Arc::clone(&self.backend),
@@ -371,28 +426,15 @@ impl Locker {
         loop {
             if let Some(validity) = self.backend.try_lock(key, &token, self.opts.lease).await? {
                 pending.armed = false;
-                self.stats.acquired.fetch_add(1, Relaxed);
-                let waited = start.elapsed();
-                self.stats
-                    .wait_us
-                    .fetch_add(waited.as_micros() as u64, Relaxed);
-                metrics::counter!(metric_names::ACQUIRED).increment(1);
-                metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
-                return Ok(Some(self.guard(key, token, validity)));
+                self.waited(start, &self.stats.acquired, metric_names::ACQUIRED);
+                return Ok(Some(self.guard(key, token, validity, place)));
             }
             self.stats.contended.fetch_add(1, Relaxed);
             metrics::counter!(metric_names::CONTENDED).increment(1);
             let now = Instant::now();
             if now >= deadline {
                 pending.armed = false;
-                self.stats.timeouts.fetch_add(1, Relaxed);
-                let waited = start.elapsed();
-                self.stats
-                    .wait_us
-                    .fetch_add(waited.as_micros() as u64, Relaxed);
-                metrics::counter!(metric_names::TIMEOUTS).increment(1);
-                metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
-                return Ok(None);
+                return Ok(self.timed_out(start));
             }
             // Full jitter: sleep a random time up to the current backoff.
             let nanos = fastrand::u64(backoff.as_nanos() as u64 / 2..=backoff.as_nanos() as u64);
@@ -401,7 +443,24 @@ impl Locker {
         }
     }
 
-    fn guard(&self, key: &str, token: String, validity: Duration) -> LockGuard {
+    /// Counts an acquisition that gave up after the wait.
+    fn timed_out(&self, start: Instant) -> Option<LockGuard> {
+        self.waited(start, &self.stats.timeouts, metric_names::TIMEOUTS);
+        None
+    }
+
+    /// Counts an acquisition's end (`count`, metric `counter`) and the time it waited.
+    fn waited(&self, start: Instant, count: &AtomicU64, counter: &'static str) {
+        count.fetch_add(1, Relaxed);
+        let waited = start.elapsed();
+        self.stats
+            .wait_us
+            .fetch_add(waited.as_micros() as u64, Relaxed);
+        metrics::counter!(counter).increment(1);
+        metrics::histogram!(metric_names::WAIT_SECONDS).record(waited.as_secs_f64());
+    }
+
+    fn guard(&self, key: &str, token: String, validity: Duration, place: Place) -> LockGuard {
         let lost = Arc::new(AtomicBool::new(false));
         let (backend, stats, lease) = (
             Arc::clone(&self.backend),
@@ -450,6 +509,7 @@ impl Locker {
             validity,
             watchdog: Some(watchdog),
             released: false,
+            _place: place,
         }
     }
 }
@@ -474,6 +534,9 @@ pub struct LockGuard {
     validity: Duration,
     watchdog: Option<tokio::task::JoinHandle<()>>,
     released: bool,
+    /// This locker's next waiter for the key gets in when the guard is gone (after
+    /// `release` completed, or at drop).
+    _place: Place,
 }
 
 impl std::fmt::Debug for Backend {

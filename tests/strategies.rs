@@ -480,3 +480,48 @@ fn lock_script_reloads_are_counted() {
         });
     });
 }
+
+/// Waiters of one locker queue in process (no failed `SET NX` in Redis: every acquisition
+/// gets in on its first attempt), while two lockers (two processes) still exclude each other
+/// through Redis; nothing is left held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lock_waiters_queue_in_process_and_lockers_exclude_each_other() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    let srv = RedisServer::start();
+    let store = redis_config(&srv, "t").build_store().await.unwrap();
+    let locker = || shardstock::lock::Locker::single(store.pool().clone(), lock_opts(2000, 10_000));
+    let key = "t:{queue#0}:lock";
+    let inside = Arc::new(AtomicU32::new(0));
+    let section = |l: shardstock::lock::Locker, inside: Arc<AtomicU32>| async move {
+        let g = l
+            .acquire(key)
+            .await
+            .unwrap()
+            .expect("acquired within the wait");
+        assert_eq!(inside.fetch_add(1, SeqCst), 0, "two holders at once");
+        tokio::time::sleep(Duration::from_micros(300)).await;
+        inside.fetch_sub(1, SeqCst);
+        g.release().await.unwrap();
+    };
+    let one = locker();
+    for t in join_all((0..32).map(|_| tokio::spawn(section(one.clone(), inside.clone())))).await {
+        t.unwrap();
+    }
+    let f = one.stats().figures();
+    assert_eq!((f.acquired, f.contended, f.timeouts), (32, 0, 0), "{f:?}");
+
+    let two = locker();
+    let tasks = (0..64).map(|i| {
+        let l = if i % 2 == 0 { one.clone() } else { two.clone() };
+        tokio::spawn(section(l, inside.clone()))
+    });
+    for t in join_all(tasks).await {
+        t.unwrap();
+    }
+    assert_eq!(
+        one.stats().figures().acquired + two.stats().figures().acquired,
+        96
+    );
+    assert_eq!(srv.cli(&["EXISTS", key]), "0");
+}
