@@ -88,8 +88,8 @@ impl<S: Store> Engine<S> {
         let r = self.in_current_layout(req, intent, &trace).await;
         match &r {
             Ok((d, _)) => crate::metrics::deduction(
-                d.kind(),
-                self.inner.store.strategy().name(),
+                d,
+                self.inner.store.strategy(),
                 start.elapsed(),
                 trace.tries.load(Relaxed),
             ),
