@@ -50,8 +50,11 @@ fn check(field: &'static str, s: &str, max: usize, extra: &[u8]) -> Result<()> {
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $extra:expr) => {
         $(#[$doc])*
+        ///
+        /// Cloning is cheap (a shared, reference-counted string): the engine and the
+        /// embedded store keep copies of ids in records and indexes without copying the text.
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(Box<str>);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Validates `s`.

@@ -11,9 +11,7 @@
 //! script names and reservation events (small fixed sets), segment indexes and, for per-SKU
 //! gauges, only SKUs the service opted in to (see [`SkuLabels`]); never a user or request id.
 
-use metrics::{
-    Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
-};
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
 use std::time::Duration;
 
 /// Deductions by outcome and strategy (counter).
@@ -316,18 +314,89 @@ impl SkuLabels {
     }
 }
 
+/// Every [`Deduction::kind`](crate::Deduction::kind), in the order of
+/// [`Deduction::kind_index`](crate::Deduction).
+const OUTCOMES: [&str; 9] = [
+    "applied",
+    "replayed",
+    "sold_out",
+    "insufficient",
+    "in_flight",
+    "limit_reached",
+    "user_busy",
+    "over_limit",
+    "too_large_to_hold",
+];
+
+/// The metric keys a deduction records, built once: the `counter!`/`histogram!` macros build
+/// a key (a label vector) on every call, which was an allocation or two per deduction even
+/// with no recorder installed. The recorder is still asked for each handle per call (a local
+/// recorder in tests, the global one, or none), so the keys and labels are exactly the
+/// macros'.
+struct DeductKeys {
+    /// `DEDUCTIONS{outcome, strategy}`, by outcome index × strategy index.
+    deductions: Vec<metrics::Key>,
+    /// `DEDUCT_SECONDS{strategy}`, by strategy index.
+    seconds: Vec<metrics::Key>,
+    attempts: metrics::Key,
+    replays: metrics::Key,
+}
+
+fn deduct_keys() -> &'static DeductKeys {
+    use crate::strategy::Strategy;
+    use metrics::{Key, Label};
+    static KEYS: std::sync::OnceLock<DeductKeys> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        let strategies = Strategy::ALL.map(Strategy::name);
+        DeductKeys {
+            deductions: OUTCOMES
+                .iter()
+                .flat_map(|o| {
+                    strategies.iter().map(move |s| {
+                        Key::from_parts(
+                            DEDUCTIONS,
+                            vec![Label::new("outcome", *o), Label::new("strategy", *s)],
+                        )
+                    })
+                })
+                .collect(),
+            seconds: strategies
+                .iter()
+                .map(|s| Key::from_parts(DEDUCT_SECONDS, vec![Label::new("strategy", *s)]))
+                .collect(),
+            attempts: Key::from_static_name(SEGMENT_ATTEMPTS),
+            replays: Key::from_static_name(REPLAYS),
+        }
+    })
+}
+
+/// Where the macros' records say they come from.
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
 pub(crate) fn deduction(
-    outcome: &'static str,
-    strategy: &'static str,
+    d: &crate::Deduction,
+    strategy: crate::strategy::Strategy,
     took: Duration,
     attempts: u32,
 ) {
-    counter!(DEDUCTIONS, "outcome" => outcome, "strategy" => strategy).increment(1);
-    histogram!(DEDUCT_SECONDS, "strategy" => strategy).record(took.as_secs_f64());
-    histogram!(SEGMENT_ATTEMPTS).record(f64::from(attempts));
-    if outcome == "replayed" {
-        counter!(REPLAYS).increment(1);
-    }
+    let keys = deduct_keys();
+    let all = crate::strategy::Strategy::ALL;
+    let o = d.kind_index();
+    let s = all.iter().position(|x| *x == strategy).unwrap_or(0);
+    debug_assert_eq!(OUTCOMES[o], d.kind());
+    let n = all.len();
+    metrics::with_recorder(|r| {
+        r.register_counter(&keys.deductions[o * n + s], &METADATA)
+            .increment(1);
+        r.register_histogram(&keys.seconds[s], &METADATA)
+            .record(took.as_secs_f64());
+        r.register_histogram(&keys.attempts, &METADATA)
+            .record(f64::from(attempts));
+        if matches!(d, crate::Deduction::Replayed { .. }) {
+            r.register_counter(&keys.replays, &METADATA).increment(1);
+        }
+    });
 }
 
 /// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).

@@ -54,8 +54,9 @@ impl Hints {
         let (Some(s), Some(a)) = (self.stock.get(i as usize), self.at.get(i as usize)) else {
             return false;
         };
+        // The stock first: a segment seen with enough needs no clock read.
         let at = a.load(Relaxed);
-        at != 0 && self.now().saturating_sub(at) < self.ttl_ms && s.load(Relaxed) < qty
+        s.load(Relaxed) < qty && at != 0 && self.now().saturating_sub(at) < self.ttl_ms
     }
 
     /// The last observed stock of every segment (0 where never observed).

@@ -88,8 +88,8 @@ impl<S: Store> Engine<S> {
         let r = self.in_current_layout(req, intent, &trace).await;
         match &r {
             Ok((d, _)) => crate::metrics::deduction(
-                d.kind(),
-                self.inner.store.strategy().name(),
+                d,
+                self.inner.store.strategy(),
                 start.elapsed(),
                 trace.tries.load(Relaxed),
             ),
@@ -119,7 +119,9 @@ impl<S: Store> Engine<S> {
                 .traced(trace)
                 .token(token);
             let flow = if layout.user_limit > 0 {
-                self.guarded(&a).await?
+                // Boxed, as the claim wait and the fallback below: the rare paths' state stays
+                // out of the common path's future, which is built and moved per request.
+                Box::pin(self.guarded(&a)).await?
             } else {
                 self.take_units(&a).await?
             };
@@ -157,7 +159,7 @@ impl<S: Store> Engine<S> {
             // between replay, sold out, insufficient, and going to claim.
             match self.check_short(a).await? {
                 Short::Decided(d) => return Ok(Done(d)),
-                Short::Pending => return self.wait_for_claim(a).await,
+                Short::Pending => return Box::pin(self.wait_for_claim(a)).await,
                 Short::Stale => return Ok(Stale),
                 Short::Refused(e) => return Ok(Refused(e)),
                 Short::Go => {}
@@ -184,14 +186,14 @@ impl<S: Store> Engine<S> {
             HomeReply::Mismatch(f) => Ok(Refused(a.conflict(f))),
             HomeReply::Stale => Ok(Stale),
             HomeReply::Sealed => Ok(Refused(a.sealed())),
-            HomeReply::Pending { .. } => self.wait_for_claim(a).await,
+            HomeReply::Pending { .. } => Box::pin(self.wait_for_claim(a)).await,
             HomeReply::Short { stock, claimed } => {
                 l.hints.observe(a.home, stock);
                 let Some(epoch) = claimed else {
                     return Err(Error::Protocol("deduct: short without claim".into()));
                 };
                 crate::metrics::fallback();
-                self.fallback(a, epoch).await
+                Box::pin(self.fallback(a, epoch)).await
             }
         }
     }

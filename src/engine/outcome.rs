@@ -99,6 +99,23 @@ impl Deduction {
     }
 }
 
+impl Deduction {
+    /// The position of [`kind`](Self::kind) in the list there (for metric keys built once).
+    pub(crate) fn kind_index(&self) -> usize {
+        match self {
+            Deduction::Applied { .. } => 0,
+            Deduction::Replayed { .. } => 1,
+            Deduction::SoldOut => 2,
+            Deduction::Insufficient { .. } => 3,
+            Deduction::InFlight => 4,
+            Deduction::LimitReached { .. } => 5,
+            Deduction::UserBusy => 6,
+            Deduction::OverLimit { .. } => 7,
+            Deduction::TooLargeToHold { .. } => 8,
+        }
+    }
+}
+
 /// The outcome of a restock.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Restocked {

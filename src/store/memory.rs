@@ -31,7 +31,8 @@ type DashMap<K, V> = dashmap::DashMap<K, V, Hasher>;
 #[derive(Default)]
 struct Inner {
     metas: DashMap<Sku, Meta>,
-    segments: DashMap<(Sku, u32), Arc<Mutex<Segment>>>,
+    /// Segments by SKU, then index: looked up by `&Sku` without cloning the id.
+    segments: DashMap<Sku, HashMap<u32, Arc<Mutex<Segment>>>>,
     users: DashMap<(Sku, u64, UserId), UserRecord>,
 }
 
@@ -70,8 +71,8 @@ impl MemoryStore {
         let Some(s) = self
             .inner
             .segments
-            .get(&(seg.sku.clone(), seg.index))
-            .map(|s| Arc::clone(&s))
+            .get(seg.sku)
+            .and_then(|m| m.get(&seg.index).map(Arc::clone))
         else {
             return stale;
         };
@@ -86,12 +87,15 @@ impl MemoryStore {
     /// empty slot when missing): for the scripts that touch only request records or indexes,
     /// which carry their own generation.
     fn with_records<T>(&self, seg: SegAddr<'_>, f: impl FnOnce(&mut Segment, Instant) -> T) -> T {
-        let s = self
+        let found = self
             .inner
             .segments
-            .entry((seg.sku.clone(), seg.index))
-            .or_default()
-            .clone();
+            .get(seg.sku)
+            .and_then(|m| m.get(&seg.index).map(Arc::clone));
+        let s = found.unwrap_or_else(|| {
+            let mut m = self.inner.segments.entry(seg.sku.clone()).or_default();
+            Arc::clone(m.entry(seg.index).or_default())
+        });
         let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut s, Instant::now())
     }
@@ -163,11 +167,13 @@ impl Store for MemoryStore {
 
     // drop_segment.lua
     async fn drop_segment(&self, seg: SegAddr<'_>, _replaces: u64) -> Result<()> {
-        self.inner
-            .segments
-            .remove_if(&(seg.sku.clone(), seg.index), |_, s| {
+        if let Some(mut m) = self.inner.segments.get_mut(seg.sku)
+            && m.get(&seg.index).is_some_and(|s| {
                 s.lock().unwrap_or_else(|p| p.into_inner()).generation < seg.generation
-            });
+            })
+        {
+            m.remove(&seg.index);
+        }
         Ok(())
     }
 

@@ -52,7 +52,7 @@ pub(super) struct Record {
     /// Lease end of a pending claim (`l`).
     pub(super) lease_until: Instant,
     /// Where an applied request took its units.
-    pub(super) parts: Vec<Part>,
+    pub(super) parts: Parts,
     pub(super) expires: Instant,
     /// Reservation state of the units this record holds (`rs`; `None`: sold or none).
     pub(super) reservation: Option<ResvState>,
@@ -73,7 +73,7 @@ impl Record {
             part: 0,
             home_part: 0,
             lease_until: now,
-            parts: Vec::new(),
+            parts: Parts::None,
             expires: now + ms(req.ttl_ms),
             reservation: None,
             reserved_units: 0,
@@ -95,13 +95,48 @@ impl Record {
     }
 }
 
+/// Where an applied request took its units, without an allocation for the usual one part.
+#[derive(Debug, Clone, Default)]
+pub(super) enum Parts {
+    /// None recorded (not applied, or not the home record).
+    #[default]
+    None,
+    /// One part (a sale or reservation served by one segment).
+    One(Part),
+    /// Several parts (served across segments).
+    Many(Box<[Part]>),
+}
+
+impl Parts {
+    /// The parts as a list.
+    pub(super) fn to_vec(&self) -> Vec<Part> {
+        match self {
+            Parts::None => Vec::new(),
+            Parts::One(p) => vec![*p],
+            Parts::Many(ps) => ps.to_vec(),
+        }
+    }
+
+    /// `parts` as stored.
+    pub(super) fn from_slice(parts: &[Part]) -> Self {
+        match parts {
+            [] => Parts::None,
+            [p] => Parts::One(*p),
+            ps => Parts::Many(ps.into()),
+        }
+    }
+}
+
 pub(super) type RecordKey = (u64, RequestId);
 
 /// A segment's request records (generation, request id) → record, with lazy expiry.
 #[derive(Debug)]
 pub(super) struct Records {
     hasher: Hasher,
-    shards: Vec<HashMap<RecordKey, Record>>,
+    /// Records are boxed: a map grows by moving every entry, and an entry of key and box
+    /// (32 bytes) moves ~4× cheaper than one holding the record itself (measured: growth was
+    /// the largest cost of an embedded deduction).
+    shards: Vec<HashMap<RecordKey, Box<Record>>>,
     inserts: Vec<usize>,
 }
 
@@ -123,12 +158,22 @@ impl Records {
 
     pub(super) fn get_mut(&mut self, key: &RecordKey) -> Option<&mut Record> {
         let i = self.shard(key);
-        self.shards[i].get_mut(key)
+        self.shards[i].get_mut(key).map(|r| &mut **r)
     }
 
-    pub(super) fn remove(&mut self, key: &RecordKey) -> Option<Record> {
-        let i = self.shard(key);
-        self.shards[i].remove(key)
+    /// The record at `key` unless it expired by `now` (an expired one is dropped on the way):
+    /// one hash and one probe.
+    pub(super) fn live(&mut self, key: RecordKey, now: Instant) -> Option<&mut Record> {
+        use std::collections::hash_map::Entry;
+        let i = self.shard(&key);
+        match self.shards[i].entry(key) {
+            Entry::Occupied(o) if o.get().expires <= now => {
+                o.remove();
+                None
+            }
+            Entry::Occupied(o) => Some(&mut **o.into_mut()),
+            Entry::Vacant(_) => None,
+        }
     }
 
     /// Inserts, first sweeping expired records out of the sub-map now and then: sweeps are
@@ -141,6 +186,6 @@ impl Records {
             self.inserts[i] = 0;
             self.shards[i].retain(|_, r| r.expires > now);
         }
-        self.shards[i].insert(key, rec);
+        self.shards[i].insert(key, Box::new(rec));
     }
 }

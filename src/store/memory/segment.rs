@@ -4,7 +4,7 @@
 //! Pure state: no locking, no clock reads — the caller holds the segment's mutex and passes
 //! `now`.
 
-use super::records::{Record, Records, SWEEP_EVERY, Status};
+use super::records::{Parts, Record, Records, SWEEP_EVERY, Status};
 use super::{HashMap, ms};
 use crate::error::Result;
 use crate::ids::RequestId;
@@ -52,11 +52,7 @@ impl Segment {
 
     /// `rid`'s live record of `generation` (an expired one is dropped on the way).
     fn record(&mut self, generation: u64, rid: &RequestId, now: Instant) -> Option<&mut Record> {
-        let key = (generation, rid.clone());
-        if self.records.get_mut(&key).is_some_and(|r| r.expires <= now) {
-            self.records.remove(&key);
-        }
-        self.records.get_mut(&key)
+        self.records.live((generation, rid.clone()), now)
     }
 
     /// `rid`'s live record, unless it is a released claim (which the scripts treat as no
@@ -160,7 +156,7 @@ impl Segment {
                 return HomeReply::Mismatch(f);
             } else {
                 return match rec.status {
-                    Status::Applied => HomeReply::Replay(rec.parts.clone()),
+                    Status::Applied => HomeReply::Replay(rec.parts.to_vec()),
                     Status::Sealed => HomeReply::Sealed,
                     _ => HomeReply::Pending {
                         epoch: rec.epoch,
@@ -172,10 +168,10 @@ impl Segment {
         let stock = self.counters.stock;
         let base = Record::new(Status::Applied, req, 0, now);
         if stock >= req.qty {
-            let parts = vec![Part {
+            let parts = Parts::One(Part {
                 segment: seg.index,
                 units: req.qty,
-            }];
+            });
             let rec = Record { parts, ..base };
             self.insert_record(seg.generation, req.request_id, rec, now);
             self.take_stock(seg.generation, req.request_id, req.qty, req, now);
@@ -287,7 +283,7 @@ impl Segment {
         };
         if rec.status != Status::Pending || rec.epoch != epoch {
             return if rec.status == Status::Applied {
-                SettleReply::Applied(rec.parts.clone())
+                SettleReply::Applied(rec.parts.to_vec())
             } else {
                 SettleReply::Superseded
             };
@@ -295,7 +291,7 @@ impl Segment {
         match how {
             SettleAs::Applied(p) => {
                 rec.status = Status::Applied;
-                rec.parts = p.to_vec();
+                rec.parts = Parts::from_slice(p);
                 rec.home_part = 0;
                 rec.expires = rec.expires.max(now + ms(req.ttl_ms));
             }
@@ -403,7 +399,7 @@ impl Segment {
             return TakeoverReply::Mismatch(f);
         }
         if rec.status == Status::Applied {
-            return TakeoverReply::Replay(rec.parts.clone());
+            return TakeoverReply::Replay(rec.parts.to_vec());
         }
         if rec.status == Status::Sealed {
             return TakeoverReply::Sealed;
@@ -538,7 +534,7 @@ impl Segment {
                 qty: r.qty,
                 kind: r.kind,
                 state: match r.status {
-                    Status::Applied => RecordState::Applied(r.parts.clone()),
+                    Status::Applied => RecordState::Applied(r.parts.to_vec()),
                     Status::Sealed => RecordState::Sealed,
                     _ => RecordState::Pending { epoch: r.epoch },
                 },

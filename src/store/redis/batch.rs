@@ -137,10 +137,6 @@ struct LaneState {
 /// segment: an engine uses one TTL and one lease.
 struct Lane {
     key: LaneKey,
-    sku: Sku,
-    index: u32,
-    /// The segment's placement suffix (part of its key, so of the lane key too).
-    suffix: Option<u16>,
     state: Mutex<LaneState>,
 }
 
@@ -153,13 +149,16 @@ impl Lane {
 /// Idle lanes kept for reuse before idle ones are dropped.
 const MAX_IDLE_LANES: usize = 4096;
 
-/// Segment key, generation, record TTL (ms), claim lease (ms).
-type LaneKey = (String, u64, u64, u64);
+/// The segment (SKU, index, placement suffix: its key in this store), generation, record TTL
+/// (ms), claim lease (ms). Made of the ids themselves, not of the formatted key: finding a
+/// request's lane allocates nothing (the SKU id is shared, not copied).
+type LaneKey = (Sku, u32, Option<u16>, u64, u64, u64);
 
 /// The lanes of one store.
 pub(super) struct Batcher {
     opts: Coalescing,
-    lanes: DashMap<LaneKey, Arc<Lane>>,
+    /// Hashed with foldhash: every request hashes its lane key.
+    lanes: DashMap<LaneKey, Arc<Lane>, foldhash::fast::RandomState>,
     calls: AtomicU64,
     requests: AtomicU64,
 }
@@ -194,7 +193,7 @@ impl Batcher {
     pub(super) fn new(opts: Coalescing) -> Self {
         Self {
             opts,
-            lanes: DashMap::new(),
+            lanes: DashMap::default(),
             calls: AtomicU64::new(0),
             requests: AtomicU64::new(0),
         }
@@ -217,20 +216,24 @@ impl Batcher {
         on_short: OnShort,
     ) -> Result<HomeReply> {
         let at = conn.at(seg);
-        let key = (at.segment(), seg.generation, req.ttl_ms, req.lease_ms);
-        let lane = self
-            .lanes
-            .entry(key.clone())
-            .or_insert_with(|| {
+        let key = (
+            seg.sku.clone(),
+            seg.index,
+            seg.suffix,
+            seg.generation,
+            req.ttl_ms,
+            req.lease_ms,
+        );
+        // The lane exists but for the first request of a segment: a shared lock finds it.
+        let found = self.lanes.get(&key).map(|l| Arc::clone(&l));
+        let lane = found.unwrap_or_else(|| {
+            Arc::clone(&self.lanes.entry(key.clone()).or_insert_with(|| {
                 Arc::new(Lane {
                     key,
-                    sku: seg.sku.clone(),
-                    index: seg.index,
-                    suffix: seg.suffix,
                     state: Mutex::default(),
                 })
-            })
-            .clone();
+            }))
+        });
         let (tx, rx) = oneshot::channel();
         let item = Item {
             call: BatchItem {
@@ -273,7 +276,7 @@ impl Batcher {
         let lane = sender.lane.clone();
         loop {
             self.wait_window(&lane).await;
-            let batch: Vec<Item> = {
+            let (items, txs): (Vec<BatchItem>, Vec<_>) = {
                 let mut st = lane.lock();
                 if st.queue.is_empty() {
                     st.in_flight -= 1;
@@ -289,15 +292,13 @@ impl Batcher {
                     return;
                 }
                 let n = st.queue.len().min(self.opts.max_batch);
-                st.queue.drain(..n).collect()
+                st.queue.drain(..n).map(|i| (i.call, i.tx)).unzip()
             };
-            crate::metrics::coalesced_batch(batch.len());
+            crate::metrics::coalesced_batch(items.len());
             self.calls.fetch_add(1, Relaxed);
-            self.requests.fetch_add(batch.len() as u64, Relaxed);
-            let (items, txs): (Vec<BatchItem>, Vec<_>) =
-                batch.into_iter().map(|i| (i.call, i.tx)).unzip();
-            let (_, generation, ttl_ms, lease_ms) = lane.key;
-            let seg = SegAddr::new(&lane.sku, generation, lane.index).with_suffix(lane.suffix);
+            self.requests.fetch_add(items.len() as u64, Relaxed);
+            let (ref sku, index, suffix, generation, ttl_ms, lease_ms) = lane.key;
+            let seg = SegAddr::new(sku, generation, index).with_suffix(suffix);
             let call = DeductBatch {
                 at: conn.at(seg),
                 ttl_ms,
