@@ -435,6 +435,11 @@ pub(crate) fn fallback() {
     counter!(FALLBACKS).increment(1);
 }
 
+/// A sold-out answer given from memory (`engine/sold_out.rs`): no read, nothing written.
+pub(crate) fn sold_out_from_memory() {
+    counter!("shardstock_sold_out_from_memory_total").increment(1);
+}
+
 pub(crate) fn multi_segment() {
     counter!(MULTI_SEGMENT).increment(1);
 }

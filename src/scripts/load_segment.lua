@@ -17,6 +17,9 @@
 --                   live reservations of whatever generation the segment holds end (a
 --                   `cancelled` event each, if its outbox was on; see end_reservations)
 --
+-- Publishes: `S <gen> <segment key>` on <prefix>:stock once written (stock_event): a flag of
+-- the replaced generation goes before its metadata names the new one.
+--
 -- Reply: {"ok"} | {"superseded", newer_gen}
 uint('gen', ARGV[1])
 uint('units', ARGV[2])
@@ -28,4 +31,5 @@ if cur and cur ~= ARGV[1] then end_reservations(KEYS[1], ARGV[4], KEYS[2], KEYS[
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2], 'restocked', '0',
   'sold', '0', 'reserved', '0', 'out', ARGV[3])
+stock_event('S', ARGV[1], KEYS[1])
 return { 'ok' }

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod batch;
 mod builder;
+mod invalidate;
 pub mod lua;
 pub(crate) mod moving;
 pub(crate) mod outbox;
@@ -70,6 +71,8 @@ pub struct RedisStore {
     conn: Conn,
     /// The strategy and what it needs (locks, coalescing lanes); shared by clones.
     runner: Arc<Runner>,
+    /// The stock-notification subscriber (`None` on a cluster); shared by clones.
+    subscriber: Option<Arc<invalidate::Subscriber>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -201,6 +204,15 @@ impl Store for RedisStore {
 
     fn coalescing(&self) -> Option<CoalesceStats> {
         self.runner.coalescing()
+    }
+
+    fn stock_watch(&self, sku: &Sku) -> Option<crate::store::StockWatch> {
+        // Only for the Lua strategy: the others write stock outside the scripts too.
+        let s = self.subscriber.as_ref()?;
+        (self.runner.strategy() == crate::Strategy::Lua).then(|| crate::store::StockWatch {
+            sku: s.watch.sku(sku.as_str()),
+            hub: std::sync::Arc::clone(&s.watch),
+        })
     }
 
     async fn segment_homes(

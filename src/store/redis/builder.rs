@@ -203,7 +203,16 @@ impl RedisStoreBuilder {
             self.coalescing,
         )
         .await?;
+        // Stock notifications for the engine's sold-out flags: one subscriber connection (not on
+        // a cluster, where flags stay off).
+        let subscriber = if clustered {
+            None
+        } else {
+            let s = super::invalidate::start(pool.next(), &self.key_prefix).await;
+            Some(Arc::new(s))
+        };
         Ok(RedisStore {
+            subscriber,
             conn: Conn {
                 pool,
                 keys: Keyspace::new(self.key_prefix),

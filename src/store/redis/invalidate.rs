@@ -1,0 +1,117 @@
+//! The stock-notification subscriber: one extra connection per store, subscribed to
+//! `<prefix>:stock`, where every script that makes units sellable again publishes after its
+//! writes (`stock_event` in `prelude.lua`: restock, refund, cancel, expiry, load). Each message
+//! bumps its SKU's counter in the store's [`Watch`]; a connection error, a lagging receiver or
+//! a resubscription voids every snapshot (messages may have been lost), so the engine's
+//! sold-out flags fall until the next fresh read. Not started on a cluster (flags stay off).
+
+use crate::store::watch::{Event, Watch};
+use fred::prelude::{Client, ClientLike, EventInterface, PubsubInterface};
+use std::sync::Arc;
+use tokio::sync::broadcast::error::RecvError;
+
+/// The channel of key prefix `prefix`.
+pub(crate) fn channel(prefix: &str) -> String {
+    format!("{prefix}:stock")
+}
+
+/// Parses `<kind> <gen> <key>` (the key's hash tag starts with the SKU, up to `#` or `}`).
+fn parse(text: &str) -> Option<(String, Event, u64)> {
+    let mut it = text.splitn(3, ' ');
+    let event = match it.next()? {
+        "S" => Event::Added,
+        "R" => Event::Returned,
+        "L" => Event::Loaded,
+        _ => return None,
+    };
+    let generation = it.next()?.parse().ok()?;
+    let tag = it.next()?.split_once('{')?.1;
+    let sku = &tag[..tag.find(['#', '}'])?];
+    Some((sku.to_owned(), event, generation))
+}
+
+/// A running subscriber: dropped with the last clone of its store, it disconnects.
+#[derive(Debug)]
+pub(crate) struct Subscriber {
+    pub(crate) watch: Arc<Watch>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Starts the subscriber on a new connection like `like`'s; its watch is down until the
+/// first `SUBSCRIBE` succeeded. A Redis user without the channel right never comes up.
+pub(crate) async fn start(like: &Client, prefix: &str) -> Subscriber {
+    let watch = Arc::new(Watch::default());
+    let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
+    let client = like.clone_new();
+    let channel = channel(prefix);
+    let (mut messages, mut errors, mut reconnects) =
+        (client.message_rx(), client.error_rx(), client.reconnect_rx());
+    if client.init().await.is_ok() && client.subscribe(&channel).await.is_ok() {
+        watch.up();
+    }
+    let w = Arc::clone(&watch);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                m = messages.recv() => match m {
+                    Ok(m) => {
+                        if let Some((sku, event, generation)) =
+                            m.value.as_str().as_deref().and_then(parse)
+                        {
+                            w.notify(&sku, event, generation);
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => w.lost(),
+                    Err(RecvError::Closed) => break,
+                },
+                e = errors.recv() => match e {
+                    Ok(_) | Err(RecvError::Lagged(_)) => w.down(),
+                    Err(RecvError::Closed) => break,
+                },
+                r = reconnects.recv() => match r {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        w.down();
+                        // Inline, so an error after this subscription succeeded is handled
+                        // after the `up` (messages wait in the receiver meanwhile, or lag).
+                        if client.subscribe(&channel).await.is_ok() {
+                            w.up();
+                        }
+                    }
+                    Err(RecvError::Closed) => break,
+                },
+            }
+        }
+        w.down();
+        let _ = client.quit().await;
+    });
+    Subscriber {
+        watch,
+        _stop: stop_tx,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_parse() {
+        let p = |s| parse(s).map(|(sku, e, g)| (sku, e, g));
+        assert_eq!(
+            p("S 12 ss:{phone#3}:seg"),
+            Some(("phone".into(), Event::Added, 12))
+        );
+        assert_eq!(
+            p("R 5 a:b:{x-1#0.7}:seg"),
+            Some(("x-1".into(), Event::Returned, 5))
+        );
+        assert_eq!(
+            p("L 9 ss:{phone}:meta"),
+            Some(("phone".into(), Event::Loaded, 9))
+        );
+        assert_eq!(p("Q 9 ss:{phone}:meta"), None);
+        assert_eq!(p("L x ss:{phone}:meta"), None);
+        assert_eq!(p("L 9 nokey"), None);
+    }
+}
