@@ -209,7 +209,9 @@ impl<S: Store> Engine<S> {
         let Some(stocks) = a.layout.observe(&segs) else {
             return Ok(Short::Stale);
         };
-        a.layout.sold_out.after_read(ticket, a.layout.generation, &segs); // sold out from memory
+        a.layout
+            .sold_out
+            .after_read(ticket, a.layout.generation, &segs); // sold out from memory
         if let Some(rec) = rec? {
             return Ok(match a.recorded(rec) {
                 Recorded::Other(field) => Short::Refused(a.conflict(field)),

@@ -176,7 +176,10 @@ mod tests {
         assert!(!w.clean_since_load(7, w.seen().unwrap()), "load not seen");
         hub.notify("a", Event::Loaded, 7);
         assert!(w.clean_since_load(7, w.seen().unwrap()));
-        assert!(!w.clean_since_load(8, w.seen().unwrap()), "other generation");
+        assert!(
+            !w.clean_since_load(8, w.seen().unwrap()),
+            "other generation"
+        );
         hub.notify("a", Event::Returned, 6);
         assert!(w.clean_since_load(7, w.seen().unwrap()), "older generation");
         hub.notify("a", Event::Returned, 7);

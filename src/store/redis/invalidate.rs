@@ -44,8 +44,11 @@ pub(crate) async fn start(like: &Client, prefix: &str) -> Subscriber {
     let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
     let client = like.clone_new();
     let channel = channel(prefix);
-    let (mut messages, mut errors, mut reconnects) =
-        (client.message_rx(), client.error_rx(), client.reconnect_rx());
+    let (mut messages, mut errors, mut reconnects) = (
+        client.message_rx(),
+        client.error_rx(),
+        client.reconnect_rx(),
+    );
     if client.init().await.is_ok() && client.subscribe(&channel).await.is_ok() {
         watch.up();
     }
