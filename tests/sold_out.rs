@@ -86,6 +86,8 @@ async fn sold_out_answers_send_nothing_and_replays_still_replay() {
     let server = RedisServer::start();
     let admin = admin_client(&server).await;
     let e = engine(&server, Duration::from_secs(60)).await;
+    // Another instance, subscribed before the load (it sees the load's notification too).
+    let other = engine(&server, Duration::from_secs(60)).await;
     let s = sku("storm");
     e.load(&s, 8, LoadOptions::new(2)).await.unwrap();
     sell_out(&e, "storm", "a").await;
@@ -109,7 +111,6 @@ async fn sold_out_answers_send_nothing_and_replays_still_replay() {
     assert!(matches!(d, Deduction::Replayed { .. }), "{d:?}");
     // Another instance that sold nothing cannot prove every unit went to ids it knows: it
     // reads, and a retry of an id applied through the first replays there too.
-    let other = engine(&server, Duration::from_secs(60)).await;
     let before = commands(&admin).await;
     for i in 0..20 {
         let d = other
