@@ -119,7 +119,7 @@ impl<S: Store> Engine<S> {
             };
             match flow {
                 Done(d) => {
-                    layout.sold_out.applied(&req.request_id, &d); // sold out from memory
+                    layout.sold_out.applied(&d); // sold out from memory
                     self.maybe_gauges(&layout);
                     return Ok((d, layout.generation));
                 }
@@ -159,6 +159,7 @@ impl<S: Store> Engine<S> {
             }
         }
 
+        l.sold_out.sent(&a.req.request_id); // sold out from memory: ids with a record here
         a.tried();
         match self
             .inner
@@ -213,6 +214,7 @@ impl<S: Store> Engine<S> {
             .sold_out
             .after_read(ticket, a.layout.generation, &segs); // sold out from memory
         if let Some(rec) = rec? {
+            a.layout.sold_out.sent(&a.req.request_id); // sold out from memory: has a record
             return Ok(match a.recorded(rec) {
                 Recorded::Other(field) => Short::Refused(a.conflict(field)),
                 Recorded::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),

@@ -12,9 +12,14 @@
 //!   (`loaded + restocked` summed over the segments equals the units this process saw
 //!   applied), this process saw the generation's load and no unit of it ever went back. So
 //!   no other request id holds an applied record: the memory answer never hides a replay.
-//!   Request ids that did apply here are not answered from memory; they read their record as
-//!   before (`Replayed`). With several instances selling, the sum does not match and every
-//!   instance answers from a fresh read, as before (exact, not faster).
+//!   Request ids this layout ever sent to a script that may write a record (applied, pending,
+//!   sealed, dropped, failed) are not answered from memory; they read their record as before
+//!   (`Replayed`, `Sealed`, ...). With several instances selling, the sum does not match and
+//!   every instance answers from a fresh read, as before (exact, not faster). Ids sealed
+//!   anywhere (`seal.lua`, `settle.lua`) are published too (every message since the load was
+//!   seen), and read their record (`Sealed`). A twin of a request still in flight at another
+//!   instance (its claim pending, nothing taken: the SKU is sold out) may be answered
+//!   `SoldOut`, as a twin whose read came before the claim is today.
 //!
 //! A flag is believed only while its snapshot is current and before its TTL. Staleness bound:
 //! a restock, cancel, refund or expiry reclaimed by a script reaches every subscriber as a
@@ -26,7 +31,6 @@
 use crate::ids::RequestId;
 use crate::store::{SegmentState, StockWatch, watch::Seen};
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -41,16 +45,16 @@ pub(crate) struct SoldOut {
     /// When the flag's TTL ends, in µs since `origin` (0: no flag); read without the lock.
     until_us: AtomicU64,
     flag: Mutex<Option<Seen>>,
-    local: Mutex<Local>,
+    /// Hashes of the request ids sent to the store through this layout (a collision only
+    /// sends an id to its record); `None` once over [`MAX_IDS`]: no more flags.
+    sent: Mutex<Option<HashSet<u64>>>,
+    /// Units of the answers `Applied` given through this layout.
+    applied: AtomicU64,
 }
 
-/// What applied through this layout.
-#[derive(Debug, Default)]
-struct Local {
-    /// Hashes of the request ids (a collision only sends an id to its record).
-    ids: HashSet<u64>,
-    units: u64,
-}
+/// Most request ids a layout remembers for the proof (~16 B each); past it, no more flags for
+/// the layout (its generation).
+const MAX_IDS: usize = 2_000_000;
 
 /// Taken before a fresh read: what the read's answer is checked against.
 #[derive(Debug, Clone, Copy)]
@@ -60,9 +64,7 @@ pub(crate) struct Ticket {
 }
 
 fn id_hash(id: &RequestId) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
+    crate::store::watch::id_hash(id.as_str())
 }
 
 impl SoldOut {
@@ -73,7 +75,8 @@ impl SoldOut {
             origin: Instant::now(),
             until_us: AtomicU64::new(0),
             flag: Mutex::new(None),
-            local: Mutex::new(Local::default()),
+            sent: Mutex::new(Some(HashSet::new())),
+            applied: AtomicU64::new(0),
         }
     }
 
@@ -97,16 +100,16 @@ impl SoldOut {
         false
     }
 
-    /// True when `id` may be answered `SoldOut` from memory: a flag stands and `id` did not
-    /// apply through this layout.
+    /// True when `id` may be answered `SoldOut` from memory: a flag stands and `id` was never
+    /// sent to the store through this layout.
     pub(crate) fn answers(&self, id: &RequestId) -> bool {
-        self.is_set()
-            && !self
-                .local
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .ids
-                .contains(&id_hash(id))
+        if !self.is_set() {
+            return false;
+        }
+        let h = id_hash(id);
+        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.as_ref().is_some_and(|ids| !ids.contains(&h))
+            && self.watch.as_ref().is_some_and(|w| !w.sealed(h))
     }
 
     /// Before sending a fresh read of every segment (`None`: no flag can come of it).
@@ -136,29 +139,37 @@ impl SoldOut {
                 _ => return,
             }
         }
-        let local = self.local.lock().unwrap_or_else(|e| e.into_inner());
-        if local.units != added
+        if self.applied.load(Relaxed) != added
             || w.seen() != Some(t.seen)
             || !w.clean_since_load(generation, t.seen)
         {
             return;
         }
-        drop(local);
         *self.flag.lock().unwrap_or_else(|e| e.into_inner()) = Some(t.seen);
         self.until_us
             .store(t.at_us + self.ttl.as_micros() as u64, Relaxed);
     }
 
-    /// Counts an answer given through this layout: an applied request's id and units.
-    pub(crate) fn applied(&self, id: &RequestId, d: &super::Deduction) {
+    /// Remembers that `id` is about to be sent to a script that may write its record.
+    pub(crate) fn sent(&self, id: &RequestId) {
         if self.watch.is_none() {
             return;
         }
-        if let super::Deduction::Applied { parts } = d {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ids) = sent.as_mut() {
+            ids.insert(id_hash(id));
+            if ids.len() > MAX_IDS {
+                *sent = None;
+            }
+        }
+    }
+
+    /// Counts an answer given through this layout (the units of an `Applied`; its id was
+    /// [`sent`](Self::sent) before).
+    pub(crate) fn applied(&self, d: &super::Deduction) {
+        if let (Some(_), super::Deduction::Applied { parts }) = (&self.watch, d) {
             let units: u64 = parts.iter().map(|p| p.units).sum();
-            let mut l = self.local.lock().unwrap_or_else(|e| e.into_inner());
-            l.ids.insert(id_hash(id));
-            l.units += units;
+            self.applied.fetch_add(units, Relaxed);
         }
     }
 }

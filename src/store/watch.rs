@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 /// What one notification says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Event {
     /// Units were added (restock) or a generation's segment was (re)written.
     Added,
@@ -17,6 +17,17 @@ pub(crate) enum Event {
     Returned,
     /// The generation became ready (load committed).
     Loaded,
+    /// This request id was sealed (it never applied and never can): answered from its record.
+    Sealed(String),
+}
+
+/// The hash the engine and the watch both key request ids by (a collision only sends an id
+/// to its record).
+pub(crate) fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
 }
 
 /// The notifications of every SKU, fed by one subscriber connection.
@@ -34,6 +45,8 @@ pub(crate) struct SkuWatch {
     /// Bumped by every message about the SKU (after `load` is updated).
     epoch: AtomicU64,
     load: Mutex<LoadSeen>,
+    /// Request ids sealed in the generation of the last load seen (hashes).
+    sealed: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// The last load of the SKU this subscriber saw, and whether units went back since.
@@ -68,15 +81,24 @@ impl Watch {
         let w = self.sku(sku);
         {
             let mut l = w.load.lock().unwrap_or_else(|e| e.into_inner());
+            let mut sealed = w.sealed.lock().unwrap_or_else(|e| e.into_inner());
             match event {
                 Event::Loaded => {
                     *l = LoadSeen {
                         generation,
                         conn: self.conn.load(SeqCst),
                         clean: true,
-                    }
+                    };
+                    sealed.clear();
                 }
                 Event::Returned if l.generation == generation => l.clean = false,
+                // Nothing becomes sellable: flags stand, the id goes to its record.
+                Event::Sealed(id) => {
+                    if l.generation == generation {
+                        sealed.insert(id_hash(&id));
+                    }
+                    return;
+                }
                 _ => {}
             }
         }
@@ -137,6 +159,13 @@ impl StockWatch {
     pub(crate) fn clean_since_load(&self, generation: u64, seen: Seen) -> bool {
         self.hub.clean_since_load(&self.sku, generation, seen)
     }
+
+    /// True when a message said request id `hash` ([`id_hash`]) was sealed in the generation
+    /// of the last load seen.
+    pub(crate) fn sealed(&self, hash: u64) -> bool {
+        let sealed = self.sku.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        !sealed.is_empty() && sealed.contains(&hash)
+    }
 }
 
 #[cfg(test)]
@@ -185,6 +214,11 @@ mod tests {
         hub.notify("a", Event::Returned, 7);
         assert!(!w.clean_since_load(7, w.seen().unwrap()));
         hub.notify("a", Event::Loaded, 8);
+        let s = w.seen().unwrap();
+        hub.notify("a", Event::Sealed("r-1".into()), 8);
+        hub.notify("a", Event::Sealed("r-2".into()), 7);
+        assert_eq!(w.seen(), Some(s), "a seal makes nothing sellable");
+        assert!(w.sealed(id_hash("r-1")) && !w.sealed(id_hash("r-2")));
         hub.lost();
         assert!(
             !w.clean_since_load(8, w.seen().unwrap()),

@@ -15,17 +15,21 @@ pub(crate) fn channel(prefix: &str) -> String {
     format!("{prefix}:stock")
 }
 
-/// Parses `<kind> <gen> <key>` (the key's hash tag starts with the SKU, up to `#` or `}`).
+/// Parses `<kind> <gen> <key>` (the key's hash tag starts with the SKU, up to `#` or `}`; a
+/// record key ends with `:rq:<request id>`).
 fn parse(text: &str) -> Option<(String, Event, u64)> {
     let mut it = text.splitn(3, ' ');
-    let event = match it.next()? {
+    let kind = it.next()?;
+    let generation = it.next()?.parse().ok()?;
+    let key = it.next()?;
+    let event = match kind {
         "S" => Event::Added,
         "R" => Event::Returned,
         "L" => Event::Loaded,
+        "X" => Event::Sealed(key.rsplit_once(":rq:")?.1.to_owned()),
         _ => return None,
     };
-    let generation = it.next()?.parse().ok()?;
-    let tag = it.next()?.split_once('{')?.1;
+    let tag = key.split_once('{')?.1;
     let sku = &tag[..tag.find(['#', '}'])?];
     Some((sku.to_owned(), event, generation))
 }
@@ -100,7 +104,7 @@ mod tests {
 
     #[test]
     fn messages_parse() {
-        let p = |s| parse(s).map(|(sku, e, g)| (sku, e, g));
+        let p = parse;
         assert_eq!(
             p("S 12 ss:{phone#3}:seg"),
             Some(("phone".into(), Event::Added, 12))
@@ -113,6 +117,11 @@ mod tests {
             p("L 9 ss:{phone}:meta"),
             Some(("phone".into(), Event::Loaded, 9))
         );
+        assert_eq!(
+            p("X 9 ss:{phone#1}:g9:rq:r-7"),
+            Some(("phone".into(), Event::Sealed("r-7".into()), 9))
+        );
+        assert_eq!(p("X 9 ss:{phone#1}:g9:rs:r-7"), None);
         assert_eq!(p("Q 9 ss:{phone}:meta"), None);
         assert_eq!(p("L x ss:{phone}:meta"), None);
         assert_eq!(p("L 9 nokey"), None);
