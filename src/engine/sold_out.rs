@@ -15,11 +15,10 @@
 //!   Request ids this layout ever sent to a script that may write a record (applied, pending,
 //!   sealed, dropped, failed) are not answered from memory; they read their record as before
 //!   (`Replayed`, `Sealed`, ...). With several instances selling, the sum does not match and
-//!   every instance answers from a fresh read, as before (exact, not faster). Ids sealed
-//!   anywhere (`seal.lua`, `settle.lua`) are published too (every message since the load was
-//!   seen), and read their record (`Sealed`). A twin of a request still in flight at another
-//!   instance (its claim pending, nothing taken: the SKU is sold out) may be answered
-//!   `SoldOut`, as a twin whose read came before the claim is today.
+//!   every instance answers from a fresh read, as before (exact, not faster). Ids claimed or
+//!   sealed anywhere (`deduct_core.lua`'s claim, `seal.lua`, `settle.lua`) are published too
+//!   (every message since the load was seen), and read their record (a pending claim, `Sealed`,
+//!   a conflict): every id with a record in the generation goes to its record.
 //!
 //! A flag is believed only while its snapshot is current and before its TTL. Staleness bound:
 //! a restock, cancel, refund or expiry reclaimed by a script reaches every subscriber as a
@@ -109,7 +108,7 @@ impl SoldOut {
         let h = id_hash(id);
         let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
         sent.as_ref().is_some_and(|ids| !ids.contains(&h))
-            && self.watch.as_ref().is_some_and(|w| !w.sealed(h))
+            && self.watch.as_ref().is_some_and(|w| !w.recorded(h))
     }
 
     /// Before sending a fresh read of every segment (`None`: no flag can come of it).

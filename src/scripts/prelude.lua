@@ -134,7 +134,8 @@ end
 -- Stock notification (src/store/redis/invalidate.rs): PUBLISH on `<prefix>:stock` that units of
 -- the SKU named by `key`'s hash tag may be sellable again, so every instance drops its sold-out
 -- flag for it. `kind`: S restocked, R units returned (refund, cancel, expiry), L generation `gen`
--- became ready, X the request whose record `key` is was sealed. Sent after the writes; best
+-- became ready, X / C the request whose record `key` is was sealed / claimed (an instance
+-- answering sold out from memory answers that id from its record). Sent after the writes; best
 -- effort (pcall: a user without the channel right sells on, and its instances, refused
 -- SUBSCRIBE too, keep no flags).
 local function stock_event(kind, gen, key)

@@ -5,7 +5,8 @@
 //! a resubscription voids every snapshot (messages may have been lost), so the engine's
 //! sold-out flags fall until the next fresh read. Not started on a cluster (flags stay off).
 
-use crate::store::watch::{Event, Watch};
+pub(crate) use crate::store::watch::Event;
+use crate::store::watch::Watch;
 use fred::prelude::{Client, ClientLike, EventInterface, PubsubInterface};
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
@@ -26,7 +27,7 @@ fn parse(text: &str) -> Option<(String, Event, u64)> {
         "S" => Event::Added,
         "R" => Event::Returned,
         "L" => Event::Loaded,
-        "X" => Event::Sealed(key.rsplit_once(":rq:")?.1.to_owned()),
+        "X" | "C" => Event::Recorded(key.rsplit_once(":rq:")?.1.to_owned()),
         _ => return None,
     };
     let tag = key.split_once('{')?.1;
@@ -119,7 +120,7 @@ mod tests {
         );
         assert_eq!(
             p("X 9 ss:{phone#1}:g9:rq:r-7"),
-            Some(("phone".into(), Event::Sealed("r-7".into()), 9))
+            Some(("phone".into(), Event::Recorded("r-7".into()), 9))
         );
         assert_eq!(p("X 9 ss:{phone#1}:g9:rs:r-7"), None);
         assert_eq!(p("Q 9 ss:{phone}:meta"), None);
