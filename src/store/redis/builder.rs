@@ -203,9 +203,9 @@ impl RedisStoreBuilder {
             self.coalescing,
         )
         .await?;
-        // Stock notifications for the engine's sold-out flags: one subscriber connection (not on
-        // a cluster, where flags stay off).
-        let subscriber = if clustered {
+        // Stock notifications for the engine's sold-out flags: one subscriber connection (the
+        // lua strategy only, and not on a cluster: elsewhere flags stay off).
+        let subscriber = if clustered || self.strategy != Strategy::Lua {
             None
         } else {
             let s = super::invalidate::start(pool.next(), &self.key_prefix).await;
