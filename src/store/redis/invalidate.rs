@@ -54,25 +54,22 @@ pub(crate) async fn start(like: &Client, prefix: &str) -> Subscriber {
         client.error_rx(),
         client.reconnect_rx(),
     );
-    if client.init().await.is_ok() && client.subscribe(&channel).await.is_ok() {
-        watch.up();
+    if client.init().await.is_ok() {
+        // fred reports the first connection as a reconnection too: not a loss (handled later,
+        // it would void a load seen meanwhile).
+        while reconnects.try_recv().is_ok() {}
+        if client.subscribe(&channel).await.is_ok() {
+            watch.up();
+        }
     }
     let w = Arc::clone(&watch);
     tokio::spawn(async move {
         loop {
+            // Connection events first: a message read after a loss must not count as seen
+            // before it.
             tokio::select! {
+                biased;
                 _ = &mut stop => break,
-                m = messages.recv() => match m {
-                    Ok(m) => {
-                        if let Some((sku, event, generation)) =
-                            m.value.as_str().as_deref().and_then(parse)
-                        {
-                            w.notify(&sku, event, generation);
-                        }
-                    }
-                    Err(RecvError::Lagged(_)) => w.lost(),
-                    Err(RecvError::Closed) => break,
-                },
                 e = errors.recv() => match e {
                     Ok(_) | Err(RecvError::Lagged(_)) => w.down(),
                     Err(RecvError::Closed) => break,
@@ -86,6 +83,17 @@ pub(crate) async fn start(like: &Client, prefix: &str) -> Subscriber {
                             w.up();
                         }
                     }
+                    Err(RecvError::Closed) => break,
+                },
+                m = messages.recv() => match m {
+                    Ok(m) => {
+                        if let Some((sku, event, generation)) =
+                            m.value.as_str().as_deref().and_then(parse)
+                        {
+                            w.notify(&sku, event, generation);
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => w.lost(),
                     Err(RecvError::Closed) => break,
                 },
             }
