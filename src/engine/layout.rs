@@ -81,6 +81,18 @@ impl<S: Store> Engine<S> {
             gauges_at: AtomicU64::new(0),
             born: Instant::now(),
         });
+        // Concurrent first callers share one layout (its sold-out proof counts what applied
+        // through it); a cached layout of another generation is replaced.
+        let cached = Arc::clone(
+            self.inner
+                .layouts
+                .entry(sku.clone())
+                .or_insert_with(|| Arc::clone(&layout))
+                .value(),
+        );
+        if cached.generation == layout.generation {
+            return Ok(cached);
+        }
         self.inner.layouts.insert(sku.clone(), Arc::clone(&layout));
         Ok(layout)
     }

@@ -47,7 +47,16 @@ pub(crate) struct Subscriber {
 pub(crate) async fn start(like: &Client, prefix: &str) -> Subscriber {
     let watch = Arc::new(Watch::default());
     let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
-    let client = like.clone_new();
+    // Like `like`, with room for bursts of messages (every fallback claim publishes one): a
+    // lagging receiver loses messages, which ends the flags of every SKU's generation.
+    let mut perf = like.perf_config();
+    perf.broadcast_channel_capacity = 1 << 16;
+    let client = Client::new(
+        like.client_config(),
+        Some(perf),
+        Some(like.connection_config().clone()),
+        like.client_reconnect_policy(),
+    );
     let channel = channel(prefix);
     let (mut messages, mut errors, mut reconnects) = (
         client.message_rx(),
