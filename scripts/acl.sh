@@ -39,4 +39,8 @@ keys="~$prefix:*"
 client="+ping +select +evalsha +script|load +hmget +hgetall +hset +hdel +sadd +smembers +pexpire +xgroup|create +xreadgroup +xack +wait +cluster|info +cluster|slots"
 # Inside the scripts (src/scripts/*.lua): every redis.call there.
 scripts="+del +exists +get +set +hget +hincrby +time +xadd +xautoclaim +xinfo|stream +xinfo|groups +xpending +xrange +xtrim +zadd +zrange +zrangebyscore +zrem"
-echo "ACL SETUSER $user reset on $pass resetkeys $keys resetchannels -@all $client $scripts"
+# Stock notifications (the engine's sold-out flags): the scripts PUBLISH, the store SUBSCRIBEs,
+# on the one channel <prefix>:stock.
+channels="&$prefix:stock"
+notify="+publish +subscribe"
+echo "ACL SETUSER $user reset on $pass resetkeys $keys resetchannels $channels -@all $client $scripts $notify"

@@ -142,6 +142,8 @@ pub struct EngineConfig {
     pub pending_wait_ms: u64,
     /// [`EngineOptions::hint_ttl`].
     pub hint_ttl_ms: u64,
+    /// [`EngineOptions::sold_out_ttl`] (default 1000; 0 = off).
+    pub sold_out_ttl_ms: u64,
     /// [`EngineOptions::max_qty`].
     pub max_qty: u64,
     /// [`EngineOptions::fallback_rounds`].
@@ -171,6 +173,7 @@ impl Default for EngineConfig {
             claim_lease_ms: ms(o.claim_lease),
             pending_wait_ms: ms(o.pending_wait),
             hint_ttl_ms: ms(o.hint_ttl),
+            sold_out_ttl_ms: ms(o.sold_out_ttl),
             max_qty: o.max_qty,
             fallback_rounds: o.fallback_rounds,
             per_user_limit: o.per_user_limit,
@@ -193,6 +196,7 @@ impl EngineConfig {
             claim_lease: d(self.claim_lease_ms),
             pending_wait: d(self.pending_wait_ms),
             hint_ttl: d(self.hint_ttl_ms),
+            sold_out_ttl: d(self.sold_out_ttl_ms),
             max_qty: self.max_qty,
             fallback_rounds: self.fallback_rounds,
             per_user_limit: self.per_user_limit,

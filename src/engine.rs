@@ -45,6 +45,7 @@ mod layout;
 mod options;
 mod outcome;
 mod request;
+mod sold_out;
 mod stock;
 mod sweeper;
 mod user_limit;

@@ -23,6 +23,9 @@ pub const DEDUCT_SECONDS: &str = "shardstock_deduct_duration_seconds";
 pub const SEGMENT_ATTEMPTS: &str = "shardstock_segment_attempts";
 /// Deductions that left their home segment for others (counter).
 pub const FALLBACKS: &str = "shardstock_fallbacks_total";
+/// Sold-out answers given from memory after a proven sell-out: no read, nothing written
+/// (counter; `engine/sold_out.rs`).
+pub const SOLD_OUT_FROM_MEMORY: &str = "shardstock_sold_out_from_memory_total";
 /// Segments skipped thanks to a fresh "known short" hint (counter).
 pub const EMPTY_SKIPS: &str = "shardstock_known_empty_skips_total";
 /// Deductions answered from an earlier outcome of the same request id (counter).
@@ -121,6 +124,11 @@ pub fn describe() {
         FALLBACKS,
         Unit::Count,
         "Deductions that moved on from their home segment to others."
+    );
+    describe_counter!(
+        SOLD_OUT_FROM_MEMORY,
+        Unit::Count,
+        "Sold-out answers given from memory after a proven sell-out (no round trip, no write)."
     );
     describe_counter!(
         EMPTY_SKIPS,
@@ -502,6 +510,11 @@ pub(crate) fn reservations_expired(units: u64) {
 
 pub(crate) fn fallback() {
     counter!(FALLBACKS).increment(1);
+}
+
+/// A sold-out answer given from memory (`engine/sold_out.rs`): no read, nothing written.
+pub(crate) fn sold_out_from_memory() {
+    counter!(SOLD_OUT_FROM_MEMORY).increment(1);
 }
 
 pub(crate) fn multi_segment() {

@@ -19,6 +19,9 @@ use std::future::Future;
 pub mod memory;
 pub mod redis;
 mod reply;
+pub(crate) mod watch;
+
+pub use watch::StockWatch;
 
 pub use reply::*;
 
@@ -247,6 +250,14 @@ pub trait Store: Send + Sync + 'static {
     /// Request coalescing in force and its counts (Redis `lua` only; None = one call per
     /// request).
     fn coalescing(&self) -> Option<crate::CoalesceStats> {
+        None
+    }
+
+    /// Notifications that units of `sku` may be sellable again, from every instance (Redis
+    /// `lua`: the `<prefix>:stock` subscriber); `None` = none, and the engine then answers no
+    /// sold out from memory.
+    fn stock_watch(&self, sku: &Sku) -> Option<StockWatch> {
+        let _ = sku;
         None
     }
 

@@ -127,6 +127,7 @@ impl<S: Store> Engine<S> {
             };
             match flow {
                 Done(d) => {
+                    layout.sold_out.applied(&d); // sold out from memory
                     self.maybe_gauges(&layout);
                     return Ok((d, layout.generation));
                 }
@@ -154,7 +155,7 @@ impl<S: Store> Engine<S> {
     /// the home is short), then the fallback; or, when a twin holds the claim, waiting for it.
     pub(super) async fn take_units(&self, a: &Attempt<'_>) -> Result<Flow> {
         let l = a.layout;
-        if l.hints.likely_short(a.home, a.req.qty) {
+        if l.sold_out.is_set() || l.hints.likely_short(a.home, a.req.qty) {
             // Home looks short: one read of everything (and of this request's record) decides
             // between replay, sold out, insufficient, and going to claim.
             match self.check_short(a).await? {
@@ -166,6 +167,7 @@ impl<S: Store> Engine<S> {
             }
         }
 
+        l.sold_out.sent(&a.req.request_id); // sold out from memory: ids with a record here
         a.tried();
         match self
             .inner
@@ -201,14 +203,26 @@ impl<S: Store> Engine<S> {
     /// Reads every segment (shared read) and this request's home record: enough to answer a
     /// replay, sold out or insufficient without writing anything.
     pub(super) async fn check_short(&self, a: &Attempt<'_>) -> Result<Short> {
+        // --- sold out from memory (sold_out.rs): no read, nothing written ---
+        if a.layout.sold_out.answers(&a.req.request_id) {
+            crate::metrics::sold_out_from_memory();
+            return Ok(Short::Decided(Deduction::SoldOut));
+        }
+        let ticket = a.layout.sold_out.before_read();
+        // ---
         let (segs, rec) = futures::join!(
             self.read_segments(a.layout),
             self.inner.store.record(a.home_at(), &a.req.request_id)
         );
-        let Some(stocks) = a.layout.observe(&segs?) else {
+        let segs = segs?;
+        let Some(stocks) = a.layout.observe(&segs) else {
             return Ok(Short::Stale);
         };
+        a.layout
+            .sold_out
+            .after_read(ticket, a.layout.generation, &segs); // sold out from memory
         if let Some(rec) = rec? {
+            a.layout.sold_out.sent(&a.req.request_id); // sold out from memory: has a record
             return Ok(match a.recorded(rec) {
                 Recorded::Other(field) => Short::Refused(a.conflict(field)),
                 Recorded::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),

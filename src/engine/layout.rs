@@ -23,6 +23,8 @@ pub(crate) struct Layout {
     /// Where the segments live (hash tag suffixes; unplaced on a single Redis).
     pub(crate) placement: crate::placement::Placement,
     pub(crate) hints: Hints,
+    /// Sold out from memory (see `sold_out.rs`).
+    pub(crate) sold_out: super::sold_out::SoldOut,
     /// Shares "read every segment" between concurrent callers (see [`crate::shared_read`]).
     reads: Arc<SharedRead<Vec<Option<SegmentState>>>>,
     /// When the remaining-units gauges were last set (ms since `born`).
@@ -71,10 +73,26 @@ impl<S: Store> Engine<S> {
             user_limit: meta.user_limit,
             placement: meta.placement,
             hints: Hints::new(meta.segments, self.inner.opts.hint_ttl),
+            sold_out: super::sold_out::SoldOut::new(
+                self.inner.store.stock_watch(sku),
+                self.inner.opts.sold_out_ttl,
+            ),
             reads: SharedRead::new(),
             gauges_at: AtomicU64::new(0),
             born: Instant::now(),
         });
+        // Concurrent first callers share one layout (its sold-out proof counts what applied
+        // through it); a cached layout of another generation is replaced.
+        let cached = Arc::clone(
+            self.inner
+                .layouts
+                .entry(sku.clone())
+                .or_insert_with(|| Arc::clone(&layout))
+                .value(),
+        );
+        if cached.generation == layout.generation {
+            return Ok(cached);
+        }
         self.inner.layouts.insert(sku.clone(), Arc::clone(&layout));
         Ok(layout)
     }

@@ -21,6 +21,11 @@ pub struct EngineOptions {
     pub pending_wait: Duration,
     /// How long a "segment is short" hint is trusted for skipping (default 200 ms; 0 = off).
     pub hint_ttl: Duration,
+    /// How long a proven sell-out is answered from memory at most (default 1 s; 0 = off): a
+    /// notification (restock, cancel, refund, expiry, reload) ends it sooner; the TTL bounds
+    /// staleness when one is lost silently. Only on stores with notifications (Redis, `lua`
+    /// strategy, not on a cluster); see the engine's `sold_out` module.
+    pub sold_out_ttl: Duration,
     /// Largest quantity one deduction may ask for (default 10 000).
     pub max_qty: u64,
     /// Rounds of "read all segments, then take" before answering insufficient under
@@ -53,6 +58,7 @@ impl Default for EngineOptions {
             claim_lease: Duration::from_secs(5),
             pending_wait: Duration::from_secs(1),
             hint_ttl: Duration::from_millis(200),
+            sold_out_ttl: Duration::from_secs(1),
             max_qty: 10_000,
             fallback_rounds: 3,
             per_user_limit: 1,
@@ -79,6 +85,7 @@ impl EngineOptions {
             ("claim_lease", self.claim_lease),
             ("pending_wait", self.pending_wait),
             ("hint_ttl", self.hint_ttl),
+            ("sold_out_ttl", self.sold_out_ttl),
             ("user_claim_ttl", self.user_claim_ttl),
             ("guard_ttl", self.guard_ttl),
         ];
@@ -171,6 +178,11 @@ impl EngineBuilder {
     /// See [`EngineOptions::hint_ttl`].
     pub fn hint_ttl(mut self, d: Duration) -> Self {
         self.opts.hint_ttl = d;
+        self
+    }
+    /// See [`EngineOptions::sold_out_ttl`].
+    pub fn sold_out_ttl(mut self, d: Duration) -> Self {
+        self.opts.sold_out_ttl = d;
         self
     }
     /// See [`EngineOptions::max_qty`].

@@ -140,7 +140,7 @@ impl<S: Store> Engine<S> {
         let claim_ttl = self.inner.opts.user_claim_ttl.as_millis() as u64;
         // After a sell-out most buyers are turned away: answer them from a fresh read before
         // touching the user record (nothing would be sold, so nothing needs counting).
-        if (0..l.segments).all(|i| l.hints.likely_short(i, req.qty)) {
+        if l.sold_out.is_set() || (0..l.segments).all(|i| l.hints.likely_short(i, req.qty)) {
             match self.check_short(a).await? {
                 Short::Decided(d) => return Ok((Done(d), None)),
                 Short::Stale => return Ok((Stale, None)),

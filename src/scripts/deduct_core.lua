@@ -191,6 +191,7 @@ local function commit(st, seg, zkey, ckey)
         'k', r.k or 's', 'o', st.ob.on and '1' or '0')
       redis.call('PEXPIRE', r.rk, st.ttl_s)
       redis.call('ZADD', ckey, int(r.l), r.rk)
+      stock_event('C', string.match(r.rk, '}:g(%d+):rq:'), r.rk) -- sold-out flags: a record
     end
   end
   if compact and #compact > 0 then

@@ -17,6 +17,9 @@
 --                   live reservations of whatever generation the segment holds end (a
 --                   `cancelled` event each, if its outbox was on; see end_reservations)
 --
+-- Publishes: `S <gen> <segment key>` on <prefix>:stock once written (stock_event): a flag of
+-- the replaced generation goes before its metadata names the new one.
+--
 -- Reply: {"ok"} | {"superseded", newer_gen}
 uint('gen', ARGV[1])
 uint('units', ARGV[2])
@@ -31,4 +34,5 @@ redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2],
   'sold', '0', 'reserved', '0', 'out', ARGV[3])
 -- The same generation written again: its compact entries (deduct_core.lua) stay findable.
 if cur == ARGV[1] and v[2] then redis.call('HSET', KEYS[1], 'rw', v[2]) end
+stock_event('S', ARGV[1], KEYS[1])
 return { 'ok' }

@@ -195,6 +195,17 @@ local function seg_index(seg)
   return string.match(seg, '{[^#}]*#(%d+)')
 end
 
+-- Stock notification (src/store/redis/invalidate.rs): PUBLISH on `<prefix>:stock` that units of
+-- the SKU named by `key`'s hash tag may be sellable again, so every instance drops its sold-out
+-- flag for it. `kind`: S restocked, R units returned (refund, cancel, expiry), L generation `gen`
+-- became ready, X / C the request whose record `key` is was sealed / claimed (an instance
+-- answering sold out from memory answers that id from its record). Sent after the writes; best
+-- effort (pcall: a user without the channel right sells on, and its instances, refused
+-- SUBSCRIBE too, keep no flags).
+local function stock_event(kind, gen, key)
+  redis.pcall('PUBLISH', string.match(key, '^(.-):{') .. ':stock', kind .. ' ' .. gen .. ' ' .. key)
+end
+
 -- Lazy reclaim: return expired reservations of this segment to its stock (at most 64 per call;
 -- the sweeper and later calls take the rest). A reservation's units sit on the record that
 -- holds them (fields rs = R|C|X|K, rq = units, exp = expiry ms); the segment's index ZSET
@@ -216,6 +227,7 @@ local function reclaim(seg, zkey, now, ob)
     end
     redis.call('ZREM', zkey, rk)
   end
+  if back > 0 then stock_event('R', string.match(zkey, ':g(%d+):resv$'), seg) end
   return back
 end
 

@@ -11,6 +11,8 @@
 -- KEYS[3]  outbox stream         <prefix>:{<sku>#<i>}:out (an `expired` event per reservation returned)
 -- ARGV[1]  gen
 --
+-- Publishes: `R <gen> <segment key>` on <prefix>:stock when units came back (prelude's reclaim).
+--
 -- Reply: {"reclaimed", units, reserved} (reserved = units still held by live reservations)
 --        | {"stale", g}
 uint('gen', ARGV[1])

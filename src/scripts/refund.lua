@@ -12,6 +12,8 @@
 --                    refunded (a newer holder reconciles what an older, dead one left behind)
 -- ARGV[3]  is_home   "1" at the home segment (part kept in the claim's hp field)
 --
+-- Publishes: `R <gen> <segment key>` on <prefix>:stock when units went back (stock_event).
+--
 -- Reply: {"refunded", units}  (0 when there was nothing to refund) | {"stale", gen_or_missing}
 uint('gen', ARGV[1])
 local gen = ARGV[1]
@@ -50,4 +52,5 @@ if units > 0 then
     redis.call('HINCRBY', KEYS[1], 'sold', -units)
   end
 end
+if units > 0 then stock_event('R', gen, KEYS[1]) end
 return { 'refunded', units }

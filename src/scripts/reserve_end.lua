@@ -16,6 +16,9 @@
 -- ARGV[2]  action   "confirm" (units become sold) | "cancel" (units go back to stock) |
 --                   "peek" (only reclaim and report the state)
 --
+-- Publishes: `R <gen> <segment key>` on <prefix>:stock on a cancel, and for expired ones reclaimed
+-- first (stock_event).
+--
 -- Reply (state: the record's `rs` letter):
 --        {"done", state, user, units} with state C (confirmed) or K (cancelled) — also when
 --        it was already in that state (idempotent) | {"ended", state, user, units} when it had
@@ -43,6 +46,7 @@ if action == 'confirm' then
   redis.call('HINCRBY', KEYS[1], 'sold', q)
 else
   redis.call('HINCRBY', KEYS[1], 'stock', q)
+  stock_event('R', gen, KEYS[1])
 end
 redis.call('HSET', KEYS[2], 'rs', want)
 redis.call('ZREM', KEYS[3], KEYS[2])

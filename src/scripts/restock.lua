@@ -9,6 +9,8 @@
 -- ARGV[3]  ttl_ms
 -- ARGV[4]  total    units of the whole restock request (>= qty); a retry must repeat it
 --
+-- Publishes: `S <gen> <segment key>` on <prefix>:stock after restocking (prelude's stock_event).
+--
 -- Reply: {"restocked", stock_after} | {"replay", stock} | {"mismatch", "qty"} | {"stale", g}
 -- Errors: "ERR shardstock bad argument: qty" also when the segment would pass 10^15 units.
 uint('gen', ARGV[1])
@@ -31,4 +33,5 @@ if stock + qty >= 1e15 or restocked + qty >= 1e15 then bad('qty') end
 redis.call('HINCRBY', KEYS[1], 'stock', qty)
 redis.call('HINCRBY', KEYS[1], 'restocked', qty)
 redis.call('SET', KEYS[2], mark, 'PX', ttl)
+stock_event('S', gen, KEYS[1])
 return { 'restocked', stock + qty }

@@ -11,6 +11,9 @@
 -- ARGV[3]  ttl_ms   lifetime of the seal (the request TTL)
 -- ARGV[4]  kind     's' (a sale) | 'r' (a reservation): the kind the per-user entry counts
 --
+-- Publishes: `X <gen> <record key>` on <prefix>:stock when it seals (prelude's stock_event: an
+-- instance answering sold out from memory must answer this id from its record).
+--
 -- Reply: {"sealed"} (it never applied; now it cannot) | {"applied"} (it applied: for a
 --        reservation, the caller still has to ask the reservation's state)
 --        | {"pending", lease_left_ms} (a fallback claim is in progress) | {"mismatch", field}
@@ -24,6 +27,7 @@ local rec = record(KEYS[1])
 if not rec or rec.s == 'F' then -- no record, or a released claim ('F'): the id is free
   redis.call('HSET', KEYS[1], 's', 'X', 'u', user, 'q', ARGV[2], 'e', '0', 'k', kind)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  stock_event('X', string.match(KEYS[1], '}:g(%d+):rq:'), KEYS[1])
   return { 'sealed' }
 end
 local f = conflict(rec, user, qty, kind)

@@ -20,6 +20,9 @@
 -- ARGV[4]  ttl_ms    the record lives at least this long from now (never shortened: a record
 --                    holding a live reservation keeps its longer life)
 --
+-- Publishes: `X <gen> <record key>` on <prefix>:stock on "seal" (prelude's stock_event). A
+-- release gives nothing back (refund.lua notifies for the parts).
+--
 -- Reply:
 --   {"ok"}                           settled as asked
 --   {"superseded", state, detail}    the claim is no longer the caller's: the record's state
@@ -62,6 +65,7 @@ elseif outcome == 'seal' then
   redis.call('HSET', KEYS[1], 's', 'X')
   redis.call('HDEL', KEYS[1], 'l', 'hp')
   redis.call('PEXPIRE', KEYS[1], ARGV[4], 'GT')
+  stock_event('X', string.match(KEYS[1], '}:g(%d+):rq:'), KEYS[1])
 else
   redis.call('HSET', KEYS[1], 's', 'F')
   redis.call('HDEL', KEYS[1], 'l', 'hp', 'rs', 'rq', 'exp')

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod batch;
 mod builder;
+mod invalidate;
 pub mod lua;
 pub(crate) mod moving;
 pub(crate) mod outbox;
@@ -70,6 +71,8 @@ pub struct RedisStore {
     conn: Conn,
     /// The strategy and what it needs (locks, coalescing lanes); shared by clones.
     runner: Arc<Runner>,
+    /// The stock-notification subscriber (`None` on a cluster); shared by clones.
+    subscriber: Option<Arc<invalidate::Subscriber>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -177,6 +180,16 @@ impl RedisStore {
         ))
     }
 
+    /// Tells the sold-out flags of every engine on this store at once what a call through it
+    /// did (the message from Redis follows): the next call of this process sees it, whatever
+    /// the message's delay. A load is noted as added units only: "saw the load" must come
+    /// from the subscriber itself.
+    fn noticed(&self, sku: &Sku, event: invalidate::Event, generation: u64) {
+        if let Some(s) = &self.subscriber {
+            s.watch.notify(sku.as_str(), event, generation);
+        }
+    }
+
     fn users<'a>(&'a self, sku: &'a Sku, generation: u64) -> user::Users<'a> {
         user::Users {
             keys: &self.conn.keys,
@@ -201,6 +214,15 @@ impl Store for RedisStore {
 
     fn coalescing(&self) -> Option<CoalesceStats> {
         self.runner.coalescing()
+    }
+
+    fn stock_watch(&self, sku: &Sku) -> Option<crate::store::StockWatch> {
+        // Only for the Lua strategy: the others write stock outside the scripts too.
+        let s = self.subscriber.as_ref()?;
+        (self.runner.strategy() == crate::Strategy::Lua).then(|| crate::store::StockWatch {
+            sku: s.watch.sku(sku.as_str()),
+            hub: std::sync::Arc::clone(&s.watch),
+        })
     }
 
     async fn segment_homes(
@@ -277,7 +299,9 @@ impl Store for RedisStore {
             units: load.units,
             outbox: load.outbox,
         };
-        self.conn.run(call).await
+        let r = self.conn.run(call).await;
+        self.noticed(seg.sku, invalidate::Event::Added, seg.generation);
+        r
     }
 
     async fn drop_segment(&self, seg: SegAddr<'_>, replaces: u64) -> Result<()> {
@@ -296,7 +320,9 @@ impl Store for RedisStore {
             sku,
             generation,
         };
-        self.conn.run(call).await
+        let r = self.conn.run(call).await;
+        self.noticed(sku, invalidate::Event::Added, generation);
+        r
     }
 
     async fn meta(&self, sku: &Sku) -> Result<Option<Meta>> {
@@ -332,9 +358,18 @@ impl Store for RedisStore {
         req: ReqArgs<'_>,
         on_short: OnShort,
     ) -> Result<HomeReply> {
-        self.runner
+        let r = self
+            .runner
             .deduct_home(&self.conn, seg, req, on_short)
-            .await
+            .await;
+        if let Ok(HomeReply::Short {
+            claimed: Some(_), ..
+        }) = &r
+        {
+            let id = req.request_id.as_str().to_owned();
+            self.noticed(seg.sku, invalidate::Event::Recorded(id), seg.generation);
+        }
+        r
     }
 
     async fn take(
@@ -357,14 +392,19 @@ impl Store for RedisStore {
         epoch: u64,
         how: SettleAs<'_>,
     ) -> Result<SettleReply> {
-        let home = self.at(home);
+        let at = self.at(home);
         let call = claim::Settle {
-            home,
+            home: at,
             req,
             epoch,
             how,
         };
-        self.conn.run(call).await
+        let r = self.conn.run(call).await;
+        if matches!(how, SettleAs::Seal) {
+            let id = req.request_id.as_str().to_owned();
+            self.noticed(home.sku, invalidate::Event::Recorded(id), home.generation);
+        }
+        r
     }
 
     async fn refund(
@@ -380,7 +420,11 @@ impl Store for RedisStore {
             epoch,
             role,
         };
-        self.conn.run(call).await
+        let r = self.conn.run(call).await;
+        if matches!(r, Ok(units) if units > 0) {
+            self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);
+        }
+        r
     }
 
     async fn shut_out(
@@ -413,7 +457,9 @@ impl Store for RedisStore {
             total,
             ttl_ms,
         };
-        self.conn.run(call).await
+        let r = self.conn.run(call).await;
+        self.noticed(seg.sku, invalidate::Event::Added, seg.generation);
+        r
     }
 
     async fn user_claim(
@@ -459,17 +505,30 @@ impl Store for RedisStore {
             request_id,
             action,
         };
-        self.conn.run(call).await
+        let r = self.conn.run(call).await;
+        if action == ReservationAction::Cancel {
+            self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);
+        }
+        r
     }
 
     async fn reclaim(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
         let at = self.at(seg);
-        self.conn.run(segment::Reclaim { at }).await
+        let r = self.conn.run(segment::Reclaim { at }).await;
+        if matches!(r, Ok((back, _)) if back > 0) {
+            self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);
+        }
+        r
     }
 
     async fn seal(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<SealReply> {
-        let home = self.at(home);
-        self.conn.run(claim::Seal { home, req }).await
+        let at = self.at(home);
+        let r = self.conn.run(claim::Seal { home: at, req }).await;
+        if matches!(r, Ok(SealReply::Sealed)) {
+            let id = req.request_id.as_str().to_owned();
+            self.noticed(home.sku, invalidate::Event::Recorded(id), home.generation);
+        }
+        r
     }
 
     async fn segments(

@@ -203,7 +203,16 @@ impl RedisStoreBuilder {
             self.coalescing,
         )
         .await?;
+        // Stock notifications for the engine's sold-out flags: one subscriber connection (the
+        // lua strategy only, and not on a cluster: elsewhere flags stay off).
+        let subscriber = if clustered || self.strategy != Strategy::Lua {
+            None
+        } else {
+            let s = super::invalidate::start(pool.next(), &self.key_prefix).await;
+            Some(Arc::new(s))
+        };
         Ok(RedisStore {
+            subscriber,
             conn: Conn {
                 pool,
                 keys: Keyspace::new(self.key_prefix),
