@@ -115,6 +115,7 @@ impl LockOptions {
 pub struct LockStats {
     acquired: AtomicU64,
     contended: AtomicU64,
+    queued: AtomicU64,
     timeouts: AtomicU64,
     renewals: AtomicU64,
     leases_lost: AtomicU64,
@@ -130,8 +131,11 @@ pub struct LockStats {
 pub struct LockFigures {
     /// Successful acquisitions.
     pub acquired: u64,
-    /// Attempts that found the lock taken.
+    /// Redis attempts (`SET NX`) that found the lock taken.
     pub contended: u64,
+    /// Acquisitions that found the lock held in this process and queued behind its holder
+    /// (first come, first served, without touching Redis).
+    pub queued: u64,
     /// Acquisitions that gave up after `wait`.
     pub timeouts: u64,
     /// Lease renewals by watchdogs.
@@ -154,6 +158,7 @@ impl LockStats {
         LockFigures {
             acquired: self.acquired.load(Relaxed),
             contended: self.contended.load(Relaxed),
+            queued: self.queued.load(Relaxed),
             timeouts: self.timeouts.load(Relaxed),
             renewals: self.renewals.load(Relaxed),
             leases_lost: self.leases_lost.load(Relaxed),
@@ -183,7 +188,8 @@ impl LockStats {
 pub mod metric_names {
     /// Lock acquisitions (counter).
     pub const ACQUIRED: &str = "shardstock_lock_acquired_total";
-    /// Acquisition attempts that found the lock taken (counter).
+    /// Acquisition attempts that found the lock taken: queued behind a holder in this process,
+    /// or refused by Redis (counter).
     pub const CONTENDED: &str = "shardstock_lock_contended_total";
     /// Acquisitions that gave up after the wait (counter).
     pub const TIMEOUTS: &str = "shardstock_lock_timeouts_total";
@@ -407,7 +413,16 @@ impl Locker {
             key: key.to_string(),
             guard: None,
         };
-        match tokio::time::timeout_at(deadline.into(), queue.lock_owned()).await {
+        let held = match Arc::clone(&queue).try_lock_owned() {
+            Ok(g) => Ok(g),
+            Err(_) => {
+                // Taken in this process: queue behind the holder (counted as contention).
+                self.stats.queued.fetch_add(1, Relaxed);
+                metrics::counter!(metric_names::CONTENDED).increment(1);
+                tokio::time::timeout_at(deadline.into(), queue.lock_owned()).await
+            }
+        };
+        match held {
             Ok(g) => place.guard = Some(g),
             Err(_) => {
                 drop(place);

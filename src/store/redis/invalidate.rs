@@ -27,7 +27,9 @@ fn parse(text: &str) -> Option<(String, Event, u64)> {
         "S" => Event::Added,
         "R" => Event::Returned,
         "L" => Event::Loaded,
-        "X" | "C" => Event::Recorded(key.rsplit_once(":rq:")?.1.to_owned()),
+        // `…}:g<gen>:rq:<request id>`: the id is everything after the first `:rq:` past the
+        // tag (an id may itself contain `:rq:`).
+        "X" | "C" => Event::Recorded(key.split_once("}:g")?.1.split_once(":rq:")?.1.to_owned()),
         _ => return None,
     };
     let tag = key.split_once('{')?.1;
@@ -138,6 +140,10 @@ mod tests {
         assert_eq!(
             p("X 9 ss:{phone#1}:g9:rq:r-7"),
             Some(("phone".into(), Event::Recorded("r-7".into()), 9))
+        );
+        assert_eq!(
+            p("X 9 ss:{phone#1}:g9:rq:a:rq:b"),
+            Some(("phone".into(), Event::Recorded("a:rq:b".into()), 9))
         );
         assert_eq!(p("X 9 ss:{phone#1}:g9:rs:r-7"), None);
         assert_eq!(p("Q 9 ss:{phone}:meta"), None);
