@@ -229,7 +229,7 @@ LUA
 VARIANTS=(v0 v0p v1 v2 v3 v4 v5 v5s v6)
 [ -n "$LADDER_BASE_REF" ] && VARIANTS+=(base)
 declare -A VDESC=(
-  [v0]="\`return 1\` (EVALSHA with the same 3 keys and 10 args)"
+  [v0]="\`return 1\` (EVALSHA with the same 5 keys and 10 args)"
   [v0p]="prelude.lua prepended (its 9 local functions are created on every call), then \`return 1\`"
   [v1]="bare check-and-decrement: HGET stock, HINCRBY stock -qty (no prelude)"
   [v2]="+ prelude + deduct.lua's strict ARGV validation + segment() (HMGET gen stock, generation check)"
@@ -246,15 +246,17 @@ for v in "${VARIANTS[@]}"; do make_variant "$v" > "$DIR/$v.lua"; done
 SEG='prof:{prof#0}:seg'
 RQ='prof:{prof#0}:g1:rq:__rand_int__'
 RESV='prof:{prof#0}:g1:resv'
+CLAIMS='prof:{prof#0}:g1:claims'
+OUT='prof:{prof#0}:out'
 DEDUCT_ARGV=(1 u1 1 0 600000 5000 1 lua 0 0) # gen user qty index ttl_ms lease_ms claim mode fence resv_ttl_ms
 reset_keyspace() {
   "${CLI[@]}" FLUSHALL >/dev/null
   # The fields load_segment.lua writes, generation 1, stock far beyond any call count here.
-  "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 >/dev/null
+  "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
 }
 bench_evalsha() { # $1 = sha, $2 = calls; prints the redis-benchmark CSV
   redis-benchmark -p "$PORT" -c 50 -P 64 -n "$2" -r 100000000000 --csv \
-    EVALSHA "$1" 3 "$SEG" "$RQ" "$RESV" "${DEDUCT_ARGV[@]}"
+    EVALSHA "$1" 5 "$SEG" "$RQ" "$RESV" "$CLAIMS" "$OUT" "${DEDUCT_ARGV[@]}"
 }
 commandstats() { "${CLI[@]}" INFO commandstats | tr -d '\r' | grep '^cmdstat_' || true; }
 
@@ -268,7 +270,7 @@ for round in $(seq "$ROUNDS"); do
     log "ladder round $round: $v ($LADDER_CALLS calls)"
     reset_keyspace
     sha=${SHAS[$v]}
-    probe=$("${CLI[@]}" EVALSHA "$sha" 3 "$SEG" 'prof:{prof#0}:g1:rq:probe' "$RESV" "${DEDUCT_ARGV[@]}" 2>&1 | head -1)
+    probe=$("${CLI[@]}" EVALSHA "$sha" 5 "$SEG" 'prof:{prof#0}:g1:rq:probe' "$RESV" "$CLAIMS" "$OUT" "${DEDUCT_ARGV[@]}" 2>&1 | head -1)
     if [ "$probe" != applied ] && [ "$probe" != 1 ]; then
       python3 -c 'import json,sys; print(json.dumps({"v":sys.argv[1],"round":int(sys.argv[2]),"error":sys.argv[3]}))' \
         "$v" "$round" "$probe" >> "$LADDER"
@@ -296,7 +298,7 @@ log "perf record redis-server for ${PERF_SECS}s while redis-benchmark runs the r
 reset_keyspace
 "${CLI[@]}" CONFIG RESETSTAT >/dev/null
 redis-benchmark -p "$PORT" -c 50 -P 64 -n 100000000 -r 100000000000 --csv \
-  EVALSHA "${SHAS[v6]}" 3 "$SEG" "$RQ" "$RESV" "${DEDUCT_ARGV[@]}" > /dev/null 2>&1 &
+  EVALSHA "${SHAS[v6]}" 5 "$SEG" "$RQ" "$RESV" "$CLAIMS" "$OUT" "${DEDUCT_ARGV[@]}" > /dev/null 2>&1 &
 BPID=$! # redis-benchmark itself (not a subshell), so that kill stops it
 sleep 1
 perf record -F 999 -g -p "$PID" -o "$DIR/redis.perf" -- sleep "$PERF_SECS" >/dev/null 2>"$DIR/redis.perf.err" || true
