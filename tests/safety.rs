@@ -225,6 +225,24 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:b3")]),
         "0"
     );
+    // Applied sales of a batch are remembered as fields of the segment's window hashes
+    // (compact records), not as keys: the refused requests must not be there either, and the
+    // applied ones must (else this check proves nothing).
+    let window_fields = || -> Vec<String> {
+        srv.cli(&["KEYS", &format!("t:{{strict#0}}:g{g}:rw:*")])
+            .lines()
+            .filter(|k| !k.trim().is_empty())
+            .flat_map(|k| {
+                srv.cli(&["HKEYS", k.trim()])
+                    .lines()
+                    .map(|f| f.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let mut remembered = window_fields();
+    remembered.sort();
+    assert_eq!(remembered, ["b1", "b4"], "window entries");
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 4, "{a:?}");
     let before = srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
@@ -239,6 +257,13 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     assert_eq!(
         srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:c1")]),
         "0"
+    );
+    let mut remembered = window_fields();
+    remembered.sort();
+    assert_eq!(
+        remembered,
+        ["b1", "b4"],
+        "a refused batch wrote window entries"
     );
 }
 
