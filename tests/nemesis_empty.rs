@@ -750,7 +750,20 @@ async fn nemesis_empty_load_cut_by_the_restart() {
         if let Poll::Ready(r) = poll!(fut.as_mut()) {
             panic!("the load finished before it could be cut: {r:?}");
         }
-        if !srv.cli(&["HGET", "t:{cut}:meta", "gen"]).is_empty() {
+        // The load moves only when polled: ask until the answer is sure, without polling it
+        // again (a redis-cli that could not connect prints nothing, like a missing field; a
+        // CI run once read that as "not yet" and polled the load to its end).
+        let begun = loop {
+            match srv.cli(&["HEXISTS", "t:{cut}:meta", "gen"]).as_str() {
+                "1" => break true,
+                "0" => break false,
+                other => {
+                    assert!(Instant::now() < deadline, "redis-cli answers {other:?}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        };
+        if begun {
             break;
         }
         assert!(Instant::now() < deadline, "load_begin never ran");
