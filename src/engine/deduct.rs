@@ -208,6 +208,13 @@ impl<S: Store> Engine<S> {
             crate::metrics::sold_out_from_memory();
             return Ok(Short::Decided(Deduction::SoldOut));
         }
+        // Boxed: the two reads' state stays out of the callers' futures, which the common
+        // path (and a sold-out storm answered above) builds and moves per request.
+        Box::pin(self.read_short(a)).await
+    }
+
+    /// [`check_short`](Self::check_short) past the memory answer: the reads.
+    async fn read_short(&self, a: &Attempt<'_>) -> Result<Short> {
         let ticket = a.layout.sold_out.before_read();
         // ---
         let (segs, rec) = futures::join!(

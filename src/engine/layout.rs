@@ -57,6 +57,12 @@ impl<S: Store> Engine<S> {
         if let Some(l) = self.inner.layouts.get(sku) {
             return Ok(Arc::clone(&l));
         }
+        // Boxed: the metadata read's state stays out of every request's future.
+        Box::pin(self.read_layout(sku)).await
+    }
+
+    /// [`layout`](Self::layout) when none is cached: reads the SKU's metadata.
+    async fn read_layout(&self, sku: &Sku) -> Result<Arc<Layout>> {
         let meta = self
             .inner
             .store

@@ -121,6 +121,33 @@ impl Runner {
         match &self.mode {
             Mode::Lua(Some(b)) => b.submit(c, seg, req, on_short).await,
             Mode::Lua(None) => deduct(on_short, Check::Stock).await,
+            // Boxed: the other strategies' state (a lock's, above all) would otherwise be part
+            // of every `lua` deduction's future too, which the engine builds and moves at each
+            // of its layers, per request (see `lua::run_durable`).
+            _ => Box::pin(self.deduct_home_other(c, seg, req, on_short)).await,
+        }
+    }
+
+    /// `deduct_home` under the strategies other than `lua` (it answers for `lua` too).
+    async fn deduct_home_other(
+        &self,
+        c: &Conn,
+        seg: SegAddr<'_>,
+        req: ReqArgs<'_>,
+        on_short: OnShort,
+    ) -> Result<HomeReply> {
+        let deduct = |on_short, check| {
+            let at = c.at(seg);
+            c.run(Deduct {
+                at,
+                req,
+                on_short,
+                check,
+            })
+        };
+        match &self.mode {
+            Mode::Lua(Some(b)) => b.submit(c, seg, req, on_short).await,
+            Mode::Lua(None) => deduct(on_short, Check::Stock).await,
             Mode::Naive => self.naive_home(c, seg, req, on_short).await,
             Mode::LocalMutex(map) => {
                 let _held = local_mutex(c, map, &seg).await;
