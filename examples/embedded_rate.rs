@@ -1,13 +1,18 @@
-//! The embedded library path alone: one-unit deductions on the memory store from `TASKS`
-//! tokio tasks, each with its own request id and user, unlimited stock, no per-user limit (as
-//! the criterion `memory` cells), then the deductions per second and the process CPU per
-//! deduction (user + system time from `/proc/self/stat`). No harness between the loop and
-//! [`Engine::deduct`]: this is what to run under `perf record` or `valgrind --tool=callgrind`.
+//! The library path alone: one-unit deductions from `TASKS` tokio tasks, each with its own
+//! request id and user, unlimited stock, no per-user limit (as the criterion `memory` cells),
+//! then the deductions per second and the process CPU per deduction (user + system time from
+//! `/proc/self/stat`). No harness between the loop and [`Engine::deduct`]: this is what to run
+//! under `perf record` or `valgrind --tool=callgrind`.
 //!
-//! `cargo run --release --example embedded_rate -- [DEDUCTIONS] [TASKS] [SEGMENTS]`
-//! (defaults 2000000, 64, 16).
+//! On the memory store by default; given a Redis URL, on Redis with request coalescing (the
+//! default strategy), so the client's CPU per deduction compares with
+//! `examples/bare_script.rs`, which has no harness either.
+//!
+//! `cargo run --release --example embedded_rate -- [DEDUCTIONS] [TASKS] [SEGMENTS] [REDIS_URL]
+//! [--json]` (defaults 2000000, 64, 16, none; `--json` prints one object as `shardstock sim
+//! --json` names its fields, for `scripts/bench.sh`).
 
-use shardstock::{Deduct, Engine, LoadOptions, MemoryStore, Sku};
+use shardstock::{Coalescing, Deduct, Engine, LoadOptions, MemoryStore, RedisStore, Sku, Store};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -25,18 +30,50 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() {
-    let arg = |i: usize, d: u64| {
-        std::env::args()
-            .nth(i)
-            .map_or(d, |a| a.parse().expect("a number"))
-    };
+    let json = std::env::args().any(|a| a == "--json");
+    let args: Vec<String> = std::env::args().filter(|a| a != "--json").collect();
+    let arg = |i: usize, d: u64| args.get(i).map_or(d, |a| a.parse().expect("a number"));
     let (n, tasks, segments) = (arg(1, 2_000_000), arg(2, 64), arg(3, 16) as u32);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let engine = Engine::builder()
+    let builder = Engine::builder()
         .per_user_limit(0)
-        .request_ttl(Duration::from_secs(600))
-        .build(MemoryStore::new())
-        .unwrap();
+        .request_ttl(Duration::from_secs(600));
+    let shape = Shape {
+        n,
+        tasks,
+        segments,
+        json,
+    };
+    match args.get(4) {
+        None => run(&rt, builder.build(MemoryStore::new()).unwrap(), shape),
+        Some(url) => {
+            let store = rt
+                .block_on(
+                    RedisStore::builder(url)
+                        .coalescing(Some(Coalescing::default()))
+                        .connect(),
+                )
+                .expect("a Redis store");
+            run(&rt, builder.build(store).unwrap(), shape);
+        }
+    }
+}
+
+/// What to run: `n` deductions from `tasks` tasks over `segments` segments.
+struct Shape {
+    n: u64,
+    tasks: u64,
+    segments: u32,
+    json: bool,
+}
+
+fn run<S: Store>(rt: &tokio::runtime::Runtime, engine: Engine<S>, shape: Shape) {
+    let Shape {
+        n,
+        tasks,
+        segments,
+        json,
+    } = shape;
     let sku = Sku::new("embedded").unwrap();
     rt.block_on(engine.load(
         &sku,
@@ -75,15 +112,32 @@ fn main() {
     });
     let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
     let audit = rt.block_on(engine.audit(&sku)).unwrap();
-    println!(
-        "{n} deductions, {tasks} tasks, {segments} segments: {:.0}/s, {:.3} µs CPU per deduction, missed {}, audit {}",
-        n as f64 / wall,
-        cpu * 1e6 / n as f64,
-        missed.load(Relaxed),
-        if audit.ok && audit.sold == n - missed.load(Relaxed) {
-            "ok"
-        } else {
-            "FAILED"
-        },
-    );
+    let missed = missed.load(Relaxed);
+    let ok = audit.ok && audit.sold == n - missed;
+    let store = engine.store();
+    if json {
+        let co = store.coalescing().map(|c| {
+            format!(
+                ",\"coalescing\":{{\"calls\":{},\"requests\":{},\"mean_batch\":{:.2}}}",
+                c.calls,
+                c.requests,
+                c.requests as f64 / c.calls.max(1) as f64
+            )
+        });
+        println!(
+            "{{\"store\":\"{}\",\"segments\":{segments},\"concurrency\":{tasks},\"requests\":{n},\"sold_units\":{},\"errors\":{missed},\"audit_ok\":{ok},\"elapsed_s\":{wall:.3},\"throughput_per_s\":{:.1}{}}}",
+            store.name(),
+            n - missed,
+            n as f64 / wall,
+            co.unwrap_or_default()
+        );
+    } else {
+        println!(
+            "{n} deductions, {tasks} tasks, {segments} segments on {}: {:.0}/s, {:.3} µs CPU per deduction, missed {missed}, audit {}",
+            store.name(),
+            n as f64 / wall,
+            cpu * 1e6 / n as f64,
+            if ok { "ok" } else { "FAILED" },
+        );
+    }
 }
