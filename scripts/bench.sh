@@ -8,6 +8,8 @@
 #    request id per call (__rand_int__), so every call is a new one-unit sale, not a replay.
 # 3. Peer: the articles' bare check-and-DECRBY script on one key through fred
 #    (examples/bare_script.rs, the engine's client settings), 64 and 256 tasks.
+#    Then the library alone (examples/embedded_rate.rs, no harness either): coalesced on Redis,
+#    one segment, 64 and 256 tasks; and the embedded store at 1 and 16 segments.
 # 4. Runs `shardstock sim --json` for lua (coalescing off and on) and lock at 1 and 16 segments
 #    and for the embedded store, each with enough requests for a few seconds, never selling out;
 #    then the sold-out storm (16 units, 800k buyers, coalesced, 1 segment, 256 buyers) on Redis
