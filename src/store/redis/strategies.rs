@@ -109,26 +109,16 @@ impl Runner {
         req: ReqArgs<'_>,
         on_short: OnShort,
     ) -> Result<HomeReply> {
-        let deduct = |on_short, check| {
-            let at = c.at(seg);
-            c.run(Deduct {
-                at,
-                req,
-                on_short,
-                check,
-            })
-        };
         match &self.mode {
             Mode::Lua(Some(b)) => b.submit(c, seg, req, on_short).await,
-            Mode::Lua(None) => deduct(on_short, Check::Stock).await,
-            // Boxed: the other strategies' state (a lock's, above all) would otherwise be part
-            // of every `lua` deduction's future too, which the engine builds and moves at each
-            // of its layers, per request (see `lua::run_durable`).
+            // Boxed: the other paths' state (a lock's, above all) would otherwise be part of
+            // every coalesced deduction's future too, which the engine builds and moves at
+            // each of its layers, per request (see `lua::run_durable`).
             _ => Box::pin(self.deduct_home_other(c, seg, req, on_short)).await,
         }
     }
 
-    /// `deduct_home` under the strategies other than `lua` (it answers for `lua` too).
+    /// `deduct_home` for every strategy but coalesced `lua` (it answers for that one too).
     async fn deduct_home_other(
         &self,
         c: &Conn,
