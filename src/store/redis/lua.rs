@@ -263,7 +263,8 @@ pub(crate) async fn run_durable<C: Call>(
     // Boxed: fred's command future, the slot-move retries and the NOSCRIPT reload are
     // kilobytes of state (measured: 7.7 KB for deduct.lua's call). Inline, every caller's
     // future grows by that and is built and moved again at each layer, per request: memmove
-    // took 12.7 % of the client's CPU in a coalesced sale (3.7 % boxed). One allocation per call is cheaper.
+    // took 12.7 % of the client's CPU in a coalesced sale (3.7 % boxed). One allocation per
+    // call is cheaper.
     let reply = Box::pin(eval(client, C::SCRIPT, keys, args)).await?;
     if let Some((d, slot)) = durable {
         Box::pin(d.acked(client, slot)).await?;
