@@ -2,7 +2,7 @@
 //! metadata and segments (pure; [`Engine::audit`](crate::Engine::audit) does the reading).
 
 use crate::ids::Sku;
-use crate::store::{HeldState, Meta, SegmentState};
+use crate::store::{Meta, SegmentState, Survey};
 
 /// One segment in an [`Audit`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -16,13 +16,15 @@ pub struct SegmentAudit {
     pub held: u64,
     /// Live reservations in this segment.
     pub reservations: u64,
-    /// `loaded + restocked = remaining + reserved + sold` holds, every reserved unit belongs
-    /// to a live reservation, and the segment exists.
+    /// `loaded + restocked + moved_in = remaining + reserved + sold + moved_out` holds, every
+    /// reserved unit belongs to a live reservation, and the segment exists.
     pub ok: bool,
 }
 
-/// A conservation check of one SKU: `loaded + restocked = remaining + reserved + sold`, per
-/// segment and in total; every reserved unit is held by a live reservation (per segment, read
+/// A conservation check of one SKU: `loaded + restocked = remaining + in_transit + reserved +
+/// sold` in total, where units in transit (debited by a transfer, not yet credited home) are
+/// `Σ moved_out − Σ moved_in`; `loaded + restocked + moved_in = remaining + reserved + sold +
+/// moved_out` per segment; every reserved unit is held by a live reservation (per segment, read
 /// atomically with the counters); and the segments' loads add up to what the SKU was loaded
 /// with.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -41,6 +43,9 @@ pub struct Audit {
     pub sold: u64,
     /// Units held by live reservations (not sold, not sellable until they end).
     pub reserved: u64,
+    /// Units moving between segments (debited by a transfer, not yet credited home): not
+    /// sellable until credited, which their engine or any sweeper does.
+    pub in_transit: u64,
     /// Every check passed.
     pub ok: bool,
     /// What failed, in words.
@@ -50,13 +55,14 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// Checks the SKU `sku` described by `meta` from `segs`, what `held.lua` read of each of
+    /// Checks the SKU `sku` described by `meta` from `segs`, what `survey.lua` read of each of
     /// its segments (`None`: missing or of another generation).
-    pub(crate) fn check(sku: &Sku, meta: &Meta, segs: &[Option<HeldState>]) -> Audit {
+    pub(crate) fn check(sku: &Sku, meta: &Meta, segs: &[Option<Survey>]) -> Audit {
         let mut problems = Vec::new();
         let mut segments = Vec::with_capacity(segs.len());
         let (mut loaded, mut restocked, mut remaining, mut sold, mut reserved) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut moved_in, mut moved_out) = (0u64, 0u64);
         for (i, h) in segs.iter().enumerate() {
             let state = h.map(|h| h.state).unwrap_or_default();
             let ok = match h {
@@ -66,14 +72,11 @@ impl Audit {
                 }
                 Some(h) => {
                     let s = &h.state;
-                    let mut ok = s.loaded.checked_add(s.restocked)
-                        == s.stock
-                            .checked_add(s.sold)
-                            .and_then(|x| x.checked_add(s.reserved));
+                    let mut ok = s.balances();
                     if !ok {
                         problems.push(format!(
-                            "segment {i}: loaded {} + restocked {} != remaining {} + reserved {} + sold {}",
-                            s.loaded, s.restocked, s.stock, s.reserved, s.sold
+                            "segment {i}: loaded {} + restocked {} + moved in {} != remaining {} + reserved {} + sold {} + moved out {}",
+                            s.loaded, s.restocked, s.moved_in, s.stock, s.reserved, s.sold, s.moved_out
                         ));
                     }
                     // Every reserved unit must belong to a live reservation (it comes back
@@ -110,6 +113,8 @@ impl Audit {
             remaining += state.stock;
             sold += state.sold;
             reserved += state.reserved;
+            moved_in += state.moved_in;
+            moved_out += state.moved_out;
             segments.push(SegmentAudit {
                 index: i as u32,
                 state,
@@ -124,9 +129,19 @@ impl Audit {
                 meta.loaded
             ));
         }
-        if loaded + restocked != remaining + reserved + sold {
+        // Debits happen before credits, so a read taken segment by segment never sees more
+        // credited than debited unless it raced a transfer: the engine reads again then.
+        let in_transit = moved_out.saturating_sub(moved_in);
+        if moved_in > moved_out {
             problems.push(format!(
-                "total: loaded {loaded} + restocked {restocked} != remaining {remaining} + reserved {reserved} + sold {sold}"
+                "total: {moved_in} units credited by transfers but only {moved_out} debited"
+            ));
+        }
+        if loaded as u128 + restocked as u128
+            != remaining as u128 + in_transit as u128 + reserved as u128 + sold as u128
+        {
+            problems.push(format!(
+                "total: loaded {loaded} + restocked {restocked} != remaining {remaining} + in transit {in_transit} + reserved {reserved} + sold {sold}"
             ));
         }
         Audit {
@@ -137,6 +152,7 @@ impl Audit {
             remaining,
             sold,
             reserved,
+            in_transit,
             ok: problems.is_empty(),
             problems,
             segments,

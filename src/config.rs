@@ -136,22 +136,16 @@ impl StoreConfig {
 pub struct EngineConfig {
     /// [`EngineOptions::request_ttl`].
     pub request_ttl_ms: u64,
-    /// [`EngineOptions::claim_lease`].
-    pub claim_lease_ms: u64,
-    /// [`EngineOptions::pending_wait`].
-    pub pending_wait_ms: u64,
+    /// [`EngineOptions::transfer_lease`].
+    pub transfer_lease_ms: u64,
     /// [`EngineOptions::hint_ttl`].
     pub hint_ttl_ms: u64,
     /// [`EngineOptions::sold_out_ttl`] (default 1000; 0 = off).
     pub sold_out_ttl_ms: u64,
     /// [`EngineOptions::max_qty`].
     pub max_qty: u64,
-    /// [`EngineOptions::fallback_rounds`].
-    pub fallback_rounds: u32,
     /// [`EngineOptions::per_user_limit`] (default 1; 0 = no limit).
     pub per_user_limit: u64,
-    /// [`EngineOptions::user_claim_ttl`].
-    pub user_claim_ttl_ms: u64,
     /// [`EngineOptions::guard_ttl`].
     pub guard_ttl_ms: u64,
     /// [`EngineOptions::guard_cap`].
@@ -170,14 +164,11 @@ impl Default for EngineConfig {
         let ms = |d: Duration| d.as_millis() as u64;
         Self {
             request_ttl_ms: ms(o.request_ttl),
-            claim_lease_ms: ms(o.claim_lease),
-            pending_wait_ms: ms(o.pending_wait),
+            transfer_lease_ms: ms(o.transfer_lease),
             hint_ttl_ms: ms(o.hint_ttl),
             sold_out_ttl_ms: ms(o.sold_out_ttl),
             max_qty: o.max_qty,
-            fallback_rounds: o.fallback_rounds,
             per_user_limit: o.per_user_limit,
-            user_claim_ttl_ms: ms(o.user_claim_ttl),
             guard_ttl_ms: ms(o.guard_ttl),
             guard_cap: o.guard_cap,
             metric_skus: o.metric_skus,
@@ -193,14 +184,11 @@ impl EngineConfig {
         let d = Duration::from_millis;
         EngineOptions {
             request_ttl: d(self.request_ttl_ms),
-            claim_lease: d(self.claim_lease_ms),
-            pending_wait: d(self.pending_wait_ms),
+            transfer_lease: d(self.transfer_lease_ms),
             hint_ttl: d(self.hint_ttl_ms),
             sold_out_ttl: d(self.sold_out_ttl_ms),
             max_qty: self.max_qty,
-            fallback_rounds: self.fallback_rounds,
             per_user_limit: self.per_user_limit,
-            user_claim_ttl: d(self.user_claim_ttl_ms),
             guard_ttl: d(self.guard_ttl_ms),
             guard_cap: self.guard_cap,
             metric_skus: self.metric_skus.clone(),
@@ -396,7 +384,7 @@ mod tests {
             assert!(e.to_string().contains("max_qtty"), "{e}");
             jail.create_file(
                 "bad.toml",
-                "[engine]\nrequest_ttl_ms = 10\nclaim_lease_ms = 100\n",
+                "[engine]\nrequest_ttl_ms = 10\ntransfer_lease_ms = 100\n",
             )?;
             let e = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
             assert!(e.to_string().contains("request_ttl"), "{e}");

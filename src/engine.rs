@@ -1,31 +1,20 @@
 //! The engine: the public face. Loads SKUs, deducts with routing and fallback, restocks, audits.
 //!
 //! # How a deduction runs
-//! 1. **Home attempt** (one script, the common case). The request id hashes to a *home*
-//!    segment; `deduct.lua` there checks the request's record (replay / conflict), then takes
-//!    the whole quantity if the segment has it. When it is short, the same script writes a
-//!    *claim* for the request, so concurrent duplicates of this request id wait instead of
-//!    falling back on their own (which could sell twice).
-//! 2. **Fallback** (claim holder only). Try the other segments, skipping those the local hints
-//!    say are short; then read every segment (one pipelined round trip). A single segment that
-//!    can serve the request is used; otherwise, when the SKU has enough in total, a sale is
-//!    served across segments **all or nothing** (parts taken one by one, refunded on failure);
-//!    a reservation is held in one segment only. The claim is settled at home as applied (with
-//!    the parts) or released.
-//! 3. **Sold out / insufficient** (and, for a reservation, too large to hold) are answered
-//!    only from that fresh read, never from hints.
-//!    They change nothing and are not recorded: retrying the same request id later (say after
-//!    a restock) is a fresh attempt.
-//! 4. **Crash recovery.** A claim has a lease on the store's clock and an *epoch* (1 for the
-//!    claim the home script writes, or one above a released claim of the same request id,
-//!    whose markers may still refuse older epochs). If its holder dies, a retry of the request
-//!    takes the claim over with a higher epoch, shuts every other segment to older epochs
-//!    (after which the old holder can no longer take or refund there), counts what the old
-//!    holder took, and either settles it (replay) or refunds it and starts afresh.
+//! Every request is decided by **one script at its home segment** (`sell.lua`): the request's
+//! record (replay, or a conflict for another quantity or kind), the user's ledger against the
+//! per-user limit, the stock, the record, the reservation hold and the outbox event, in one
+//! atomic step and, in the common case, one round trip. The home is the user's segment (with
+//! a per-user limit every request of the user lands where the user's ledger is) or, without a
+//! limit, the (user, request id) pair's. Request ids are scoped per (SKU, user).
 //!
-//! With a per-user limit, two layers come first: the in-process guard (double clicks, users
-//! this process saw at the limit) and the user's record in the store, claimed before the
-//! deduction and settled after it.
+//! When home is short, **units move, not requests**: a transfer debits units at a donor
+//! (`transfer.lua`, idempotent by transfer id, recorded at the donor) and home credits them
+//! exactly once in the same call that decides the request. Units moved home stay there,
+//! sellable; a process that dies between debit and credit leaves them in transit until any
+//! sweeper credits them. `sold out` and `insufficient` come only from a survey of every
+//! segment, after expired reservations went back and units in transit were credited. The
+//! steps are the pure state machine of `protocol.rs`, which the model checker explores.
 //!
 //! # Where each part lives
 //! The engine's rooms (`engine/*.rs`, [`crate::reservation`], [`crate::audit`]) are listed,
@@ -38,17 +27,15 @@ use crate::store::{SegAddr, Store};
 use dashmap::DashMap;
 use std::sync::Arc;
 
-mod claim;
 mod deduct;
-mod fallback;
 mod layout;
 mod options;
 mod outcome;
+pub mod protocol;
 mod request;
 mod sold_out;
 mod stock;
 mod sweeper;
-mod user_limit;
 
 pub(crate) use layout::Layout;
 pub use options::{EngineBuilder, EngineOptions, LoadOptions, MAX_DURATION, MAX_GUARD_CAP};
@@ -129,19 +116,25 @@ impl<S: Store> Engine<S> {
         self.metered(req, Intent::Sale).await.map(|(d, _)| d)
     }
 
-    /// Units left, in total and per segment (one pipelined read).
+    /// Units left, in total and per segment (one pipelined survey, which returns expired
+    /// reservations first).
     ///
     /// # Errors
     /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
     pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
         for _ in 0..deduct::STALE_RETRIES {
             let l = self.layout(sku).await?;
-            let segs = self.read_segments(&l).await?;
-            if let Some(per_segment) = l.observe(&segs) {
+            let segs = self.survey_all(&l).await?;
+            if segs.iter().all(Option::is_some) {
+                let per_segment: Vec<u64> = segs.iter().flatten().map(|s| s.stock).collect();
+                let (out, inn) = segs.iter().flatten().fold((0u64, 0u64), |(o, i), s| {
+                    (o + s.moved_out, i + s.moved_in)
+                });
                 crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &per_segment);
                 return Ok(Remaining {
                     total: per_segment.iter().sum(),
                     per_segment,
+                    in_transit: out.saturating_sub(inn),
                 });
             }
             self.forget(&l);
@@ -180,8 +173,26 @@ impl<S: Store> Engine<S> {
             return Err(Error::NotReady(sku.to_string()));
         }
         let at = |index| seg_at(sku, meta.generation, index, &meta.placement);
-        let reads = (0..meta.segments).map(|index| store.held(at(index)));
-        let segs = futures::future::try_join_all(reads).await?;
+        // Segments are read one by one: a transfer between two reads would show a debit
+        // without its credit (or the reverse). Read until two reads agree on what moved.
+        let read = || {
+            let reads = (0..meta.segments).map(|index| store.survey(at(index)));
+            futures::future::try_join_all(reads)
+        };
+        let moved = |v: &[Option<crate::store::Survey>]| -> Vec<Option<(u64, u64)>> {
+            v.iter()
+                .map(|s| s.map(|s| (s.state.moved_out, s.state.moved_in)))
+                .collect()
+        };
+        let mut segs = read().await?;
+        for _ in 0..8 {
+            let again = read().await?;
+            let same = moved(&again) == moved(&segs);
+            segs = again;
+            if same {
+                break;
+            }
+        }
         Ok(crate::Audit::check(sku, &meta, &segs))
     }
 }

@@ -23,6 +23,11 @@ pub const DEDUCT_SECONDS: &str = "shardstock_deduct_duration_seconds";
 pub const SEGMENT_ATTEMPTS: &str = "shardstock_segment_attempts";
 /// Deductions that left their home segment for others (counter).
 pub const FALLBACKS: &str = "shardstock_fallbacks_total";
+/// Transfers sent: units moved from a donor segment to a request's home (counter).
+pub const TRANSFERS: &str = "shardstock_transfers_total";
+/// Units in transit credited home by a drain — the sweeper, or a request that would otherwise
+/// answer sold out — rather than by the engine that moved them (counter).
+pub const TRANSFER_DRAINED_UNITS: &str = "shardstock_transfer_drained_units_total";
 /// Sold-out answers given from memory after a proven sell-out: no read, nothing written
 /// (counter; `engine/sold_out.rs`).
 pub const SOLD_OUT_FROM_MEMORY: &str = "shardstock_sold_out_from_memory_total";
@@ -124,6 +129,16 @@ pub fn describe() {
         FALLBACKS,
         Unit::Count,
         "Deductions that moved on from their home segment to others."
+    );
+    describe_counter!(
+        TRANSFERS,
+        Unit::Count,
+        "Transfers sent: units moved from a donor segment to a request's home segment."
+    );
+    describe_counter!(
+        TRANSFER_DRAINED_UNITS,
+        Unit::Count,
+        "Units in transit credited home by a drain (sweeper, or a request about to answer sold out) instead of by the engine that moved them."
     );
     describe_counter!(
         SOLD_OUT_FROM_MEMORY,
@@ -510,6 +525,14 @@ pub(crate) fn reservations_expired(units: u64) {
 
 pub(crate) fn fallback() {
     counter!(FALLBACKS).increment(1);
+}
+
+pub(crate) fn transfer() {
+    counter!(TRANSFERS).increment(1);
+}
+
+pub(crate) fn transfers_credited(units: u64) {
+    counter!(TRANSFER_DRAINED_UNITS).increment(units);
 }
 
 /// A sold-out answer given from memory (`engine/sold_out.rs`): no read, nothing written.

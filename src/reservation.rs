@@ -1,35 +1,43 @@
-//! Reservations (pre-deduction): [`Engine::reserve`] holds units in one segment for a
-//! while; [`Engine::confirm`] sells them, [`Engine::cancel`] gives them back, and expiry gives
-//! them back by itself (lazily inside every script, and in bulk by the sweeper).
+//! Reservations (pre-deduction): [`Engine::reserve`] holds units at the request's home
+//! segment for a while; [`Engine::confirm`] sells them, [`Engine::cancel`] gives them back, and
+//! expiry gives them back by itself (inside every script of the segment, and in bulk by the
+//! sweeper). The reservation, its user's ledger and its units live in one segment, so each of
+//! those endings is one atomic step.
 
-use crate::engine::{Attempt, Deduct, Deduction, Engine, Intent};
+use crate::engine::{Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId};
 use crate::segments::Part;
-use crate::store::{
-    RecordState, RequestKind, ReservationAction, ReserveEnd, ResvState, SegAddr, Store, UserFinish,
-};
+use crate::store::{ReservationAction, ReserveEnd, ResvState, SegAddr, Store};
 use std::time::Duration;
 
 /// A reservation's id: where its units are held (SKU, load generation, segment) and the
-/// request that made it. Its text form, `<sku>~<generation>~<segment>~<request id>`, is what
-/// the HTTP API and the CLI show and take; `~` occurs in none of the parts.
+/// request that made it (user and request id). Its text form,
+/// `<sku>~<generation>~<segment>~<user>~<request id>`, is what the HTTP API and the CLI show and
+/// take; `~` occurs in none of the parts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     sku: Sku,
     generation: u64,
     segment: u32,
+    user: UserId,
     request_id: RequestId,
 }
 
 impl ReservationId {
-    /// The id of `request_id`'s reservation of `sku`, held in segment `segment` of load
+    /// The id of `user`'s reservation `request_id` of `sku`, held in segment `segment` of load
     /// generation `generation`.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (field `reservation`) when `segment` is not below
     /// [`MAX_SEGMENTS`].
-    pub fn new(sku: Sku, generation: u64, segment: u32, request_id: RequestId) -> Result<Self> {
+    pub fn new(
+        sku: Sku,
+        generation: u64,
+        segment: u32,
+        user: UserId,
+        request_id: RequestId,
+    ) -> Result<Self> {
         if segment >= MAX_SEGMENTS {
             return Err(Self::malformed());
         }
@@ -37,6 +45,7 @@ impl ReservationId {
             sku,
             generation,
             segment,
+            user,
             request_id,
         })
     }
@@ -51,9 +60,14 @@ impl ReservationId {
         self.generation
     }
 
-    /// The segment that holds the units.
+    /// The segment that holds the units (the request's home).
     pub fn segment(&self) -> u32 {
         self.segment
+    }
+
+    /// The user who reserved.
+    pub fn user(&self) -> &UserId {
+        &self.user
     }
 
     /// The request that made the reservation.
@@ -69,7 +83,7 @@ impl ReservationId {
     fn malformed() -> Error {
         Error::invalid(
             "reservation",
-            "expected <sku>~<generation>~<segment>~<request id>",
+            "expected <sku>~<generation>~<segment>~<user>~<request id>",
         )
     }
 }
@@ -78,8 +92,8 @@ impl std::fmt::Display for ReservationId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}~{}~{}~{}",
-            self.sku, self.generation, self.segment, self.request_id
+            "{}~{}~{}~{}~{}",
+            self.sku, self.generation, self.segment, self.user, self.request_id
         )
     }
 }
@@ -90,20 +104,21 @@ impl std::str::FromStr for ReservationId {
     /// Parses the text form.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`]: field `sku` or `request_id` for an invalid id in it, else
-    /// field `reservation`.
+    /// [`Error::InvalidInput`]: field `sku`, `user` or `request_id` for an invalid id in it,
+    /// else field `reservation`.
     fn from_str(s: &str) -> Result<Self> {
-        let mut it = s.splitn(4, '~');
-        let (Some(sku), Some(generation), Some(segment), Some(request_id)) =
-            (it.next(), it.next(), it.next(), it.next())
+        let mut it = s.splitn(5, '~');
+        let (Some(sku), Some(generation), Some(segment), Some(user), Some(request_id)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
         else {
             return Err(Self::malformed());
         };
         let sku = Sku::new(sku)?;
+        let user = UserId::new(user)?;
         let request_id = RequestId::new(request_id)?;
         let generation = generation.parse().map_err(|_| Self::malformed())?;
         let segment = segment.parse().map_err(|_| Self::malformed())?;
-        Self::new(sku, generation, segment, request_id)
+        Self::new(sku, generation, segment, user, request_id)
     }
 }
 
@@ -190,14 +205,10 @@ impl<S: Store> Engine<S> {
     /// Reserves `req.qty` units for `ttl` (pre-deduction): they leave the sellable stock at
     /// once and become sold on [`confirm`](Self::confirm), or go back on
     /// [`cancel`](Self::cancel) — and by themselves, exactly once, when `ttl` passes
-    /// unconfirmed (on the store's clock). Idempotent by request id like [`deduct`](Self::deduct);
-    /// counts against the per-user limit until cancelled or expired. A reservation is held in
-    /// one segment (so its expiry and its units are decided atomically): when the SKU has the
-    /// units in total but spread so that no segment holds them now, the answer is
-    /// [`Insufficient`](Deduction::Insufficient) with `available` the total (units may come
-    /// back to one segment); when no segment could ever hold them (its load plus restocks) it
-    /// is [`TooLargeToHold`](Deduction::TooLargeToHold). Fewer units left than asked answer as
-    /// for a sale.
+    /// unconfirmed (on the store's clock). Idempotent by request id like
+    /// [`deduct`](Self::deduct); counts against the per-user limit until cancelled or expired.
+    /// The units are held at the request's home segment (moved there first when it is
+    /// short), so expiry, confirmation and the user's ledger are decided in one atomic step.
     ///
     /// # Errors
     /// As [`deduct`](Self::deduct); [`Error::Config`] when the store's strategy is an unsafe
@@ -227,6 +238,7 @@ impl<S: Store> Engine<S> {
             sku: req.sku.clone(),
             generation,
             segment: parts.first().map_or(0, |p| p.segment),
+            user: req.user.clone(),
             request_id: req.request_id.clone(),
         };
         Ok(match d {
@@ -265,13 +277,13 @@ impl<S: Store> Engine<S> {
 
     async fn end_reservation(&self, id: &ReservationId, how: Ending) -> Result<ReservationEnd> {
         let suffix = self.suffix_of(&id.sku, id.generation, id.segment).await?;
-        let (state, changed, user, units) = match self
+        let (state, changed) = match self
             .store()
-            .reserve_end(id.addr(suffix), &id.request_id, how.action())
+            .reserve_end(id.addr(suffix), &id.user, &id.request_id, how.action())
             .await?
         {
-            ReserveEnd::Done { state, user, units } => (state, true, user, units),
-            ReserveEnd::Ended { state, user, units } => (state, false, user, units),
+            ReserveEnd::Done { state, .. } => (state, true),
+            ReserveEnd::Ended { state, .. } => (state, false),
             ReserveEnd::Unknown | ReserveEnd::Stale => {
                 return Ok(ReservationEnd {
                     state: None,
@@ -280,31 +292,9 @@ impl<S: Store> Engine<S> {
             }
         };
         let done = changed && state == how.state();
-        // The user's record follows (idempotent; a crash here is repaired when the user next
-        // reaches the limit, by the verification of stale entries).
-        if let Ok(user) = UserId::new(&user)
-            && units > 0
-        {
-            let finish = match state {
-                ResvState::Confirmed => Some(UserFinish::Sold),
-                ResvState::Cancelled | ResvState::Expired => Some(UserFinish::Void),
-                ResvState::Reserved => None,
-            };
-            if let Some(finish) = finish {
-                let req = Deduct {
-                    sku: id.sku.clone(),
-                    user: user.clone(),
-                    qty: units,
-                    request_id: id.request_id.clone(),
-                };
-                let args = self.req_args(&req, Intent::Finish(RequestKind::Reservation));
-                self.store()
-                    .user_finish(&id.sku, id.generation, args, finish)
-                    .await?;
-                if finish == UserFinish::Void {
-                    self.guard().forget(&id.sku, &user);
-                }
-            }
+        if matches!(state, ResvState::Cancelled | ResvState::Expired) {
+            // The user's chance came back: the in-process guard must not hold it against them.
+            self.guard().forget(&id.sku, &id.user);
         }
         if done {
             crate::metrics::reservation(how.event());
@@ -314,56 +304,6 @@ impl<S: Store> Engine<S> {
             done,
         })
     }
-
-    /// What the per-user entry of the reservation `a` attempts should become, from its state.
-    pub(crate) async fn reservation_finish(&self, a: &Attempt<'_>) -> Result<Option<UserFinish>> {
-        Ok(match self.reservation_state(a).await? {
-            None | Some(ResvState::Expired | ResvState::Cancelled) => Some(UserFinish::Void),
-            Some(ResvState::Confirmed) => Some(UserFinish::Sold),
-            Some(ResvState::Reserved) => Some(UserFinish::Reserved),
-        })
-    }
-
-    /// The state of the reservation `a` attempts, where it lives (its home record's part).
-    async fn reservation_state(&self, a: &Attempt<'_>) -> Result<Option<ResvState>> {
-        let rid = &a.req.request_id;
-        let Some(rec) = self.store().record(a.home_at(), rid).await? else {
-            return Ok(None);
-        };
-        let parts = match rec.state {
-            RecordState::Applied(parts) => parts,
-            RecordState::Pending { .. } => return Ok(Some(ResvState::Reserved)), // being placed
-            RecordState::Sealed => return Ok(None),
-        };
-        let Some(part) = parts.first() else {
-            return Ok(None);
-        };
-        Ok(
-            match self
-                .store()
-                .reserve_end(a.at(part.segment), rid, ReservationAction::Inspect)
-                .await?
-            {
-                ReserveEnd::Done { state, .. } | ReserveEnd::Ended { state, .. } => Some(state),
-                ReserveEnd::Unknown | ReserveEnd::Stale => None,
-            },
-        )
-    }
-
-    /// Gives back the expired reservations of segment `seg`: (units given back, units still
-    /// reserved there).
-    pub(crate) async fn reclaim_expired(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
-        let mut back = 0;
-        // Each call returns at most one batch (64 reservations): repeat while it finds some.
-        for _ in 0..1000 {
-            let (units, held) = self.store().reclaim(seg).await?;
-            back += units;
-            if units == 0 {
-                return Ok((back, held));
-            }
-        }
-        Ok((back, 0))
-    }
 }
 
 #[cfg(test)]
@@ -372,14 +312,15 @@ mod tests {
 
     #[test]
     fn ids_round_trip_through_their_text_form() {
-        let id: ReservationId = "phone-1~1717~3~r:42".parse().unwrap();
+        let id: ReservationId = "phone-1~1717~3~alice~r:42".parse().unwrap();
         assert_eq!(id.sku().as_str(), "phone-1");
         assert_eq!((id.generation(), id.segment()), (1717, 3));
+        assert_eq!(id.user().as_str(), "alice");
         assert_eq!(id.request_id().as_str(), "r:42");
-        assert_eq!(id.to_string(), "phone-1~1717~3~r:42");
+        assert_eq!(id.to_string(), "phone-1~1717~3~alice~r:42");
         // The JSON form is the same string (the HTTP API shows and takes it).
         let json = serde_json::to_string(&id).unwrap();
-        assert_eq!(json, "\"phone-1~1717~3~r:42\"");
+        assert_eq!(json, "\"phone-1~1717~3~alice~r:42\"");
         assert_eq!(serde_json::from_str::<ReservationId>(&json).unwrap(), id);
     }
 
@@ -390,12 +331,13 @@ mod tests {
             other => panic!("{s:?}: {other:?}"),
         };
         assert_eq!(field("nope"), "reservation");
-        assert_eq!(field("a~1~2"), "reservation");
-        assert_eq!(field("a~x~2~r"), "reservation");
-        assert_eq!(field("a~1~-2~r"), "reservation");
-        assert_eq!(field(&format!("a~1~{MAX_SEGMENTS}~r")), "reservation");
-        assert_eq!(field("a{b~1~2~r"), "sku");
-        assert_eq!(field("a~1~2~r~s"), "request_id");
+        assert_eq!(field("a~1~2~u"), "reservation");
+        assert_eq!(field("a~x~2~u~r"), "reservation");
+        assert_eq!(field("a~1~-2~u~r"), "reservation");
+        assert_eq!(field(&format!("a~1~{MAX_SEGMENTS}~u~r")), "reservation");
+        assert_eq!(field("a{b~1~2~u~r"), "sku");
+        assert_eq!(field("a~1~2~u{~r"), "user");
+        assert_eq!(field("a~1~2~u~r~s"), "request_id");
         assert!(serde_json::from_str::<ReservationId>("\"nope\"").is_err());
     }
 }

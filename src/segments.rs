@@ -25,7 +25,7 @@
 //! SKU, so tags never collide. Records carry the load generation, so a reload starts with a
 //! clean ledger.
 
-use crate::ids::{RequestId, Sku};
+use crate::ids::{RequestId, Sku, UserId};
 
 /// Splits `total` units into `n` segments whose sizes differ by at most one unit
 /// (the first `total % n` segments get the extra unit): 100 over 10 is 10 × 10, 7 over 3 is
@@ -40,7 +40,11 @@ pub fn split(total: u64, n: u32) -> Vec<u64> {
 /// FNV-1a, 64 bit: stable across processes, platforms and versions (unlike `DefaultHasher`),
 /// which matters because every engine instance must agree on a request's home segment.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_from(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a continued from state `h` over `bytes`.
+fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -48,12 +52,25 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The home segment of a request: where its outcome record lives and where it is tried first.
-/// Hashing the request id spreads buyers evenly over segments, and a retry of the same request
-/// (from any instance) lands on the same home, where its record is.
-pub fn home(request_id: &RequestId, segments: u32) -> u32 {
-    (fnv1a(request_id.as_str().as_bytes()) % u64::from(segments)) as u32
+/// The home function's version, kept in the SKU's metadata and in every segment at load: an
+/// instance that places requests otherwise refuses to sell (`Stale`) instead of selling one
+/// request id at two homes during a rolling deploy.
+pub const HOME_FN: u32 = 1;
+
+/// A request's home segment (home function [`HOME_FN`]): with a per-user limit, the user's
+/// (every request of the user lands where the user's ledger is); without one, the (user,
+/// request id) pair's, so one busy user is not one hot segment. FNV-1a: stable across
+/// processes, versions and platforms.
+pub fn home(user: &UserId, request_id: &RequestId, segments: u32, by_user: bool) -> u32 {
+    let mut h = fnv1a(user.as_str().as_bytes());
+    if !by_user {
+        // A separator no id contains, then the request id: (u, r) pairs never collide.
+        h = fnv1a_from(h, b" ");
+        h = fnv1a_from(h, request_id.as_str().as_bytes());
+    }
+    (h % u64::from(segments)) as u32
 }
+
 
 /// One part of an applied deduction: `units` taken from segment `segment`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -114,25 +131,50 @@ impl Keyspace {
         format!("{}:{{{tag}}}:seg", self.prefix)
     }
 
-    /// The deduction record of `rid` kept beside segment `tag` in generation `generation`.
-    pub fn request(&self, tag: &str, generation: u64, rid: &RequestId) -> String {
-        format!("{}:{{{tag}}}:g{generation}:rq:{rid}", self.prefix)
+    /// `user`'s ledger at its home segment `tag` in `generation`: the user's request records
+    /// and, with a per-user limit, the units the user holds.
+    pub fn ledger(&self, tag: &str, generation: u64, user: &crate::ids::UserId) -> String {
+        format!("{}:{{{tag}}}:g{generation}:u:{user}", self.prefix)
     }
 
-    /// The per-user record of `user` for `sku` in generation `generation` (its own slot).
-    pub fn user(&self, sku: &Sku, generation: u64, user: &crate::ids::UserId) -> String {
-        format!("{}:{{{}@{}}}:g{}:user", self.prefix, sku, user, generation)
+    /// The prefix of every ledger key of segment `tag` in `generation` (the script builds a
+    /// user's key from it).
+    pub fn ledgers(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:u:", self.prefix)
     }
 
-    /// Segment `tag`'s reservation index (ZSET of record keys by expiry) in `generation`.
+    /// Segment `tag`'s reservation index (ZSET of `<user> <request id>` by expiry) in
+    /// `generation`.
     pub fn reservations(&self, tag: &str, generation: u64) -> String {
         format!("{}:{{{tag}}}:g{generation}:resv", self.prefix)
     }
 
-    /// Segment `tag`'s claim index (ZSET of pending fallback claim records by lease end) in
-    /// `generation`: the sweeper finds abandoned claims there.
-    pub fn claims(&self, tag: &str, generation: u64) -> String {
-        format!("{}:{{{tag}}}:g{generation}:claims", self.prefix)
+    /// Transfers segment `tag` credited in `generation` (hash: transfer id → units).
+    pub fn credits(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:in", self.prefix)
+    }
+
+    /// Transfers segment `tag` debited in `generation` (hash: transfer id →
+    /// `<dest>:<units>:<lease end ms>`, lease end 0 once done).
+    pub fn transfers(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:tx", self.prefix)
+    }
+
+    /// Segment `tag`'s transfers not yet done (ZSET of transfer ids by lease end) in
+    /// `generation`: the sweeper finds them there.
+    pub fn transfers_due(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:txq", self.prefix)
+    }
+
+    /// Every key of segment `tag` that belongs to `generation` (a pattern for `SCAN MATCH`;
+    /// the tag has no glob characters: its charset is checked).
+    pub fn generation_keys(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:*", self.prefix)
+    }
+
+    /// The set of SKUs ever loaded (the sweeper's list).
+    pub fn skus(&self) -> String {
+        format!("{}:skus", self.prefix)
     }
 
     /// Segment `tag`'s outbox stream (all generations): the selling scripts append an event
@@ -215,13 +257,16 @@ mod tests {
         let ks = Keyspace::new("ss");
         let sku = Sku::new("phone-1").unwrap();
         let rid = RequestId::new("r:1").unwrap();
+        let user = UserId::new("alice").unwrap();
         for suffix in [None, Some(17)] {
             let t3 = tag(&sku, 3, suffix);
             let seg = ks.segment(&t3);
-            assert_eq!(hash_tag(&seg), hash_tag(&ks.request(&t3, 7, &rid)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.ledger(&t3, 7, &user)));
             assert_eq!(hash_tag(&seg), hash_tag(&ks.restock(&t3, 7, &rid)));
             assert_eq!(hash_tag(&seg), hash_tag(&ks.reservations(&t3, 7)));
-            assert_eq!(hash_tag(&seg), hash_tag(&ks.claims(&t3, 7)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.credits(&t3, 7)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.transfers(&t3, 7)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.transfers_due(&t3, 7)));
             assert_eq!(hash_tag(&seg), hash_tag(&ks.lock(&t3)));
             assert_ne!(hash_tag(&seg), hash_tag(&ks.segment(&tag(&sku, 4, suffix))));
             assert_ne!(hash_tag(&seg), hash_tag(&ks.meta(&sku)));
@@ -234,15 +279,24 @@ mod tests {
     #[test]
     fn home_is_stable_and_spreads() {
         let n = 16;
-        let mut counts = vec![0u32; n as usize];
+        let mut by_pair = vec![0u32; n as usize];
+        let mut by_user = vec![0u32; n as usize];
+        let one = UserId::new("busy").unwrap();
         for i in 0..16_000 {
             let rid = RequestId::new(format!("req-{i}")).unwrap();
-            let h = home(&rid, n);
-            assert_eq!(h, home(&rid, n));
-            counts[h as usize] += 1;
+            let user = UserId::new(format!("user-{i}")).unwrap();
+            let h = home(&user, &rid, n, true);
+            assert_eq!(h, home(&user, &RequestId::new("other").unwrap(), n, true));
+            by_user[h as usize] += 1;
+            let p = home(&one, &rid, n, false);
+            assert_eq!(p, home(&one, &rid, n, false));
+            by_pair[p as usize] += 1;
         }
-        // 1000 expected per segment; FNV over sequential ids stays well within ±20 %.
-        assert!(counts.iter().all(|c| (800..1200).contains(c)), "{counts:?}");
+        // 1000 expected per segment; FNV over sequential ids stays well within ±20 %: one
+        // busy user without a limit spreads over every segment.
+        for counts in [&by_user, &by_pair] {
+            assert!(counts.iter().all(|c| (800..1200).contains(c)), "{counts:?}");
+        }
         // Published FNV-1a test vectors: all instances, versions and platforms must agree.
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);

@@ -93,62 +93,86 @@ impl RequestKind {
     }
 }
 
-/// The parameters of one deduction request as the store sees them.
+/// A transfer's id: a random number the engine that starts the transfer draws (never 0). The
+/// donor remembers it for the whole generation (a re-sent debit replays), the home remembers
+/// every id it credited (a re-sent credit adds nothing).
+pub type TransferId = u64;
+
+/// Units a [`Store::sell`] call credits to its home segment before deciding: transfer `id`,
+/// debited at segment `donor` by [`Store::transfer`]. Credited at most once per id and
+/// generation; never refunded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Credit {
+    /// The transfer.
+    pub id: TransferId,
+    /// The segment that debited it.
+    pub donor: u32,
+    /// Its units.
+    pub units: u64,
+}
+
+/// One request as [`Store::sell`] decides it at its home segment.
 #[derive(Debug, Clone, Copy)]
-pub struct ReqArgs<'a> {
-    /// Idempotency key.
+pub struct SellArgs<'a> {
+    /// Idempotency key, scoped to (SKU, user): the same id under another user is another
+    /// request.
     pub request_id: &'a RequestId,
     /// The buyer.
     pub user: &'a UserId,
-    /// Units wanted in total.
+    /// Units wanted (> 0); 0: no request, only credit `credits` (and return expired
+    /// reservations), answered [`SellReply::Applied`] with the stock after.
     pub qty: u64,
-    /// Lifetime of the outcome record, in ms.
-    pub ttl_ms: u64,
-    /// Lease of a fallback claim, in ms.
-    pub lease_ms: u64,
-    /// 0: sell. > 0: reserve the units for this many ms instead (they return by themselves
-    /// unless confirmed). Must be > 0 exactly when `kind` is a reservation for the steps that
-    /// take units (`deduct_home`, `take`); the others only compare `kind`.
+    /// 0: sell. > 0: hold the units as a reservation for this many ms (store clock).
     pub resv_ttl_ms: u64,
-    /// Sale or reservation: records carry it, and a record of the other kind is a conflict.
-    pub kind: RequestKind,
-    /// This attempt of the request: a random token per engine call, shared by the background
-    /// task that finishes a dropped call (0: none). The per-user entry remembers the attempts
-    /// in flight, so one that sold nothing never uncounts a twin's units
-    /// ([`UserFinish::Release`]).
-    pub attempt: u64,
+    /// How long the record is remembered when the SKU has no per-user limit (with a limit, a
+    /// record lives as long as the generation), and how long an ended reservation's record
+    /// outlives its end.
+    pub ttl_ms: u64,
+    /// Transfers to credit first (their units stay at home whatever the request's answer).
+    pub credits: &'a [Credit],
+    /// Lock strategies: apply only while the segment's fence token is this one (0: no fence).
+    pub fence: u64,
 }
 
-/// What [`Store::deduct_home`] does when the home segment is short.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OnShort {
-    /// Claim the request (a pending record, epoch 1) for a fallback across segments.
-    Claim,
-    /// Only report the shortage.
-    Report,
-}
-
-/// Where a step runs, seen from the request: its home segment or a fallback segment. At home
-/// a claimed request's part lives in the claim itself; elsewhere in a part record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SegmentRole {
-    /// The request's home segment.
-    Home,
-    /// Any other segment.
-    Fallback,
-}
-
-impl SegmentRole {
-    /// The role of segment `index` for a request whose home is `home`.
-    pub fn of(index: u32, home: u32) -> Self {
-        if index == home {
-            SegmentRole::Home
+impl SellArgs<'_> {
+    /// The request's kind.
+    pub fn kind(&self) -> RequestKind {
+        if self.resv_ttl_ms > 0 {
+            RequestKind::Reservation
         } else {
-            SegmentRole::Fallback
+            RequestKind::Sale
         }
     }
+}
+
+/// One transfer as [`Store::transfer`] debits it at a donor segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TransferArgs {
+    /// Its id (a re-send with the same id replays, whatever its other fields).
+    pub id: TransferId,
+    /// The segment the units go to.
+    pub dest: u32,
+    /// Units wanted (> 0).
+    pub want: u64,
+    /// The donor keeps at least this many units.
+    pub floor: u64,
+    /// After this many ms (store clock) in transit, any sweeper may credit the units home.
+    pub lease_ms: u64,
+}
+
+/// A transfer debited and not yet marked done ([`Store::transfers_due`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DueTransfer {
+    /// Its id.
+    pub id: TransferId,
+    /// Where its units go.
+    pub dest: u32,
+    /// Its units.
+    pub units: u64,
+    /// Lease left (store clock, ms): 0 once any sweeper may credit it; crediting earlier is
+    /// safe too (a credit applies once per id), which a request that would otherwise answer
+    /// sold out does.
+    pub lease_left_ms: u64,
 }
 
 /// What [`Store::reserve_end`] does with a reservation.
@@ -199,34 +223,9 @@ pub struct SegmentLoad {
     /// The generation this load replaces (0: none): when the segment still holds it with the
     /// outbox on, each of its live reservations gets a `cancelled` event.
     pub replaces: u64,
-}
-
-/// How [`Store::settle`] ends a claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SettleAs<'a> {
-    /// Applied with these parts.
-    Applied(&'a [Part]),
-    /// Nothing sold; the request id stays free.
-    Release,
-    /// Nothing sold; the request id may never apply (a verified-void per-user claim).
-    Seal,
-}
-
-/// What [`Store::user_finish`] records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum UserFinish {
-    /// The units are the user's for good.
-    Sold,
-    /// The units are reserved (they count until confirmed, cancelled or expired).
-    Reserved,
-    /// Nothing was (or will be) sold: the entry goes.
-    Void,
-    /// This attempt ([`ReqArgs::attempt`]) sold nothing, but a twin of the request (the same
-    /// id, running at the same time) may still sell: a pending entry goes only when no attempt
-    /// that joined it is left; a sold or reserved entry stays.
-    Release,
+    /// Units one user may hold (0: no limit). The segment keeps it, so the script that sells
+    /// reads the limit of the generation it checks, never a cached one.
+    pub user_limit: u64,
 }
 
 /// A storage backend: atomic per-segment steps. See the module docs.
@@ -274,14 +273,15 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Starts a (re)load: bumps the generation unless the SKU exists and `spec` says
-    /// [`IfLoaded::Refuse`].
+    /// [`IfLoaded::Refuse`]. Records the SKU in the store's list of SKUs ([`skus`](Self::skus)).
     fn load_begin(
         &self,
         sku: &Sku,
         spec: LoadSpec,
     ) -> impl Future<Output = Result<LoadBegin>> + Send;
     /// Writes segment `seg` of generation `seg.generation` with `load.units`, replacing an
-    /// older generation; `false` (nothing written) when a newer generation is there already.
+    /// older generation (whose requests, ledgers and transfers end with it); `false`
+    /// (nothing written) when a newer generation is there already.
     fn load_segment(
         &self,
         seg: SegAddr<'_>,
@@ -300,53 +300,40 @@ pub trait Store: Send + Sync + 'static {
     fn load_commit(&self, sku: &Sku, generation: u64) -> impl Future<Output = Result<bool>> + Send;
     /// Reads the SKU metadata.
     fn meta(&self, sku: &Sku) -> impl Future<Output = Result<Option<Meta>>> + Send;
+    /// Every SKU ever loaded (the sweeper's list: SKUs no cached layout names included).
+    fn skus(&self) -> impl Future<Output = Result<Vec<Sku>>> + Send;
 
-    /// `deduct.lua`: the whole request at its home segment; claims it when short if
-    /// `on_short` says so.
-    fn deduct_home(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> impl Future<Output = Result<HomeReply>> + Send;
-    /// `take.lua`: a part of a claimed request (claim epoch `epoch`) at one segment.
-    fn take(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        part: u64,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> impl Future<Output = Result<TakeReply>> + Send;
-    /// `settle.lua`: ends a claim as applied, released or sealed.
-    fn settle(
+    /// `sell.lua`: at the request's home segment, in one atomic step: credits `req.credits`,
+    /// returns expired reservations, then decides the request — its record (replay, conflict),
+    /// the user's ledger against the segment's per-user limit, the stock, the record, the
+    /// reservation hold and the outbox event.
+    fn sell(
         &self,
         home: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-        how: SettleAs<'_>,
-    ) -> impl Future<Output = Result<SettleReply>> + Send;
-    /// `refund.lua`: gives back a part taken by `epoch` or older; returns the units refunded.
-    fn refund(
+        req: SellArgs<'_>,
+    ) -> impl Future<Output = Result<SellReply>> + Send;
+    /// `transfer.lua`: debits up to `t.want` units above `t.floor` at `donor` and records the
+    /// transfer as in transit to `t.dest`; a transfer id seen before replays its units (and
+    /// renews its lease: the replay writes, so a durability `WAIT` after it covers the debit).
+    fn transfer(
         &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> impl Future<Output = Result<u64>> + Send;
-    /// `shut_out.lua`: shuts claim epochs older than `epoch` out of a fallback segment.
-    fn shut_out(
+        donor: SegAddr<'_>,
+        t: TransferArgs,
+    ) -> impl Future<Output = Result<TransferReply>> + Send;
+    /// `transfer.lua` (done): the transfer was credited home; the donor stops listing it as
+    /// due (and still remembers its id).
+    fn transfer_done(
         &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-    ) -> impl Future<Output = Result<ShutOutReply>> + Send;
-    /// `takeover.lua`: takes over a claim whose lease ran out.
-    fn takeover(
+        donor: SegAddr<'_>,
+        id: TransferId,
+    ) -> impl Future<Output = Result<()>> + Send;
+    /// Up to `max` transfers debited at `donor` and not marked done, those whose lease ends
+    /// first first: the sweeper credits those whose lease ran out.
+    fn transfers_due(
         &self,
-        home: SegAddr<'_>,
-        req: ReqArgs<'_>,
-    ) -> impl Future<Output = Result<TakeoverReply>> + Send;
+        donor: SegAddr<'_>,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<DueTransfer>>> + Send;
     /// `restock.lua`: adds `qty` units (of a request for `total`) to a segment once per
     /// request id.
     fn restock(
@@ -357,68 +344,24 @@ pub trait Store: Send + Sync + 'static {
         total: u64,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<RestockReply>> + Send;
-    /// Reads all `segments` of generation `generation` (concurrently; `None` for a segment
-    /// that is missing or of another generation). Each segment is read atomically; the
-    /// segments are not read at one single instant.
-    fn segments(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        placement: &Placement,
-        segments: u32,
-    ) -> impl Future<Output = Result<Vec<Option<SegmentState>>>> + Send;
-    /// `user_claim.lua`: counts `req.qty` units against `limit` for `req.user`.
-    fn user_claim(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        req: ReqArgs<'_>,
-        limit: u64,
-        claim_ttl_ms: u64,
-    ) -> impl Future<Output = Result<UserClaim>> + Send;
-    /// `user_finish.lua`: marks `req`'s entry in `req.user`'s record sold or reserved (adding
-    /// it when it is missing: a twin of the request may have removed it after selling nothing,
-    /// and units sold must always be counted), or removes it.
-    fn user_finish(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        req: ReqArgs<'_>,
-        how: UserFinish,
-    ) -> impl Future<Output = Result<()>> + Send;
-    /// `reserve_end.lua`: confirms, cancels or inspects the reservation held on
-    /// `request_id`'s record at `seg`.
+    /// `reserve_end.lua`: confirms, cancels or inspects `user`'s reservation `request_id`,
+    /// held at its home segment `home`.
     fn reserve_end(
         &self,
-        seg: SegAddr<'_>,
+        home: SegAddr<'_>,
+        user: &UserId,
         request_id: &RequestId,
         action: ReservationAction,
     ) -> impl Future<Output = Result<ReserveEnd>> + Send;
-    /// `reclaim.lua`: returns `seg`'s expired reservations; (units returned, units still
-    /// reserved in the segment).
-    fn reclaim(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<(u64, u64)>> + Send;
-    /// `seal.lua`: at a request's home segment, tells whether it applied, else seals it.
-    fn seal(
-        &self,
-        home: SegAddr<'_>,
-        req: ReqArgs<'_>,
-    ) -> impl Future<Output = Result<SealReply>> + Send;
-    /// `claims_due.lua`: up to `max` fallback claims at `seg` (their home) whose lease ran out
-    /// more than `grace_ms` ago.
-    fn claims_due(
-        &self,
-        seg: SegAddr<'_>,
-        max: usize,
-        grace_ms: u64,
-    ) -> impl Future<Output = Result<Vec<DueClaim>>> + Send;
-    /// `held.lua`: the segment's counters and what its live reservations hold (`None` when the
+    /// `survey.lua`: returns the segment's expired reservations (all of them), then reads its
+    /// counters and what its live reservations hold, in one atomic step (`None` when the
     /// segment is missing or of another generation).
-    fn held(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<Option<HeldState>>> + Send;
-    /// Reads a request's record at its home segment (`None`: none, or a released claim —
-    /// the request id is free).
+    fn survey(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<Option<Survey>>> + Send;
+    /// Reads `user`'s record of `request_id` at its home segment (`None`: none, or forgotten).
     fn record(
         &self,
         home: SegAddr<'_>,
+        user: &UserId,
         request_id: &RequestId,
     ) -> impl Future<Output = Result<Option<HomeRecord>>> + Send;
 }

@@ -1,30 +1,33 @@
 //! The deduction's layers, outside in; each adds one thing:
-//! 1. [`metered`](Engine::metered): metrics (outcome, latency, segment tries);
+//! 1. [`metered`](Engine::metered): metrics (outcome, latency, segment calls);
 //! 2. [`in_current_layout`](Engine::in_current_layout): the SKU's layout, and running again
-//!    after a reload or a released twin claim;
-//! 3. with a per-user limit, [`guarded`](Engine::guarded) and
-//!    [`user_counted`](Engine::user_counted) (in `user_limit.rs`);
-//! 4. [`take_units`](Engine::take_units): the home attempt, then the fallback under a claim
-//!    (`fallback.rs`), or waiting for the claim's holder (`claim.rs`).
+//!    after a reload;
+//! 3. with a per-user limit, [`guarded`](Engine::guarded): the in-process guard in front of the
+//!    user's ledger (double clicks, users this process saw at the limit);
+//! 4. [`decide`](Engine::decide): one `sell` at the request's home segment — the common case,
+//!    one round trip, the per-user limit included — and, when home is short, the transfers
+//!    of [`super::protocol`] driven against the store ([`moved`](Engine::moved)).
 
-use super::request::Recorded;
-use super::{Attempt, Deduct, Deduction, Engine, Intent};
+use super::protocol::{Answer, Machine, Seen, Step};
+use super::{Attempt, Deduct, Deduction, Engine, Intent, Layout};
 use crate::error::{Error, Result};
+use crate::guard::Local;
 use crate::ids::check_qty;
-use crate::segments::Part;
-use crate::store::{HomeReply, OnShort, Store};
+use crate::store::{
+    Credit, SegmentState, SellArgs, SellReply, Store, TransferArgs, TransferReply,
+};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Metrics bookkeeping of one call (an atomic so the futures stay `Send`).
 #[derive(Debug, Default)]
 pub(super) struct Trace {
-    /// Segment scripts sent that could take units.
+    /// Segment scripts sent that could take or move units.
     tries: AtomicU32,
 }
 
 impl Trace {
-    /// Counts one segment script that could take units.
+    /// Counts one segment script that could take or move units.
     pub(super) fn tried(&self) {
         self.tries.fetch_add(1, Relaxed);
     }
@@ -33,55 +36,22 @@ impl Trace {
 /// How many times a call re-reads a SKU's layout after `Stale` before giving up.
 pub(super) const STALE_RETRIES: usize = 4;
 
-/// How many times a call starts afresh after the twin it waited for released the claim,
-/// before answering `InFlight`.
-const MAX_RESTARTS: usize = 16;
-
-/// What a fresh read says before anything is claimed.
-pub(super) enum Short {
-    /// Replayed, sold out or insufficient: answer this, nothing to do.
-    Decided(Deduction),
-    /// The request's fallback claim is held by someone.
-    Pending,
-    /// The layout changed.
-    Stale,
-    /// The request id is taken by another request (or sealed): this request can never apply.
-    Refused(Error),
-    /// Enough stock exists: go on.
-    Go,
-}
-
 /// A step's result, or why the call cannot answer in this layout.
 pub(super) enum Flow {
     /// The answer.
     Done(Deduction),
     /// The layout changed under us: read it again and start over.
     Stale,
-    /// The claim was released by its holder meanwhile: start the request again.
-    Restart,
-    /// Refused before anything was taken: the request id belongs to another request (user,
-    /// qty or kind differ) or was sealed. This request can never apply under this id, so its
-    /// per-user entry goes; the error is the answer.
+    /// Refused: the request id belongs to another request (qty or kind differ). This request
+    /// can never apply under this id; the error is the answer.
     Refused(Error),
 }
 
-pub(super) use Flow::{Done, Refused, Restart, Stale};
-
-impl Flow {
-    /// The outcome's name, for logs.
-    pub(super) fn name(&self) -> &'static str {
-        match self {
-            Done(d) => d.kind(),
-            Stale => "stale",
-            Restart => "restart",
-            Refused(_) => "refused",
-        }
-    }
-}
+pub(super) use Flow::{Done, Refused, Stale};
 
 impl<S: Store> Engine<S> {
     /// Layer 1, metrics: runs the request (a sale or a reservation) and records its outcome,
-    /// latency and segment tries. Also returns the load generation the outcome belongs to.
+    /// latency and segment calls. Also returns the load generation the outcome belongs to.
     pub(crate) async fn metered(&self, req: &Deduct, intent: Intent) -> Result<(Deduction, u64)> {
         let start = Instant::now();
         let trace = Trace::default();
@@ -99,8 +69,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// Layer 2, layout: checks the quantity, runs the request in the SKU's current layout,
-    /// and runs it again after a reload (`Stale`) or after the twin it waited for released
-    /// the claim (`Restart`).
+    /// and runs it again after a reload (`Stale`).
     async fn in_current_layout(
         &self,
         req: &Deduct,
@@ -108,22 +77,14 @@ impl<S: Store> Engine<S> {
         trace: &Trace,
     ) -> Result<(Deduction, u64)> {
         check_qty("qty", req.qty, self.inner.opts.max_qty)?;
-        let (mut stale, mut restarts) = (0, 0);
-        // One token for the whole call (restarts included): the per-user entry counts this
-        // call as one attempt, whatever twins of its request id run elsewhere.
-        let token = fastrand::u64(1..);
-        loop {
+        for _ in 0..STALE_RETRIES {
             let layout = self.layout(&req.sku).await?;
-            let a = self
-                .attempt(&layout, req, intent)
-                .traced(trace)
-                .token(token);
+            let a = self.attempt(&layout, req, intent).traced(trace);
             let flow = if layout.user_limit > 0 {
-                // Boxed, as the claim wait and the fallback below: the rare paths' state stays
-                // out of the common path's future, which is built and moved per request.
+                // Boxed: the guard's state stays out of the common path's future.
                 Box::pin(self.guarded(&a)).await?
             } else {
-                self.take_units(&a).await?
+                self.decide(&a).await?
             };
             match flow {
                 Done(d) => {
@@ -132,118 +93,331 @@ impl<S: Store> Engine<S> {
                     return Ok((d, layout.generation));
                 }
                 Refused(e) => return Err(e),
-                Stale => {
-                    self.forget(&layout);
-                    stale += 1;
-                    if stale == STALE_RETRIES {
-                        return Err(Error::NotReady(req.sku.to_string()));
-                    }
-                }
-                // A twin released the claim we waited for (it sold nothing): try afresh. Twins
-                // racing for the claim of a sold-out SKU can do this a few times.
-                Restart => {
-                    restarts += 1;
-                    if restarts == MAX_RESTARTS {
-                        return Ok((Deduction::InFlight, layout.generation));
-                    }
-                }
+                Stale => self.forget(&layout),
             }
         }
+        Err(Error::NotReady(req.sku.to_string()))
     }
 
-    /// Layer 4, stock: the whole quantity at the home segment (claiming the request when
-    /// the home is short), then the fallback; or, when a twin holds the claim, waiting for it.
-    pub(super) async fn take_units(&self, a: &Attempt<'_>) -> Result<Flow> {
-        let l = a.layout;
-        if l.sold_out.is_set() || l.hints.likely_short(a.home, a.req.qty) {
-            // Home looks short: one read of everything (and of this request's record) decides
-            // between replay, sold out, insufficient, and going to claim.
-            match self.check_short(a).await? {
-                Short::Decided(d) => return Ok(Done(d)),
-                Short::Pending => return Box::pin(self.wait_for_claim(a)).await,
-                Short::Stale => return Ok(Stale),
-                Short::Refused(e) => return Ok(Refused(e)),
-                Short::Go => {}
-            }
-        }
-
-        l.sold_out.sent(&a.req.request_id); // sold out from memory: ids with a record here
-        a.tried();
-        match self
-            .inner
-            .store
-            .deduct_home(a.home_at(), a.args, OnShort::Claim)
-            .await?
-        {
-            HomeReply::Applied { stock_after } => {
-                l.hints.observe(a.home, stock_after);
-                Ok(Done(Deduction::Applied {
-                    parts: vec![Part {
-                        segment: a.home,
-                        units: a.req.qty,
-                    }],
-                }))
-            }
-            HomeReply::Replay(parts) => Ok(Done(Deduction::Replayed { parts })),
-            HomeReply::Mismatch(f) => Ok(Refused(a.conflict(f))),
-            HomeReply::Stale => Ok(Stale),
-            HomeReply::Sealed => Ok(Refused(a.sealed())),
-            HomeReply::Pending { .. } => Box::pin(self.wait_for_claim(a)).await,
-            HomeReply::Short { stock, claimed } => {
-                l.hints.observe(a.home, stock);
-                let Some(epoch) = claimed else {
-                    return Err(Error::Protocol("deduct: short without claim".into()));
-                };
-                crate::metrics::fallback();
-                Box::pin(self.fallback(a, epoch)).await
-            }
-        }
-    }
-
-    /// Reads every segment (shared read) and this request's home record: enough to answer a
-    /// replay, sold out or insufficient without writing anything.
-    pub(super) async fn check_short(&self, a: &Attempt<'_>) -> Result<Short> {
-        // --- sold out from memory (sold_out.rs): no read, nothing written ---
-        if a.layout.sold_out.answers(&a.req.request_id) {
-            crate::metrics::sold_out_from_memory();
-            return Ok(Short::Decided(Deduction::SoldOut));
-        }
-        // Boxed: the two reads' state stays out of the callers' futures, which the common
-        // path (and a sold-out storm answered above) builds and moves per request.
-        Box::pin(self.read_short(a)).await
-    }
-
-    /// [`check_short`](Self::check_short) past the memory answer: the reads.
-    async fn read_short(&self, a: &Attempt<'_>) -> Result<Short> {
-        let ticket = a.layout.sold_out.before_read();
-        // ---
-        let (segs, rec) = futures::join!(
-            self.read_segments(a.layout),
-            self.inner.store.record(a.home_at(), &a.req.request_id)
-        );
-        let segs = segs?;
-        let Some(stocks) = a.layout.observe(&segs) else {
-            return Ok(Short::Stale);
-        };
-        a.layout
-            .sold_out
-            .after_read(ticket, a.layout.generation, &segs); // sold out from memory
-        if let Some(rec) = rec? {
-            a.layout.sold_out.sent(&a.req.request_id); // sold out from memory: has a record
-            return Ok(match a.recorded(rec) {
-                Recorded::Other(field) => Short::Refused(a.conflict(field)),
-                Recorded::Applied(parts) => Short::Decided(Deduction::Replayed { parts }),
-                Recorded::Pending => Short::Pending,
-                Recorded::Sealed => Short::Refused(a.sealed()),
+    /// Layer 3, the in-process guard: turns away a second attempt of the user running in this
+    /// process, and users it saw at the limit (unless this request is a retry of one that
+    /// applied: its record answers); the rest go on to [`decide`](Self::decide), whose one
+    /// script checks the user's ledger.
+    async fn guarded(&self, a: &Attempt<'_>) -> Result<Flow> {
+        let (l, req) = (a.layout, a.req);
+        let limit = l.user_limit;
+        if req.qty > limit {
+            // Answered from the cached layout alone: make sure it is still the SKU's (a
+            // reload may have changed the limit).
+            return Ok(if self.is_current(l).await? {
+                Done(Deduction::OverLimit { limit })
+            } else {
+                Stale
             });
         }
-        let total: u64 = stocks.iter().sum();
-        Ok(if total == 0 {
-            Short::Decided(Deduction::SoldOut)
-        } else if total < a.req.qty {
-            Short::Decided(Deduction::Insufficient { available: total })
+        let g = &self.inner.guard;
+        let entered = g.enter(
+            l.generation,
+            &req.sku,
+            &req.user,
+            &req.request_id,
+            req.qty,
+            limit,
+        );
+        crate::metrics::guard(entered.is_err(), g);
+        let entered = match entered {
+            Ok(entered) => entered,
+            Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
+            // This process saw the user's units; a retry of a request applied (perhaps through
+            // another instance) must still replay.
+            Err(_) => return self.replay_or_limit(a).await,
+        };
+        let r = self.decide_limited(a).await;
+        match &r {
+            // Remember only units held for good: reservations may still go back.
+            Ok((Done(Deduction::LimitReached { .. }), Some(sold))) => entered.saturate(*sold),
+            Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _))
+                if a.intent == Intent::Sale =>
+            {
+                entered.finish(parts.iter().map(|p| p.units).sum())
+            }
+            _ => entered.finish(0),
+        }
+        r.map(|(flow, _)| flow)
+    }
+
+    /// "Limit reached" — unless this very request applied before: then its replay; or its
+    /// request id was used with another quantity or kind: then that conflict. One round trip
+    /// (the record and the metadata, pipelined).
+    async fn replay_or_limit(&self, a: &Attempt<'_>) -> Result<Flow> {
+        let (rec, current) = futures::join!(
+            self.inner
+                .store
+                .record(a.home_at(), &a.req.user, &a.req.request_id),
+            self.is_current(a.layout)
+        );
+        if !current? {
+            return Ok(Stale);
+        }
+        let limit = Done(Deduction::LimitReached {
+            limit: a.layout.user_limit,
+        });
+        let Some(rec) = rec? else { return Ok(limit) };
+        Ok(if rec.qty != a.req.qty {
+            Refused(a.conflict("qty"))
+        } else if rec.kind != a.intent.kind() {
+            Refused(a.conflict("kind"))
         } else {
-            Short::Go
+            Done(Deduction::Replayed {
+                parts: a.parts(),
+            })
         })
+    }
+
+    /// [`decide`](Self::decide), with the units the user holds for good when the answer is
+    /// "limit reached" (for the guard).
+    async fn decide_limited(&self, a: &Attempt<'_>) -> Result<(Flow, Option<u64>)> {
+        let mut sold = None;
+        let flow = self.decide_with(a, &mut sold).await?;
+        Ok((flow, sold))
+    }
+
+    /// Layer 4: the request at its home segment (see the module docs).
+    pub(super) async fn decide(&self, a: &Attempt<'_>) -> Result<Flow> {
+        self.decide_with(a, &mut None).await
+    }
+
+    async fn decide_with(&self, a: &Attempt<'_>, sold: &mut Option<u64>) -> Result<Flow> {
+        let l = a.layout;
+        let key = a.sold_out_key();
+        if l.sold_out.answers(key) {
+            crate::metrics::sold_out_from_memory();
+            return Ok(Done(Deduction::SoldOut));
+        }
+        l.sold_out.sent(key); // sold out from memory: ids with a record here
+        a.tried();
+        let reply = self.inner.store.sell(a.home_at(), a.sell_args(&[])).await?;
+        match reply {
+            SellReply::Applied { stock_after } => {
+                l.hints.observe(a.home, stock_after);
+                Ok(Done(Deduction::Applied { parts: a.parts() }))
+            }
+            SellReply::Short { stock } => {
+                l.hints.observe(a.home, stock);
+                crate::metrics::fallback();
+                Box::pin(self.moved(a, reply, sold)).await
+            }
+            other => Ok(self.answer(a, Answer::from_reply(&other), sold)),
+        }
+    }
+
+    /// Home was short: units move home by transfers, then home decides with the credits
+    /// ([`super::protocol`]).
+    async fn moved(
+        &self,
+        a: &Attempt<'_>,
+        first: SellReply,
+        sold: &mut Option<u64>,
+    ) -> Result<Flow> {
+        let l = a.layout;
+        let store = &self.inner.store;
+        let mut m = Machine::new(
+            a.home,
+            a.req.qty,
+            l.hints.observed(),
+            self.transfer_lease_ms(),
+            fastrand::u64(1..u64::MAX / 2),
+        );
+        let mut step = m.on_sell(&first);
+        loop {
+            step = match step {
+                Step::Sell { credits } => {
+                    a.tried();
+                    let reply = store.sell(a.home_at(), a.sell_args(&credits)).await?;
+                    if let SellReply::Applied { stock_after } | SellReply::Short { stock: stock_after } = reply {
+                        l.hints.observe(a.home, stock_after);
+                    }
+                    m.on_sell(&reply)
+                }
+                Step::Transfer { donor, args } => {
+                    a.tried();
+                    crate::metrics::transfer();
+                    let reply = store.transfer(a.at(donor), args).await?;
+                    match reply {
+                        TransferReply::Debited { stock_after, .. } => {
+                            l.hints.observe(donor, stock_after)
+                        }
+                        TransferReply::Short { stock } => l.hints.observe(donor, stock),
+                        TransferReply::Stale => {}
+                    }
+                    m.on_transfer(donor, args.id, &reply)
+                }
+                Step::Survey => {
+                    let ticket = l.sold_out.before_read();
+                    let segs = self.survey_all(l).await?;
+                    l.sold_out.after_read(ticket, l.generation, &segs); // sold out from memory
+                    let seen: Vec<Option<Seen>> = segs
+                        .iter()
+                        .map(|s| {
+                            s.map(|s| Seen {
+                                stock: s.stock,
+                                moved_out: s.moved_out,
+                                moved_in: s.moved_in,
+                            })
+                        })
+                        .collect();
+                    m.on_survey(&seen)
+                }
+                Step::Drain => {
+                    self.drain(l, false).await?;
+                    m.on_drained()
+                }
+                Step::Finish { done, answer } => {
+                    // Best effort: what is left is marked by the sweeper.
+                    let marks = done
+                        .iter()
+                        .map(|(donor, id)| store.transfer_done(a.at(*donor), *id));
+                    for r in futures::future::join_all(marks).await {
+                        if let Err(e) = r {
+                            tracing::debug!(error = %e, "marking a transfer done failed; the sweeper will");
+                        }
+                    }
+                    return Ok(self.answer(a, answer, sold));
+                }
+            };
+        }
+    }
+
+    /// The engine's answer for the protocol's.
+    fn answer(&self, a: &Attempt<'_>, answer: Answer, sold: &mut Option<u64>) -> Flow {
+        match answer {
+            Answer::Applied => Done(Deduction::Applied { parts: a.parts() }),
+            Answer::Replay => Done(Deduction::Replayed { parts: a.parts() }),
+            Answer::SoldOut => Done(Deduction::SoldOut),
+            Answer::Insufficient { available } => Done(Deduction::Insufficient { available }),
+            Answer::LimitReached { limit, sold: s, .. } => {
+                *sold = Some(s);
+                Done(Deduction::LimitReached { limit })
+            }
+            Answer::Mismatch(f) => Refused(a.conflict(f)),
+            Answer::Stale => Stale,
+            Answer::LockLost => Refused(Error::LeaseLost(format!(
+                "segment {} of {}: a newer lock holder exists; nothing was written",
+                a.home, a.req.sku
+            ))),
+        }
+    }
+
+    /// Every segment surveyed (returning expired reservations), read until two reads agree
+    /// on what moved (a transfer finishing between two segment reads must not vanish nor
+    /// count twice): each segment's counters (`None`: missing or of another generation).
+    pub(crate) async fn survey_all(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
+        let read = || async {
+            let reads = (0..l.segments).map(|i| self.inner.store.survey(l.seg(i)));
+            let all = futures::future::try_join_all(reads).await?;
+            Ok::<_, Error>(all.into_iter().map(|s| s.map(|s| s.state)).collect::<Vec<_>>())
+        };
+        let moved = |v: &[Option<SegmentState>]| {
+            v.iter()
+                .map(|s| s.map(|s| (s.moved_out, s.moved_in)))
+                .collect::<Vec<_>>()
+        };
+        let mut last = read().await?;
+        for _ in 0..8 {
+            let next = read().await?;
+            let same = moved(&next) == moved(&last);
+            last = next;
+            if same {
+                break;
+            }
+        }
+        for (i, s) in last.iter().enumerate() {
+            if let Some(s) = s {
+                l.hints.observe(i as u32, s.stock);
+            }
+        }
+        Ok(last)
+    }
+
+    /// Credits home every transfer of `l`'s SKU in transit (only those whose lease ran out
+    /// when `due_only`; crediting earlier is safe: a credit applies once per id), and marks
+    /// each done at its donor. Re-sends the debit first, so that with the durability mode the
+    /// donor's debit is replicated before any home credits it. Returns the units credited.
+    pub(crate) async fn drain(&self, l: &Layout, due_only: bool) -> Result<u64> {
+        let store = &self.inner.store;
+        let mut credited = 0;
+        for donor in 0..l.segments {
+            let due = store.transfers_due(l.seg(donor), 256).await?;
+            for t in due {
+                if due_only && t.lease_left_ms > 0 {
+                    continue;
+                }
+                if t.dest >= l.segments {
+                    continue;
+                }
+                let again = TransferArgs {
+                    id: t.id,
+                    dest: t.dest,
+                    want: t.units,
+                    floor: 0,
+                    lease_ms: self.transfer_lease_ms(),
+                };
+                let TransferReply::Debited { units, .. } = store.transfer(l.seg(donor), again).await?
+                else {
+                    continue;
+                };
+                let credit = [Credit {
+                    id: t.id,
+                    donor,
+                    units,
+                }];
+                let args = SellArgs {
+                    request_id: &SWEEP_ID,
+                    user: &SWEEP_USER,
+                    qty: 0,
+                    resv_ttl_ms: 0,
+                    ttl_ms: 1,
+                    credits: &credit,
+                    fence: 0,
+                };
+                if let SellReply::Applied { stock_after } = store.sell(l.seg(t.dest), args).await? {
+                    l.hints.observe(t.dest, stock_after);
+                    store.transfer_done(l.seg(donor), t.id).await?;
+                    credited += units;
+                }
+            }
+        }
+        if credited > 0 {
+            crate::metrics::transfers_credited(credited);
+        }
+        Ok(credited)
+    }
+
+    /// The transfer lease in ms.
+    pub(super) fn transfer_lease_ms(&self) -> u64 {
+        self.inner.opts.transfer_lease.as_millis() as u64
+    }
+}
+
+/// The placeholder ids of a credit-only `sell` (qty 0: no request is decided).
+static SWEEP_ID: std::sync::LazyLock<crate::ids::RequestId> =
+    std::sync::LazyLock::new(|| crate::ids::RequestId::new("credit").expect("valid id"));
+static SWEEP_USER: std::sync::LazyLock<crate::ids::UserId> =
+    std::sync::LazyLock::new(|| crate::ids::UserId::new("credit").expect("valid id"));
+
+impl Answer {
+    /// The protocol's reading of a `sell` reply that ends the request.
+    fn from_reply(r: &SellReply) -> Answer {
+        match *r {
+            SellReply::Applied { .. } => Answer::Applied,
+            SellReply::Replay => Answer::Replay,
+            SellReply::LimitReached { limit, held, sold } => {
+                Answer::LimitReached { limit, held, sold }
+            }
+            SellReply::Mismatch(f) => Answer::Mismatch(f),
+            SellReply::Stale => Answer::Stale,
+            SellReply::LockLost => Answer::LockLost,
+            SellReply::Short { .. } => Answer::Insufficient { available: 0 },
+        }
     }
 }

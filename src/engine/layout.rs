@@ -6,8 +6,7 @@ use super::{Engine, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::Sku;
 use crate::router::Hints;
-use crate::shared_read::SharedRead;
-use crate::store::{SegAddr, SegmentState, Store};
+use crate::store::{SegAddr, Store};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -25,8 +24,6 @@ pub(crate) struct Layout {
     pub(crate) hints: Hints,
     /// Sold out from memory (see `sold_out.rs`).
     pub(crate) sold_out: super::sold_out::SoldOut,
-    /// Shares "read every segment" between concurrent callers (see [`crate::shared_read`]).
-    reads: Arc<SharedRead<Vec<Option<SegmentState>>>>,
     /// When the remaining-units gauges were last set (ms since `born`).
     gauges_at: AtomicU64,
     born: Instant,
@@ -36,18 +33,6 @@ impl Layout {
     /// Segment `index` of this generation.
     pub(crate) fn seg(&self, index: u32) -> SegAddr<'_> {
         seg_at(&self.sku, self.generation, index, &self.placement)
-    }
-
-    /// Feeds a read of every segment into the hints and returns each segment's stock; `None`
-    /// when a segment is missing (the layout changed).
-    pub(super) fn observe(&self, segs: &[Option<SegmentState>]) -> Option<Vec<u64>> {
-        let mut out = Vec::with_capacity(segs.len());
-        for (i, s) in segs.iter().enumerate() {
-            let s = s.as_ref()?;
-            self.hints.observe(i as u32, s.stock);
-            out.push(s.stock);
-        }
-        Some(out)
     }
 }
 
@@ -72,6 +57,16 @@ impl<S: Store> Engine<S> {
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
+        if meta.home_fn != crate::segments::HOME_FN {
+            // Another build placed this generation's requests: selling here could decide one
+            // request id at two homes.
+            return Err(Error::Protocol(format!(
+                "{sku} was loaded with home function {} but this build places requests with {}: \
+                 run one build per SKU, or reload it",
+                meta.home_fn,
+                crate::segments::HOME_FN
+            )));
+        }
         let layout = Arc::new(Layout {
             sku: sku.clone(),
             generation: meta.generation,
@@ -83,7 +78,6 @@ impl<S: Store> Engine<S> {
                 self.inner.store.stock_watch(sku),
                 self.inner.opts.sold_out_ttl,
             ),
-            reads: SharedRead::new(),
             gauges_at: AtomicU64::new(0),
             born: Instant::now(),
         });
@@ -101,35 +95,6 @@ impl<S: Store> Engine<S> {
         }
         self.inner.layouts.insert(sku.clone(), Arc::clone(&layout));
         Ok(layout)
-    }
-
-    /// Every segment of the SKU, from a read that started after this call (shared with
-    /// concurrent callers; see [`crate::shared_read`]). Falls back to a read of its own when
-    /// the shared one failed, so errors come back typed.
-    pub(super) async fn read_segments(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
-        let (inner, sku) = (Arc::clone(&self.inner), l.sku.clone());
-        let (generation, segments) = (l.generation, l.segments);
-        let placement = l.placement.clone();
-        let shared = l
-            .reads
-            .join(move || {
-                let (inner, sku) = (Arc::clone(&inner), sku.clone());
-                let placement = placement.clone();
-                async move {
-                    let reads = inner.store.segments(&sku, generation, &placement, segments);
-                    reads.await.ok()
-                }
-            })
-            .await;
-        match shared {
-            Some(v) => Ok(v.as_ref().clone()),
-            None => {
-                self.inner
-                    .store
-                    .segments(&l.sku, generation, &l.placement, segments)
-                    .await
-            }
-        }
     }
 
     /// The placement suffix of segment `index` of `sku` in `generation`: from the cached layout

@@ -13,12 +13,14 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EngineOptions {
-    /// How long a request id's outcome is remembered (default 24 h).
+    /// How long a request id's outcome is remembered when the SKU has no per-user limit, and
+    /// after a reservation ended (default 24 h). With a per-user limit, a sale's record lives
+    /// as long as the load generation (the user's ledger needs it).
     pub request_ttl: Duration,
-    /// Lease of a fallback claim; after it a retry may take over (default 5 s).
-    pub claim_lease: Duration,
-    /// How long a duplicate waits for an in-flight twin before answering `InFlight` (1 s).
-    pub pending_wait: Duration,
+    /// How long units debited by a transfer may stay in transit before any sweeper credits
+    /// them home (default 5 s): the engine that moved them normally credits them within a
+    /// round trip; the lease covers one that died in between.
+    pub transfer_lease: Duration,
     /// How long a "segment is short" hint is trusted for skipping (default 200 ms; 0 = off).
     pub hint_ttl: Duration,
     /// How long a proven sell-out is answered from memory at most (default 1 s; 0 = off): a
@@ -28,15 +30,9 @@ pub struct EngineOptions {
     pub sold_out_ttl: Duration,
     /// Largest quantity one deduction may ask for (default 10 000).
     pub max_qty: u64,
-    /// Rounds of "read all segments, then take" before answering insufficient under
-    /// contention (default 3).
-    pub fallback_rounds: u32,
     /// Per-user limit for SKUs loaded without one of their own (default 1 = one unit per
     /// user; 0 = no limit); see [`LoadOptions::per_user_limit`].
     pub per_user_limit: u64,
-    /// How long a per-user claim may stay pending before another call may verify it (the
-    /// claimer presumed dead; default 10 s).
-    pub user_claim_ttl: Duration,
     /// Lifetime of the in-process guard's entries (default 60 s).
     pub guard_ttl: Duration,
     /// Most entries the in-process guard holds (default 100 000).
@@ -55,14 +51,11 @@ impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             request_ttl: Duration::from_secs(24 * 3600),
-            claim_lease: Duration::from_secs(5),
-            pending_wait: Duration::from_secs(1),
+            transfer_lease: Duration::from_secs(5),
             hint_ttl: Duration::from_millis(200),
             sold_out_ttl: Duration::from_secs(1),
             max_qty: 10_000,
-            fallback_rounds: 3,
             per_user_limit: 1,
-            user_claim_ttl: Duration::from_secs(10),
             guard_ttl: Duration::from_secs(60),
             guard_cap: 100_000,
             metric_skus: Vec::new(),
@@ -82,11 +75,9 @@ impl EngineOptions {
         // a year bounds them far below what a Lua double holds exactly.
         let durations = [
             ("request_ttl", self.request_ttl),
-            ("claim_lease", self.claim_lease),
-            ("pending_wait", self.pending_wait),
+            ("transfer_lease", self.transfer_lease),
             ("hint_ttl", self.hint_ttl),
             ("sold_out_ttl", self.sold_out_ttl),
-            ("user_claim_ttl", self.user_claim_ttl),
             ("guard_ttl", self.guard_ttl),
         ];
         for (name, d) in durations {
@@ -98,14 +89,9 @@ impl EngineOptions {
             }
         }
         let ms = |d: Duration| d.as_millis();
-        if ms(self.request_ttl) == 0 || ms(self.claim_lease) == 0 {
+        if ms(self.request_ttl) == 0 || ms(self.transfer_lease) == 0 {
             return Err(Error::Config(
-                "request_ttl and claim_lease must be at least 1 ms".into(),
-            ));
-        }
-        if self.request_ttl < self.claim_lease {
-            return Err(Error::Config(
-                "request_ttl must not be shorter than claim_lease (a claim would outlive its record)".into(),
+                "request_ttl and transfer_lease must be at least 1 ms".into(),
             ));
         }
         if self.max_qty == 0 || self.max_qty > MAX_UNITS {
@@ -116,23 +102,15 @@ impl EngineOptions {
                 "per_user_limit must be at most {MAX_UNITS}"
             )));
         }
-        if ms(self.user_claim_ttl) == 0 || ms(self.guard_ttl) == 0 || self.guard_cap == 0 {
+        if ms(self.guard_ttl) == 0 || self.guard_cap == 0 {
             return Err(Error::Config(
-                "user_claim_ttl, guard_ttl and guard_cap must be positive".into(),
+                "guard_ttl and guard_cap must be positive".into(),
             ));
         }
         if self.guard_cap > MAX_GUARD_CAP {
             return Err(Error::Config(format!(
                 "guard_cap must be at most {MAX_GUARD_CAP}"
             )));
-        }
-        if self.user_claim_ttl < self.claim_lease {
-            return Err(Error::Config(
-                "user_claim_ttl must not be shorter than claim_lease".into(),
-            ));
-        }
-        if self.fallback_rounds == 0 || self.fallback_rounds > 100 {
-            return Err(Error::Config("fallback_rounds must be in 1..=100".into()));
         }
         if self.metric_sku_cap > 10_000 || self.metric_skus.len() > 10_000 {
             return Err(Error::Config(
@@ -165,14 +143,9 @@ impl EngineBuilder {
         self.opts.request_ttl = d;
         self
     }
-    /// See [`EngineOptions::claim_lease`].
-    pub fn claim_lease(mut self, d: Duration) -> Self {
-        self.opts.claim_lease = d;
-        self
-    }
-    /// See [`EngineOptions::pending_wait`].
-    pub fn pending_wait(mut self, d: Duration) -> Self {
-        self.opts.pending_wait = d;
+    /// See [`EngineOptions::transfer_lease`].
+    pub fn transfer_lease(mut self, d: Duration) -> Self {
+        self.opts.transfer_lease = d;
         self
     }
     /// See [`EngineOptions::hint_ttl`].
@@ -190,20 +163,10 @@ impl EngineBuilder {
         self.opts.max_qty = n;
         self
     }
-    /// See [`EngineOptions::fallback_rounds`].
-    pub fn fallback_rounds(mut self, n: u32) -> Self {
-        self.opts.fallback_rounds = n;
-        self
-    }
 
     /// See [`EngineOptions::per_user_limit`].
     pub fn per_user_limit(mut self, n: u64) -> Self {
         self.opts.per_user_limit = n;
-        self
-    }
-    /// See [`EngineOptions::user_claim_ttl`].
-    pub fn user_claim_ttl(mut self, d: Duration) -> Self {
-        self.opts.user_claim_ttl = d;
         self
     }
     /// See [`EngineOptions::guard_ttl`] and [`EngineOptions::guard_cap`].

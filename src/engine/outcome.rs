@@ -132,4 +132,7 @@ pub struct Remaining {
     pub total: u64,
     /// Per segment, by index.
     pub per_segment: Vec<u64>,
+    /// Units moving between segments (debited, not yet credited home): not counted in
+    /// `total`, sellable once credited.
+    pub in_transit: u64,
 }

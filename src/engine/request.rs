@@ -6,10 +6,13 @@ use super::{Engine, Layout};
 use crate::error::{Error, Result};
 use crate::ids::{RequestId, Sku, UserId};
 use crate::segments::{Part, home};
-use crate::store::{HomeRecord, RecordState, ReqArgs, RequestKind, SegAddr, Store};
+use crate::store::{Credit, RequestKind, SegAddr, SellArgs, Store};
 use std::sync::Arc;
 
 /// A deduction request: `qty` units of `sku` for `user`, idempotent by `request_id`.
+///
+/// Request ids are scoped per (SKU, user), as idempotency keys are per account: the same id
+/// sent for another user is another request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deduct {
     /// The SKU.
@@ -48,33 +51,28 @@ pub(crate) enum Intent {
         /// The reservation's lifetime (> 0).
         ttl_ms: u64,
     },
-    /// Finish an earlier call of this kind (recovery, verification, the end of a
-    /// reservation): it takes no new units, it only settles or gives back what that call took.
-    Finish(RequestKind),
 }
 
 impl Intent {
-    /// The kind the request's records carry.
+    /// The kind the request's record carries.
     pub(crate) fn kind(self) -> RequestKind {
         match self {
             Intent::Sale => RequestKind::Sale,
             Intent::Reserve { .. } => RequestKind::Reservation,
-            Intent::Finish(kind) => kind,
         }
     }
 
-    /// How long units taken now stay held before they go back by themselves (0: they are
-    /// sold, or nothing is taken).
+    /// How long units taken now stay held before they go back by themselves (0: sold).
     pub(crate) fn hold_ms(self) -> u64 {
         match self {
             Intent::Reserve { ttl_ms } => ttl_ms,
-            Intent::Sale | Intent::Finish(_) => 0,
+            Intent::Sale => 0,
         }
     }
 }
 
 /// One attempt of a request in one layout: what every step of a deduction needs, worked out
-/// once (the home segment, the store's view of the request).
+/// once (the home segment, the record TTL).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attempt<'a> {
     /// The request.
@@ -85,14 +83,14 @@ pub(crate) struct Attempt<'a> {
     pub(crate) intent: Intent,
     /// The request's home segment in this layout.
     pub(crate) home: u32,
-    /// The request as the store's scripts take it.
-    pub(crate) args: ReqArgs<'a>,
-    /// Where segment tries are counted for metrics (`None`: not measured, e.g. recovery).
+    /// How long the request's record is remembered without a per-user limit (ms).
+    ttl_ms: u64,
+    /// Where segment calls are counted for metrics (`None`: not measured).
     trace: Option<&'a Trace>,
 }
 
 impl<'a> Attempt<'a> {
-    /// This attempt, with its segment tries counted in `trace`.
+    /// This attempt, with its segment calls counted in `trace`.
     pub(super) fn traced(self, trace: &'a Trace) -> Self {
         Self {
             trace: Some(trace),
@@ -100,13 +98,7 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// This attempt, known to the per-user record as `token` ([`ReqArgs::attempt`]).
-    pub(super) fn token(mut self, token: u64) -> Self {
-        self.args.attempt = token;
-        self
-    }
-
-    /// Counts a segment script that could take units (for metrics).
+    /// Counts a segment script that could take or move units (for metrics).
     pub(super) fn tried(&self) {
         if let Some(t) = self.trace {
             t.tried();
@@ -118,9 +110,38 @@ impl<'a> Attempt<'a> {
         self.layout.seg(index)
     }
 
-    /// The request's home segment, where its record and claim live.
+    /// The request's home segment, where its record and its user's ledger live.
     pub(crate) fn home_at(&self) -> SegAddr<'a> {
         self.at(self.home)
+    }
+
+    /// The request as `sell` takes it, crediting `credits` first.
+    pub(crate) fn sell_args<'c>(&self, credits: &'c [Credit]) -> SellArgs<'c>
+    where
+        'a: 'c,
+    {
+        SellArgs {
+            request_id: &self.req.request_id,
+            user: &self.req.user,
+            qty: self.req.qty,
+            resv_ttl_ms: self.intent.hold_ms(),
+            ttl_ms: self.ttl_ms,
+            credits,
+            fence: 0,
+        }
+    }
+
+    /// Where an applied request's units are: all at home.
+    pub(crate) fn parts(&self) -> Vec<Part> {
+        vec![Part {
+            segment: self.home,
+            units: self.req.qty,
+        }]
+    }
+
+    /// The key sold out from memory remembers this request by.
+    pub(super) fn sold_out_key(&self) -> (&'a UserId, &'a RequestId) {
+        (&self.req.user, &self.req.request_id)
     }
 
     /// The request id is taken by another request (its `field` differs).
@@ -130,41 +151,6 @@ impl<'a> Attempt<'a> {
             field,
         }
     }
-
-    /// The request id was sealed: this request can never apply.
-    pub(super) fn sealed(&self) -> Error {
-        Error::Sealed(self.req.request_id.to_string())
-    }
-
-    /// What the request's home record (read with [`Store::record`]) says about this request.
-    pub(super) fn recorded(&self, rec: HomeRecord) -> Recorded {
-        let field = if rec.user != self.req.user.as_str() {
-            "user"
-        } else if rec.qty != self.req.qty {
-            "qty"
-        } else if rec.kind != self.intent.kind() {
-            "kind"
-        } else {
-            return match rec.state {
-                RecordState::Applied(parts) => Recorded::Applied(parts),
-                RecordState::Pending { .. } => Recorded::Pending,
-                RecordState::Sealed => Recorded::Sealed,
-            };
-        };
-        Recorded::Other(field)
-    }
-}
-
-/// What a home record says about the request that reads it.
-pub(super) enum Recorded {
-    /// The record is another request's (this `field` differs): a conflict.
-    Other(&'static str),
-    /// This request applied with these parts.
-    Applied(Vec<Part>),
-    /// This request's fallback claim is held.
-    Pending,
-    /// This request was sealed.
-    Sealed,
 }
 
 impl<S: Store> Engine<S> {
@@ -179,27 +165,9 @@ impl<S: Store> Engine<S> {
             req,
             layout: l,
             intent,
-            home: home(&req.request_id, l.segments),
-            args: self.req_args(req, intent),
+            home: home(&req.user, &req.request_id, l.segments, l.user_limit > 0),
+            ttl_ms: self.inner.opts.request_ttl.as_millis() as u64,
             trace: None,
-        }
-    }
-
-    /// The store's view of `req` for a call that does `intent`.
-    pub(crate) fn req_args<'a>(&self, req: &'a Deduct, intent: Intent) -> ReqArgs<'a> {
-        let opts = &self.inner.opts;
-        let hold_ms = intent.hold_ms();
-        ReqArgs {
-            request_id: &req.request_id,
-            user: &req.user,
-            qty: req.qty,
-            // A reservation's records (its claim and home record too, not only the part that
-            // holds the units) outlive the reservation by the request TTL.
-            ttl_ms: opts.request_ttl.as_millis() as u64 + hold_ms,
-            lease_ms: opts.claim_lease.as_millis() as u64,
-            resv_ttl_ms: hold_ms,
-            kind: intent.kind(),
-            attempt: 0,
         }
     }
 }

@@ -11,14 +11,12 @@
 //! - **every unit of the generation went to a request that applied through this layout**
 //!   (`loaded + restocked` summed over the segments equals the units this process saw
 //!   applied), this process saw the generation's load and no unit of it ever went back. So
-//!   no other request id holds an applied record: the memory answer never hides a replay.
-//!   Request ids this layout ever sent to a script that may write a record (applied, pending,
-//!   sealed, dropped, failed) are not answered from memory; they read their record as before
-//!   (`Replayed`, `Sealed`, ...). With several instances selling, the sum does not match and
-//!   every instance answers from a fresh read, as before (exact, not faster). Ids claimed or
-//!   sealed anywhere (`deduct_core.lua`'s claim, `seal.lua`, `settle.lua`) are published too
-//!   (every message since the load was seen), and read their record (a pending claim, `Sealed`,
-//!   a conflict): every id with a record in the generation goes to its record.
+//!   no other request holds an applied record: the memory answer never hides a replay.
+//!   Requests (user and id) this layout ever sent to a script that may write a record are not
+//!   answered from memory; they go to the store as before (`Replayed`, a conflict, ...). With
+//!   several instances selling, the sum does not match and every instance answers from the
+//!   store, as before (exact, not faster). Units in transit between segments are not sold, so
+//!   while any is on its way the sum cannot match either.
 //!
 //! A flag is believed only while its snapshot is current and before its TTL. Staleness bound:
 //! a restock, cancel, refund or expiry reclaimed by a script reaches every subscriber as a
@@ -27,7 +25,7 @@
 //! `reclaim.lua` (which notifies), so it is hidden at most one sweeper period or one TTL,
 //! whichever ends first.
 
-use crate::ids::RequestId;
+use crate::ids::{RequestId, UserId};
 use crate::store::{SegmentState, StockWatch, watch::Seen};
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -62,8 +60,12 @@ pub(crate) struct Ticket {
     at_us: u64,
 }
 
-fn id_hash(id: &RequestId) -> u64 {
-    crate::store::watch::id_hash(id.as_str())
+/// A request's key: its user and request id (ids are scoped per user).
+pub(crate) type Key<'a> = (&'a UserId, &'a RequestId);
+
+fn id_hash((user, id): Key<'_>) -> u64 {
+    crate::segments::fnv1a(user.as_str().as_bytes())
+        ^ crate::store::watch::id_hash(id.as_str()).rotate_left(17)
 }
 
 impl SoldOut {
@@ -101,7 +103,7 @@ impl SoldOut {
 
     /// True when `id` may be answered `SoldOut` from memory: a flag stands and `id` was never
     /// sent to the store through this layout.
-    pub(crate) fn answers(&self, id: &RequestId) -> bool {
+    pub(crate) fn answers(&self, id: Key<'_>) -> bool {
         if !self.is_set() {
             return false;
         }
@@ -131,6 +133,8 @@ impl SoldOut {
         let (Some(t), Some(w)) = (ticket, &self.watch) else {
             return;
         };
+        // Units in transit are not sold: Σ moved_out > Σ moved_in leaves `added` above what
+        // applied, so no flag while any unit is on its way.
         let mut added = 0;
         for s in segs {
             match s {
@@ -150,7 +154,7 @@ impl SoldOut {
     }
 
     /// Remembers that `id` is about to be sent to a script that may write its record.
-    pub(crate) fn sent(&self, id: &RequestId) {
+    pub(crate) fn sent(&self, id: Key<'_>) {
         if self.watch.is_none() {
             return;
         }

@@ -5,7 +5,7 @@ use super::deduct::STALE_RETRIES;
 use super::{Engine, LoadOptions, Restocked, seg_at};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, MAX_UNITS, RequestId, Sku, check_qty};
-use crate::segments::{home, split};
+use crate::segments::split;
 use crate::store::{IfLoaded, LoadBegin, LoadSpec, RestockReply, SegmentLoad, Store};
 
 impl<S: Store> Engine<S> {
@@ -85,6 +85,7 @@ impl<S: Store> Engine<S> {
                     units: *units,
                     outbox,
                     replaces,
+                    user_limit: per_user_limit,
                 },
             )
         });
@@ -128,7 +129,8 @@ impl<S: Store> Engine<S> {
             let l = self.layout(sku).await?;
             // The request's home segment gets the first (never empty) share and is written
             // first: a retry with another quantity is caught there, before anything changes.
-            let home = home(request_id, l.segments);
+            // Where the restock starts: any stable spread of request ids will do.
+            let home = (crate::segments::fnv1a(request_id.as_str().as_bytes()) % u64::from(l.segments)) as u32;
             let shares: Vec<(u32, u64)> = split(qty, l.segments)
                 .into_iter()
                 .enumerate()

@@ -1,5 +1,6 @@
 //! The sweeper: one periodic task per engine that drops stale cached layouts, gives back
-//! expired reservations and recovers abandoned fallback claims.
+//! expired reservations and credits home the units left in transit by a process that died
+//! between a transfer's debit and its credit.
 
 use super::{Engine, Layout};
 use crate::error::Result;
@@ -25,16 +26,15 @@ impl Drop for Sweeper {
 }
 
 impl<S: Store> Engine<S> {
-    /// One round of the sweeper over the SKUs this engine has used (what [`start_sweeper`]
-    /// runs periodically):
+    /// One round of the sweeper over every SKU the store knows (what [`start_sweeper`] runs
+    /// periodically; SKUs this engine never used included, so units in transit are credited
+    /// whichever instance moved them):
     /// - a cached layout whose SKU metadata is gone or of another generation (a reload
     ///   elsewhere, or Redis lost its data) is dropped, with a warning, so no call goes on
     ///   using a stale layout, limit or segment count;
-    /// - expired reservations go back to their stock;
-    /// - fallback claims whose holder let the lease run out (crashed, or the call's future was
-    ///   dropped) are taken over: a complete one is settled as applied, an incomplete one is
-    ///   refunded and sealed (a retry of its request id gets [`Error::Sealed`](crate::Error::Sealed)); the user's
-    ///   per-user entry follows.
+    /// - expired reservations go back to their stock (every segment is surveyed);
+    /// - transfers whose lease ran out are credited to their destination (the debit re-sent
+    ///   first, so that with the durability mode it is replicated before the credit).
     ///
     /// Returns the reservation units given back.
     ///
@@ -43,42 +43,40 @@ impl<S: Store> Engine<S> {
     /// # Errors
     /// Store errors.
     pub async fn sweep(&self) -> Result<u64> {
-        let layouts: Vec<Arc<Layout>> = self
-            .inner
-            .layouts
-            .iter()
-            .map(|e| Arc::clone(e.value()))
-            .collect();
+        let mut skus = self.inner.store.skus().await?;
+        for sku in self.used_skus() {
+            if !skus.contains(&sku) {
+                skus.push(sku);
+            }
+        }
         let mut back = 0;
-        for l in layouts {
-            let meta = match self.inner.store.meta(&l.sku).await {
+        for sku in skus {
+            let cached = self.inner.layouts.get(&sku).map(|l| Arc::clone(l.value()));
+            let meta = match self.inner.store.meta(&sku).await {
                 // One SKU's unreadable metadata must not stop the sweep of the others.
                 Err(e @ crate::error::Error::Protocol(_)) => {
-                    tracing::warn!(sku = %l.sku, error = %e, "unreadable SKU metadata; skipped");
+                    tracing::warn!(sku = %sku, error = %e, "unreadable SKU metadata; skipped");
                     continue;
                 }
                 r => r?,
             };
-            match meta {
-                Some(m) if m.generation == l.generation => {}
-                other => {
-                    tracing::warn!(sku = %l.sku, cached = l.generation,
-                        now = ?other.map(|m| m.generation),
-                        "SKU metadata is gone or changed generation; dropping the cached layout");
-                    self.forget(&l);
-                    continue;
-                }
+            if let Some(l) = &cached
+                && meta.as_ref().is_none_or(|m| m.generation != l.generation)
+            {
+                tracing::warn!(sku = %l.sku, cached = l.generation,
+                    now = ?meta.as_ref().map(|m| m.generation),
+                    "SKU metadata is gone or changed generation; dropping the cached layout");
+                self.forget(l);
             }
-            let mut reserved = 0;
-            for index in 0..l.segments {
-                let (units, held) = self.reclaim_expired(l.seg(index)).await?;
-                back += units;
-                reserved += held;
-                if let Err(e) = self.recover_claims(&l, index).await {
-                    tracing::warn!(sku = %l.sku, segment = index, error = %e,
-                        "recovering abandoned claims failed; next sweep retries");
-                }
-            }
+            let Some(meta) = meta.filter(|m| m.ready) else {
+                continue;
+            };
+            let l = match self.layout(&sku).await {
+                Ok(l) if l.generation == meta.generation => l,
+                _ => continue,
+            };
+            let (units, reserved) = self.sweep_layout(&l).await?;
+            back += units;
             crate::metrics::reserved(&self.inner.sku_labels, l.sku.as_str(), reserved);
         }
         if back > 0 {
@@ -87,10 +85,24 @@ impl<S: Store> Engine<S> {
         Ok(back)
     }
 
-    /// The SKUs this engine has used (those with a cached layout): the ones [`sweep`] goes
-    /// over, and the live audit too ([`crate::live_audit`]).
-    ///
-    /// [`sweep`]: Self::sweep
+    /// One SKU's sweep: (units reclaimed, units still reserved).
+    async fn sweep_layout(&self, l: &Layout) -> Result<(u64, u64)> {
+        let (mut back, mut reserved) = (0, 0);
+        for index in 0..l.segments {
+            if let Some(s) = self.inner.store.survey(l.seg(index)).await? {
+                back += s.reclaimed;
+                reserved += s.state.reserved;
+            }
+        }
+        if let Err(e) = self.drain(l, true).await {
+            tracing::warn!(sku = %l.sku, error = %e,
+                "crediting units in transit failed; next sweep retries");
+        }
+        Ok((back, reserved))
+    }
+
+    /// The SKUs this engine has used (those with a cached layout): the live audit goes over
+    /// them ([`crate::live_audit`]).
     pub(crate) fn used_skus(&self) -> Vec<crate::ids::Sku> {
         self.inner.layouts.iter().map(|e| e.key().clone()).collect()
     }
@@ -102,7 +114,9 @@ impl<S: Store> Engine<S> {
 
     /// Starts the sweeper: [`sweep`](Self::sweep) every `every`. It holds no strong reference
     /// to the engine (it ends when the engine is dropped) and stops when the returned handle is
-    /// dropped. Lazy reclaim inside every script returns stock even with no sweeper running.
+    /// dropped. Every script returns expired reservations of its segment lazily, and a
+    /// request that would answer sold out credits units in transit itself, so the sweeper
+    /// bounds how long units stay idle, not whether they come back.
     pub fn start_sweeper(&self, every: Duration) -> Sweeper {
         let task = self.periodic(every, false, |engine| async move {
             if let Err(e) = engine.sweep().await {

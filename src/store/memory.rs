@@ -1,39 +1,43 @@
 //! `MemoryStore`: the embedded backend.
 //!
-//! Same observable semantics as the Lua scripts, step for step (each step mirrors one script
-//! and says which), so it serves both as a legitimate single-instance store and as the oracle
-//! that the differential tests compare Redis against. One `std::sync::Mutex` per segment makes
-//! each step atomic, just as one script is atomic inside Redis; it is never held across an
-//! `.await` (every step is synchronous).
-//!
-//! This file holds the maps and the locking; `segment` holds a segment's state and the steps
-//! on it, `records` its request records, `users` the per-user limit.
+//! Same observable semantics as the Lua scripts, step for step: every step is a method of
+//! [`Segment`] (pure, over a logical clock and ordered maps), which also serves as the oracle of
+//! the differential tests and as the steps of the model checker (`tests/model.rs`). One
+//! `std::sync::Mutex` per segment makes each step atomic, just as one script is atomic inside
+//! Redis; it is never held across an `.await` (every step is synchronous).
 
 use super::*;
 use crate::placement::Placement;
 use std::collections::HashMap as StdHashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-mod records;
-mod segment;
-mod users;
+pub mod segment;
 
-use segment::Segment;
-use users::UserRecord;
+pub use segment::Segment;
 
-/// Maps keyed by request, user and SKU ids hash with foldhash (seeded per process): SipHash
-/// was the single largest cost of an embedded deduction.
+/// Maps keyed by SKU ids hash with foldhash (seeded per process): SipHash was the single
+/// largest cost of an embedded deduction.
 type Hasher = foldhash::fast::RandomState;
 type HashMap<K, V> = StdHashMap<K, V, Hasher>;
 type DashMap<K, V> = dashmap::DashMap<K, V, Hasher>;
 
-#[derive(Default)]
 struct Inner {
     metas: DashMap<Sku, Meta>,
     /// Segments by SKU, then index: looked up by `&Sku` without cloning the id.
     segments: DashMap<Sku, HashMap<u32, Arc<Mutex<Segment>>>>,
-    users: DashMap<(Sku, u64, UserId), UserRecord>,
+    /// The store's clock: [`Segment`] steps take ms since this instant.
+    born: Instant,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            metas: DashMap::default(),
+            segments: DashMap::default(),
+            born: Instant::now(),
+        }
+    }
 }
 
 /// The embedded store. Cheap to clone (shared state).
@@ -50,14 +54,22 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
-fn ms(d: u64) -> Duration {
-    Duration::from_millis(d)
-}
-
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The store's clock in ms.
+    fn now(&self) -> u64 {
+        self.inner.born.elapsed().as_millis() as u64
+    }
+
+    fn slot(&self, seg: SegAddr<'_>) -> Option<Arc<Mutex<Segment>>> {
+        self.inner
+            .segments
+            .get(seg.sku)
+            .and_then(|m| m.get(&seg.index).map(Arc::clone))
     }
 
     /// Runs `f` on the segment when it exists with generation `seg.generation`, else returns
@@ -66,38 +78,16 @@ impl MemoryStore {
         &self,
         seg: SegAddr<'_>,
         stale: T,
-        f: impl FnOnce(&mut Segment, Instant) -> T,
+        f: impl FnOnce(&mut Segment, u64) -> T,
     ) -> T {
-        let Some(s) = self
-            .inner
-            .segments
-            .get(seg.sku)
-            .and_then(|m| m.get(&seg.index).map(Arc::clone))
-        else {
+        let Some(s) = self.slot(seg) else {
             return stale;
         };
         let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
-        if s.generation != seg.generation {
+        if !s.is(seg.generation) {
             return stale;
         }
-        f(&mut s, Instant::now())
-    }
-
-    /// Runs `f` on the segment's mutex whatever generation its counters hold (creating an
-    /// empty slot when missing): for the scripts that touch only request records or indexes,
-    /// which carry their own generation.
-    fn with_records<T>(&self, seg: SegAddr<'_>, f: impl FnOnce(&mut Segment, Instant) -> T) -> T {
-        let found = self
-            .inner
-            .segments
-            .get(seg.sku)
-            .and_then(|m| m.get(&seg.index).map(Arc::clone));
-        let s = found.unwrap_or_else(|| {
-            let mut m = self.inner.segments.entry(seg.sku.clone()).or_default();
-            Arc::clone(m.entry(seg.index).or_default())
-        });
-        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut s, Instant::now())
+        f(&mut s, self.now())
     }
 }
 
@@ -144,6 +134,7 @@ impl Store for MemoryStore {
             // One process, no slots: nothing to place.
             placement: Placement::unplaced(),
             outbox_segments: 0,
+            home_fn: crate::segments::HOME_FN,
         });
         Ok(LoadBegin::Started {
             generation,
@@ -155,14 +146,16 @@ impl Store for MemoryStore {
 
     // load_segment.lua
     async fn load_segment(&self, seg: SegAddr<'_>, load: SegmentLoad) -> Result<bool> {
-        let units = load.units;
-        Ok(self.with_records(seg, |s, _| {
-            if s.generation > seg.generation {
-                return false;
-            }
-            *s = Segment::loaded(seg.generation, units);
-            true
-        }))
+        let s = self.slot(seg).unwrap_or_else(|| {
+            let mut m = self.inner.segments.entry(seg.sku.clone()).or_default();
+            Arc::clone(m.entry(seg.index).or_default())
+        });
+        let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
+        if s.generation > seg.generation {
+            return Ok(false);
+        }
+        *s = Segment::loaded(seg.generation, load.units, load.user_limit);
+        Ok(true)
     }
 
     // drop_segment.lua
@@ -192,65 +185,27 @@ impl Store for MemoryStore {
         Ok(self.inner.metas.get(sku).map(|m| m.clone()))
     }
 
-    async fn deduct_home(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> Result<HomeReply> {
-        Ok(self.with_segment(seg, HomeReply::Stale, |s, now| {
-            s.deduct_home(seg, &req, on_short, now)
-        }))
+    async fn skus(&self) -> Result<Vec<Sku>> {
+        let mut v: Vec<Sku> = self.inner.metas.iter().map(|e| e.key().clone()).collect();
+        v.sort();
+        Ok(v)
     }
 
-    async fn take(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        part: u64,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> Result<TakeReply> {
-        Ok(self.with_segment(seg, TakeReply::Stale, |s, now| {
-            s.take(seg.generation, &req, part, epoch, role, now)
-        }))
+    async fn sell(&self, home: SegAddr<'_>, req: SellArgs<'_>) -> Result<SellReply> {
+        Ok(self.with_segment(home, SellReply::Stale, |s, now| s.sell(&req, now)))
     }
 
-    async fn settle(
-        &self,
-        home: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-        how: SettleAs<'_>,
-    ) -> Result<SettleReply> {
-        Ok(self.with_records(home, |s, now| {
-            s.settle(home.generation, &req, epoch, how, now)
-        }))
+    async fn transfer(&self, donor: SegAddr<'_>, t: TransferArgs) -> Result<TransferReply> {
+        Ok(self.with_segment(donor, TransferReply::Stale, |s, now| s.transfer(&t, now)))
     }
 
-    async fn refund(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> Result<u64> {
-        Ok(self.with_segment(seg, 0, |s, now| {
-            s.refund(seg.generation, &req, epoch, role, now)
-        }))
+    async fn transfer_done(&self, donor: SegAddr<'_>, id: TransferId) -> Result<()> {
+        self.with_segment(donor, (), |s, _| s.transfer_done(id));
+        Ok(())
     }
 
-    async fn shut_out(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-    ) -> Result<ShutOutReply> {
-        Ok(self.with_records(seg, |s, now| s.shut_out(seg.generation, &req, epoch, now)))
-    }
-
-    async fn takeover(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<TakeoverReply> {
-        Ok(self.with_records(home, |s, now| s.takeover(home.generation, &req, now)))
+    async fn transfers_due(&self, donor: SegAddr<'_>, max: usize) -> Result<Vec<DueTransfer>> {
+        Ok(self.with_segment(donor, Vec::new(), |s, now| s.transfers_due(max, now)))
     }
 
     async fn restock(
@@ -261,113 +216,33 @@ impl Store for MemoryStore {
         total: u64,
         ttl_ms: u64,
     ) -> Result<RestockReply> {
-        self.with_segment(seg, Ok(RestockReply::Stale), |s, now| {
-            s.restock(seg.generation, request_id, qty, total, ttl_ms, now)
-        })
-    }
-
-    async fn user_claim(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        req: ReqArgs<'_>,
-        limit: u64,
-        claim_ttl_ms: u64,
-    ) -> Result<UserClaim> {
-        let now = Instant::now();
-        let mut rec = self
-            .inner
-            .users
-            .entry((sku.clone(), generation, req.user.clone()))
-            .or_default();
-        Ok(rec.claim(&req, limit, claim_ttl_ms, now))
-    }
-
-    async fn user_finish(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        req: ReqArgs<'_>,
-        how: UserFinish,
-    ) -> Result<()> {
-        let key = (sku.clone(), generation, req.user.clone());
-        if how == UserFinish::Void {
-            if let Some(mut rec) = self.inner.users.get_mut(&key) {
-                rec.remove(req.request_id);
-            }
-            return Ok(());
-        }
-        if how == UserFinish::Release {
-            if let Some(mut rec) = self.inner.users.get_mut(&key) {
-                rec.release(req.request_id, req.attempt);
-            }
-            return Ok(());
-        }
-        let mut rec = self.inner.users.entry(key).or_default();
-        rec.finish(&req, how, Instant::now());
-        Ok(())
+        Ok(self.with_segment(seg, RestockReply::Stale, |s, now| {
+            s.restock(request_id, qty, total, ttl_ms, now)
+        }))
     }
 
     async fn reserve_end(
         &self,
-        seg: SegAddr<'_>,
+        home: SegAddr<'_>,
+        user: &UserId,
         request_id: &RequestId,
         action: ReservationAction,
     ) -> Result<ReserveEnd> {
-        Ok(self.with_segment(seg, ReserveEnd::Stale, |s, now| {
-            s.reserve_end(seg.generation, request_id, action, now)
+        Ok(self.with_segment(home, ReserveEnd::Stale, |s, now| {
+            s.reserve_end(user, request_id, action, now)
         }))
     }
 
-    // reclaim.lua
-    async fn reclaim(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
-        Ok(self.with_segment(seg, (0, 0), |s, now| {
-            let back = s.reclaim(now);
-            (back, s.counters.reserved)
-        }))
-    }
-
-    async fn seal(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<SealReply> {
-        Ok(self.with_records(home, |s, now| s.seal(home.generation, &req, now)))
-    }
-
-    async fn segments(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        _placement: &Placement,
-        segments: u32,
-    ) -> Result<Vec<Option<SegmentState>>> {
-        Ok((0..segments)
-            .map(|index| {
-                let seg = SegAddr::new(sku, generation, index);
-                self.with_segment(seg, None, |s, _| Some(s.counters))
-            })
-            .collect())
+    async fn survey(&self, seg: SegAddr<'_>) -> Result<Option<Survey>> {
+        Ok(self.with_segment(seg, None, |s, now| Some(s.survey(now))))
     }
 
     async fn record(
         &self,
         home: SegAddr<'_>,
+        user: &UserId,
         request_id: &RequestId,
     ) -> Result<Option<HomeRecord>> {
-        Ok(self.with_segment(home, None, |s, now| {
-            s.home_record(home.generation, request_id, now)
-        }))
-    }
-
-    async fn claims_due(
-        &self,
-        seg: SegAddr<'_>,
-        max: usize,
-        grace_ms: u64,
-    ) -> Result<Vec<DueClaim>> {
-        Ok(self.with_records(seg, |s, now| {
-            s.claims_due(seg.generation, max, grace_ms, now)
-        }))
-    }
-
-    async fn held(&self, seg: SegAddr<'_>) -> Result<Option<HeldState>> {
-        Ok(self.with_segment(seg, None, |s, _| Some(s.held())))
+        Ok(self.with_segment(home, None, |s, now| s.record(user, request_id, now)))
     }
 }

@@ -1,46 +1,121 @@
-//! One segment of the memory store: its counters, request records (`records`), reservation and
-//! claim indexes, and each script's step on them (each method says which script it mirrors).
+//! One segment's state and every step on it: the reference semantics of the store.
 //!
-//! Pure state: no locking, no clock reads — the caller holds the segment's mutex and passes
-//! `now`.
+//! Pure: no locking, no clock reads, no I/O. The caller holds the segment's lock and passes
+//! `now`, a logical clock in ms (the memory store passes ms since it started; the model checker
+//! passes its own). Ordered maps only, so a state is `Clone + Eq + Hash` and a model checker can
+//! explore states made by these very functions. Each step mirrors one script
+//! (`src/scripts/*.lua`) and says which; the differential tests hold the two to the same
+//! answers.
+//!
+//! What a segment holds, per generation:
+//! - counters ([`SegmentState`]): `loaded + restocked + moved_in = stock + reserved + sold +
+//!   moved_out`, after every step;
+//! - a ledger per user homed here: the user's request records and, when the SKU has a per-user
+//!   limit, the units the user holds (`held`: sold, confirmed, or reserved and live) and of those
+//!   the units held for good (`sold`);
+//! - the reservation index (expiry, user, request id) of live reservations;
+//! - the transfers this segment debited (remembered for the generation; those not yet marked
+//!   done are due to the sweeper once their lease runs out) and those it credited (remembered
+//!   for the generation: a credit is applied at most once per id).
 
-use super::records::{Parts, Record, Records, SWEEP_EVERY, Status};
-use super::{HashMap, ms};
-use crate::error::Result;
-use crate::ids::RequestId;
-use crate::segments::Part;
+use crate::ids::{RequestId, UserId};
 use crate::store::{
-    DueClaim, HeldState, HomeRecord, HomeReply, OnShort, RecordState, ReqArgs, ReservationAction,
-    ReserveEnd, RestockReply, ResvState, SealReply, SegAddr, SegmentRole, SegmentState, SettleAs,
-    SettleReply, ShutOutReply, TakeReply, TakeoverReply,
+    Credit, DueTransfer, HomeRecord, RecordState, RequestKind, ReservationAction, ReserveEnd,
+    RestockReply, ResvState, SegmentState, SellArgs, SellReply, Survey, TransferArgs, TransferId,
+    TransferReply,
 };
-use std::collections::BTreeSet;
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// One segment: what a segment hash and the keys under its hash tag hold in Redis.
-#[derive(Debug, Default)]
-pub(super) struct Segment {
-    pub(super) generation: u64,
-    pub(super) counters: SegmentState,
-    records: Records,
-    /// Restock records: (generation, request id) → ((qty, total), expiry).
-    restocks: HashMap<(u64, RequestId), ((u64, u64), Instant)>,
-    inserts: usize,
-    /// Reservation index: (expiry, generation, request id) of records holding reserved units.
-    reservations: BTreeSet<(Instant, u64, RequestId)>,
-    /// Claim index: (lease end, generation, request id) of pending fallback claims.
-    claims: BTreeSet<(Instant, u64, RequestId)>,
+/// A ledger holding this many records forgets those past their `until` before taking another
+/// (the scripts: when the user hash has this many record fields). Keeps a user's memory
+/// bounded by what the user holds plus what ended within the request TTL.
+pub const PRUNE_AT: usize = 32;
+
+/// `until` = 0: never forgotten within the generation.
+fn live(until: u64, now: u64) -> bool {
+    until == 0 || now < until
 }
 
-fn left_ms(until: Instant, now: Instant) -> u64 {
-    until.saturating_duration_since(now).as_millis() as u64
+/// A request's record in its user's ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Record {
+    /// The request's quantity.
+    pub qty: u64,
+    /// Its state (the kind follows: [`RecordState::Sold`] is a sale).
+    pub state: RecordState,
+    /// A reservation's expiry (ms); 0 for a sale.
+    pub exp: u64,
+    /// Forgotten at this time (ms); 0: kept for the generation.
+    pub until: u64,
+}
+
+impl Record {
+    fn kind(&self) -> RequestKind {
+        match self.state {
+            RecordState::Sold => RequestKind::Sale,
+            RecordState::Reservation(_) => RequestKind::Reservation,
+        }
+    }
+}
+
+/// One user's ledger at the user's home segment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Ledger {
+    /// Units the user holds here (sold, confirmed, reserved and live); kept only when the
+    /// segment has a per-user limit.
+    pub held: u64,
+    /// Of `held`, units held for good (sold or confirmed).
+    pub sold: u64,
+    /// Request records by request id.
+    pub records: BTreeMap<RequestId, Record>,
+    /// The whole ledger is forgotten at this time (ms; 0: never). Without a per-user limit it
+    /// follows the latest record's `until` (the scripts' key TTL); with one it is 0.
+    pub until: u64,
+}
+
+/// A transfer this segment debited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Transfer {
+    /// Where its units go.
+    pub dest: u32,
+    /// Its units.
+    pub units: u64,
+    /// When any sweeper may credit it home (ms).
+    pub lease_until: u64,
+    /// Credited home and marked done: no longer due.
+    pub done: bool,
+}
+
+/// One segment: what a segment hash and the keys under its hash tag hold in Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Segment {
+    /// Load generation.
+    pub generation: u64,
+    /// The home function the generation was loaded with ([`crate::segments::HOME_FN`]).
+    pub home_fn: u32,
+    /// Units one user may hold (0: no limit).
+    pub limit: u64,
+    /// Counters.
+    pub counters: SegmentState,
+    /// Ledgers of the users homed here.
+    pub users: BTreeMap<UserId, Ledger>,
+    /// Live reservations: (expiry, user, request id).
+    pub reservations: BTreeSet<(u64, UserId, RequestId)>,
+    /// Transfers credited here: id → units.
+    pub credited: BTreeMap<TransferId, u64>,
+    /// Transfers debited here.
+    pub transfers: BTreeMap<TransferId, Transfer>,
+    /// Restock records: request id → (qty, total, until).
+    pub restocks: BTreeMap<RequestId, (u64, u64, u64)>,
 }
 
 impl Segment {
-    /// A freshly loaded segment of `generation` with `units` (load_segment.lua).
-    pub(super) fn loaded(generation: u64, units: u64) -> Self {
+    /// A freshly loaded segment (`load_segment.lua`).
+    pub fn loaded(generation: u64, units: u64, user_limit: u64) -> Self {
         Segment {
             generation,
+            home_fn: crate::segments::HOME_FN,
+            limit: user_limit,
             counters: SegmentState {
                 stock: units,
                 loaded: units,
@@ -50,550 +125,436 @@ impl Segment {
         }
     }
 
-    /// `rid`'s live record of `generation` (an expired one is dropped on the way).
-    fn record(&mut self, generation: u64, rid: &RequestId, now: Instant) -> Option<&mut Record> {
-        self.records.live((generation, rid.clone()), now)
+    /// Whether a step addressed to `generation` runs here (the scripts' `stale` check).
+    pub fn is(&self, generation: u64) -> bool {
+        self.generation == generation
     }
 
-    /// `rid`'s live record, unless it is a released claim (which the scripts treat as no
-    /// record; only deduct.lua reads its epoch).
-    fn claim_record(
-        &mut self,
-        generation: u64,
-        rid: &RequestId,
-        now: Instant,
-    ) -> Option<&mut Record> {
-        self.record(generation, rid, now)
-            .filter(|r| r.status != Status::Released)
-    }
-
-    fn insert_record(&mut self, generation: u64, rid: &RequestId, rec: Record, now: Instant) {
-        self.inserts += 1;
-        if self.inserts >= SWEEP_EVERY.max(self.restocks.len() / 2) {
-            self.inserts = 0;
-            self.restocks.retain(|_, (_, e)| *e > now);
+    /// `user`'s ledger unless forgotten (a forgotten one is dropped on the way).
+    fn ledger(&mut self, user: &UserId, now: u64) -> Option<&mut Ledger> {
+        if self.users.get(user).is_some_and(|l| !live(l.until, now)) {
+            self.users.remove(user);
         }
-        self.records.insert((generation, rid.clone()), rec, now);
+        self.users.get_mut(user)
     }
 
-    fn sell(&mut self, n: u64) {
-        self.counters.stock -= n;
-        self.counters.sold += n;
+    /// `user`'s live record of `rid`.
+    fn live_record(&mut self, user: &UserId, rid: &RequestId, now: u64) -> Option<Record> {
+        let l = self.ledger(user, now)?;
+        l.records.get(rid).copied().filter(|r| live(r.until, now))
     }
 
-    /// Takes `n` units for a sale, or holds them as a reservation on `rid`'s record (which
-    /// then outlives the reservation by the request TTL `ttl_ms`, as `hold` in prelude.lua).
-    fn take_stock(
-        &mut self,
-        generation: u64,
-        rid: &RequestId,
-        n: u64,
-        req: &ReqArgs<'_>,
-        now: Instant,
-    ) {
-        if req.resv_ttl_ms == 0 {
-            return self.sell(n);
-        }
-        self.counters.stock -= n;
-        self.counters.reserved += n;
-        let exp = now + ms(req.resv_ttl_ms);
-        if let Some(rec) = self.records.get_mut(&(generation, rid.clone())) {
-            rec.reservation = Some(ResvState::Reserved);
-            rec.reserved_units = n;
-            rec.expires = rec.expires.max(exp + ms(req.ttl_ms));
-        }
-        self.reservations.insert((exp, generation, rid.clone()));
-    }
-
-    /// Drops `rid` from the claim index.
-    fn drop_claim(&mut self, generation: u64, rid: &RequestId) {
-        self.claims
-            .retain(|(_, g, r)| !(*g == generation && r == rid));
-    }
-
-    /// Drops `rid` from the reservation index.
-    fn drop_reservation(&mut self, generation: u64, rid: &RequestId) {
-        self.reservations
-            .retain(|(_, g, r)| !(*g == generation && r == rid));
-    }
-
-    /// Returns expired reservations to stock (`reclaim` in prelude.lua); units returned.
-    pub(super) fn reclaim(&mut self, now: Instant) -> u64 {
+    /// Returns every expired reservation to stock (the prelude's `reclaim`, no cap); units.
+    pub fn reclaim(&mut self, now: u64) -> u64 {
         let mut back = 0;
         while let Some(first) = self.reservations.first().cloned() {
             if first.0 > now {
                 break;
             }
             self.reservations.remove(&first);
-            let (_, generation, rid) = first;
-            if let Some(rec) = self.records.get_mut(&(generation, rid))
-                && rec.reservation == Some(ResvState::Reserved)
-            {
-                rec.reservation = Some(ResvState::Expired);
-                self.counters.reserved -= rec.reserved_units;
-                self.counters.stock += rec.reserved_units;
-                back += rec.reserved_units;
+            let (_, user, rid) = first;
+            let limited = self.limit > 0;
+            let Some(l) = self.users.get_mut(&user) else {
+                continue;
+            };
+            let Some(rec) = l.records.get_mut(&rid) else {
+                continue;
+            };
+            if rec.state != RecordState::Reservation(ResvState::Reserved) {
+                continue;
             }
+            rec.state = RecordState::Reservation(ResvState::Expired);
+            if limited {
+                l.held -= rec.qty;
+            }
+            self.counters.reserved -= rec.qty;
+            self.counters.stock += rec.qty;
+            back += rec.qty;
         }
         back
     }
 
-    /// deduct.lua
-    pub(super) fn deduct_home(
-        &mut self,
-        seg: SegAddr<'_>,
-        req: &ReqArgs<'_>,
-        on_short: OnShort,
-        now: Instant,
-    ) -> HomeReply {
+    /// Credits transfers once per id (`credit` in sell.lua).
+    fn credit(&mut self, credits: &[Credit]) {
+        for c in credits {
+            if self.credited.contains_key(&c.id) {
+                continue;
+            }
+            self.credited.insert(c.id, c.units);
+            self.counters.stock += c.units;
+            self.counters.moved_in += c.units;
+        }
+    }
+
+    /// `sell.lua` for one request: credits, reclaim, then the decision (see
+    /// [`Store::sell`](crate::Store::sell)). `fence` is not checked here (the lock strategies
+    /// are Redis only); the caller checked the generation.
+    pub fn sell(&mut self, req: &SellArgs<'_>, now: u64) -> SellReply {
+        self.credit(req.credits);
         self.reclaim(now);
-        let mut past = 0;
-        if let Some(rec) = self.record(seg.generation, req.request_id, now) {
-            if rec.status == Status::Released {
-                // The id is free; a new claim continues above the released one's epoch.
-                past = rec.epoch;
-            } else if let Some(f) = rec.mismatch(req) {
-                return HomeReply::Mismatch(f);
-            } else {
-                return match rec.status {
-                    Status::Applied => HomeReply::Replay(rec.parts.to_vec()),
-                    Status::Sealed => HomeReply::Sealed,
-                    _ => HomeReply::Pending {
-                        epoch: rec.epoch,
-                        lease_left_ms: left_ms(rec.lease_until, now),
-                    },
-                };
-            }
-        }
-        let stock = self.counters.stock;
-        let base = Record::new(Status::Applied, req, 0, now);
-        if stock >= req.qty {
-            let parts = Parts::One(Part {
-                segment: seg.index,
-                units: req.qty,
-            });
-            let rec = Record { parts, ..base };
-            self.insert_record(seg.generation, req.request_id, rec, now);
-            self.take_stock(seg.generation, req.request_id, req.qty, req, now);
-            return HomeReply::Applied {
-                stock_after: stock - req.qty,
+        if req.qty == 0 {
+            return SellReply::Applied {
+                stock_after: self.counters.stock,
             };
         }
-        let claimed = (on_short == OnShort::Claim).then_some(past + 1);
-        if let Some(epoch) = claimed {
-            let lease_until = now + ms(req.lease_ms);
-            let rec = Record {
-                status: Status::Pending,
-                epoch,
-                lease_until,
-                ..base
-            };
-            self.insert_record(seg.generation, req.request_id, rec, now);
-            self.claims
-                .insert((lease_until, seg.generation, req.request_id.clone()));
+        let (user, rid, qty, kind) = (req.user, req.request_id, req.qty, req.kind());
+        if let Some(rec) = self.live_record(user, rid, now) {
+            if rec.qty != qty {
+                return SellReply::Mismatch("qty");
+            }
+            if rec.kind() != kind {
+                return SellReply::Mismatch("kind");
+            }
+            return SellReply::Replay;
         }
-        HomeReply::Short { stock, claimed }
-    }
-
-    /// take.lua
-    pub(super) fn take(
-        &mut self,
-        generation: u64,
-        req: &ReqArgs<'_>,
-        part: u64,
-        epoch: u64,
-        role: SegmentRole,
-        now: Instant,
-    ) -> TakeReply {
-        self.reclaim(now);
-        let stock = self.counters.stock;
-        let is_home = role == SegmentRole::Home;
-        let mut rec = self.claim_record(generation, req.request_id, now);
-        if let Some(r) = &rec
-            && let Some(f) = r.mismatch(req)
-        {
-            // take.lua: away from home, what an ended request under this id left (refunded
-            // part or shut-out marker) is treated as absent; a live part conflicts.
-            if is_home || r.status == Status::Applied {
-                return TakeReply::Mismatch(f);
+        let limit = self.limit;
+        if limit > 0 {
+            let (held, sold) = self
+                .users
+                .get(user)
+                .map_or((0, 0), |l| (l.held, l.sold));
+            if held + qty > limit {
+                return SellReply::LimitReached { limit, held, sold };
             }
-            rec = None;
         }
-        if is_home {
-            let Some(rec) = rec.filter(|r| r.status == Status::Pending && r.epoch == epoch) else {
-                return TakeReply::Superseded;
-            };
-            if rec.home_part > 0 {
-                return TakeReply::Taken {
-                    stock_after: stock,
-                    part: rec.home_part,
-                };
-            }
-            if stock < part {
-                return TakeReply::Short { stock };
-            }
-            rec.home_part = part;
-            self.take_stock(generation, req.request_id, part, req, now);
-            return TakeReply::Taken {
-                stock_after: stock - part,
-                part,
+        if self.counters.stock < qty {
+            return SellReply::Short {
+                stock: self.counters.stock,
             };
         }
-        if let Some(rec) = rec {
-            if rec.status == Status::Applied {
-                return if rec.epoch == epoch {
-                    TakeReply::Taken {
-                        stock_after: stock,
-                        part: rec.part,
-                    }
-                } else {
-                    TakeReply::Superseded
-                };
+        self.counters.stock -= qty;
+        let rec = if kind == RequestKind::Sale {
+            self.counters.sold += qty;
+            Record {
+                qty,
+                state: RecordState::Sold,
+                exp: 0,
+                until: if limit > 0 { 0 } else { now + req.ttl_ms },
             }
-            if rec.epoch > epoch {
-                return TakeReply::Superseded;
-            }
-        }
-        if stock < part {
-            return TakeReply::Short { stock };
-        }
-        let rec = Record {
-            part,
-            ..Record::new(Status::Applied, req, epoch, now)
-        };
-        self.insert_record(generation, req.request_id, rec, now);
-        self.take_stock(generation, req.request_id, part, req, now);
-        TakeReply::Taken {
-            stock_after: stock - part,
-            part,
-        }
-    }
-
-    /// settle.lua
-    pub(super) fn settle(
-        &mut self,
-        generation: u64,
-        req: &ReqArgs<'_>,
-        epoch: u64,
-        how: SettleAs<'_>,
-        now: Instant,
-    ) -> SettleReply {
-        let Some(rec) = self.claim_record(generation, req.request_id, now) else {
-            return SettleReply::Gone;
-        };
-        if rec.status != Status::Pending || rec.epoch != epoch {
-            return if rec.status == Status::Applied {
-                SettleReply::Applied(rec.parts.to_vec())
-            } else {
-                SettleReply::Superseded
-            };
-        }
-        match how {
-            SettleAs::Applied(p) => {
-                rec.status = Status::Applied;
-                rec.parts = Parts::from_slice(p);
-                rec.home_part = 0;
-                rec.expires = rec.expires.max(now + ms(req.ttl_ms));
-            }
-            SettleAs::Seal => {
-                rec.status = Status::Sealed;
-                rec.home_part = 0;
-                rec.expires = rec.expires.max(now + ms(req.ttl_ms));
-            }
-            SettleAs::Release => {
-                // Only the epoch stays (with u, q, k), as settle.lua's 'F' record.
-                rec.status = Status::Released;
-                rec.home_part = 0;
-                rec.lease_until = now;
-                rec.reservation = None;
-                rec.reserved_units = 0;
-                rec.expires = rec.expires.max(now + ms(req.ttl_ms));
-            }
-        }
-        self.drop_claim(generation, req.request_id);
-        SettleReply::Ok
-    }
-
-    /// refund.lua
-    pub(super) fn refund(
-        &mut self,
-        generation: u64,
-        req: &ReqArgs<'_>,
-        epoch: u64,
-        role: SegmentRole,
-        now: Instant,
-    ) -> u64 {
-        let Some(rec) = self.claim_record(generation, req.request_id, now) else {
-            return 0;
-        };
-        let units = if role == SegmentRole::Home {
-            if rec.status == Status::Pending && rec.epoch == epoch {
-                std::mem::take(&mut rec.home_part)
-            } else {
-                0
-            }
-        } else if rec.status == Status::Applied && rec.epoch <= epoch {
-            rec.status = Status::Refunded;
-            rec.epoch = epoch;
-            std::mem::take(&mut rec.part)
         } else {
-            0
+            self.counters.reserved += qty;
+            let exp = now + req.resv_ttl_ms;
+            self.reservations.insert((exp, user.clone(), rid.clone()));
+            Record {
+                qty,
+                state: RecordState::Reservation(ResvState::Reserved),
+                exp,
+                until: exp + req.ttl_ms,
+            }
         };
-        match rec.reservation {
-            Some(ResvState::Reserved) if units > 0 => {
-                rec.reservation = Some(ResvState::Cancelled);
-                self.counters.reserved -= units;
-                self.counters.stock += units;
-                self.drop_reservation(generation, req.request_id);
-                units
+        let l = self.users.entry(user.clone()).or_default();
+        if l.records.len() >= PRUNE_AT {
+            l.records.retain(|_, r| live(r.until, now));
+        }
+        l.records.insert(rid.clone(), rec);
+        if limit > 0 {
+            l.held += qty;
+            if kind == RequestKind::Sale {
+                l.sold += qty;
             }
-            Some(ResvState::Reserved) => 0,
-            Some(ResvState::Expired | ResvState::Cancelled) => 0,
-            _ => {
-                self.counters.stock += units;
-                self.counters.sold -= units;
-                units
-            }
+        } else {
+            l.until = l.until.max(rec.until);
+        }
+        SellReply::Applied {
+            stock_after: self.counters.stock,
         }
     }
 
-    /// shut_out.lua
-    pub(super) fn shut_out(
-        &mut self,
-        generation: u64,
-        req: &ReqArgs<'_>,
-        epoch: u64,
-        now: Instant,
-    ) -> ShutOutReply {
-        if let Some(rec) = self
-            .record(generation, req.request_id, now)
-            .filter(|r| r.status == Status::Applied || r.mismatch(req).is_none())
-        {
-            if let Some(f) = rec.mismatch(req) {
-                return ShutOutReply::Mismatch(f);
+    /// `transfer.lua` (debit): see [`Store::transfer`](crate::Store::transfer).
+    pub fn transfer(&mut self, t: &TransferArgs, now: u64) -> TransferReply {
+        self.reclaim(now);
+        if let Some(x) = self.transfers.get_mut(&t.id) {
+            if !x.done {
+                x.lease_until = now + t.lease_ms;
             }
-            if rec.epoch > epoch {
-                return ShutOutReply::Superseded;
-            }
-            if rec.status == Status::Applied {
-                rec.epoch = epoch;
-                return ShutOutReply::Applied { part: rec.part };
-            }
-        }
-        let rec = Record::new(Status::ShutOut, req, epoch, now);
-        self.insert_record(generation, req.request_id, rec, now);
-        ShutOutReply::Clear
-    }
-
-    /// takeover.lua
-    pub(super) fn takeover(
-        &mut self,
-        generation: u64,
-        req: &ReqArgs<'_>,
-        now: Instant,
-    ) -> TakeoverReply {
-        let Some(rec) = self.claim_record(generation, req.request_id, now) else {
-            return TakeoverReply::Gone;
-        };
-        if let Some(f) = rec.mismatch(req) {
-            return TakeoverReply::Mismatch(f);
-        }
-        if rec.status == Status::Applied {
-            return TakeoverReply::Replay(rec.parts.to_vec());
-        }
-        if rec.status == Status::Sealed {
-            return TakeoverReply::Sealed;
-        }
-        if rec.lease_until > now {
-            return TakeoverReply::Pending {
-                epoch: rec.epoch,
-                lease_left_ms: left_ms(rec.lease_until, now),
+            return TransferReply::Debited {
+                units: x.units,
+                stock_after: self.counters.stock,
             };
         }
-        rec.epoch += 1;
-        rec.lease_until = now + ms(req.lease_ms);
-        let won = TakeoverReply::Won {
-            epoch: rec.epoch,
-            home_part: rec.home_part,
-        };
-        let lease_until = rec.lease_until;
-        self.drop_claim(generation, req.request_id);
-        self.claims
-            .insert((lease_until, generation, req.request_id.clone()));
-        won
+        let give = t.want.min(self.counters.stock.saturating_sub(t.floor));
+        if give == 0 {
+            return TransferReply::Short {
+                stock: self.counters.stock,
+            };
+        }
+        self.counters.stock -= give;
+        self.counters.moved_out += give;
+        self.transfers.insert(
+            t.id,
+            Transfer {
+                dest: t.dest,
+                units: give,
+                lease_until: now + t.lease_ms,
+                done: false,
+            },
+        );
+        TransferReply::Debited {
+            units: give,
+            stock_after: self.counters.stock,
+        }
     }
 
-    /// restock.lua
-    pub(super) fn restock(
+    /// `transfer.lua` (done): the transfer is no longer due; its id stays remembered.
+    pub fn transfer_done(&mut self, id: TransferId) {
+        if let Some(x) = self.transfers.get_mut(&id) {
+            x.done = true;
+        }
+    }
+
+    /// Transfers not done, by lease end, at most `max`.
+    pub fn transfers_due(&self, max: usize, now: u64) -> Vec<DueTransfer> {
+        let mut due: Vec<(u64, DueTransfer)> = self
+            .transfers
+            .iter()
+            .filter(|(_, x)| !x.done)
+            .map(|(id, x)| {
+                (
+                    x.lease_until,
+                    DueTransfer {
+                        id: *id,
+                        dest: x.dest,
+                        units: x.units,
+                        lease_left_ms: x.lease_until.saturating_sub(now),
+                    },
+                )
+            })
+            .collect();
+        due.sort();
+        due.into_iter().take(max).map(|(_, d)| d).collect()
+    }
+
+    /// `restock.lua`: adds `qty` once per request id.
+    pub fn restock(
         &mut self,
-        generation: u64,
-        request_id: &RequestId,
+        rid: &RequestId,
         qty: u64,
         total: u64,
         ttl_ms: u64,
-        now: Instant,
-    ) -> Result<RestockReply> {
-        let key = (generation, request_id.clone());
-        if let Some((q, exp)) = self.restocks.get(&key)
-            && *exp > now
+        now: u64,
+    ) -> RestockReply {
+        if let Some(&(q, t, until)) = self.restocks.get(rid)
+            && live(until, now)
         {
-            return Ok(if *q == (qty, total) {
+            return if (q, t) == (qty, total) {
                 RestockReply::Replay {
                     stock: self.counters.stock,
                 }
             } else {
                 RestockReply::Mismatch
-            });
+            };
         }
-        let limit = 1_000_000_000_000_000;
-        if self.counters.stock + qty >= limit || self.counters.restocked + qty >= limit {
-            return Err(crate::Error::invalid(
-                "qty",
-                "segment would exceed 10^15 units",
-            ));
+        if self.restocks.len() >= PRUNE_AT {
+            self.restocks.retain(|_, (_, _, until)| live(*until, now));
         }
+        self.restocks.insert(rid.clone(), (qty, total, now + ttl_ms));
         self.counters.stock += qty;
         self.counters.restocked += qty;
-        self.restocks.insert(key, ((qty, total), now + ms(ttl_ms)));
-        Ok(RestockReply::Restocked {
+        RestockReply::Restocked {
             stock_after: self.counters.stock,
-        })
+        }
     }
 
-    /// reserve_end.lua
-    pub(super) fn reserve_end(
+    /// `reserve_end.lua`: confirms, cancels or inspects `user`'s reservation `rid`.
+    pub fn reserve_end(
         &mut self,
-        generation: u64,
-        request_id: &RequestId,
+        user: &UserId,
+        rid: &RequestId,
         action: ReservationAction,
-        now: Instant,
+        now: u64,
     ) -> ReserveEnd {
         self.reclaim(now);
-        let Some(rec) = self.record(generation, request_id, now) else {
+        let limited = self.limit > 0;
+        let Some(rec) = self.live_record(user, rid, now) else {
             return ReserveEnd::Unknown;
         };
-        let Some(state) = rec.reservation else {
+        let RecordState::Reservation(state) = rec.state else {
             return ReserveEnd::Unknown;
         };
-        let (user, units) = (rec.user.to_string(), rec.reserved_units);
-        let want = match action {
-            ReservationAction::Confirm => ResvState::Confirmed,
-            ReservationAction::Cancel => ResvState::Cancelled,
-            ReservationAction::Inspect => return ReserveEnd::Ended { state, user, units },
+        let (u, units) = (user.to_string(), rec.qty);
+        let to = match (state, action) {
+            (ResvState::Reserved, ReservationAction::Confirm) => ResvState::Confirmed,
+            (ResvState::Reserved, ReservationAction::Cancel) => ResvState::Cancelled,
+            (s, ReservationAction::Confirm) if s == ResvState::Confirmed => {
+                return ReserveEnd::Done {
+                    state: s,
+                    user: u,
+                    units,
+                };
+            }
+            (s, ReservationAction::Cancel) if s == ResvState::Cancelled => {
+                return ReserveEnd::Done {
+                    state: s,
+                    user: u,
+                    units,
+                };
+            }
+            (s, _) => {
+                return ReserveEnd::Ended {
+                    state: s,
+                    user: u,
+                    units,
+                };
+            }
         };
-        if state == want {
-            return ReserveEnd::Done { state, user, units };
-        }
-        if state != ResvState::Reserved {
-            return ReserveEnd::Ended { state, user, units };
-        }
-        rec.reservation = Some(want);
+        self.reservations.remove(&(rec.exp, user.clone(), rid.clone()));
         self.counters.reserved -= units;
-        if want == ResvState::Confirmed {
+        let l = self.users.get_mut(user).expect("a live record has its ledger");
+        let r = l.records.get_mut(rid).expect("live record");
+        r.state = RecordState::Reservation(to);
+        if to == ResvState::Confirmed {
             self.counters.sold += units;
+            if limited {
+                r.until = 0;
+                l.sold += units;
+            }
         } else {
             self.counters.stock += units;
+            if limited {
+                l.held -= units;
+            }
         }
-        self.drop_reservation(generation, request_id);
         ReserveEnd::Done {
-            state: want,
-            user,
+            state: to,
+            user: u,
             units,
         }
     }
 
-    /// seal.lua
-    pub(super) fn seal(&mut self, generation: u64, req: &ReqArgs<'_>, now: Instant) -> SealReply {
-        if let Some(rec) = self.claim_record(generation, req.request_id, now) {
-            if let Some(f) = rec.mismatch(req) {
-                return SealReply::Mismatch(f);
-            }
-            return match rec.status {
-                Status::Applied => SealReply::Applied,
-                Status::Sealed => SealReply::Sealed,
-                _ => SealReply::Pending {
-                    lease_left_ms: left_ms(rec.lease_until, now),
-                },
-            };
-        }
-        let rec = Record::new(Status::Sealed, req, 0, now);
-        self.insert_record(generation, req.request_id, rec, now);
-        SealReply::Sealed
-    }
-
-    /// The record as [`crate::store::Store::record`] reads it.
-    pub(super) fn home_record(
-        &mut self,
-        generation: u64,
-        request_id: &RequestId,
-        now: Instant,
-    ) -> Option<HomeRecord> {
-        self.claim_record(generation, request_id, now)
-            .map(|r| HomeRecord {
-                user: r.user.to_string(),
-                qty: r.qty,
-                kind: r.kind,
-                state: match r.status {
-                    Status::Applied => RecordState::Applied(r.parts.to_vec()),
-                    Status::Sealed => RecordState::Sealed,
-                    _ => RecordState::Pending { epoch: r.epoch },
-                },
-            })
-    }
-
-    /// claims_due.lua
-    pub(super) fn claims_due(
-        &mut self,
-        generation: u64,
-        max: usize,
-        grace_ms: u64,
-        now: Instant,
-    ) -> Vec<DueClaim> {
-        let due: Vec<(Instant, u64, RequestId)> = self
-            .claims
-            .iter()
-            .filter(|(until, g, _)| *until + ms(grace_ms) <= now && *g == generation)
-            .take(max.clamp(1, 1000))
-            .cloned()
-            .collect();
-        let mut out = Vec::new();
-        for key in due {
-            let (_, generation, rid) = &key;
-            match self.record(*generation, rid, now) {
-                Some(rec) if rec.status == Status::Pending => out.push(DueClaim {
-                    request_id: rid.clone(),
-                    user: rec.user.clone(),
-                    qty: rec.qty,
-                    kind: rec.kind,
-                }),
-                _ => {
-                    self.claims.remove(&key);
+    /// `survey.lua`: reclaim, then the counters and what the live reservations hold.
+    pub fn survey(&mut self, now: u64) -> Survey {
+        let reclaimed = self.reclaim(now);
+        let (mut held, mut live, mut orphans) = (0, 0, 0);
+        for (_, user, rid) in &self.reservations {
+            match self
+                .users
+                .get(user)
+                .and_then(|l| l.records.get(rid))
+                .filter(|r| r.state == RecordState::Reservation(ResvState::Reserved))
+            {
+                Some(r) => {
+                    held += r.qty;
+                    live += 1;
                 }
+                None => orphans += 1,
             }
         }
-        out
-    }
-
-    /// held.lua
-    pub(super) fn held(&mut self) -> HeldState {
-        let mut h = HeldState {
+        Survey {
             state: self.counters,
-            ..HeldState::default()
-        };
-        let index: Vec<(u64, RequestId)> = self
-            .reservations
-            .iter()
-            .map(|(_, g, r)| (*g, r.clone()))
-            .collect();
-        for key in index {
-            match self.records.get_mut(&key) {
-                Some(rec) if rec.reservation == Some(ResvState::Reserved) => {
-                    h.held += rec.reserved_units;
-                    h.live += 1;
-                }
-                _ => h.orphans += 1,
-            }
+            held,
+            live,
+            orphans,
+            reclaimed,
         }
-        h
+    }
+
+    /// `user`'s record of `rid` (read only: a reservation past its expiry reads as expired).
+    pub fn record(&self, user: &UserId, rid: &RequestId, now: u64) -> Option<HomeRecord> {
+        let l = self.users.get(user).filter(|l| live(l.until, now))?;
+        let r = l.records.get(rid).filter(|r| live(r.until, now))?;
+        let state = match r.state {
+            RecordState::Reservation(ResvState::Reserved) if r.exp <= now => {
+                RecordState::Reservation(ResvState::Expired)
+            }
+            s => s,
+        };
+        Some(HomeRecord {
+            qty: r.qty,
+            kind: r.kind(),
+            state,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(u: &str, r: &str) -> (UserId, RequestId) {
+        (UserId::new(u).unwrap(), RequestId::new(r).unwrap())
+    }
+
+    fn req<'a>(u: &'a UserId, r: &'a RequestId, qty: u64, resv: u64) -> SellArgs<'a> {
+        SellArgs {
+            request_id: r,
+            user: u,
+            qty,
+            resv_ttl_ms: resv,
+            ttl_ms: 1000,
+            credits: &[],
+            fence: 0,
+        }
+    }
+
+    #[test]
+    fn sells_once_and_counts_the_ledger() {
+        let mut s = Segment::loaded(1, 5, 1);
+        let (u, r) = ids("u", "r");
+        assert_eq!(
+            s.sell(&req(&u, &r, 1, 0), 0),
+            SellReply::Applied { stock_after: 4 }
+        );
+        assert_eq!(s.sell(&req(&u, &r, 1, 0), 5000), SellReply::Replay);
+        let r2 = RequestId::new("r2").unwrap();
+        assert!(matches!(
+            s.sell(&req(&u, &r2, 1, 0), 1),
+            SellReply::LimitReached { held: 1, .. }
+        ));
+        assert!(s.counters.balances());
+    }
+
+    #[test]
+    fn every_expired_reservation_returns_before_short() {
+        let mut s = Segment::loaded(1, 100, 0);
+        for i in 0..100 {
+            let (u, r) = ids(&format!("u{i}"), "r");
+            let a = s.sell(&req(&u, &r, 1, 50), 0);
+            assert!(matches!(a, SellReply::Applied { .. }));
+        }
+        assert_eq!(s.counters.stock, 0);
+        let (u, r) = ids("big", "r");
+        assert_eq!(
+            s.sell(&req(&u, &r, 80, 0), 60),
+            SellReply::Applied { stock_after: 20 }
+        );
+        assert!(s.counters.balances());
+    }
+
+    #[test]
+    fn a_credit_applies_once() {
+        let mut d = Segment::loaded(1, 10, 0);
+        let mut h = Segment::loaded(1, 0, 0);
+        let t = TransferArgs {
+            id: 7,
+            dest: 1,
+            want: 3,
+            floor: 0,
+            lease_ms: 100,
+        };
+        assert!(matches!(
+            d.transfer(&t, 0),
+            TransferReply::Debited { units: 3, .. }
+        ));
+        assert!(matches!(
+            d.transfer(&t, 1),
+            TransferReply::Debited { units: 3, .. }
+        ));
+        assert_eq!(d.counters.moved_out, 3);
+        let c = [Credit {
+            id: 7,
+            donor: 0,
+            units: 3,
+        }];
+        let (u, r) = ids("u", "r");
+        let mut a = req(&u, &r, 5, 0);
+        a.credits = &c;
+        assert_eq!(h.sell(&a, 2), SellReply::Short { stock: 3 });
+        assert_eq!(h.sell(&a, 3), SellReply::Short { stock: 3 });
+        assert_eq!(h.counters.moved_in, 3);
+        assert!(h.counters.balances() && d.counters.balances());
+        assert_eq!(d.transfers_due(10, 100)[0].lease_left_ms, 0);
+        assert_eq!(d.transfers_due(10, 50)[0].lease_left_ms, 50);
+        d.transfer_done(7);
+        assert!(d.transfers_due(10, 100).is_empty());
     }
 }
