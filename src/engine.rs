@@ -110,7 +110,7 @@ impl<S: Store> Engine<S> {
     /// # Errors
     /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],
     /// [`Error::RequestIdConflict`] (same id, other user, quantity or kind — e.g. the id of a
-    /// reservation), [`Error::Sealed`], and store errors — after which the outcome is unknown
+    /// reservation), and store errors — after which the outcome is unknown
     /// and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
         self.metered(req, Intent::Sale).await.map(|(d, _)| d)

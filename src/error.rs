@@ -51,13 +51,6 @@ pub enum Error {
     /// and nothing was changed by that step. Retry with the same request id.
     #[error("lock on {0:?} was lost before the write; nothing was written")]
     LeaseLost(String),
-    /// The request's per-user claim expired before the request was applied (its process was
-    /// presumed dead), was verified void, and the request id was sealed: it can never apply.
-    /// Nothing was sold. Send the purchase again with a new request id.
-    #[error(
-        "request id {0:?} was sealed after its per-user claim expired; nothing was sold, use a new request id"
-    )]
-    Sealed(String),
     /// The configuration is invalid or contradictory.
     #[error("config: {0}")]
     Config(String),
@@ -176,7 +169,6 @@ impl Error {
             Error::NotReady(_) => ErrorKind::NotReady,
             Error::RequestIdConflict { .. } => ErrorKind::RequestIdConflict,
             Error::LeaseLost(_) => ErrorKind::LeaseLost,
-            Error::Sealed(_) => ErrorKind::Sealed,
             Error::Config(_) => ErrorKind::Config,
             Error::Redis(_) => ErrorKind::Redis,
             Error::Permission(_) => ErrorKind::Permission,
@@ -196,14 +188,13 @@ impl Error {
     /// ([`InvalidInput`](Error::InvalidInput)), the parameter that differs from the request id's
     /// first use ([`RequestIdConflict`](Error::RequestIdConflict)), `sku` for
     /// [`NotLoaded`](Error::NotLoaded) and [`AlreadyLoaded`](Error::AlreadyLoaded), and
-    /// `request_id` for [`Sealed`](Error::Sealed). `None` for failures no input caused.
+    `None` for failures no input caused.
     pub fn field(&self) -> Option<&'static str> {
         match self {
             Error::InvalidInput { field, .. } | Error::RequestIdConflict { field, .. } => {
                 Some(field)
             }
             Error::NotLoaded(_) | Error::AlreadyLoaded { .. } => Some("sku"),
-            Error::Sealed(_) => Some("request_id"),
             _ => None,
         }
     }
@@ -230,9 +221,6 @@ pub enum ErrorKind {
     /// [`Error::LeaseLost`]: a lock strategy's fenced write was refused and nothing was written.
     /// Retryable with the same request id.
     LeaseLost,
-    /// [`Error::Sealed`]: the request id can never apply. Not retryable with this id; a new
-    /// purchase needs a new request id.
-    Sealed,
     /// [`Error::Config`]: the configuration (or the configured strategy) cannot serve this.
     /// Not retryable.
     Config,
@@ -262,7 +250,6 @@ impl ErrorKind {
         ErrorKind::NotReady,
         ErrorKind::RequestIdConflict,
         ErrorKind::LeaseLost,
-        ErrorKind::Sealed,
         ErrorKind::Config,
         ErrorKind::Redis,
         ErrorKind::Permission,
@@ -280,7 +267,6 @@ impl ErrorKind {
             ErrorKind::NotReady => "not_ready",
             ErrorKind::RequestIdConflict => "request_id_conflict",
             ErrorKind::LeaseLost => "lease_lost",
-            ErrorKind::Sealed => "sealed",
             ErrorKind::Config => "config",
             ErrorKind::Redis => "redis",
             ErrorKind::Permission => "permission",
@@ -305,7 +291,6 @@ impl ErrorKind {
             | ErrorKind::NotLoaded
             | ErrorKind::AlreadyLoaded
             | ErrorKind::RequestIdConflict
-            | ErrorKind::Sealed
             | ErrorKind::Config
             | ErrorKind::Permission
             | ErrorKind::Protocol => false,
@@ -348,7 +333,6 @@ mod tests {
             ]
         );
         assert!(Error::NotReady("s".into()).is_retryable());
-        assert!(!Error::Sealed("r".into()).is_retryable());
     }
 
     #[test]
@@ -360,7 +344,6 @@ mod tests {
         assert_eq!(conflict.field(), Some("qty"));
         assert_eq!(Error::invalid("user", "empty").field(), Some("user"));
         assert_eq!(Error::NotLoaded("s".into()).field(), Some("sku"));
-        assert_eq!(Error::Sealed("r".into()).field(), Some("request_id"));
         assert_eq!(Error::Config("x".into()).field(), None);
     }
 

@@ -113,7 +113,7 @@ pub fn describe() {
     describe_counter!(
         DEDUCTIONS,
         Unit::Count,
-        "Deductions by outcome (applied, replayed, sold_out, insufficient, in_flight, limit_reached, over_limit, user_busy, too_large_to_hold: Deduction::kind) and strategy."
+        "Deductions by outcome (applied, replayed, sold_out, insufficient, limit_reached, over_limit, user_busy: Deduction::kind) and strategy."
     );
     describe_histogram!(
         DEDUCT_SECONDS,
@@ -339,16 +339,14 @@ impl SkuLabels {
 
 /// Every [`Deduction::kind`](crate::Deduction::kind), in the order of
 /// [`Deduction::kind_index`](crate::Deduction).
-const OUTCOMES: [&str; 9] = [
+const OUTCOMES: [&str; 7] = [
     "applied",
     "replayed",
     "sold_out",
     "insufficient",
-    "in_flight",
     "limit_reached",
     "user_busy",
     "over_limit",
-    "too_large_to_hold",
 ];
 
 /// The metric keys a deduction records, built once: the `counter!`/`histogram!` macros build
@@ -423,13 +421,12 @@ pub(crate) fn deduction(
 }
 
 /// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).
-pub const ERROR_KINDS: [&str; 7] = [
+pub const ERROR_KINDS: [&str; 6] = [
     "redis",
     "not_durable",
     "lease_lost",
     "conflict",
     "invalid",
-    "sealed",
     "other",
 ];
 
@@ -445,7 +442,6 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
         K::LeaseLost => "lease_lost",
         K::RequestIdConflict => "conflict",
         K::InvalidInput => "invalid",
-        K::Sealed => "sealed",
         K::NotLoaded
         | K::AlreadyLoaded
         | K::NotReady

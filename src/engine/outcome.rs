@@ -30,9 +30,6 @@ pub enum Deduction {
         /// Units left when the engine looked.
         available: u64,
     },
-    /// Another call with the same request id is being processed right now (it did not finish
-    /// within `pending_wait`). Retry later with the same id.
-    InFlight,
     /// The user already holds the per-user limit of this SKU (units sold, or reserved by live
     /// reservations); attempts still pending never cause it (see [`Deduction::UserBusy`]).
     LimitReached {
@@ -48,16 +45,6 @@ pub enum Deduction {
     OverLimit {
         /// The SKU's per-user limit.
         limit: u64,
-    },
-    /// A reservation is held in one segment (so that its expiry and its units are decided in
-    /// one atomic step), and no segment of this SKU is that large: this reservation can never
-    /// be held (unless a restock or reload makes a segment larger). Final: reserve fewer units,
-    /// or buy them. Answered when the SKU has the units in total but no segment could ever hold
-    /// them; when fewer units are left than asked, the stock answer ([`SoldOut`](Self::SoldOut),
-    /// [`Insufficient`](Self::Insufficient)) comes first, as for a sale.
-    TooLargeToHold {
-        /// The most units one segment can hold (its share of the load and of restocks).
-        largest_segment: u64,
     },
 }
 
@@ -77,24 +64,20 @@ impl Deduction {
     pub fn is_final(&self) -> bool {
         matches!(
             self,
-            Deduction::OverLimit { .. } | Deduction::TooLargeToHold { .. }
-        )
+            Deduction::OverLimit { .. })
     }
 
     /// A short name (the `outcome` field of its JSON form): `applied`, `replayed`, `sold_out`,
-    /// `insufficient`, `in_flight`, `limit_reached`, `user_busy`, `over_limit`,
-    /// `too_large_to_hold`.
+    /// `insufficient`, `limit_reached`, `user_busy`, `over_limit`.
     pub fn kind(&self) -> &'static str {
         match self {
             Deduction::Applied { .. } => "applied",
             Deduction::Replayed { .. } => "replayed",
             Deduction::SoldOut => "sold_out",
             Deduction::Insufficient { .. } => "insufficient",
-            Deduction::InFlight => "in_flight",
             Deduction::LimitReached { .. } => "limit_reached",
             Deduction::UserBusy => "user_busy",
             Deduction::OverLimit { .. } => "over_limit",
-            Deduction::TooLargeToHold { .. } => "too_large_to_hold",
         }
     }
 }
@@ -107,11 +90,9 @@ impl Deduction {
             Deduction::Replayed { .. } => 1,
             Deduction::SoldOut => 2,
             Deduction::Insufficient { .. } => 3,
-            Deduction::InFlight => 4,
-            Deduction::LimitReached { .. } => 5,
-            Deduction::UserBusy => 6,
-            Deduction::OverLimit { .. } => 7,
-            Deduction::TooLargeToHold { .. } => 8,
+            Deduction::LimitReached { .. } => 4,
+            Deduction::UserBusy => 5,
+            Deduction::OverLimit { .. } => 6,
         }
     }
 }

@@ -7,14 +7,14 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 /// The HTTP status for an error of kind `kind`: 400 invalid input, 404 not loaded, 409 already
-/// loaded / request id conflict / sealed, 422 config (the configured strategy cannot serve the
+/// loaded / request id conflict, 422 config (the configured strategy cannot serve the
 /// request), 503 for the retryable kinds ([`ErrorKind::is_retryable`]: Redis, lost lease, SKU
 /// mid-reload, too few replicas acknowledged a write, PostgreSQL), 500 for a store reply this version does not understand or a Redis user without the rights.
 pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
         ErrorKind::NotLoaded => StatusCode::NOT_FOUND,
-        ErrorKind::AlreadyLoaded | ErrorKind::RequestIdConflict | ErrorKind::Sealed => {
+        ErrorKind::AlreadyLoaded | ErrorKind::RequestIdConflict => {
             StatusCode::CONFLICT
         }
         ErrorKind::NotReady
@@ -168,7 +168,6 @@ mod tests {
                 Some("qty"),
                 false,
             ),
-            (Error::Sealed("r".into()), 409, Some("request_id"), false),
             (Error::NotReady("s".into()), 503, None, true),
             (Error::LeaseLost("s".into()), 503, None, true),
             (

@@ -320,6 +320,7 @@ async fn status<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) ->
         &json!({
             "sku": sku.as_str(),
             "remaining": r.total,
+            "in_transit": r.in_transit,
             "segments": r.per_segment.len(),
             "per_segment": r.per_segment,
         }),

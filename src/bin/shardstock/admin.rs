@@ -162,6 +162,8 @@ pub(crate) async fn run_status<S: Store>(
         generation: u64,
         remaining: u64,
         remaining_per_segment: &'a [u64],
+        /// Units moving between segments (credited home within a round trip, or by a sweeper).
+        in_transit: u64,
         reserved: u64,
         sold: u64,
         loaded: u64,
@@ -177,6 +179,7 @@ pub(crate) async fn run_status<S: Store>(
         generation: audit.generation,
         remaining: remaining.total,
         remaining_per_segment: &remaining.per_segment,
+        in_transit: audit.in_transit,
         reserved: audit.reserved,
         sold: audit.sold,
         loaded: audit.loaded,
@@ -187,12 +190,13 @@ pub(crate) async fn run_status<S: Store>(
         print_json(&st)?;
     } else {
         println!(
-            "{} (generation {}, {} store, strategy {}): remaining {}, reserved {}, sold {} of {} loaded + {} restocked",
+            "{} (generation {}, {} store, strategy {}): remaining {}, in transit {}, reserved {}, sold {} of {} loaded + {} restocked",
             st.sku,
             st.generation,
             st.store,
             st.strategy,
             st.remaining,
+            st.in_transit,
             st.reserved,
             st.sold,
             st.loaded,

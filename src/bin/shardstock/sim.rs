@@ -127,7 +127,6 @@ struct Tally {
     sold_units: u64,
     sold_out: u64,
     insufficient: u64,
-    in_flight: u64,
     replayed: u64,
     limit_reached: u64,
     user_busy: u64,
@@ -160,10 +159,9 @@ impl Tally {
             Ok(Deduction::UserBusy) => self.user_busy += 1,
             Ok(Deduction::Replayed { .. }) => self.replayed += 1,
             Ok(Deduction::SoldOut) => self.sold_out += 1,
-            Ok(Deduction::Insufficient { .. } | Deduction::TooLargeToHold { .. }) => {
+            Ok(Deduction::Insufficient { .. }) => {
                 self.insufficient += 1
             }
-            Ok(Deduction::InFlight) => self.in_flight += 1,
             Ok(other) => self.error(format!("unknown outcome {:?}", other.kind()), first_error),
             Err(e) => self.error(e.to_string(), first_error),
         }
@@ -183,7 +181,6 @@ impl Tally {
         self.sold_units += o.sold_units;
         self.sold_out += o.sold_out;
         self.insufficient += o.insufficient;
-        self.in_flight += o.in_flight;
         self.replayed += o.replayed;
         self.limit_reached += o.limit_reached;
         self.user_busy += o.user_busy;
@@ -470,7 +467,6 @@ pub(crate) async fn run_sim<S: Store>(
         sold_units: tally.sold_units,
         sold_out: tally.sold_out,
         insufficient: tally.insufficient,
-        in_flight: tally.in_flight,
         replayed: tally.replayed,
         limit_reached: tally.limit_reached,
         user_busy: tally.user_busy,

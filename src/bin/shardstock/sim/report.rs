@@ -37,7 +37,6 @@ pub(super) struct Report {
     pub(super) sold_units: u64,
     pub(super) sold_out: u64,
     pub(super) insufficient: u64,
-    pub(super) in_flight: u64,
     pub(super) replayed: u64,
     /// Requests refused by the per-user limit.
     pub(super) limit_reached: u64,
@@ -110,14 +109,13 @@ pub(super) fn print_human(r: &Report) {
         );
     }
     // The outcome table: sold, sold out, rejected by reason.
-    let rows: [(&str, u64); 9] = [
+    let rows: [(&str, u64); 8] = [
         ("sold (requests)", r.applied),
         ("sold (units)", r.sold_units),
         ("sold out", r.sold_out),
         ("rejected: insufficient", r.insufficient),
         ("rejected: limit reached", r.limit_reached),
         ("rejected: user busy", r.user_busy),
-        ("in flight elsewhere", r.in_flight),
         ("replayed", r.replayed),
         ("errors", r.errors),
     ];
