@@ -33,12 +33,13 @@ fi
 keys="~$prefix:*"
 [ "$redlock" = "--redlock" ] && keys="$keys ~shardstock:redlock:quarantine"
 # The client: PING/SELECT at connect (fred; AUTH/HELLO need no grant), EVALSHA and SCRIPT LOAD
-# (scripts), HMGET/HGETALL (status, audit, metadata), SADD/SMEMBERS (outbox SKU set),
-# XGROUP CREATE/XREADGROUP/XACK + HSET/HDEL (the orders consumer), HSET/PEXPIRE (the
-# unsafe baseline strategy), WAIT (durability mode), CLUSTER INFO/SLOTS (fred on a cluster).
-client="+ping +select +evalsha +script|load +hmget +hgetall +hset +hdel +sadd +smembers +pexpire +xgroup|create +xreadgroup +xack +wait +cluster|info +cluster|slots"
+# (scripts), HMGET/HGETALL (status, audit, metadata), SADD/SMEMBERS (SKU registry, outbox SKU
+# set), XGROUP CREATE/XREADGROUP/XACK + HSET/HDEL (the orders consumer), HSETNX/HINCRBY (the
+# unsafe baseline strategies), SCAN/UNLINK (a reload unlinks the replaced generation's keys),
+# WAIT (durability mode), CLUSTER INFO/SLOTS (fred on a cluster).
+client="+ping +select +evalsha +script|load +hmget +hgetall +hset +hdel +hsetnx +hincrby +sadd +smembers +scan +unlink +xgroup|create +xreadgroup +xack +wait +cluster|info +cluster|slots"
 # Inside the scripts (src/scripts/*.lua): every redis.call there.
-scripts="+del +exists +get +set +hget +hincrby +time +xadd +xautoclaim +xinfo|stream +xinfo|groups +xpending +xrange +xtrim +zadd +zrange +zrangebyscore +zrem"
+scripts="+del +exists +get +set +hget +hlen +hsetnx +hincrby +pexpire +pexpireat +time +xadd +xautoclaim +xinfo|stream +xinfo|groups +xpending +xrange +xtrim +zadd +zrange +zrangebyscore +zrem +zremrangebyscore"
 # Stock notifications (the engine's sold-out flags): the scripts PUBLISH, the store SUBSCRIBEs,
 # on the one channel <prefix>:stock.
 channels="&$prefix:stock"

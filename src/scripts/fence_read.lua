@@ -1,10 +1,9 @@
 -- fence_read.lua — lock strategies: bump the segment's fence token and read the stock, in one
 -- round trip.
 --
--- Run right after acquiring the segment's lock. The new fence token is this holder's: the
--- fenced write (deduct.lua / take.lua mode "fenced") applies only while the segment's fence
--- token (field `fence`) still equals it, so a holder whose lease lapsed can never write after a
--- newer holder bumped it. (Lock fence tokens are not claim epochs: see shut_out.lua for those.)
+-- Run right after acquiring the segment's lock. The new fence token is this holder's: its
+-- sell.lua call (ARGV fence) applies only while the segment's fence token (field `fence`) still
+-- equals it, so a holder whose lease lapsed can never write after a newer holder bumped it.
 --
 -- A missing segment is not written: bumping the token would re-create the segment's hash
 -- (with only `fence`, no expiry) after Redis lost its data, or outside the layout of a reload

@@ -3,7 +3,7 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]  SKU metadata hash   <prefix>:{<sku>}:meta
---          (fields gen, segments, loaded, limit, state, place, outmax)
+--          (fields gen, segments, loaded, limit, state, place, outmax, hf)
 -- ARGV[1]  segments (> 0)
 -- ARGV[2]  total    units loaded
 -- ARGV[3]  replace  "1" to replace an existing SKU, "0" to refuse
@@ -15,6 +15,9 @@
 -- ARGV[6]  outbox   "1" when the new generation has the outbox on: `outmax` becomes the largest
 --                   segment count the SKU ever had with it, so a consumer finds every stream
 --                   (events stay in a stream after a reload shrinks the SKU)
+-- ARGV[7]  hf       the home function version the loading instance places requests with
+--                   (segments.rs HOME_FN); kept as `hf` in the metadata (load_segment writes it
+--                   into each segment, where sell.lua checks it)
 --
 -- Reply: {"exists", gen} | {"started", gen, old_segments, place, old_gen (0 when new)}
 --
@@ -36,6 +39,7 @@ local limit = uint('limit', ARGV[4])
 local proposed = ARGV[5]
 local ob = ARGV[6]
 if ob ~= '0' and ob ~= '1' then bad('outbox') end
+uint('hf', ARGV[7])
 if type(proposed) ~= 'string' or (proposed ~= '' and not proposed:match('^%d+[%d,]*$'))
   or proposed:match(",,") or proposed:match(",$") or #proposed > 6 * 1024 then
   bad('place')
@@ -64,7 +68,7 @@ end
 if place ~= '' and select(2, place:gsub(',', ',')) + 1 < segments then bad('place') end
 local gen = math.max((tonumber(v[1]) or 0) + 1, now_ms())
 redis.call('HSET', KEYS[1], 'gen', int(gen), 'segments', ARGV[1], 'loaded', ARGV[2], 'limit',
-  ARGV[4], 'state', 'loading')
+  ARGV[4], 'state', 'loading', 'hf', ARGV[7])
 if place ~= '' then redis.call('HSET', KEYS[1], 'place', place) end
 if ob == '1' and (tonumber(v[4]) or 0) < segments then redis.call('HSET', KEYS[1], 'outmax', ARGV[1]) end
 return { 'started', gen, tonumber(v[2]) or 0, place, tonumber(v[1]) or 0 }

@@ -1,54 +1,99 @@
--- reserve_end.lua — confirm or cancel a reservation, exactly once (or read its state).
+-- reserve_end.lua — confirm or cancel a reservation at its home segment, exactly once (or read
+-- its state). (prelude.lua is prepended.)
 --
--- The reservation lives on the record holding its units, in the segment's slot, so this
--- script first reclaims what has expired (server clock) and then decides: a confirm racing
--- its own expiry ends in exactly one state, and a unit is never both sold and returned.
+-- The reservation is a record in its user's ledger at the request's home segment, so this
+-- script first returns every expired reservation (server clock) and then decides: a confirm
+-- racing its own expiry ends in exactly one state, and a unit is never both sold and returned.
+-- Mirrors Segment::reserve_end (src/store/memory/segment.rs): no live record, or a sale's
+-- record -> unknown; R + confirm -> C (reserved -> sold; with a per-user limit the record is
+-- kept for the generation and the units count in the user's `f`); R + cancel -> K (reserved ->
+-- stock; with a limit the user's `h` drops); C + confirm, K + cancel -> done again (idempotent);
+-- any other pair, and every inspect -> ended with the record's state.
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
--- KEYS[1]  segment hash          <prefix>:{<sku>#<i>}:seg
--- KEYS[2]  record holding it     <prefix>:{<sku>#<i>}:g<gen>:rq:<request id>
--- KEYS[3]  reservation index     <prefix>:{<sku>#<i>}:g<gen>:resv
--- KEYS[4]  outbox stream         <prefix>:{<sku>#<i>}:out (outbox on: a `confirmed` or `cancelled`
+-- KEYS[1]  segment hash          <prefix>:{<tag>}:seg
+-- KEYS[2]  reservation index     <prefix>:{<tag>}:g<gen>:resv
+-- KEYS[3]  the user's ledger     <prefix>:{<tag>}:g<gen>:u:<user>
+-- KEYS[4]  outbox stream         <prefix>:{<tag>}:out (outbox on: a `confirmed` or `cancelled`
 --                                 event when this call ends the reservation, `expired` for
 --                                 each one reclaimed first)
 -- ARGV[1]  gen
--- ARGV[2]  action   "confirm" (units become sold) | "cancel" (units go back to stock) |
---                   "peek" (only reclaim and report the state)
+-- ARGV[2]  user
+-- ARGV[3]  request id
+-- ARGV[4]  action   "confirm" (units become sold) | "cancel" (units go back to stock) |
+--                   "inspect" (only reclaim and report the state)
 --
--- Publishes: `R <gen> <segment key>` on <prefix>:stock on a cancel, and for expired ones reclaimed
--- first (stock_event).
+-- Publishes: `R <gen> <segment key>` on <prefix>:stock on a cancel, and when expired ones came
+-- back first (stock_event).
 --
--- Reply (state: the record's `rs` letter):
---        {"done", state, user, units} with state C (confirmed) or K (cancelled) — also when
---        it was already in that state (idempotent) | {"ended", state, user, units} when it had
---        already ended otherwise (X expired, C confirmed, K cancelled) | {"unknown"} |
---        {"stale", gen_or_missing}
-uint('gen', ARGV[1])
+-- Reply (state: the record's letter R, C, K or X):
+--   {"done", state, user, units}    now (or already) in the asked state (C or K)
+--   {"ended", state, user, units}   it had ended otherwise; for inspect, its state
+--   {"unknown"}                     no live reservation record of this request id
+--   {"stale"}                       segment missing or of another generation
+-- Errors: "ERR shardstock bad argument: <name>" before any write.
 local gen = ARGV[1]
-local action = ARGV[2]
-if action ~= 'confirm' and action ~= 'cancel' and action ~= 'peek' then bad('action') end
-
-local stock, other = segment(KEYS[1], gen)
-if not stock then return { 'stale', other } end
-local ob = outbox(KEYS[1], KEYS[4])
-outbox_ready(ob)
-reclaim(KEYS[1], KEYS[3], now_ms(), ob)
-local v = redis.call('HMGET', KEYS[2], 'rs', 'rq', 'u')
-if not v[1] then return { 'unknown' } end
-local rs, q, user = v[1], tonumber(v[2]), v[3]
-if action == 'peek' then return { 'ended', rs, user, q } end
-local want = (action == 'confirm') and 'C' or 'K'
-if rs == want then return { 'done', rs, user, q } end
-if rs ~= 'R' then return { 'ended', rs, user, q } end
-redis.call('HINCRBY', KEYS[1], 'reserved', -q)
-if action == 'confirm' then
-  redis.call('HINCRBY', KEYS[1], 'sold', q)
-else
-  redis.call('HINCRBY', KEYS[1], 'stock', q)
-  stock_event('R', gen, KEYS[1])
+uint('gen', gen)
+local user = ident('user', ARGV[2])
+local rid = ident('request_id', ARGV[3])
+local action = ARGV[4]
+if action ~= 'confirm' and action ~= 'cancel' and action ~= 'inspect' then bad('action') end
+local base = seg_base(KEYS[1])
+local gbase = base .. 'g' .. gen
+if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':u:' .. user
+    or KEYS[4] ~= base .. 'out' then
+  bad('keys')
 end
-redis.call('HSET', KEYS[2], 'rs', want)
-redis.call('ZREM', KEYS[3], KEYS[2])
-emit(ob, want == 'C' and 'confirmed' or 'cancelled', KEYS[2], user, v[2], seg_index(KEYS[1]) .. ':' .. v[2])
-return { 'done', want, user, q }
+
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'lim', 'out')
+if not v[1] or v[1] ~= gen then return { 'stale' } end
+local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'lim', 'out' }, v)
+local ob = outbox(KEYS[1], KEYS[4], st.out)
+outbox_ready(ob)
+local back = reclaim(st, gen, KEYS[2], ob)
+
+local function answer(reply)
+  flush(st)
+  if back > 0 then stock_event('R', gen, KEYS[1]) end
+  return reply
+end
+
+local f = '=' .. rid
+local rec = redis.call('HGET', KEYS[3], f)
+if not rec then return answer({ 'unknown' }) end
+local s, q, u, exp, qs = rec_parse(rec)
+if not s or not live(u, st.now) or s == 'A' then return answer({ 'unknown' }) end
+local to
+if s == 'R' and action == 'confirm' then
+  to = 'C'
+elseif s == 'R' and action == 'cancel' then
+  to = 'K'
+elseif (s == 'C' and action == 'confirm') or (s == 'K' and action == 'cancel') then
+  return answer({ 'done', s, user, q })
+else
+  return answer({ 'ended', s, user, q })
+end
+
+st.reserved = st.reserved - q
+local lim = st.lim
+if to == 'C' then
+  st.sold = st.sold + q
+  if lim > 0 then u = 0 end
+else
+  st.stock = st.stock + q
+end
+flush(st)
+redis.call('HSET', KEYS[3], f, to .. ':' .. qs .. ':' .. int(u) .. ':' .. int(exp))
+if lim > 0 then
+  if to == 'C' then
+    redis.call('HINCRBY', KEYS[3], 'f', qs)
+  else
+    redis.call('HINCRBY', KEYS[3], 'h', '-' .. qs)
+  end
+end
+redis.call('ZREM', KEYS[2], user .. ' ' .. rid)
+emit(ob, to == 'C' and 'confirmed' or 'cancelled', gen, rid, user, qs, seg_index(KEYS[1]) .. ':' .. qs)
+if to == 'K' then back = back + q end
+if back > 0 then stock_event('R', gen, KEYS[1]) end
+return { 'done', to, user, q }

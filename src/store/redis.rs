@@ -1,28 +1,28 @@
 //! `RedisStore`: the fred-backed store.
 //!
-//! Every mutating step is one script of [`lua`] (one `EVALSHA`; a `NOSCRIPT` answer reloads
-//! the script, counted in `shardstock_script_reloads_total`). All keys a script touches share
-//! one hash tag, so the store works unchanged on a Redis Cluster. Reads that span segments
-//! ([`Store::segments`]) are plain `HMGET`s sent concurrently: fred pipelines them, so reading
-//! 16 segments costs about one round trip.
+//! Every step is one script of [`lua`] (one `EVALSHA`; a `NOSCRIPT` answer reloads the
+//! script, counted in `shardstock_script_reloads_total`), and each script mirrors the
+//! [`Segment`](super::memory::Segment) method of the same name. All keys a script touches share
+//! one hash tag, so the store works unchanged on a Redis Cluster.
 //!
 //! fred re-sends in-flight commands after a reconnect (`max_command_attempts`), so a script can
-//! run twice for one call. Every script is idempotent for its request id, which makes that safe.
+//! run twice for one call. Every script is idempotent for its request id (or transfer id),
+//! which makes that safe.
 //!
 //! # Layout
 //! - this file: [`RedisStore`] and its [`Store`] steps, each one typed call of [`lua`];
 //! - `builder`: [`RedisStoreBuilder`] (connection, strategy, request coalescing);
-//! - `strategies`: how `deduct_home` and `take` run under each [`crate::Strategy`];
-//! - `batch`: request coalescing of `lua` deductions ([`Coalescing`]);
+//! - `strategies`: how `sell` runs under each [`crate::Strategy`];
+//! - `batch`: request coalescing of `lua` sales ([`Coalescing`]);
 //! - `wait`: durability mode, `WAIT` for replicas after each mutating call;
 //! - [`lua`]: the script registry, the one `eval` path, each script's call, the stored letters.
 
 use super::*;
 use crate::error::Error;
 use crate::placement::{self, Placement, SegmentHome, SlotMap};
-use crate::segments::{Keyspace, decode_parts};
+use crate::segments::Keyspace;
 use fred::prelude::{Client, ClientLike, HashesInterface, Pool};
-use lua::{Call, SegmentKeys, claim, deduct, segment, user};
+use lua::{Call, SegmentKeys, segment, transfer};
 use std::sync::Arc;
 
 mod batch;
@@ -190,11 +190,37 @@ impl RedisStore {
         }
     }
 
-    fn users<'a>(&'a self, sku: &'a Sku, generation: u64) -> user::Users<'a> {
-        user::Users {
-            keys: &self.conn.keys,
-            sku,
-            generation,
+    /// Unlinks every key of segment `seg`'s generation `old` (a reload or a drop made them
+    /// unreachable: every script checks the generation). `SCAN MATCH …:g<old>:*` on the node
+    /// owning the segment's slot (the pattern carries the segment's hash tag), then `UNLINK`
+    /// in chunks (one slot: a multi-key `UNLINK` is fine on a cluster). Best effort: a failure
+    /// is logged and leaves garbage, never wrong answers. Not on the sale path.
+    async fn unlink_generation(&self, seg: SegAddr<'_>, old: u64) {
+        if old == 0 || old == seg.generation {
+            return;
+        }
+        let pattern = self.conn.keys.generation_keys(&seg.tag(), old);
+        if let Err(e) = self.unlink_matching(&pattern).await {
+            tracing::warn!(error = %e, %pattern, "cannot unlink the keys of a replaced generation; they stay as garbage");
+        }
+    }
+
+    async fn unlink_matching(&self, pattern: &str) -> Result<()> {
+        use fred::interfaces::KeysInterface;
+        let client = self.conn.pool.next();
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, keys): (String, Vec<String>) = moving::follow(|| {
+                client.scan_page(cursor.clone(), pattern.to_string(), Some(1000), None)
+            })
+            .await?;
+            for chunk in keys.chunks(500) {
+                let _: u64 = moving::follow(|| client.unlink(chunk.to_vec())).await?;
+            }
+            if next == "0" {
+                return Ok(());
+            }
+            cursor = next;
         }
     }
 }
@@ -264,18 +290,34 @@ impl Store for RedisStore {
 
     async fn load_begin(&self, sku: &Sku, spec: LoadSpec) -> Result<LoadBegin> {
         let placement = &self.propose_placement(sku, spec.segments).await?;
-        if spec.outbox && !self.strategy().exactly_once() {
-            return Err(Error::Config(format!(
-                "the outbox needs an exactly-once strategy (lua, lock, redlock), not {}: \
-                 the baselines write around the scripts that append the events",
-                self.strategy()
-            )));
+        if !self.strategy().exactly_once() {
+            if spec.outbox {
+                return Err(Error::Config(format!(
+                    "the outbox needs an exactly-once strategy (lua, lock, redlock), not {}: \
+                     the baselines write around the scripts that append the events",
+                    self.strategy()
+                )));
+            }
+            if spec.user_limit > 0 {
+                return Err(Error::Config(format!(
+                    "a per-user limit needs an exactly-once strategy (lua, lock, redlock), not {}: \
+                     the baselines keep no ledgers",
+                    self.strategy()
+                )));
+            }
         }
         if spec.outbox {
             // Registered before the load: a consumer discovering SKUs never misses one whose
             // scripts append (registering a load that then fails costs a consumer one
             // empty look).
             self.register_outbox(sku).await?;
+        }
+        // The SKU registry (the sweeper's list), before the load for the same reason.
+        {
+            use fred::interfaces::SetsInterface;
+            let client = self.conn.pool.next();
+            let key = self.conn.keys.skus();
+            let _: u64 = moving::follow(|| client.sadd(&key, sku.as_str())).await?;
         }
         let keys = &self.conn.keys;
         let call = segment::LoadBegin {
@@ -288,29 +330,32 @@ impl Store for RedisStore {
     }
 
     async fn load_segment(&self, seg: SegAddr<'_>, load: SegmentLoad) -> Result<bool> {
-        let at = self.at(seg);
-        let old = self.at(SegAddr {
-            generation: load.replaces,
-            ..seg
-        });
+        // `load.replaces` is the generation the metadata named; the script ends whatever
+        // generation the segment holds (a concurrent or failed load may have written another)
+        // and says which, so that is the one unlinked.
         let call = segment::LoadSegment {
-            at,
-            old,
+            at: self.at(seg),
             units: load.units,
             outbox: load.outbox,
+            user_limit: load.user_limit,
         };
         let r = self.conn.run(call).await;
         self.noticed(seg.sku, invalidate::Event::Added, seg.generation);
-        r
+        let replaced = r?;
+        if let Some(old) = replaced {
+            self.unlink_generation(seg, old).await;
+        }
+        Ok(replaced.is_some())
     }
 
-    async fn drop_segment(&self, seg: SegAddr<'_>, replaces: u64) -> Result<()> {
-        let at = self.at(seg);
-        let old = self.at(SegAddr {
-            generation: replaces,
-            ..seg
-        });
-        self.conn.run(segment::DropSegment { at, old }).await
+    async fn drop_segment(&self, seg: SegAddr<'_>, _replaces: u64) -> Result<()> {
+        // The script ends whatever older generation the segment holds (see load_segment).
+        let old = self
+            .conn
+            .run(segment::DropSegment { at: self.at(seg) })
+            .await?;
+        self.unlink_generation(seg, old).await;
+        Ok(())
     }
 
     async fn load_commit(&self, sku: &Sku, generation: u64) -> Result<bool> {
@@ -329,7 +374,7 @@ impl Store for RedisStore {
         let key = self.conn.keys.meta(sku);
         let client = self.conn.pool.next();
         let fields = [
-            "gen", "segments", "loaded", "state", "limit", "place", "outmax",
+            "gen", "segments", "loaded", "state", "limit", "place", "outmax", "hf",
         ];
         let v: Vec<Option<String>> = moving::follow(|| client.hmget(&key, fields.to_vec())).await?;
         let num = |i: usize| -> Result<u64> {
@@ -349,97 +394,56 @@ impl Store for RedisStore {
             placement: Placement::decode(v[5].as_deref().unwrap_or(""))
                 .ok_or_else(|| Error::Protocol(format!("placement of {sku}: {:?}", v[5])))?,
             outbox_segments: v[6].as_deref().and_then(|s| s.parse().ok()).unwrap_or(0),
+            // Missing: loaded before home functions had versions (0 matches no instance).
+            home_fn: v[7].as_deref().and_then(|s| s.parse().ok()).unwrap_or(0),
         }))
     }
 
-    async fn deduct_home(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> Result<HomeReply> {
-        let r = self
-            .runner
-            .deduct_home(&self.conn, seg, req, on_short)
-            .await;
-        if let Ok(HomeReply::Short {
-            claimed: Some(_), ..
-        }) = &r
-        {
-            let id = req.request_id.as_str().to_owned();
-            self.noticed(seg.sku, invalidate::Event::Recorded(id), seg.generation);
+    async fn skus(&self) -> Result<Vec<Sku>> {
+        use fred::interfaces::SetsInterface;
+        let client = self.conn.pool.next();
+        let key = self.conn.keys.skus();
+        let names: Vec<String> = moving::follow(|| client.smembers(&key)).await?;
+        // Only names that are valid SKUs were ever added (the engine validates first).
+        let mut v: Vec<Sku> = names.into_iter().filter_map(|s| Sku::new(s).ok()).collect();
+        v.sort();
+        Ok(v)
+    }
+
+    async fn sell(&self, home: SegAddr<'_>, req: SellArgs<'_>) -> Result<SellReply> {
+        let r = self.runner.sell(&self.conn, home, req).await;
+        if !req.credits.is_empty() {
+            // Credited units may be sellable at a segment that looked empty.
+            self.noticed(home.sku, invalidate::Event::Returned, home.generation);
         }
         r
     }
 
-    async fn take(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        part: u64,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> Result<TakeReply> {
-        self.runner
-            .take(&self.conn, seg, req, part, epoch, role)
-            .await
-    }
-
-    async fn settle(
-        &self,
-        home: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-        how: SettleAs<'_>,
-    ) -> Result<SettleReply> {
-        let at = self.at(home);
-        let call = claim::Settle {
-            home: at,
-            req,
-            epoch,
-            how,
+    async fn transfer(&self, donor: SegAddr<'_>, t: TransferArgs) -> Result<TransferReply> {
+        let call = transfer::Debit {
+            at: self.at(donor),
+            t,
         };
-        let r = self.conn.run(call).await;
-        if matches!(how, SettleAs::Seal) {
-            let id = req.request_id.as_str().to_owned();
-            self.noticed(home.sku, invalidate::Event::Recorded(id), home.generation);
-        }
-        r
+        self.conn.run(call).await
     }
 
-    async fn refund(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> Result<u64> {
-        let call = deduct::Refund {
-            at: self.at(seg),
-            request_id: req.request_id,
-            epoch,
-            role,
+    async fn transfer_done(&self, donor: SegAddr<'_>, id: TransferId) -> Result<()> {
+        let call = transfer::Done {
+            at: self.at(donor),
+            id,
         };
-        let r = self.conn.run(call).await;
-        if matches!(r, Ok(units) if units > 0) {
-            self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);
+        self.conn.run(call).await
+    }
+
+    async fn transfers_due(&self, donor: SegAddr<'_>, max: usize) -> Result<Vec<DueTransfer>> {
+        if max == 0 {
+            return Ok(Vec::new());
         }
-        r
-    }
-
-    async fn shut_out(
-        &self,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        epoch: u64,
-    ) -> Result<ShutOutReply> {
-        let at = self.at(seg);
-        self.conn.run(claim::ShutOut { at, req, epoch }).await
-    }
-
-    async fn takeover(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<TakeoverReply> {
-        let home = self.at(home);
-        self.conn.run(claim::Takeover { home, req }).await
+        let call = transfer::Due {
+            at: self.at(donor),
+            max: max.min(1_000_000) as u64,
+        };
+        self.conn.run(call).await
     }
 
     async fn restock(
@@ -462,174 +466,50 @@ impl Store for RedisStore {
         r
     }
 
-    async fn user_claim(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        req: ReqArgs<'_>,
-        limit: u64,
-        claim_ttl_ms: u64,
-    ) -> Result<UserClaim> {
-        let call = user::UserClaim {
-            users: self.users(sku, generation),
-            req,
-            limit,
-            claim_ttl_ms,
-        };
-        self.conn.run(call).await
-    }
-
-    async fn user_finish(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        req: ReqArgs<'_>,
-        how: UserFinish,
-    ) -> Result<()> {
-        let call = user::UserFinish {
-            users: self.users(sku, generation),
-            req,
-            how,
-        };
-        self.conn.run(call).await
-    }
-
     async fn reserve_end(
         &self,
-        seg: SegAddr<'_>,
+        home: SegAddr<'_>,
+        user: &UserId,
         request_id: &RequestId,
         action: ReservationAction,
     ) -> Result<ReserveEnd> {
         let call = segment::ReserveEnd {
-            at: self.at(seg),
+            at: self.at(home),
+            user,
             request_id,
             action,
         };
         let r = self.conn.run(call).await;
         if action == ReservationAction::Cancel {
+            self.noticed(home.sku, invalidate::Event::Returned, home.generation);
+        }
+        r
+    }
+
+    async fn survey(&self, seg: SegAddr<'_>) -> Result<Option<Survey>> {
+        let r = self
+            .conn
+            .run(segment::SurveyCall { at: self.at(seg) })
+            .await;
+        if matches!(&r, Ok(Some(s)) if s.reclaimed > 0) {
             self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);
         }
         r
     }
 
-    async fn reclaim(&self, seg: SegAddr<'_>) -> Result<(u64, u64)> {
-        let at = self.at(seg);
-        let r = self.conn.run(segment::Reclaim { at }).await;
-        if matches!(r, Ok((back, _)) if back > 0) {
-            self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);
-        }
-        r
-    }
-
-    async fn seal(&self, home: SegAddr<'_>, req: ReqArgs<'_>) -> Result<SealReply> {
-        let at = self.at(home);
-        let r = self.conn.run(claim::Seal { home: at, req }).await;
-        if matches!(r, Ok(SealReply::Sealed)) {
-            let id = req.request_id.as_str().to_owned();
-            self.noticed(home.sku, invalidate::Event::Recorded(id), home.generation);
-        }
-        r
-    }
-
-    async fn segments(
-        &self,
-        sku: &Sku,
-        generation: u64,
-        placement: &Placement,
-        segments: u32,
-    ) -> Result<Vec<Option<SegmentState>>> {
-        let reads = (0..segments).map(|i| {
-            let key = self.conn.keys.segment(&placement.tag(sku, i));
-            async move {
-                // i64: the unsafe baselines can drive stock below zero for a moment; it reads
-                // as 0 and the audit, comparing counters, reports the hole.
-                let client = self.conn.pool.next();
-                let fields = ["gen", "stock", "sold", "loaded", "restocked", "reserved"];
-                let v: Vec<Option<i64>> =
-                    moving::follow(|| client.hmget(&key, fields.to_vec())).await?;
-                let u = |x: &i64| (*x).max(0) as u64;
-                Ok::<_, Error>(match v.as_slice() {
-                    [
-                        Some(g),
-                        Some(stock),
-                        Some(sold),
-                        Some(loaded),
-                        Some(restocked),
-                        reserved,
-                    ] if *g == generation as i64 => Some(SegmentState {
-                        stock: u(stock),
-                        sold: u(sold),
-                        loaded: u(loaded),
-                        restocked: u(restocked),
-                        reserved: reserved.as_ref().map_or(0, u),
-                    }),
-                    _ => None,
-                })
-            }
-        });
-        futures::future::try_join_all(reads).await
-    }
-
-    /// `record.lua` (the record key or its compact entry, read as one); the record's `s`
-    /// letters are tabled in [`lua`]. In durability mode a
-    /// record found is waited for like a write: the engine answers replays from it, and the
-    /// write it replays may not have reached a replica yet (its own `WAIT` fell short). On
-    /// Redis 7.0 any command moves the connection's replication mark to the master's current
-    /// offset, so the `WAIT` after this read covers the earlier write.
+    /// `record.lua`. In durability mode a record found is waited for like a write (see
+    /// `lua::segment::RecordRead`).
     async fn record(
         &self,
         home: SegAddr<'_>,
+        user: &UserId,
         request_id: &RequestId,
     ) -> Result<Option<HomeRecord>> {
-        let at = self.at(home);
-        let key = at.record(request_id);
-        let client = self.conn.pool.next();
-        // record.lua: the record key, or the compact entry of a sale applied at home.
-        let read = lua::deduct::RecordRead {
-            key: key.clone(),
-            segment: at.segment(),
+        let call = segment::RecordRead {
+            at: self.at(home),
+            user,
+            request_id,
         };
-        let flat = lua::run(client, read).await?;
-        // 'F': a released claim, the request id is free (settle.lua).
-        if flat.is_empty() || flat.get("s").is_some_and(|s| s == "F") {
-            return Ok(None);
-        }
-        if let Some(d) = &self.conn.durable {
-            d.acked(client, wait::Durable::slot(client, Some(&key)))
-                .await?;
-        }
-        let bad = || Error::Protocol(format!("record {flat:?}"));
-        let get = |k: &str| flat.get(k).cloned().unwrap_or_default();
-        let qty = get("q").parse().map_err(|_| bad())?;
-        let kind = RequestKind::from_code(&get("k")).ok_or_else(bad)?;
-        let state = match get("s").as_str() {
-            "A" => RecordState::Applied(decode_parts(&get("parts")).ok_or_else(bad)?),
-            "P" => RecordState::Pending {
-                epoch: get("e").parse().map_err(|_| bad())?,
-            },
-            "X" => RecordState::Sealed,
-            _ => return Err(bad()),
-        };
-        Ok(Some(HomeRecord {
-            user: get("u"),
-            qty,
-            kind,
-            state,
-        }))
-    }
-
-    async fn claims_due(
-        &self,
-        seg: SegAddr<'_>,
-        max: usize,
-        grace_ms: u64,
-    ) -> Result<Vec<DueClaim>> {
-        let at = self.at(seg);
-        self.conn.run(claim::ClaimsDue { at, max, grace_ms }).await
-    }
-
-    async fn held(&self, seg: SegAddr<'_>) -> Result<Option<HeldState>> {
-        let at = self.at(seg);
-        self.conn.run(segment::Held { at }).await
+        self.conn.run(call).await
     }
 }

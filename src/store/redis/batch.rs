@@ -1,12 +1,14 @@
 //! Request coalescing (batching of requests, not to be confused with the engine's sharing of
-//! reads): concurrent deductions bound for one segment share one script call.
+//! reads): concurrent sales bound for one home segment share one script call.
 //!
 //! A Lua call costs far more inside Redis than the work it does (script dispatch, argument
 //! conversion, reading the segment and reclaiming expired reservations), and every call is one
 //! more command for the client to encode, send and match. When many buyers hit the same
-//! segment at once, their deductions are queued in that segment's *lane* and sent as one
-//! `deduct_batch.lua` call; the script decides each with the same `deduct_core.lua` a lone
-//! call runs, in queue order, and answers each one separately.
+//! segment at once, their requests are queued in that segment's *lane* and sent as one
+//! `sell.lua` call — the very script a lone request runs as a batch of one — which decides
+//! each in queue order and answers each one separately. Only requests without credits and
+//! without a fence token are coalesced: a request carrying transfers to credit, or a lock
+//! holder's fenced request, goes alone.
 //!
 //! Batching is natural (group commit): a lane sends at once when it has nothing in flight, and
 //! whatever arrives while a call is out goes in the next call, up to `max_batch` requests. A
@@ -21,18 +23,18 @@
 //! written command, its outcome is then unknown and its request id settles it.
 
 use super::Conn;
-use super::lua::deduct::{BatchItem, DeductBatch};
+use super::lua::sell::{Sell, SellItem};
 use crate::error::{Error, Result};
 use crate::ids::Sku;
-use crate::store::{HomeReply, OnShort, ReqArgs, SegAddr};
+use crate::store::{SegAddr, SellArgs, SellReply};
 use dashmap::DashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Tuning of request coalescing: concurrent `lua` deductions bound for one segment go to Redis
-/// as one `deduct_batch.lua` call, each request keeping its own record, checks and reply.
+/// Tuning of request coalescing: concurrent `lua` sales bound for one home segment go to Redis
+/// as one `sell.lua` call, each request keeping its own record, checks and reply.
 ///
 /// A segment's queue sends at once when it has nothing in flight; whatever arrives while a
 /// call is out goes in the next call (group commit), so an idle segment adds no latency.
@@ -117,14 +119,14 @@ pub struct CoalesceStats {
     pub options: Coalescing,
     /// Coalesced script calls sent.
     pub calls: u64,
-    /// Deductions they carried.
+    /// Requests they carried.
     pub requests: u64,
 }
 
-/// One queued deduction and where its reply goes.
+/// One queued request and where its reply goes.
 struct Item {
-    call: BatchItem,
-    tx: oneshot::Sender<Result<HomeReply>>,
+    call: SellItem,
+    tx: oneshot::Sender<Result<SellReply>>,
 }
 
 #[derive(Default)]
@@ -133,8 +135,7 @@ struct LaneState {
     in_flight: usize,
 }
 
-/// The queue of one (segment, generation, record TTL, claim lease) — in practice one per
-/// segment: an engine uses one TTL and one lease.
+/// The queue of one (segment, generation).
 struct Lane {
     key: LaneKey,
     state: Mutex<LaneState>,
@@ -149,10 +150,10 @@ impl Lane {
 /// Idle lanes kept for reuse before idle ones are dropped.
 const MAX_IDLE_LANES: usize = 4096;
 
-/// The segment (SKU, index, placement suffix: its key in this store), generation, record TTL
-/// (ms), claim lease (ms). Made of the ids themselves, not of the formatted key: finding a
-/// request's lane allocates nothing (the SKU id is shared, not copied).
-type LaneKey = (Sku, u32, Option<u16>, u64, u64, u64);
+/// The segment (SKU, index, placement suffix: its key in this store) and generation. Made of
+/// the ids themselves, not of the formatted key: finding a request's lane allocates nothing
+/// (the SKU id is shared, not copied).
+type LaneKey = (Sku, u32, Option<u16>, u64);
 
 /// The lanes of one store.
 pub(super) struct Batcher {
@@ -182,7 +183,7 @@ impl Drop for Sender {
         if st.in_flight == 0 {
             for item in st.queue.drain(..) {
                 let _ = item.tx.send(Err(Error::Protocol(
-                    "coalesced deduction: sender stopped".into(),
+                    "coalesced sale: sender stopped".into(),
                 )));
             }
         }
@@ -207,23 +208,16 @@ impl Batcher {
         }
     }
 
-    /// Queues one request as `deduct.lua` in mode "lua" would run it and waits for its reply.
+    /// Queues one request (no credits, no fence: the caller checked) for `sell.lua` and waits
+    /// for its reply.
     pub(super) async fn submit(
         self: &Arc<Self>,
         conn: &Conn,
         seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> Result<HomeReply> {
+        req: SellArgs<'_>,
+    ) -> Result<SellReply> {
         let at = conn.at(seg);
-        let key = (
-            seg.sku.clone(),
-            seg.index,
-            seg.suffix,
-            seg.generation,
-            req.ttl_ms,
-            req.lease_ms,
-        );
+        let key = (seg.sku.clone(), seg.index, seg.suffix, seg.generation);
         // The lane exists but for the first request of a segment: a shared lock finds it.
         let found = self.lanes.get(&key).map(|l| Arc::clone(&l));
         let lane = found.unwrap_or_else(|| {
@@ -236,13 +230,7 @@ impl Batcher {
         });
         let (tx, rx) = oneshot::channel();
         let item = Item {
-            call: BatchItem {
-                record: at.record(req.request_id),
-                user: req.user.to_string(),
-                qty: req.qty,
-                on_short,
-                resv_ttl_ms: req.resv_ttl_ms,
-            },
+            call: SellItem::new(&at, &req),
             tx,
         };
         let start = {
@@ -268,7 +256,7 @@ impl Batcher {
             tokio::spawn(Self::send_loop(self.clone(), conn.clone(), sender));
         }
         rx.await
-            .map_err(|_| Error::Protocol("coalesced deduction: sender dropped".into()))?
+            .map_err(|_| Error::Protocol("coalesced sale: sender dropped".into()))?
     }
 
     /// Sends what the lane has queued, call after call, until the queue is empty.
@@ -276,7 +264,7 @@ impl Batcher {
         let lane = sender.lane.clone();
         loop {
             self.wait_window(&lane).await;
-            let (items, txs): (Vec<BatchItem>, Vec<_>) = {
+            let (items, txs): (Vec<SellItem>, Vec<_>) = {
                 let mut st = lane.lock();
                 if st.queue.is_empty() {
                     st.in_flight -= 1;
@@ -297,12 +285,12 @@ impl Batcher {
             crate::metrics::coalesced_batch(items.len());
             self.calls.fetch_add(1, Relaxed);
             self.requests.fetch_add(items.len() as u64, Relaxed);
-            let (ref sku, index, suffix, generation, ttl_ms, lease_ms) = lane.key;
+            let (ref sku, index, suffix, generation) = lane.key;
             let seg = SegAddr::new(sku, generation, index).with_suffix(suffix);
-            let call = DeductBatch {
+            let call = Sell {
                 at: conn.at(seg),
-                ttl_ms,
-                lease_ms,
+                fence: 0,
+                credits: &[],
                 items,
             };
             match conn.run(call).await {

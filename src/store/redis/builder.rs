@@ -82,7 +82,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// The deduction strategy (default `lua`).
+    /// The selling strategy (default `lua`).
     pub fn strategy(mut self, strategy: Strategy) -> Self {
         self.strategy = strategy;
         self
@@ -101,7 +101,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Request coalescing of `lua` deductions (`None`: one script call per request). See
+    /// Request coalescing of `lua` sales (`None`: one script call per request). See
     /// [`Coalescing`].
     pub fn coalescing(mut self, opts: Option<Coalescing>) -> Self {
         self.coalescing = opts;

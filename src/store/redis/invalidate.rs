@@ -1,9 +1,10 @@
 //! The stock-notification subscriber: one extra connection per store, subscribed to
 //! `<prefix>:stock`, where every script that makes units sellable again publishes after its
-//! writes (`stock_event` in `prelude.lua`: restock, refund, cancel, expiry, load). Each message
-//! bumps its SKU's counter in the store's [`Watch`]; a connection error, a lagging receiver or
-//! a resubscription voids every snapshot (messages may have been lost), so the engine's
-//! sold-out flags fall until the next fresh read. Not started on a cluster (flags stay off).
+//! writes (`stock_event` in `prelude.lua`: restock, load, cancel, expiry, a transfer credited).
+//! Each message bumps its SKU's counter in the store's [`Watch`]; a connection error, a lagging
+//! receiver or a resubscription voids every snapshot (messages may have been lost), so the
+//! engine's sold-out flags fall until the next fresh read. Not started on a cluster (flags stay
+//! off).
 
 pub(crate) use crate::store::watch::Event;
 use crate::store::watch::Watch;
@@ -16,8 +17,9 @@ pub(crate) fn channel(prefix: &str) -> String {
     format!("{prefix}:stock")
 }
 
-/// Parses `<kind> <gen> <key>` (the key's hash tag starts with the SKU, up to `#` or `}`; a
-/// record key ends with `:rq:<request id>`).
+/// Parses `<kind> <gen> <key>` (the key's hash tag starts with the SKU, up to `#` or `}`).
+/// The scripts send `S`, `R` and `L`; `X` / `C` (a request id's record, from keys ending with
+/// `:rq:<request id>`) came from the claim protocol's scripts and are still understood.
 fn parse(text: &str) -> Option<(String, Event, u64)> {
     let mut it = text.splitn(3, ' ');
     let kind = it.next()?;
@@ -49,7 +51,7 @@ pub(crate) struct Subscriber {
 pub(crate) async fn start(like: &Client, prefix: &str) -> Subscriber {
     let watch = Arc::new(Watch::default());
     let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
-    // Like `like`, with room for bursts of messages (every fallback claim publishes one): a
+    // Like `like`, with room for bursts of messages (every credit and reclaim publishes one): a
     // lagging receiver loses messages, which ends the flags of every SKU's generation.
     let mut perf = like.perf_config();
     perf.broadcast_channel_capacity = 1 << 16;

@@ -8,82 +8,81 @@
 //! after a restart, a failover or `SCRIPT FLUSH`) loads the script and retries once, counted in
 //! `shardstock_script_reloads_total{script=<name>}`, and the typed call decodes the reply. Each
 //! script's call type (KEYS/ARGV building and reply decoding) sits in one place, in the
-//! submodule of its concern: `deduct` (taking stock), `claim` (fallback claims), `segment`
-//! (loading, restocking, reservations, audit reads), `user` (per-user limit), `lock` (lock
-//! scripts, also run on RedLock's independent nodes: the call takes the client to run on),
-//! `outbox` (the order consumer's dead letters, trimming and lag).
+//! submodule of its concern: `sell` (selling at home, `sell.lua`), `transfer` (moving stock,
+//! `transfer.lua`), `segment` (loading, restocking, reservations, the survey and the record
+//! read), `lock` (lock scripts,
+//! also run on RedLock's independent nodes: the call takes the client to run on), `outbox` (the
+//! order consumer's dead letters, trimming and lag).
 //!
-//! Each script starts with `prelude.lua` (strict argument checks, shared helpers); the two
-//! deduction scripts also share `deduct_core.lua`. A script's header states its KEYS, ARGV and
-//! replies; the letters and fields it stores are in the tables below, which every header
-//! points to.
+//! Each script starts with `prelude.lua` (strict argument checks, shared helpers: the record
+//! format, the reclaim of expired reservations, the outbox). A script's header states its KEYS,
+//! ARGV and replies; the letters and fields it stores are in the tables below, which every
+//! header points to. What each step decides is [`Segment`](crate::store::memory::Segment)'s
+//! method of the same name: the scripts mirror it, answer for answer.
 //!
 //! # Stored letters
 //!
-//! Hashes keep states as one-letter codes. The same letter means different things in different
-//! fields (`X`: sealed in a record's `s`, expired in its `rs`; `R`: refunded in `s`, reserved
-//! in `rs` and in a user entry), so read a letter together with its field:
+//! A request's record is one field of its user's ledger, `=<request id>` →
+//! `<S>:<qty>:<until>:<exp>`, where `S` is a letter:
 //!
-//! | key (field) | letter | meaning | written by |
+//! | letter | meaning | kind | written by |
 //! |---|---|---|---|
-//! | request record (`s`) | `A` | applied: at home, the request with its `parts`; at a fallback segment, a part `p` taken by claim epoch `e`; a compact entry (below) reads as `A` | deduct, deduct_batch (a compact entry, or the record key over a released claim / for a reservation / for a TTL above the window width), take, settle; the unsafe baselines' write-back (`strategies.rs`) |
-//! | | `P` | pending fallback claim (home only): epoch `e` (1, or one above an `F`'s), lease end `l`, part taken at home `hp` | deduct, deduct_batch (when short) |
-//! | | `F` | released claim (home only): nothing sold and the request id is free — every script reads it as no record, except that a new claim continues above its epoch `e` (its shut-out markers may still refuse older epochs elsewhere); only `u`, `q`, `k`, `e` (and the claim's `o`) kept | settle (release) |
-//! | | `X` | sealed: the request never applied and never can | seal, settle (seal) |
-//! | | `V` | shut-out marker (fallback segment): nothing taken here; claim epochs below `e` are refused | shut_out |
-//! | | `R` | refunded part (fallback segment): its units went back | refund |
-//! | request record (`k`), user entry, `claims_due` reply | `s` / `r` | a sale / a reservation (missing: a sale, written before kinds existed) | every writer |
-//! | request record (`rs`) | `R` | reserved: `rq` units held until `exp` (ms, server clock) | deduct, deduct_batch, take (`hold` in the prelude) |
-//! | | `C` | confirmed: the units are sold | reserve_end |
-//! | | `K` | cancelled: the units went back | reserve_end, refund |
-//! | | `X` | expired unconfirmed: the units went back | the prelude's reclaim, run by reclaim.lua and inside deduct, take and reserve_end |
-//! | user entry (field `r:<request id>` of the user record) | `P` | pending: counted while its request is in flight, verified after its expiry | user_claim |
-//! | | `R` | reserved: counted, verified when the user is at the limit | user_finish |
-//! | | `S` | sold: counts for good | user_finish |
+//! | `A` | a sale, applied: the units are sold | sale | sell |
+//! | `R` | reserved: `qty` units held until `exp` | reservation | sell |
+//! | `C` | confirmed: the units are sold | reservation | reserve_end |
+//! | `K` | cancelled: the units went back (also every live reservation of a generation a reload or a drop ended) | reservation | reserve_end; load_segment, drop_segment (the prelude's `end_reservations`) |
+//! | `X` | expired unconfirmed: the units went back | reservation | the prelude's `reclaim` (sell, transfer, reserve_end, survey) |
+//!
+//! `until` is when the record is forgotten (server ms; `0`: kept for the generation — a sale, or
+//! a confirmed reservation, under a per-user limit): a record is live iff `until` is 0 or
+//! ahead of the clock. A sale's `until` is the sale's time + `ttl_ms` without a limit; a
+//! reservation's is `exp + ttl_ms`. `exp` is a reservation's expiry (server ms), 0 for a sale.
+//! `record.lua` reads an `R` past its `exp` as `X` (the reclaim has not run yet).
 //!
 //! # Stored fields
 //!
+//! `<tag>` is the segment's hash tag (`<sku>#<i>`, or `<sku>#<i>.<k>` when placed), `<gen>` its
+//! generation. Every key of a segment shares `{<tag>}`; scripts build the ledger names of
+//! users they meet in the reservation index from the segment key (same tag, same slot).
+//!
 //! | key | fields |
 //! |---|---|
-//! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on) |
-//! | segment `<prefix>:{<sku>#<i>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`; `fence`: the lock strategies' fence token (bumped by each lock acquisition); `out`: `1` when the generation has the outbox on; `rw`: `1` once deduct_batch wrote a compact entry of this generation (the hot path reads no window without it; a reload of the same generation keeps it) |
-//! | request record `…:g<gen>:rq:<request id>` (segment's tag) | `s`, `u` (user), `q` (the request's qty), `k`, `e` (claim epoch), `l`, `hp`, `o` (a claim's generation had the outbox on), `parts` (`<segment>:<units>,…`), `p` (part here), `rs`, `rq`, `exp` |
-//! | compact entries: window hash `…:g<gen>:rw:<W>:<w>` (segment's tag) | field = request id, value `<qty>:<expiry ms>:<user>`: a sale applied wholly at its home segment by deduct_batch, read as a request record with `s` = `A`, `k` = `s`, `e` = `0`, `parts` = `<segment>:<qty>`; written while `floor(now / W) = w`, the hash expires at `(w + 2) · W`, an entry past its expiry reads as absent. A compact entry is written only where no record key exists, and every writer of a record key reads first through the prelude's `record` (which finds the entry), so at most one of the two is live per request id; a record key, when there is one, is what is read. Every reader goes through `record` (or `record.lua`) |
-//! | window width `…:g<gen>:rw` | string `<W>:<w>`: the window width (ms; the record TTL of the first compact write) and the newest window written, kept while any window lives; a call with a longer TTL writes full records |
-//! | reservation index `…:g<gen>:resv` | ZSET of request records holding a live reservation, by expiry |
-//! | claim index `…:g<gen>:claims` | ZSET of pending claim records, by lease end |
-//! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>` |
-//! | decrement token `<segment key>:dt:<nonce>` | `decr-compensate` only: a decrement given back once |
-//! | user record `<prefix>:{<sku>@<user>}:g<gen>:user` | `r:<request id>` = `<qty>:<P\|R\|S>:<expiry ms>:<s\|r>[:<attempt>.…]` (a pending entry's attempts in flight) |
-//! | outbox stream `<prefix>:{<sku>#<i>}:out` (all generations) | one entry per change of a request's units: `kind` (`sold`, `reserved`, `confirmed`, `cancelled`, `expired`), `rid`, `sku`, `user`, `units`, `parts`, `gen`; appended by deduct, deduct_batch, settle (applied), reserve_end and the prelude's reclaim (`emit`); consumer groups per order service |
-//! | dead letters `<prefix>:{<sku>#<i>}:dead` | an outbox entry's fields plus `origin` (its id), `group`, `deliveries`, `reason` (outbox_dead) |
-//! | failure reasons `<prefix>:{<sku>#<i>}:why` | hash: outbox entry id → the handler's last error |
+//! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on), `hf` (the home function version the generation was loaded with; missing: loaded before home functions had versions, read as 0) |
+//! | SKU registry `<prefix>:skus` | set of every SKU ever loaded (`RedisStore::load_begin` adds, the sweeper lists) |
+//! | segment `<prefix>:{<tag>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`, `tin` (units credited here by transfers), `tout` (units debited here by transfers), `lim` (per-user limit of this generation, 0: none), `hf` (home function version), `out` (`1`: the outbox is on), `fence` (the lock strategies' fence token, bumped by each lock acquisition). `loaded + restocked + tin = stock + reserved + sold + tout` |
+//! | ledger `…:g<gen>:u:<user>` | `=<request id>` = a record (above); with a per-user limit also `h` (units the user holds here: sold, confirmed, or reserved and live) and `f` (of those, units held for good), and no TTL (the ledger lives as long as the generation). Without a limit, no `h` / `f`, and the key expires with its latest record's `until` (`PEXPIREAT`, `GT` once it exists). A write into a ledger holding 32 records or more (`PRUNE_AT`) first deletes the records past their `until` |
+//! | reservation index `…:g<gen>:resv` | ZSET of `<user> <request id>` (one space; ids have none) by expiry: exactly the records in state `R` |
+//! | credits `…:g<gen>:in` | hash: transfer id (decimal u64, as text) → units credited here (`HSETNX`: once per id) |
+//! | transfers `…:g<gen>:tx` | hash: transfer id → `<dest>:<units>:<lease end ms>` debited here; lease end `0` once done |
+//! | due index `…:g<gen>:txq` | ZSET of the transfers not done (ids zero-padded to 20 digits, so equal lease ends list by id) by lease end |
+//! | restock record `…:g<gen>:rs:<request id>` | string `<qty>:<total>`, expiring after the restock's TTL |
+//! | outbox stream `<prefix>:{<tag>}:out` (all generations) | one entry per change of a request's units: `kind` (`sold`, `reserved`, `confirmed`, `cancelled`, `expired`), `rid`, `sku`, `user`, `units`, `parts` (`<index>:<units>`), `gen`; appended by sell, reserve_end, the prelude's reclaim and end_reservations (`emit`); consumer groups per order service |
+//! | dead letters `<prefix>:{<tag>}:dead` | an outbox entry's fields plus `origin` (its id), `group`, `deliveries`, `reason` (outbox_dead) |
+//! | failure reasons `<prefix>:{<tag>}:why` | hash: outbox entry id → the handler's last error |
 //! | outbox SKUs `<prefix>:outbox` | set of SKUs ever loaded with the outbox (consumers discover streams from it and each SKU's `outmax`) |
-//! | lock `<prefix>:{<sku>#<i>}:lock` | the holder's owner token |
+//! | lock `<prefix>:{<tag>}:lock` | the holder's owner token |
 //! | RedLock quarantine marker `shardstock:redlock:quarantine` (per node) | end of the node's quarantine, ms |
 //!
-//! Two words are kept apart: a claim **epoch** (a fallback claim's generation of holders; a
-//! newer holder *shuts* older epochs *out* of the other segments, `shut_out.lua`) and a lock
-//! **fence token** (the segment's `fence` field; a lock holder's write applies only while the
-//! token is still its own).
+//! A reload makes every `…:g<old>:…` key of a segment unreachable (every script checks the
+//! generation); `RedisStore::load_segment` / `drop_segment` unlink them afterwards (`SCAN MATCH
+//! …:g<old>:*` on the slot's node, best effort).
 
 use super::moving;
 use super::wait::Durable;
 use crate::error::{Error, Result};
-use crate::ids::RequestId;
-use crate::segments::{Keyspace, decode_parts};
-use crate::store::{Part, SegAddr};
+use crate::ids::{RequestId, UserId};
+use crate::segments::Keyspace;
+use crate::store::SegAddr;
 use fred::prelude::{Client, LuaInterface};
 use fred::types::Value;
 use fred::types::scripts::Script as FredScript;
 use std::sync::{Arc, LazyLock};
 
-pub(crate) mod claim;
-pub(crate) mod deduct;
 pub(crate) mod lock;
 pub(crate) mod outbox;
 pub(crate) mod segment;
-pub(crate) mod user;
+pub(crate) mod sell;
+pub(crate) mod transfer;
 
 /// Declares the scripts: `Variant "name" [after "shared.lua", ...]` runs `prelude.lua`, the
 /// shared parts, then `name.lua`; `name` is also the `script` label of the reload counter.
@@ -121,26 +120,16 @@ macro_rules! scripts {
 }
 
 scripts! {
-    /// One deduction at its home segment (the hot path).
-    Deduct "deduct" after ["deduct_core.lua"],
-    /// Many deductions bound for one segment (request coalescing).
-    DeductBatch "deduct_batch" after ["deduct_core.lua"],
-    /// Reads one request record, full or compact (read only).
+    /// Requests decided at their home segment (the hot path; one call, many requests).
+    Sell "sell",
+    /// Transfers at the donor: debit, done, the due list.
+    Transfer "transfer",
+    /// Confirms, cancels or inspects a reservation.
+    ReserveEnd "reserve_end",
+    /// A segment's counters and live reservations, after the reclaim (audit, sweeper).
+    Survey "survey",
+    /// One request's record at its home (read only).
     Record "record",
-    /// A part of a claimed request at one segment.
-    Take "take",
-    /// Ends a fallback claim.
-    Settle "settle",
-    /// Gives back a part of a claim that could not complete.
-    Refund "refund",
-    /// A new claim holder shuts older epochs out of a segment.
-    ShutOut "shut_out",
-    /// Takes over a claim whose lease ran out.
-    Takeover "takeover",
-    /// Seals a request that never applied.
-    Seal "seal",
-    /// Fallback claims whose lease ran out (sweeper).
-    ClaimsDue "claims_due",
     /// Adds units to a segment once per request id.
     Restock "restock",
     /// Starts a (re)load.
@@ -151,16 +140,6 @@ scripts! {
     LoadCommit "load_commit",
     /// Deletes a segment left from an older generation.
     DropSegment "drop_segment",
-    /// Confirms, cancels or inspects a reservation.
-    ReserveEnd "reserve_end",
-    /// Returns expired reservations (sweeper).
-    Reclaim "reclaim",
-    /// The audit's atomic read of a segment.
-    Held "held",
-    /// Counts a request against its user's limit.
-    UserClaim "user_claim",
-    /// Marks a user entry sold or reserved, or removes it.
-    UserFinish "user_finish",
     /// Lock strategies: bumps the segment's fence token and reads the stock.
     FenceRead "fence_read",
     /// Renews a lock's lease for its owner (watchdog).
@@ -242,6 +221,13 @@ pub(crate) trait Call {
     fn encode(&mut self) -> (Vec<String>, Vec<String>);
     /// Decodes the script's reply.
     fn decode(&self, reply: Value) -> Result<Self::Output>;
+    /// Durability mode: whether this call, having answered `out`, waits for the replicas
+    /// before its answer counts (`WAIT`; see `wait`). By default, every call of a script that
+    /// may write ([`Script::may_write`]).
+    fn waits(&self, out: &Self::Output) -> bool {
+        let _ = out;
+        Self::SCRIPT.may_write()
+    }
 }
 
 /// Runs `call` on `client`: encode, [`eval`], decode.
@@ -249,39 +235,40 @@ pub(crate) async fn run<C: Call>(client: &Client, call: C) -> Result<C::Output> 
     run_durable(client, call, None).await
 }
 
-/// [`run`], and in durability mode (`durable`), for a script whose writes must persist, a
-/// `WAIT` on the same client and node before the reply is decoded (see `wait`).
+/// [`run`], and in durability mode (`durable`), for a call whose writes must persist
+/// ([`Call::waits`]), a `WAIT` on the same client and node before the answer is returned (see
+/// `wait`).
 pub(crate) async fn run_durable<C: Call>(
     client: &Client,
     mut call: C,
     durable: Option<&Arc<Durable>>,
 ) -> Result<C::Output> {
     let (keys, args) = call.encode();
-    let durable = durable
-        .filter(|_| C::SCRIPT.must_persist())
-        .map(|d| (d, Durable::slot(client, keys.first().map(String::as_str))));
+    let slot = durable.map(|_| Durable::slot(client, keys.first().map(String::as_str)));
     // Boxed: fred's command future, the slot-move retries and the NOSCRIPT reload are
-    // kilobytes of state (measured: 7.7 KB for deduct.lua's call). Inline, every caller's
+    // kilobytes of state (measured: 7.7 KB for a deduction's call). Inline, every caller's
     // future grows by that and is built and moved again at each layer, per request: memmove
     // took 12.7 % of the client's CPU in a coalesced sale (3.7 % boxed). One allocation per
     // call is cheaper.
     let reply = Box::pin(eval(client, C::SCRIPT, keys, args)).await?;
-    if let Some((d, slot)) = durable {
+    let out = call.decode(reply)?;
+    if let (Some(d), Some(slot)) = (durable, slot)
+        && call.waits(&out)
+    {
         Box::pin(d.acked(client, slot)).await?;
     }
-    call.decode(reply)
+    Ok(out)
 }
 
 impl Script {
-    /// Whether durability mode waits for replicas after this script: every script but the
-    /// audit's read (`held`, no write) and the sweeper's listing (`claims_due`, whose only
-    /// writes drop index entries that need nothing, so losing them loses nothing).
-    fn must_persist(self) -> bool {
+    /// Whether the script may write (durability mode waits after its calls unless the call
+    /// says otherwise): every script but the read-only ones (`record`, `outbox_lag`) and the
+    /// outbox consumer's bookkeeping (`outbox_trim`, `outbox_claim`, `outbox_dead`: losing
+    /// one in a failover redelivers or keeps an event, never loses a sale).
+    pub(crate) fn may_write(self) -> bool {
         !matches!(
             self,
-            Script::Held
-                | Script::Record
-                | Script::ClaimsDue
+            Script::Record
                 | Script::OutboxLag
                 | Script::OutboxTrim
                 | Script::OutboxClaim
@@ -339,7 +326,7 @@ fn bad_argument(d: &str) -> Option<Error> {
     let field = match name {
         "qty" => "qty",
         "user" => "user",
-        "part" => "part",
+        "request_id" => "request_id",
         "gen" => "gen",
         _ => "argument",
     };
@@ -396,14 +383,9 @@ impl Reply {
             .ok_or_else(|| self.bad())
     }
 
-    pub(crate) fn parts(&self, i: usize) -> Result<Vec<Part>> {
-        decode_parts(&self.str(i)?).ok_or_else(|| self.bad())
-    }
-
     /// The field named by a `{"mismatch", field}` reply.
     pub(crate) fn field(&self, i: usize) -> Result<&'static str> {
         match self.str(i)?.as_str() {
-            "user" => Ok("user"),
             "qty" => Ok("qty"),
             "kind" => Ok("kind"),
             _ => Err(self.bad()),
@@ -439,7 +421,7 @@ pub(crate) struct SegmentKeys<'a> {
 
 impl SegmentKeys<'_> {
     /// The segment's hash tag (placed or plain).
-    fn tag(&self) -> String {
+    pub(crate) fn tag(&self) -> String {
         self.seg.tag()
     }
 
@@ -448,9 +430,9 @@ impl SegmentKeys<'_> {
         self.keys.segment(&self.tag())
     }
 
-    /// `rid`'s request record here.
-    pub(crate) fn record(&self, rid: &RequestId) -> String {
-        self.keys.request(&self.tag(), self.seg.generation, rid)
+    /// `user`'s ledger here.
+    pub(crate) fn ledger(&self, user: &UserId) -> String {
+        self.keys.ledger(&self.tag(), self.seg.generation, user)
     }
 
     /// The reservation index.
@@ -458,9 +440,19 @@ impl SegmentKeys<'_> {
         self.keys.reservations(&self.tag(), self.seg.generation)
     }
 
-    /// The claim index.
-    pub(crate) fn claims(&self) -> String {
-        self.keys.claims(&self.tag(), self.seg.generation)
+    /// The transfers credited here.
+    pub(crate) fn credits(&self) -> String {
+        self.keys.credits(&self.tag(), self.seg.generation)
+    }
+
+    /// The transfers debited here.
+    pub(crate) fn transfers(&self) -> String {
+        self.keys.transfers(&self.tag(), self.seg.generation)
+    }
+
+    /// The due index of the transfers debited here.
+    pub(crate) fn transfers_due(&self) -> String {
+        self.keys.transfers_due(&self.tag(), self.seg.generation)
     }
 
     /// `rid`'s restock record here.
@@ -476,11 +468,6 @@ impl SegmentKeys<'_> {
     /// The segment's lock (lock strategies).
     pub(crate) fn lock(&self) -> String {
         self.keys.lock(&self.tag())
-    }
-
-    /// The one-time token of a decr-compensate decrement.
-    pub(crate) fn decr_token(&self, nonce: u64) -> String {
-        format!("{}:dt:{nonce}", self.segment())
     }
 
     /// The generation as an argument.

@@ -1,29 +1,45 @@
-//! How the two stock-taking steps (`deduct_home`, `take`) run under each [`Strategy`].
+//! How [`Store::sell`](crate::Store::sell) runs under each [`Strategy`].
 //!
-//! `lua` is one script (or one coalesced call, see `batch`). `lock`/`redlock` take the
-//! segment's lock, bump the segment's fence token and read (`fence_read.lua`), decide, and
-//! write with a script that applies only while the fence token is still theirs. The baselines
-//! reproduce the seed articles' designs, including their failures: `naive` and `local-mutex`
-//! read, decide and write back with separate commands; `decr-compensate` decrements first
-//! (`HINCRBY`) and adds back when it went negative; when it did not, the record and `sold` are
-//! written by `deduct.lua`/`take.lua` mode "decr", which gives the units back and decides
-//! atomically, so twins of one request id never both sell. The decrement and the compensation
-//! stay separate commands: a crash or a re-sent command between them loses units — the
-//! baseline is not exactly-once, and says so (`Strategy::exactly_once`).
+//! - `lua`: `sell.lua`, one atomic script at the home segment; concurrent requests without
+//!   credits are coalesced into one call (see `batch`).
+//! - `lock` / `redlock`: the critical section is at home. Take the home segment's lock, bump the
+//!   segment's fence token and read it (`fence_read.lua`), then call `sell.lua` with that fence
+//!   token: it applies only while the token is still the segment's, so a holder whose lease
+//!   lapsed (a pause, a partition) writes nothing once a newer holder exists (`lock_lost`).
+//!   The decision itself is `sell.lua`'s, exactly as under `lua`: the lock adds mutual
+//!   exclusion (and its costs), not different answers.
+//! - The unsafe baselines reproduce the seed articles' designs, failures included, with plain
+//!   commands on the segment hash and no request records at all (no exactly-once: a re-sent
+//!   request sells again; a `Replay` never happens for them). They sell only: a reservation,
+//!   or a segment with a per-user limit, is refused with [`Error::Config`] (both live in the
+//!   records they do not keep).
+//!   - `naive`: read the stock (`HMGET`), check, then `HINCRBY stock -q` and `HINCRBY sold +q`.
+//!     Two buyers that read the same stock both sell: it **oversells** under concurrency (the
+//!     stock goes below zero).
+//!   - `local-mutex`: the same under a process-local mutex per segment. Safe within one
+//!     process only: two processes (instances) **oversell** exactly like `naive`.
+//!   - `decr-compensate`: `HINCRBY stock -q` first; when the result is negative, `HINCRBY stock
+//!     +q` gives the units back and the answer is short; otherwise `HINCRBY sold +q`. Within one
+//!     generation it never oversells, but transient negatives turn buyers away while stock
+//!     remains, a crash or a re-sent command between its steps loses or double-counts units, and
+//!     its steps are not tied to a generation: a decrement checked against generation g can
+//!     land after a reload on generation g+1 (and a give-back too), so it **can oversell across
+//!     a reload**.
 //!
-//! Every strategy keeps the same records, claims and audit counters, so the engine's routing,
-//! fallback and exactly-once logic is shared, and an oversell shows up in the audit.
+//! Every strategy keeps the same segment counters, so the audit shows an oversell whoever made
+//! it. Transfers (`transfer.lua`) and the credits a sale carries are the same for all: the
+//! baselines credit with plain commands too (`HSETNX` on the credits hash, then `HINCRBY`).
 
 use super::batch::Batcher;
-use super::lua::deduct::{Check, Deduct, Take};
-use super::lua::lock::{FenceRead, Fenced};
+use super::lua::lock::FenceRead;
+use super::lua::sell::{Sell, SellItem};
 use super::{CoalesceStats, Coalescing, Conn};
 use crate::error::{Error, Result};
 use crate::lock::{LockFigures, LockOptions, Locker};
-use crate::store::{HomeReply, OnShort, ReqArgs, SegAddr, SegmentRole, TakeReply};
+use crate::store::{Credit, SegAddr, SellArgs, SellReply};
 use crate::strategy::Strategy;
 use dashmap::DashMap;
-use fred::prelude::{HashesInterface, KeysInterface, Pool};
+use fred::prelude::{HashesInterface, Pool};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -42,8 +58,9 @@ enum Mode {
 pub(super) struct Runner {
     strategy: Strategy,
     mode: Mode,
-    /// Test and demo hook: a pause inside each critical section (between the read and the
-    /// write), like the slow downstream call of the seed articles. Microseconds; 0 = none.
+    /// Test and demo hook: a pause inside each critical section (lock strategies: between the
+    /// fence read and the fenced write; naive baselines: between the read and the write), like
+    /// the slow downstream call of the seed articles. Microseconds; 0 = none.
     pause_us: AtomicU64,
 }
 
@@ -101,278 +118,214 @@ impl Runner {
         }
     }
 
-    /// `deduct_home` under the strategy.
-    pub(super) async fn deduct_home(
+    /// `sell` under the strategy.
+    pub(super) async fn sell(
         &self,
         c: &Conn,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> Result<HomeReply> {
+        home: SegAddr<'_>,
+        req: SellArgs<'_>,
+    ) -> Result<SellReply> {
         match &self.mode {
-            Mode::Lua(Some(b)) => b.submit(c, seg, req, on_short).await,
+            Mode::Lua(Some(b)) if req.credits.is_empty() && req.fence == 0 => {
+                b.submit(c, home, req).await
+            }
             // Boxed: the other paths' state (a lock's, above all) would otherwise be part of
-            // every coalesced deduction's future too, which the engine builds and moves at
-            // each of its layers, per request (see `lua::run_durable`).
-            _ => Box::pin(self.deduct_home_other(c, seg, req, on_short)).await,
+            // every coalesced sale's future too, which the engine builds and moves at each of
+            // its layers, per request (see `lua::run_durable`).
+            _ => Box::pin(self.sell_other(c, home, req)).await,
         }
     }
 
-    /// `deduct_home` for every strategy but coalesced `lua` (it answers for that one too).
-    async fn deduct_home_other(
+    /// `sell` for every case but a coalesced `lua` request.
+    async fn sell_other(
         &self,
         c: &Conn,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> Result<HomeReply> {
-        let deduct = |on_short, check| {
-            let at = c.at(seg);
-            c.run(Deduct {
-                at,
-                req,
-                on_short,
-                check,
-            })
-        };
+        home: SegAddr<'_>,
+        req: SellArgs<'_>,
+    ) -> Result<SellReply> {
         match &self.mode {
-            Mode::Lua(Some(b)) => b.submit(c, seg, req, on_short).await,
-            Mode::Lua(None) => deduct(on_short, Check::Stock).await,
-            Mode::Naive => self.naive_home(c, seg, req, on_short).await,
+            Mode::Lua(_) => sell_one(c, home, &req, req.fence).await,
+            Mode::Locked(locker) => self.sell_locked(c, locker, home, &req).await,
+            Mode::Naive => self.naive(c, home, &req).await,
             Mode::LocalMutex(map) => {
-                let _held = local_mutex(c, map, &seg).await;
-                self.naive_home(c, seg, req, on_short).await
+                let _held = local_mutex(c, map, &home).await;
+                self.naive(c, home, &req).await
             }
-            // DECRBY first (the articles' design, with its transient negatives); then the record
-            // and `sold` are written by deduct.lua mode "decr", which gives the units back and
-            // decides atomically — so a twin that also decremented replays instead of selling.
-            Mode::DecrCompensate => match deduct(OnShort::Report, Check::RecordOnly).await? {
-                HomeReply::Short { .. } => match decr(c, &seg, req.qty).await? {
-                    Some(_) => deduct(on_short, Check::decremented()).await,
-                    None => deduct(on_short, Check::RecordOnly).await,
-                },
-                other => Ok(other),
-            },
-            Mode::Locked(locker) => {
-                let write = async |Fenced { token, stock }| {
-                    let check = if stock >= req.qty as i64 {
-                        Check::Fenced { token }
-                    } else {
-                        Check::RecordOnly
-                    };
-                    deduct(on_short, check).await
-                };
-                match self
-                    .under_lock(c, locker, seg, HomeReply::Stale, write)
-                    .await?
-                {
-                    Some(reply) => Ok(reply),
-                    // Contended: don't queue on a hot segment; claim and let the router fall back.
-                    None => Ok(match deduct(on_short, Check::RecordOnly).await? {
-                        HomeReply::Short { claimed, .. } => HomeReply::Short { stock: 0, claimed },
-                        other => other,
-                    }),
-                }
-            }
+            Mode::DecrCompensate => self.decr_compensate(c, home, &req).await,
         }
     }
 
-    /// `take` under the strategy.
-    pub(super) async fn take(
-        &self,
-        c: &Conn,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        part: u64,
-        epoch: u64,
-        role: SegmentRole,
-    ) -> Result<TakeReply> {
-        let take = |check| {
-            c.run(Take {
-                at: c.at(seg),
-                req,
-                part,
-                epoch,
-                role,
-                check,
-            })
-        };
-        // The claim's home part lives in the claim record: keep that path atomic for every
-        // strategy (it is the engine's bookkeeping, not the strategy under study).
-        match &self.mode {
-            Mode::Lua(_) => take(Check::Stock).await,
-            _ if role == SegmentRole::Home && !matches!(&self.mode, Mode::Locked(_)) => {
-                take(Check::Stock).await
-            }
-            Mode::Naive => self.naive_take(c, seg, req, part, epoch).await,
-            Mode::LocalMutex(map) => {
-                let _held = local_mutex(c, map, &seg).await;
-                self.naive_take(c, seg, req, part, epoch).await
-            }
-            Mode::DecrCompensate => match decr(c, &seg, part).await? {
-                Some(_) => take(Check::decremented()).await,
-                None => Ok(TakeReply::Short { stock: 0 }),
-            },
-            Mode::Locked(locker) => {
-                let write = async |Fenced { token, stock }| {
-                    if stock < part as i64 {
-                        return Ok(TakeReply::Short {
-                            stock: stock.max(0) as u64,
-                        });
-                    }
-                    take(Check::Fenced { token }).await
-                };
-                let reply = self.under_lock(c, locker, seg, TakeReply::Stale, write);
-                // Contended: the router falls back to another segment.
-                Ok(reply.await?.unwrap_or(TakeReply::Short { stock: 0 }))
-            }
-        }
-    }
-
-    /// Runs `write` under `seg`'s lock, with the fence token and stock `fence_read.lua` gave
-    /// this holder (`stale` when the segment is missing or of another generation). `None` when
-    /// the lock stayed taken (contended: counted as a fallback).
-    async fn under_lock<T>(
+    /// Lock strategies: `sell.lua` with this holder's fence token, under the home segment's
+    /// lock. A lock that stays taken for the whole wait (contended), or a lease lost before the
+    /// write, answers [`SellReply::LockLost`]: nothing was written (credits included), and the
+    /// request may be sent again with the same request id.
+    async fn sell_locked(
         &self,
         c: &Conn,
         locker: &Locker,
-        seg: SegAddr<'_>,
-        stale: T,
-        write: impl AsyncFnOnce(Fenced) -> Result<T>,
-    ) -> Result<Option<T>> {
-        let key = c.at(seg).lock();
+        home: SegAddr<'_>,
+        req: &SellArgs<'_>,
+    ) -> Result<SellReply> {
+        let key = c.at(home).lock();
         let Some(guard) = locker.acquire(&key).await? else {
+            // Counted as the contended give-ups (`fallbacks` in the lock figures).
             locker.stats().fallback();
-            return Ok(None);
+            return Ok(SellReply::LockLost);
         };
         let result = async {
-            let Some(fenced) = c.run(FenceRead { at: c.at(seg) }).await? else {
-                return Ok(stale);
+            let Some(fenced) = c.run(FenceRead { at: c.at(home) }).await? else {
+                return Ok(SellReply::Stale);
             };
             self.pause().await;
             if guard.is_lost() {
-                return Err(Error::LeaseLost(key.clone()));
+                return Ok(SellReply::LockLost);
             }
-            let written = write(fenced).await;
+            let written = sell_one(c, home, req, fenced.token).await;
             // A fenced write refused because a newer holder bumped the fence token.
-            if let Err(Error::LeaseLost(_)) = &written {
+            if let Ok(SellReply::LockLost) = &written {
                 locker.stats().fenced();
             }
             written
         }
         .await;
         let _ = guard.release().await;
-        result.map(Some)
+        result
     }
 
-    /// Naive read-decide-write at the home segment (records are checked, non-atomically).
-    async fn naive_home(
-        &self,
-        c: &Conn,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        on_short: OnShort,
-    ) -> Result<HomeReply> {
-        let deduct = |on_short| {
-            c.run(Deduct {
-                at: c.at(seg),
-                req,
-                on_short,
-                check: Check::RecordOnly,
-            })
+    /// `naive` (and `local-mutex` under its mutex): read, check, write — see the module docs.
+    async fn naive(&self, c: &Conn, home: SegAddr<'_>, req: &SellArgs<'_>) -> Result<SellReply> {
+        let Some(stock) = baseline_open(self.strategy, c, &home, req).await? else {
+            return Ok(SellReply::Stale);
         };
-        let stock = match deduct(OnShort::Report).await? {
-            HomeReply::Short { stock, .. } => read_stock(c, &seg).await?.unwrap_or(stock as i64),
-            other => return Ok(other),
-        };
-        if stock < req.qty as i64 {
-            return deduct(on_short).await;
+        if req.qty == 0 {
+            return Ok(SellReply::Applied {
+                stock_after: stock.max(0) as u64,
+            });
         }
-        self.pause().await;
-        let stock_after = write_back(c, &seg, &req, stock, req.qty, 0, SegmentRole::Home).await?;
-        Ok(HomeReply::Applied { stock_after })
-    }
-
-    async fn naive_take(
-        &self,
-        c: &Conn,
-        seg: SegAddr<'_>,
-        req: ReqArgs<'_>,
-        part: u64,
-        epoch: u64,
-    ) -> Result<TakeReply> {
-        let Some(stock) = read_stock(c, &seg).await? else {
-            return Ok(TakeReply::Stale);
-        };
-        if stock < part as i64 {
-            return Ok(TakeReply::Short {
+        if stock < req.qty as i64 {
+            return Ok(SellReply::Short {
                 stock: stock.max(0) as u64,
             });
         }
         self.pause().await;
-        let role = SegmentRole::Fallback;
-        let stock_after = write_back(c, &seg, &req, stock, part, epoch, role).await?;
-        Ok(TakeReply::Taken { stock_after, part })
+        let key = c.at(home).segment();
+        let client = c.pool.next();
+        let after: i64 = client.hincrby(&key, "stock", -(req.qty as i64)).await?;
+        let _: i64 = client.hincrby(&key, "sold", req.qty as i64).await?;
+        Ok(SellReply::Applied {
+            stock_after: after.max(0) as u64,
+        })
+    }
+
+    /// `decr-compensate`: decrement first, give back when it went negative — see the module
+    /// docs.
+    async fn decr_compensate(
+        &self,
+        c: &Conn,
+        home: SegAddr<'_>,
+        req: &SellArgs<'_>,
+    ) -> Result<SellReply> {
+        let Some(stock) = baseline_open(self.strategy, c, &home, req).await? else {
+            return Ok(SellReply::Stale);
+        };
+        if req.qty == 0 {
+            return Ok(SellReply::Applied {
+                stock_after: stock.max(0) as u64,
+            });
+        }
+        let key = c.at(home).segment();
+        let client = c.pool.next();
+        let q = req.qty as i64;
+        let after: i64 = client.hincrby(&key, "stock", -q).await?;
+        if after < 0 {
+            let back: i64 = client.hincrby(&key, "stock", q).await?;
+            return Ok(SellReply::Short {
+                stock: back.max(0) as u64,
+            });
+        }
+        let _: i64 = client.hincrby(&key, "sold", q).await?;
+        Ok(SellReply::Applied {
+            stock_after: after as u64,
+        })
     }
 }
 
-async fn read_stock(c: &Conn, seg: &SegAddr<'_>) -> Result<Option<i64>> {
-    let v: Vec<Option<i64>> = c
-        .pool
-        .next()
-        .hmget(c.at(*seg).segment(), vec!["gen", "stock"])
-        .await?;
-    Ok(match v.as_slice() {
-        [Some(g), Some(stock)] if *g == seg.generation as i64 => Some(*stock),
-        _ => None,
-    })
-}
-
-/// The baselines' non-atomic sale of `units` from the `stock` the caller read: the stock
-/// written back, then `sold` and the record, each a separate command (the record's fields and
-/// letters as the scripts write them, see the tables in `lua`). Returns the stock written.
-async fn write_back(
+/// `sell.lua` for one request, with its credits and `fence` (0: none).
+async fn sell_one(
     c: &Conn,
-    seg: &SegAddr<'_>,
-    req: &ReqArgs<'_>,
-    stock: i64,
-    units: u64,
-    epoch: u64,
-    role: SegmentRole,
-) -> Result<u64> {
-    let client = c.pool.next();
-    let at = c.at(*seg);
-    let after = stock - units as i64;
-    let _: i64 = client.hset(at.segment(), ("stock", after)).await?;
-    let rq = at.record(req.request_id);
-    let _: i64 = client.hincrby(at.segment(), "sold", units as i64).await?;
-    let mut fields: Vec<(String, String)> = vec![
-        ("s".into(), "A".into()),
-        ("u".into(), req.user.to_string()),
-        ("q".into(), req.qty.to_string()),
-        ("e".into(), epoch.to_string()),
-        ("k".into(), req.kind.code().into()),
-    ];
-    if role == SegmentRole::Home {
-        fields.push(("parts".into(), format!("{}:{}", seg.index, units)));
-    } else {
-        fields.push(("p".into(), units.to_string()));
-    }
-    let _: i64 = client.hset(&rq, fields).await?;
-    let _: bool = client.pexpire(&rq, req.ttl_ms as i64, None).await?;
-    Ok(after as u64)
+    home: SegAddr<'_>,
+    req: &SellArgs<'_>,
+    fence: u64,
+) -> Result<SellReply> {
+    let at = c.at(home);
+    let call = Sell {
+        at,
+        fence,
+        credits: req.credits,
+        items: vec![SellItem::new(&at, req)],
+    };
+    c.run(call)
+        .await?
+        .pop()
+        .unwrap_or_else(|| Err(Error::Protocol("sell: no reply".into())))
 }
 
-/// DECRBY first; add back when it went below zero.
-async fn decr(c: &Conn, seg: &SegAddr<'_>, units: u64) -> Result<Option<u64>> {
-    let key = c.at(*seg).segment();
-    let client = c.pool.next();
-    let after: i64 = client.hincrby(&key, "stock", -(units as i64)).await?;
-    if after < 0 {
-        let _: i64 = client.hincrby(&key, "stock", units as i64).await?;
-        return Ok(None);
+/// The baselines' start: refuses what they cannot do (a reservation, a per-user limit), reads
+/// the segment (`None`: missing or of another generation), credits `req.credits` with plain
+/// commands, and answers the stock (below zero for a moment under the baselines).
+async fn baseline_open(
+    strategy: Strategy,
+    c: &Conn,
+    home: &SegAddr<'_>,
+    req: &SellArgs<'_>,
+) -> Result<Option<i64>> {
+    if req.resv_ttl_ms > 0 && req.qty > 0 {
+        return Err(Error::Config(format!(
+            "the {strategy} baseline sells only: reservations need an exactly-once strategy (lua, lock, redlock)"
+        )));
     }
-    Ok(Some(after as u64))
+    let at = c.at(*home);
+    let client = c.pool.next();
+    let v: Vec<Option<i64>> = client
+        .hmget(at.segment(), vec!["gen", "stock", "lim"])
+        .await?;
+    let mut stock = match v.as_slice() {
+        [Some(g), Some(stock), lim] if *g == home.generation as i64 => {
+            if lim.is_some_and(|l| l > 0) {
+                return Err(Error::Config(format!(
+                    "the {strategy} baseline cannot enforce a per-user limit (it keeps no ledgers): use lua, lock or redlock"
+                )));
+            }
+            *stock
+        }
+        _ => return Ok(None),
+    };
+    stock += credit_plain(c, home, req.credits).await? as i64;
+    Ok(Some(stock))
+}
+
+/// The baselines' credits: each transfer id once (`HSETNX` on the credits hash), then its
+/// units onto the stock and `tin` — separate commands, like everything the baselines do.
+/// Answers the units credited now.
+async fn credit_plain(c: &Conn, home: &SegAddr<'_>, credits: &[Credit]) -> Result<u64> {
+    if credits.is_empty() {
+        return Ok(0);
+    }
+    let at = c.at(*home);
+    let (key, seg) = (at.credits(), at.segment());
+    let client = c.pool.next();
+    let mut added = 0;
+    for cr in credits {
+        let fresh: bool = client
+            .hsetnx(&key, cr.id.to_string(), cr.units.to_string())
+            .await?;
+        if fresh {
+            let _: i64 = client.hincrby(&seg, "stock", cr.units as i64).await?;
+            let _: i64 = client.hincrby(&seg, "tin", cr.units as i64).await?;
+            added += cr.units;
+        }
+    }
+    Ok(added)
 }
 
 async fn local_mutex(

@@ -7,8 +7,8 @@ use crate::error::{Error, Result};
 use fred::types::Value;
 use std::time::Duration;
 
-/// `fence_read.lua`: bumps the segment's fence token and reads it with the stock;
-/// `None` when the segment is missing or of another generation.
+/// `fence_read.lua`: bumps the segment's fence token and reads it; `None` when the segment is
+/// missing or of another generation.
 pub(crate) struct FenceRead<'a> {
     pub(crate) at: SegmentKeys<'a>,
 }
@@ -18,8 +18,6 @@ pub(crate) struct FenceRead<'a> {
 pub(crate) struct Fenced {
     /// The caller's fence token: its write applies only while the segment still holds it.
     pub(crate) token: u64,
-    /// The stock (below zero for a moment under the unsafe baselines).
-    pub(crate) stock: i64,
 }
 
 impl Call for FenceRead<'_> {
@@ -38,10 +36,8 @@ impl Call for FenceRead<'_> {
         };
         let token = a.first().and_then(Value::as_u64).ok_or_else(bad)?;
         let num = |i: usize| a.get(i).and_then(Value::as_i64);
-        Ok(match (num(1), num(2)) {
-            (Some(g), Some(stock)) if g == self.at.seg.generation as i64 => {
-                Some(Fenced { token, stock })
-            }
+        Ok(match num(1) {
+            Some(g) if g == self.at.seg.generation as i64 => Some(Fenced { token }),
             _ => None,
         })
     }

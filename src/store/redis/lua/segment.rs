@@ -1,14 +1,15 @@
-//! Calls on a SKU's segments as a whole: loading (`load_begin.lua`, `load_segment.lua`,
-//! `load_commit.lua`, `drop_segment.lua`), `restock.lua`, reservations (`reserve_end.lua`,
-//! `reclaim.lua`) and the audit's read (`held.lua`).
+//! Calls on a SKU's segments: loading (`load_begin.lua`, `load_segment.lua`,
+//! `load_commit.lua`, `drop_segment.lua`), `restock.lua`, reservations (`reserve_end.lua`),
+//! the audit's and sweeper's look (`survey.lua`) and the record read (`record.lua`).
 
 use super::{Call, Reply, Script, SegmentKeys, argv, flag};
 use crate::error::Result;
-use crate::ids::{RequestId, Sku};
+use crate::ids::{RequestId, Sku, UserId};
 use crate::placement::Placement;
 use crate::segments::Keyspace;
 use crate::store::{
-    self, HeldState, IfLoaded, LoadSpec, ReservationAction, RestockReply, ResvState, SegmentState,
+    self, HomeRecord, IfLoaded, LoadSpec, RecordState, RequestKind, ReservationAction,
+    RestockReply, ResvState, SegmentState, Survey,
 };
 use fred::types::Value;
 
@@ -34,6 +35,7 @@ impl Call for LoadBegin<'_> {
             s.user_limit,
             self.placement.encode(),
             flag(s.outbox),
+            crate::segments::HOME_FN,
         ];
         (vec![self.keys.meta(self.sku)], args)
     }
@@ -55,36 +57,37 @@ impl Call for LoadBegin<'_> {
     }
 }
 
-/// `load_segment.lua`: writes a segment of a new generation; `false` when a newer one is there.
+/// `load_segment.lua`: writes a segment of a new generation; `None` when a newer one is
+/// there, else the generation it replaced (0: none, or this very one).
 pub(crate) struct LoadSegment<'a> {
     pub(crate) at: SegmentKeys<'a>,
-    /// The same segment in the generation the load replaces.
-    pub(crate) old: SegmentKeys<'a>,
     pub(crate) units: u64,
     /// The selling scripts append outbox events for this segment.
     pub(crate) outbox: bool,
+    /// Units one user may hold at this segment (0: no limit).
+    pub(crate) user_limit: u64,
 }
 
 impl Call for LoadSegment<'_> {
     const SCRIPT: Script = Script::LoadSegment;
-    type Output = bool;
+    type Output = Option<u64>;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let args = argv![
             self.at.generation(),
             self.units,
             flag(self.outbox),
-            self.old.generation()
+            self.user_limit,
+            crate::segments::HOME_FN,
         ];
-        let keys = vec![self.at.segment(), self.old.reservations(), self.at.outbox()];
-        (keys, args)
+        (vec![self.at.segment(), self.at.outbox()], args)
     }
 
-    fn decode(&self, reply: Value) -> Result<bool> {
+    fn decode(&self, reply: Value) -> Result<Option<u64>> {
         let r = Reply::parse(reply, Self::SCRIPT)?;
         match r.tag() {
-            "ok" => Ok(true),
-            "superseded" => Ok(false),
+            "ok" => Ok(Some(r.u64(0)?)),
+            "superseded" => Ok(None),
             _ => Err(r.bad()),
         }
     }
@@ -110,26 +113,26 @@ impl Call for LoadCommit<'_> {
     }
 }
 
-/// `drop_segment.lua`: deletes a segment of an older generation.
+/// `drop_segment.lua`: deletes a segment of an older generation; the generation it dropped
+/// (0: none, or a newer one is there and stays).
 pub(crate) struct DropSegment<'a> {
     pub(crate) at: SegmentKeys<'a>,
-    /// The same segment in the generation the load replaces.
-    pub(crate) old: SegmentKeys<'a>,
 }
 
 impl Call for DropSegment<'_> {
     const SCRIPT: Script = Script::DropSegment;
-    type Output = ();
+    type Output = u64;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![self.at.segment(), self.old.reservations(), self.at.outbox()];
-        (keys, argv![self.at.generation(), self.old.generation()])
+        let keys = vec![self.at.segment(), self.at.outbox()];
+        (keys, argv![self.at.generation()])
     }
 
-    fn decode(&self, reply: Value) -> Result<()> {
+    fn decode(&self, reply: Value) -> Result<u64> {
         let r = Reply::parse(reply, Self::SCRIPT)?;
         match r.tag() {
-            "ok" | "kept" => Ok(()),
+            "ok" => r.u64(0),
+            "kept" => Ok(0),
             _ => Err(r.bad()),
         }
     }
@@ -168,9 +171,21 @@ impl Call for Restock<'_> {
     }
 }
 
-/// `reserve_end.lua`: confirms, cancels or inspects the reservation on `request_id`'s record.
+/// A record's state letter (see the table in the module docs of `lua`).
+fn resv_state(letter: &str) -> Option<ResvState> {
+    Some(match letter {
+        "R" => ResvState::Reserved,
+        "C" => ResvState::Confirmed,
+        "K" => ResvState::Cancelled,
+        "X" => ResvState::Expired,
+        _ => return None,
+    })
+}
+
+/// `reserve_end.lua`: confirms, cancels or inspects `user`'s reservation `request_id`.
 pub(crate) struct ReserveEnd<'a> {
     pub(crate) at: SegmentKeys<'a>,
+    pub(crate) user: &'a UserId,
     pub(crate) request_id: &'a RequestId,
     pub(crate) action: ReservationAction,
 }
@@ -183,30 +198,24 @@ impl Call for ReserveEnd<'_> {
         let action = match self.action {
             ReservationAction::Confirm => "confirm",
             ReservationAction::Cancel => "cancel",
-            ReservationAction::Inspect => "peek",
+            ReservationAction::Inspect => "inspect",
         };
         let at = &self.at;
         let keys = vec![
             at.segment(),
-            at.record(self.request_id),
             at.reservations(),
+            at.ledger(self.user),
             at.outbox(),
         ];
-        (keys, argv![at.generation(), action])
+        (
+            keys,
+            argv![at.generation(), self.user, self.request_id, action],
+        )
     }
 
     fn decode(&self, reply: Value) -> Result<store::ReserveEnd> {
         let r = Reply::parse(reply, Self::SCRIPT)?;
-        // The record's `rs` letter (see the table in the module docs of `lua`).
-        let state = |i: usize| -> Result<ResvState> {
-            Ok(match r.str(i)?.as_str() {
-                "R" => ResvState::Reserved,
-                "C" => ResvState::Confirmed,
-                "K" => ResvState::Cancelled,
-                "X" => ResvState::Expired,
-                _ => return Err(r.bad()),
-            })
-        };
+        let state = |i: usize| resv_state(&r.str(i)?).ok_or_else(|| r.bad());
         Ok(match r.tag() {
             "done" => store::ReserveEnd::Done {
                 state: state(0)?,
@@ -225,61 +234,96 @@ impl Call for ReserveEnd<'_> {
     }
 }
 
-/// `reclaim.lua`: returns expired reservations; (units returned, units still reserved).
-pub(crate) struct Reclaim<'a> {
+/// `survey.lua`: returns expired reservations, then the counters and what live reservations
+/// hold; `None` when the segment is missing or of another generation.
+pub(crate) struct SurveyCall<'a> {
     pub(crate) at: SegmentKeys<'a>,
 }
 
-impl Call for Reclaim<'_> {
-    const SCRIPT: Script = Script::Reclaim;
-    type Output = (u64, u64);
+impl Call for SurveyCall<'_> {
+    const SCRIPT: Script = Script::Survey;
+    type Output = Option<Survey>;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let keys = vec![self.at.segment(), self.at.reservations(), self.at.outbox()];
         (keys, argv![self.at.generation()])
     }
 
-    fn decode(&self, reply: Value) -> Result<(u64, u64)> {
+    fn decode(&self, reply: Value) -> Result<Option<Survey>> {
         let r = Reply::parse(reply, Self::SCRIPT)?;
         match r.tag() {
-            "reclaimed" => Ok((r.u64(0)?, r.u64(1)?)),
-            "stale" => Ok((0, 0)),
-            _ => Err(r.bad()),
-        }
-    }
-}
-
-/// `held.lua`: the segment's counters and what its live reservations hold.
-pub(crate) struct Held<'a> {
-    pub(crate) at: SegmentKeys<'a>,
-}
-
-impl Call for Held<'_> {
-    const SCRIPT: Script = Script::Held;
-    type Output = Option<HeldState>;
-
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![self.at.segment(), self.at.reservations()];
-        (keys, argv![self.at.generation()])
-    }
-
-    fn decode(&self, reply: Value) -> Result<Option<HeldState>> {
-        let r = Reply::parse(reply, Self::SCRIPT)?;
-        match r.tag() {
-            "held" => Ok(Some(HeldState {
+            "survey" => Ok(Some(Survey {
                 state: SegmentState {
                     stock: r.stock(0)?,
                     sold: r.stock(1)?,
                     loaded: r.u64(2)?,
                     restocked: r.u64(3)?,
                     reserved: r.stock(4)?,
+                    moved_in: r.u64(5)?,
+                    moved_out: r.u64(6)?,
                 },
-                held: r.u64(5)?,
-                live: r.u64(6)?,
-                orphans: r.u64(7)?,
+                held: r.u64(7)?,
+                live: r.u64(8)?,
+                orphans: r.u64(9)?,
+                reclaimed: r.u64(10)?,
             })),
             "stale" => Ok(None),
             _ => Err(r.bad()),
         }
+    }
+
+    /// Durability mode: only a survey that returned units wrote anything.
+    fn waits(&self, out: &Option<Survey>) -> bool {
+        out.is_some_and(|s| s.reclaimed > 0)
+    }
+}
+
+/// `record.lua`: `user`'s record of `request_id` (read only).
+pub(crate) struct RecordRead<'a> {
+    pub(crate) at: SegmentKeys<'a>,
+    pub(crate) user: &'a UserId,
+    pub(crate) request_id: &'a RequestId,
+}
+
+impl Call for RecordRead<'_> {
+    const SCRIPT: Script = Script::Record;
+    type Output = Option<HomeRecord>;
+
+    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+        let keys = vec![self.at.segment(), self.at.ledger(self.user)];
+        (
+            keys,
+            argv![self.at.generation(), self.user, self.request_id],
+        )
+    }
+
+    fn decode(&self, reply: Value) -> Result<Option<HomeRecord>> {
+        let bad = || crate::error::Error::Protocol(format!("record: reply {reply:?}"));
+        let v = match &reply {
+            Value::Array(v) => v,
+            Value::Null => return Ok(None),
+            _ => return Err(bad()),
+        };
+        if v.is_empty() {
+            return Ok(None);
+        }
+        let letter = v.first().and_then(Value::as_string).ok_or_else(bad)?;
+        let qty = v.get(1).and_then(Value::as_u64).ok_or_else(bad)?;
+        let (kind, state) = match letter.as_str() {
+            "A" => (RequestKind::Sale, RecordState::Sold),
+            l => (
+                RequestKind::Reservation,
+                RecordState::Reservation(resv_state(l).ok_or_else(bad)?),
+            ),
+        };
+        Ok(Some(HomeRecord { qty, kind, state }))
+    }
+
+    /// Durability mode: a record found is waited for like a write. The engine answers replays
+    /// from it, and the write it replays may not have reached a replica yet (its own `WAIT`
+    /// fell short). On Redis 7.0 any command moves the connection's replication mark to the
+    /// master's current offset, so the `WAIT` after this read covers the earlier write.
+    fn waits(&self, out: &Option<HomeRecord>) -> bool {
+        out.is_some()
     }
 }
