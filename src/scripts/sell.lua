@@ -85,7 +85,7 @@ local credits = {}
 for i = 1, c do
   local b = 5 + 3 * (i - 1)
   uint('donor', ARGV[b + 2])
-  credits[i] = { id = txid('transfer id', ARGV[b + 1]), units = posint('units', ARGV[b + 3]), us = ARGV[b + 3] }
+  credits[i] = { id = txid('transfer_id', ARGV[b + 1]), units = posint('units', ARGV[b + 3]), us = ARGV[b + 3] }
 end
 local nb = 6 + 3 * c
 local n = posint('n', ARGV[nb])
@@ -118,7 +118,7 @@ local function parse(j)
   r.qty = num('qty', r.q, false)
   r.resv = num('resv_ttl_ms', ARGV[b + 4], false)
   r.ttl = num('ttl_ms', ARGV[b + 5], false)
-  if r.lk ~= lpre .. u then bad('ledger key') end
+  if r.lk ~= lpre .. u then bad('ledger_key') end
   return r
 end
 

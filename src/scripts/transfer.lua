@@ -47,14 +47,14 @@ end
 local id, dest, want, floor, lease, max
 if op == 'debit' then
   if #ARGV ~= 7 then bad('argc') end
-  id = txid('transfer id', ARGV[3])
+  id = txid('transfer_id', ARGV[3])
   dest = uint('dest', ARGV[4])
   want = posint('want', ARGV[5])
   floor = uint('floor', ARGV[6])
   lease = uint('lease_ms', ARGV[7])
 elseif op == 'done' then
   if #ARGV ~= 3 then bad('argc') end
-  id = txid('transfer id', ARGV[3])
+  id = txid('transfer_id', ARGV[3])
 elseif op == 'due' then
   if #ARGV ~= 3 then bad('argc') end
   max = posint('max', ARGV[3])
