@@ -39,7 +39,7 @@ keys="~$prefix:*"
 # WAIT (durability mode), CLUSTER INFO/SLOTS (fred on a cluster).
 client="+ping +select +evalsha +script|load +hmget +hgetall +hset +hdel +hsetnx +hincrby +sadd +smembers +scan +unlink +xgroup|create +xreadgroup +xack +wait +cluster|info +cluster|slots"
 # Inside the scripts (src/scripts/*.lua): every redis.call there.
-scripts="+del +exists +get +set +hget +hlen +hsetnx +hincrby +pexpire +pexpireat +time +xadd +xautoclaim +xinfo|stream +xinfo|groups +xpending +xrange +xtrim +zadd +zrange +zrangebyscore +zrem +zremrangebyscore"
+scripts="+del +exists +get +set +hget +hlen +hsetnx +hincrby +pexpire +pexpireat +persist +time +xadd +xautoclaim +xinfo|stream +xinfo|groups +xpending +xrange +xtrim +zadd +zrange +zrangebyscore +zrem +zremrangebyscore"
 # Stock notifications (the engine's sold-out flags): the scripts PUBLISH, the store SUBSCRIBEs,
 # on the one channel <prefix>:stock.
 channels="&$prefix:stock"

@@ -26,8 +26,8 @@
 -- without a record — lost stock the audit shows — never handed out twice.
 --
 -- Cost: one HMGET of the segment, one HMGET (no limit: one HGET) per user's ledger, one HSET of
--- the counters, and per request applied HLEN + HSET (+ PEXPIREAT without a limit, + ZADD for a
--- reservation, + XADD with the outbox). TIME only when needed: reservations to reclaim, a
+-- the counters, and per request applied HLEN + HSET (+ PEXPIREAT for a sale without a limit,
+-- + ZADD (and PERSIST) for a reservation, + XADD with the outbox). TIME only when needed: reservations to reclaim, a
 -- record with a lifetime to check, a record to write with a lifetime (every sale without a
 -- limit, every reservation). A sale under a per-user limit reads no clock at all.
 --
@@ -258,11 +258,16 @@ for _, r in ipairs(acts) do
     redis.call('HSET', lk, r.f, r.val, 'h', int(r.l.h), 'f', int(r.l.f))
   else
     redis.call('HSET', lk, r.f, r.val)
-    -- The ledger lives as long as its latest record: a fresh key gets the record's `until`, an
-    -- older one keeps the later of the two (GT; every ledger without a limit has a TTL).
-    if had == 0 then
+    if r.resv > 0 then
+      -- A ledger holding a reservation keeps no TTL from now on (as with a limit: it goes with
+      -- the generation): its record must be there when the reclaim returns the units, however
+      -- late that runs (Segment::reclaim never misses one).
+      if had > 0 then redis.call('PERSIST', lk) end
+    elseif had == 0 then
+      -- The ledger lives as long as its latest record: a fresh key gets the record's `until`,
       redis.call('PEXPIREAT', lk, int(r.untl))
     else
+      -- an older one the later of the two (GT: a ledger without a TTL keeps none).
       redis.call('PEXPIREAT', lk, int(r.untl), 'GT')
     end
   end
