@@ -1,11 +1,16 @@
-//! Validation, strict script arguments, NOSCRIPT recovery, explicit reloads, and recovery of
-//! a fallback claim whose holder died — against real redis-server processes.
+//! Validation, strict script arguments, NOSCRIPT recovery, explicit reloads, and the crash
+//! points of moving stock: a process that dies between a transfer's debit and its home's
+//! credit (the sweeper credits, the audit is exact), a credit sent again (applied once), the
+//! sweeper racing a credit, a reload while units are in transit — against real redis-server
+//! processes and the memory store.
 
 mod common;
 use common::*;
 use fred::prelude::LuaInterface;
 use fred::types::Value;
-use shardstock::store::{HomeReply, OnShort, ReqArgs, SegAddr, SegmentRole, TakeReply};
+use shardstock::store::{
+    Credit, SegAddr, SellArgs, SellReply, TransferArgs, TransferReply,
+};
 use shardstock::*;
 use std::time::Duration;
 
@@ -109,7 +114,12 @@ async fn bad_input_is_rejected_and_changes_nothing() {
 }
 
 /// The scripts validate every argument strictly before their first write: the forms Lua's
-/// `tonumber` would accept are refused, and nothing is written.
+/// `tonumber` would accept are refused, and nothing is written. `sell.lua` answers a bad
+/// request of a batch on its own (`bad`), writing nothing for it while the good ones around
+/// it apply; a bad header (generation, home function, index, fence, credits, count) refuses the
+/// whole call before any write (a request of quantity 0 is no request: a credit-only call,
+/// which records nothing); `transfer.lua` refuses a bad id, destination, quantity, floor
+/// or lease before debiting anything.
 #[tokio::test]
 async fn scripts_refuse_sloppy_numbers_before_writing() {
     let srv = RedisServer::start();
@@ -122,33 +132,46 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         .to_string();
     // Raw EVAL is the harness's, not the engine's (its ACL user may only EVALSHA).
     let client = admin_client(&srv).await;
-    let lua = concat!(
+    let sell = concat!(
         include_str!("../src/scripts/prelude.lua"),
-        include_str!("../src/scripts/deduct_core.lua"),
-        include_str!("../src/scripts/deduct.lua")
+        include_str!("../src/scripts/sell.lua")
     );
-    let keys = vec![
-        "t:{strict#0}:seg".to_string(),
-        format!("t:{{strict#0}}:g{g}:rq:x"),
-        format!("t:{{strict#0}}:g{g}:resv"),
-        format!("t:{{strict#0}}:g{g}:claims"),
-        "t:{strict#0}:out".to_string(),
-    ];
-    let args = |qty: &str, user: &str| -> Vec<String> {
-        [&g, user, qty, "0", "1000", "1000", "1", "lua", "0", "0"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+    let seg = "t:{strict#0}:seg".to_string();
+    let ledger = |user: &str| format!("t:{{strict#0}}:g{g}:u:{user}");
+    let head = |credits: &[[&str; 3]], n: usize| -> (Vec<String>, Vec<String>) {
+        let keys = vec![
+            seg.clone(),
+            format!("t:{{strict#0}}:g{g}:resv"),
+            format!("t:{{strict#0}}:g{g}:in"),
+            "t:{strict#0}:out".to_string(),
+        ];
+        let mut args: Vec<String> = vec![g.clone(), "1".into(), "0".into(), "0".into()];
+        args.push(credits.len().to_string());
+        for c in credits {
+            args.extend(c.iter().map(|x| x.to_string()));
+        }
+        args.push(n.to_string());
+        (keys, args)
     };
-    // Valid call first, so we know the harness is right.
-    let ok: Value = client
-        .eval(lua, keys.clone(), args("1", "u"))
-        .await
-        .unwrap();
-    assert!(format!("{ok:?}").contains("applied"), "{ok:?}");
-    let before = srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
+    // One request: (user, request id, qty).
+    let one = |user: &str, rid: &str, qty: &str| -> (Vec<String>, Vec<String>) {
+        let (mut keys, mut args) = head(&[], 1);
+        keys.push(ledger(user));
+        args.extend([user, rid, qty, "0", "1000"].map(String::from));
+        (keys, args)
+    };
+    // Valid call first, so we know the harness is right: an applied request answers the
+    // stock after it.
+    let (k, a) = one("u", "x", "1");
+    let ok: Value = client.eval(sell, k, a).await.unwrap();
+    assert!(format!("{ok:?}").contains("Integer(9)"), "{ok:?}");
+    let stock = || srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
+    let before = stock();
+    // Quantity 0 is no request (a credit-only call): it answers the stock, records nothing.
+    let (k, a) = one("u2", "x2", "0");
+    let r: Value = client.eval(sell, k, a).await.unwrap();
+    assert!(format!("{r:?}").contains("Integer(9)"), "{r:?}");
     for qty in [
-        "0",
         "0x10",
         "1e3",
         " 5",
@@ -161,53 +184,41 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         "",
         "9999999999999999",
     ] {
-        let r: Result<Value, _> = client.eval(lua, keys.clone(), args(qty, "u2")).await;
-        let err = r.expect_err(qty);
+        let (k, a) = one("u2", "x2", qty);
+        let r: Value = client.eval(sell, k, a).await.unwrap();
         assert!(
-            err.details().contains("bad argument: qty"),
-            "{qty:?}: {err:?}"
+            format!("{r:?}").contains("bad argument: qty"),
+            "{qty:?}: {r:?}"
         );
     }
     for user in ["a{b}", "a b", ""] {
-        let r: Result<Value, _> = client.eval(lua, keys.clone(), args("1", user)).await;
-        assert!(r.is_err(), "{user:?}");
+        let (k, a) = one(user, "x3", "1");
+        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
+        assert!(
+            r.as_ref().is_err() || format!("{r:?}").contains("bad argument"),
+            "{user:?}: {r:?}"
+        );
     }
-    assert_eq!(srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]), before);
-    assert_eq!(
-        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:x2")]),
-        "0"
-    );
+    assert_eq!(stock(), before);
+    assert_eq!(srv.cli(&["EXISTS", &ledger("u2")]), "0");
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 1, "{a:?}");
 
-    // The coalesced script: a bad request is answered "bad" on its own and writes nothing;
-    // the good ones around it apply. A bad header refuses the whole call before any write.
-    let batch = concat!(
-        include_str!("../src/scripts/prelude.lua"),
-        include_str!("../src/scripts/deduct_core.lua"),
-        include_str!("../src/scripts/deduct_batch.lua")
-    );
+    // A batch: a bad request is answered "bad" on its own and writes nothing; the good ones
+    // around it apply.
     let reqs = [
-        ("b1", "u1", "1"),
-        ("b2", "u2", "0x10"),
-        ("b3", "a{b}", "1"),
-        ("b4", "u4", "2"),
+        ("u1", "b1", "1"),
+        ("u2", "b2", "0x10"),
+        ("a{b}", "b3", "1"),
+        ("u4", "b4", "2"),
     ];
-    let mut keys = vec![
-        "t:{strict#0}:seg".to_string(),
-        format!("t:{{strict#0}}:g{g}:resv"),
-        format!("t:{{strict#0}}:g{g}:claims"),
-        "t:{strict#0}:out".to_string(),
-    ];
-    let mut args: Vec<String> = [g.as_str(), "0", "1000", "1000", "4"]
-        .map(String::from)
-        .to_vec();
-    for (rid, user, qty) in reqs {
-        keys.push(format!("t:{{strict#0}}:g{g}:rq:{rid}"));
-        args.extend([user, qty, "1", "0"].map(String::from));
+    let (mut keys, mut args) = head(&[], reqs.len());
+    for (user, rid, qty) in reqs {
+        keys.push(ledger(user));
+        args.extend([user, rid, qty, "0", "1000"].map(String::from));
     }
     let v: Value = client
-        .eval(batch, keys.clone(), args.clone())
+        .eval(sell, keys.clone(), args.clone())
         .await
         .unwrap();
     let v = format!("{v:?}");
@@ -217,54 +228,90 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         v.contains("bad argument: qty") && v.contains("bad argument: user"),
         "{v}"
     );
-    assert_eq!(
-        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:b2")]),
-        "0"
-    );
-    assert_eq!(
-        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:b3")]),
-        "0"
-    );
-    // Applied sales of a batch are remembered as fields of the segment's window hashes
-    // (compact records), not as keys: the refused requests must not be there either, and the
-    // applied ones must (else this check proves nothing).
-    let window_fields = || -> Vec<String> {
-        srv.cli(&["KEYS", &format!("t:{{strict#0}}:g{g}:rw:*")])
-            .lines()
-            .filter(|k| !k.trim().is_empty())
-            .flat_map(|k| {
-                srv.cli(&["HKEYS", k.trim()])
-                    .lines()
-                    .map(|f| f.trim().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    };
-    let mut remembered = window_fields();
-    remembered.sort();
-    assert_eq!(remembered, ["b1", "b4"], "window entries");
+    for (user, present) in [("u1", "1"), ("u2", "0"), ("a{b}", "0"), ("u4", "1")] {
+        assert_eq!(srv.cli(&["EXISTS", &ledger(user)]), present, "{user}");
+    }
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 4, "{a:?}");
-    let before = srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
-    for (i, bad) in [(2, "0"), (3, "1e3"), (4, "5"), (0, "x")] {
-        let mut a2 = args.clone();
-        a2[i] = bad.to_string();
-        let keys2: Vec<String> = keys.iter().map(|k| k.replace(":b", ":c")).collect();
-        let r: Result<Value, _> = client.eval(batch, keys2, a2).await;
-        assert!(r.is_err(), "header {i} = {bad:?}");
+
+    // A bad header refuses the whole call before any write: generation, home function,
+    // index, fence, a credit's id, donor or units, the request count.
+    let before = stock();
+    let credit = ["5", "1", "2"];
+    for (i, bad) in [(0, "x"), (1, "01"), (2, "1e3"), (3, "-1")] {
+        let (k, mut a) = one("u9", "c1", "1");
+        a[i] = bad.to_string();
+        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
+        assert!(r.is_err(), "header {i} = {bad:?}: {r:?}");
     }
-    assert_eq!(srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]), before);
+    for bad in [["0", "1", "2"], ["0x5", "1", "2"], ["5", "x", "2"], ["5", "1", "0"], ["5", "1", "2.5"]] {
+        let (mut k, mut a) = head(&[bad], 1);
+        k.push(ledger("u9"));
+        a.extend(["u9", "c2", "1", "0", "1000"].map(String::from));
+        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
+        assert!(r.is_err(), "credit {bad:?}: {r:?}");
+    }
+    {
+        // A count that does not match the requests sent.
+        let (mut k, mut a) = head(&[credit], 2);
+        k.push(ledger("u9"));
+        a.extend(["u9", "c3", "1", "0", "1000"].map(String::from));
+        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
+        assert!(r.is_err(), "n: {r:?}");
+    }
+    assert_eq!(stock(), before, "a refused call changed the stock");
+    assert_eq!(srv.cli(&["EXISTS", &ledger("u9")]), "0");
     assert_eq!(
-        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:rq:c1")]),
-        "0"
+        srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:in")]),
+        "0",
+        "a refused call recorded a credit"
     );
-    let mut remembered = window_fields();
-    remembered.sort();
-    assert_eq!(
-        remembered,
-        ["b1", "b4"],
-        "a refused batch wrote window entries"
+
+    // transfer.lua: debit with a bad argument writes nothing.
+    let transfer = concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/transfer.lua")
     );
+    let tkeys = vec![
+        seg.clone(),
+        format!("t:{{strict#0}}:g{g}:resv"),
+        format!("t:{{strict#0}}:g{g}:tx"),
+        format!("t:{{strict#0}}:g{g}:txq"),
+        "t:{strict#0}:out".to_string(),
+    ];
+    let debit = |id: &str, dest: &str, want: &str, floor: &str, lease: &str| -> Vec<String> {
+        ["debit", g.as_str(), id, dest, want, floor, lease]
+            .map(String::from)
+            .to_vec()
+    };
+    for (what, a) in [
+        ("id 0", debit("0", "0", "1", "0", "100")),
+        ("id hex", debit("0x10", "0", "1", "0", "100")),
+        ("id too large", debit("18446744073709551616", "0", "1", "0", "100")),
+        ("dest", debit("7", "-1", "1", "0", "100")),
+        ("want 0", debit("7", "0", "0", "0", "100")),
+        ("want exp", debit("7", "0", "1e3", "0", "100")),
+        ("floor", debit("7", "0", "1", " 1", "100")),
+        ("lease", debit("7", "0", "1", "0", "5.5")),
+    ] {
+        let r = client
+            .eval::<Value, _, _, _>(transfer, tkeys.clone(), a)
+            .await;
+        assert!(
+            r.as_ref().is_err_and(|e| e.details().contains("bad argument")),
+            "{what}: {r:?}"
+        );
+    }
+    assert_eq!(stock(), before);
+    for k in &tkeys[2..4] {
+        assert_eq!(srv.cli(&["EXISTS", k]), "0", "{k}");
+    }
+    // And the valid debit, so the refusals above prove something.
+    let r: Value = client
+        .eval(transfer, tkeys.clone(), debit("7", "0", "1", "0", "100"))
+        .await
+        .unwrap();
+    assert!(format!("{r:?}").contains("debited"), "{r:?}");
 }
 
 /// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.
@@ -367,186 +414,357 @@ async fn reload_is_explicit_and_noticed_by_other_instances() {
     );
 }
 
-/// A process claims a request (its home was short), takes units elsewhere, and dies before
-/// settling. A retry after the lease takes over, fences, counts what the dead holder took, and
-/// answers without selling twice. A zombie holder waking later can neither take nor refund.
-async fn dead_claim_holder<S: Store>(e: Engine<S>, complete: bool) {
-    let name = if complete { "dead-full" } else { "dead-part" };
-    let s = sku(name);
-    // 4 segments of 1 unit; find a request id whose home we then empty.
-    let generation = e.load(&s, 4, LoadOptions::new(4)).await.unwrap();
-    let rid = RequestId::new(format!("{name}-r")).unwrap();
-    let user = UserId::new("carol").unwrap();
-    let home = shardstock::segments::home(&rid, 4);
-    let at = |index| SegAddr::new(&s, generation, index);
-    let qty = 2;
-    let args = ReqArgs {
-        attempt: 0,
-        request_id: &rid,
-        user: &user,
+
+/// Segment `index` of `sku` in `generation` (plain tag: one node, or the memory store).
+fn at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
+    SegAddr::new(sku, generation, index)
+}
+
+/// A sale's `sell` arguments crediting `credits`.
+fn sale<'a>(user: &'a UserId, rid: &'a RequestId, qty: u64, credits: &'a [Credit]) -> SellArgs<'a> {
+    SellArgs {
+        request_id: rid,
+        user,
         qty,
-        ttl_ms: 60_000,
-        lease_ms: 100,
         resv_ttl_ms: 0,
-        kind: shardstock::store::RequestKind::Sale,
-    };
+        ttl_ms: 60_000,
+        credits,
+        fence: 0,
+    }
+}
+
+/// A process debits a transfer for its request (home short) and dies before its home credits
+/// it: the units are in transit — the audit counts them, the remaining stock shows them, no
+/// sweeper touches them while the lease runs, a re-sent debit replays them. Once the lease
+/// runs out the sweeper credits them home, exactly once; the dead process's credit arriving
+/// late (a re-sent `sell`) applies nothing more, and its sale replays.
+async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
+    let s = sku(&format!("mover-{tag}"));
+    let g = e.load(&s, 10, LoadOptions::new(2)).await.unwrap(); // [5, 5]
+    let (user, rid) = (UserId::new("carol").unwrap(), RequestId::new("r1").unwrap());
+    let home = shardstock::segments::home(&user, &rid, 2, false);
+    let donor = 1 - home;
     let st = e.store();
-    // Empty the home with a one-unit request routed there explicitly.
-    let filler = RequestId::new("filler").unwrap();
-    let fa = ReqArgs {
-        attempt: 0,
-        request_id: &filler,
-        user: &user,
-        qty: 1,
-        ttl_ms: 60_000,
-        lease_ms: 100,
-        resv_ttl_ms: 0,
-        kind: shardstock::store::RequestKind::Sale,
+    let t = TransferArgs {
+        id: 7,
+        dest: home,
+        want: 3,
+        floor: 0,
+        lease_ms: 200,
     };
-    assert!(matches!(
-        st.deduct_home(at(home), fa, OnShort::Report).await.unwrap(),
-        HomeReply::Applied { .. }
-    ));
-    // The doomed holder: claims, then takes 1 (or 2 = complete) units at other segments.
+    let r = st.transfer(at(&s, g, donor), t).await.unwrap();
     assert_eq!(
-        st.deduct_home(at(home), args, OnShort::Claim)
-            .await
-            .unwrap(),
-        HomeReply::Short {
-            stock: 0,
-            claimed: Some(1)
-        }
+        r,
+        TransferReply::Debited {
+            units: 3,
+            stock_after: 2
+        },
+        "[{tag}]"
     );
-    // The other segments, in the order the engine falls back to them.
-    let others: Vec<u32> = (1..4).map(|k| (home + k) % 4).collect();
-    assert!(matches!(
-        st.take(at(others[0]), args, 1, 1, SegmentRole::Fallback)
-            .await
-            .unwrap(),
-        TakeReply::Taken { part: 1, .. }
-    ));
-    if complete {
-        assert!(matches!(
-            st.take(at(others[1]), args, 1, 1, SegmentRole::Fallback)
-                .await
-                .unwrap(),
-            TakeReply::Taken { part: 1, .. }
-        ));
-    }
-    // ...and dies. A duplicate arriving now waits (lease 100 ms), then takes over.
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let d = e
-        .deduct(&Deduct {
-            sku: s.clone(),
-            user: user.clone(),
-            qty,
-            request_id: rid.clone(),
-        })
-        .await
-        .unwrap();
-    match (&d, complete) {
-        (Deduction::Replayed { parts }, true) => {
-            assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), 2)
-        }
-        (Deduction::Applied { parts }, false) => {
-            assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), 2)
-        }
-        other => panic!("{other:?}"),
-    }
-    // The zombie wakes: its epoch-1 takes are fenced and its refunds do nothing.
-    assert_eq!(
-        st.take(at(others[2]), args, 1, 1, SegmentRole::Fallback)
-            .await
-            .unwrap(),
-        TakeReply::Superseded
+    // ...and dies.
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok, "[{tag}] {a:?}");
+    assert_eq!((a.remaining, a.in_transit, a.sold), (7, 3, 0), "[{tag}] {a:?}");
+    let r = e.remaining(&s).await.unwrap();
+    assert_eq!((r.total, r.in_transit), (7, 3), "[{tag}] {r:?}");
+    // The lease runs: the sweeper leaves it; a re-sent debit replays the same units.
+    e.sweep().await.unwrap();
+    assert_eq!(e.audit(&s).await.unwrap().in_transit, 3, "[{tag}] swept early");
+    let again = st.transfer(at(&s, g, donor), t).await.unwrap();
+    assert!(
+        matches!(again, TransferReply::Debited { units: 3, .. }),
+        "[{tag}] {again:?}"
     );
+    let due = st.transfers_due(at(&s, g, donor), 10).await.unwrap();
+    assert_eq!(due.len(), 1, "[{tag}] {due:?}");
+    assert_eq!((due[0].id, due[0].dest, due[0].units), (7, home, 3), "[{tag}]");
+    // The lease ran out: the sweeper credits the units home.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    e.sweep().await.unwrap();
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok, "[{tag}] {a:?}");
+    assert_eq!((a.remaining, a.in_transit), (10, 0), "[{tag}] {a:?}");
     assert_eq!(
-        st.refund(at(others[0]), args, 1, SegmentRole::Fallback)
-            .await
-            .unwrap(),
-        0
+        (a.segments[home as usize].state.stock, a.segments[donor as usize].state.stock),
+        (8, 2),
+        "[{tag}] {a:?}"
+    );
+    assert!(
+        st.transfers_due(at(&s, g, donor), 10).await.unwrap().is_empty(),
+        "[{tag}] still due after the sweeper credited it"
+    );
+    // The dead process's own credit arrives late, with its sale: the credit adds nothing.
+    let credit = [Credit {
+        id: 7,
+        donor,
+        units: 3,
+    }];
+    let r = st.sell(at(&s, g, home), sale(&user, &rid, 4, &credit)).await.unwrap();
+    assert_eq!(r, SellReply::Applied { stock_after: 4 }, "[{tag}]");
+    let r = st.sell(at(&s, g, home), sale(&user, &rid, 4, &credit)).await.unwrap();
+    assert_eq!(r, SellReply::Replay, "[{tag}]");
+    // The request, retried through the engine, replays at its home.
+    let d = Deduct {
+        sku: s.clone(),
+        user: user.clone(),
+        qty: 4,
+        request_id: rid.clone(),
+    };
+    let r = e.deduct(&d).await.unwrap();
+    assert_eq!(
+        r,
+        Deduction::Replayed {
+            parts: vec![Part {
+                segment: home,
+                units: 4
+            }]
+        },
+        "[{tag}]"
     );
     let a = e.audit(&s).await.unwrap();
-    assert!(a.ok, "{a:?}");
+    assert!(a.ok, "[{tag}] {a:?}");
     assert_eq!(
-        (a.sold, a.remaining),
-        (3, 1),
-        "filler 1 + request 2, exactly once"
+        (a.remaining, a.in_transit, a.sold),
+        (6, 0, 4),
+        "[{tag}] {a:?}"
     );
-    // Replays from now on agree.
-    let again = e
-        .deduct(&Deduct {
-            sku: s.clone(),
-            user,
-            qty,
-            request_id: rid,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(again, Deduction::Replayed { .. }), "{again:?}");
+    assert_eq!(
+        (a.segments[home as usize].state.moved_in, a.segments[donor as usize].state.moved_out),
+        (3, 3),
+        "[{tag}] credited once: {a:?}"
+    );
 }
 
-#[tokio::test]
-async fn dead_claim_holder_is_taken_over_exactly_once() {
-    let b = || {
-        Engine::builder()
-            .per_user_limit(0)
-            .claim_lease(Duration::from_millis(100))
-            .pending_wait(Duration::from_secs(2))
-    };
-    dead_claim_holder(b().build(MemoryStore::new()).unwrap(), true).await;
-    dead_claim_holder(b().build(MemoryStore::new()).unwrap(), false).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mover_that_died_between_debit_and_credit_is_credited_by_the_sweeper_once() {
+    let b = || Engine::builder().per_user_limit(0);
+    dead_mover(b().build(MemoryStore::new()).unwrap(), "memory").await;
     let srv = RedisServer::start();
-    dead_claim_holder(redis_engine(&srv, b()).await, true).await;
-    dead_claim_holder(redis_engine(&srv, b()).await, false).await;
+    dead_mover(redis_engine(&srv, b()).await, "redis").await;
+    dead_mover(
+        coalesced_engine(&srv, b(), Coalescing::default(), "c").await,
+        "coalesced",
+    )
+    .await;
 }
 
-/// While a live holder's lease runs, a duplicate answers `InFlight` after `pending_wait`
-/// instead of deducting.
-#[tokio::test]
-async fn duplicate_of_a_live_claim_is_in_flight() {
-    let e = Engine::builder()
-        .per_user_limit(0)
-        .claim_lease(Duration::from_secs(30))
-        .user_claim_ttl(Duration::from_secs(60))
-        .pending_wait(Duration::from_millis(50))
-        .build(MemoryStore::new())
-        .unwrap();
-    let s = sku("live");
-    let generation = e.load(&s, 2, LoadOptions::new(2)).await.unwrap();
-    let rid = RequestId::new("live-r").unwrap();
-    let user = UserId::new("dan").unwrap();
-    let home = shardstock::segments::home(&rid, 2);
-    let at = SegAddr::new(&s, generation, home);
-    let args = ReqArgs {
-        attempt: 0,
-        request_id: &rid,
-        user: &user,
-        qty: 2,
-        ttl_ms: 60_000,
-        lease_ms: 30_000,
-        resv_ttl_ms: 0,
-        kind: shardstock::store::RequestKind::Sale,
+/// A transfer whose lease ran out is credited by the sweeper while its request credits it
+/// too, concurrently, round after round: each credit applies once, and the audit is exact
+/// after every round.
+async fn sweeper_races_credits<S: Store>(e: Engine<S>, tag: &str) {
+    let s = sku(&format!("race-{tag}"));
+    let g = e.load(&s, 400, LoadOptions::new(2)).await.unwrap(); // [200, 200]
+    let st = e.store();
+    let mut sold = 0;
+    for round in 0..40u64 {
+        let user = UserId::new(format!("u{round}")).unwrap();
+        let rid = RequestId::new(format!("r{round}")).unwrap();
+        let home = shardstock::segments::home(&user, &rid, 2, false);
+        let donor = 1 - home;
+        let t = TransferArgs {
+            id: 100 + round,
+            dest: home,
+            want: 2,
+            floor: 0,
+            lease_ms: 1,
+        };
+        let r = st.transfer(at(&s, g, donor), t).await.unwrap();
+        assert!(matches!(r, TransferReply::Debited { units: 2, .. }), "[{tag}] {r:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await; // the lease ran out
+        let credit = [Credit {
+            id: 100 + round,
+            donor,
+            units: 2,
+        }];
+        let (sold_now, swept) = futures::join!(
+            st.sell(at(&s, g, home), sale(&user, &rid, 1, &credit)),
+            e.sweep()
+        );
+        assert!(
+            matches!(sold_now, Ok(SellReply::Applied { .. })),
+            "[{tag}] round {round}: {sold_now:?}"
+        );
+        swept.unwrap();
+        sold += 1;
+        let a = e.audit(&s).await.unwrap();
+        assert!(a.ok, "[{tag}] round {round}: {a:?}");
+        let moved_in: u64 = a.segments.iter().map(|x| x.state.moved_in).sum();
+        let moved_out: u64 = a.segments.iter().map(|x| x.state.moved_out).sum();
+        assert_eq!(
+            (a.remaining, a.in_transit, a.sold, moved_in, moved_out),
+            (400 - sold, 0, sold, 2 * (round + 1), 2 * (round + 1)),
+            "[{tag}] round {round}: {a:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_racing_a_credit_credits_once() {
+    let b = || Engine::builder().per_user_limit(0);
+    sweeper_races_credits(b().build(MemoryStore::new()).unwrap(), "memory").await;
+    let srv = RedisServer::start();
+    sweeper_races_credits(redis_engine(&srv, b()).await, "redis").await;
+    sweeper_races_credits(
+        coalesced_engine(&srv, b(), Coalescing::default(), "c").await,
+        "coalesced",
+    )
+    .await;
+}
+
+/// A reload while units are in transit: the new generation starts with its own counters
+/// (nothing in transit, the audit exact); the old transfer's credit and re-sent debit answer
+/// `Stale` and write nothing; the sweeper finds nothing due; the request, retried, sells in
+/// the new generation.
+async fn reload_mid_transfer<S: Store>(e: Engine<S>, tag: &str) {
+    let s = sku(&format!("reload-mid-{tag}"));
+    let g1 = e.load(&s, 10, LoadOptions::new(2)).await.unwrap();
+    let (user, rid) = (UserId::new("dan").unwrap(), RequestId::new("r").unwrap());
+    let home = shardstock::segments::home(&user, &rid, 2, false);
+    let donor = 1 - home;
+    let st = e.store();
+    let t = TransferArgs {
+        id: 9,
+        dest: home,
+        want: 4,
+        floor: 0,
+        lease_ms: 1,
     };
-    assert!(matches!(
-        e.store()
-            .deduct_home(at, args, OnShort::Claim)
-            .await
-            .unwrap(),
-        HomeReply::Short {
-            claimed: Some(1),
-            ..
-        }
-    ));
-    let d = e
-        .deduct(&Deduct {
-            sku: s.clone(),
-            user,
-            qty: 2,
-            request_id: rid,
-        })
+    let r = st.transfer(at(&s, g1, donor), t).await.unwrap();
+    assert!(matches!(r, TransferReply::Debited { units: 4, .. }), "[{tag}] {r:?}");
+    assert_eq!(e.audit(&s).await.unwrap().in_transit, 4, "[{tag}]");
+    let g2 = e
+        .load(&s, 6, LoadOptions::new(2).replace(true))
         .await
         .unwrap();
-    assert_eq!(d, Deduction::InFlight);
-    assert_eq!(e.remaining(&s).await.unwrap().total, 2);
+    assert!(g2 > g1);
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok, "[{tag}] {a:?}");
+    assert_eq!((a.generation, a.remaining, a.in_transit), (g2, 6, 0), "[{tag}] {a:?}");
+    // The old generation's transfer, finished late: nothing applies.
+    let credit = [Credit {
+        id: 9,
+        donor,
+        units: 4,
+    }];
+    let r = st.sell(at(&s, g1, home), sale(&user, &rid, 1, &credit)).await.unwrap();
+    assert_eq!(r, SellReply::Stale, "[{tag}]");
+    let r = st.transfer(at(&s, g1, donor), t).await.unwrap();
+    assert_eq!(r, TransferReply::Stale, "[{tag}]");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    e.sweep().await.unwrap();
+    for i in 0..2 {
+        assert!(
+            st.transfers_due(at(&s, g2, i), 10).await.unwrap().is_empty(),
+            "[{tag}] segment {i}"
+        );
+    }
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok, "[{tag}] {a:?}");
+    assert_eq!((a.remaining, a.in_transit, a.sold), (6, 0, 0), "[{tag}] {a:?}");
+    let d = Deduct {
+        sku: s.clone(),
+        user,
+        qty: 1,
+        request_id: rid,
+    };
+    assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1, "[{tag}]");
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.sold == 1 && a.remaining == 5 && a.in_transit == 0, "[{tag}] {a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_mid_transfer_leaves_nothing_in_transit() {
+    let b = || Engine::builder().per_user_limit(0);
+    reload_mid_transfer(b().build(MemoryStore::new()).unwrap(), "memory").await;
+    let srv = RedisServer::start();
+    reload_mid_transfer(redis_engine(&srv, b()).await, "redis").await;
+    // The dropped generation's transfer records are gone with its keys.
+    assert_eq!(srv.cli(&["KEYS", "t:*:tx*"]).trim(), "", "old transfer keys left");
+}
+
+/// The same crash point reached through the engine: a deduction whose home is short is
+/// dropped after its transfer's debit reached Redis and before the engine saw the reply (so
+/// before it could send the credit) — a process killed there. The units stay in transit
+/// (audited), the sweeper credits them once the lease runs out, and the request, retried,
+/// applies once at its home. One thread: the deduction moves only when the test polls it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_deduction_dropped_after_its_debit_leaves_units_the_sweeper_credits() {
+    use futures::poll;
+    use std::task::Poll;
+    let srv = RedisServer::start();
+    for (tag, coalesce) in [("lua", false), ("coalesced", true)] {
+        let b = Engine::builder()
+            .per_user_limit(0)
+            .transfer_lease(Duration::from_millis(300));
+        let e = if coalesce {
+            coalesced_engine(&srv, b, Coalescing::default(), "t").await
+        } else {
+            redis_engine(&srv, b).await
+        };
+        let s = sku(&format!("dropped-{tag}"));
+        let g = e.load(&s, 10, LoadOptions::new(2)).await.unwrap(); // [5, 5]
+        let (user, rid) = (UserId::new("eve").unwrap(), RequestId::new("r7").unwrap());
+        let home = shardstock::segments::home(&user, &rid, 2, false);
+        let donor = 1 - home;
+        let tx = format!("t:{{{s}#{donor}}}:g{g}:tx");
+        let debited = || srv.cli(&["HLEN", &tx]) != "0";
+        let d = Deduct {
+            sku: s.clone(),
+            user: user.clone(),
+            qty: 7,
+            request_id: rid.clone(),
+        };
+        {
+            let fut = e.deduct(&d);
+            tokio::pin!(fut);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            'drive: loop {
+                if let Poll::Ready(r) = poll!(fut.as_mut()) {
+                    panic!("[{tag}] the deduction finished before its debit could be cut: {r:?}");
+                }
+                // Let fred send and receive without polling the deduction: once the debit is
+                // in Redis, the deduction has not seen its reply yet.
+                for _ in 0..50 {
+                    tokio::task::yield_now().await;
+                    if debited() {
+                        break 'drive;
+                    }
+                }
+                assert!(std::time::Instant::now() < deadline, "[{tag}] no debit");
+            }
+        } // dropped: the process "dies" here
+        for _ in 0..20 {
+            tokio::task::yield_now().await; // anything fred still had queued goes out
+        }
+        let a = e.audit(&s).await.unwrap();
+        assert!(a.ok, "[{tag}] {a:?}");
+        assert!(a.in_transit > 0, "[{tag}] nothing in transit: {a:?}");
+        assert_eq!(a.sold, 0, "[{tag}] {a:?}");
+        assert_eq!(a.remaining + a.in_transit, 10, "[{tag}] {a:?}");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        e.sweep().await.unwrap();
+        let a = e.audit(&s).await.unwrap();
+        assert!(a.ok, "[{tag}] {a:?}");
+        assert_eq!((a.remaining, a.in_transit), (10, 0), "[{tag}] {a:?}");
+        let r = e.deduct(&d).await.unwrap();
+        assert_eq!(
+            r,
+            Deduction::Applied {
+                parts: vec![Part {
+                    segment: home,
+                    units: 7
+                }]
+            },
+            "[{tag}]"
+        );
+        assert!(matches!(e.deduct(&d).await, Ok(Deduction::Replayed { .. })));
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        e.sweep().await.unwrap();
+        let a = e.audit(&s).await.unwrap();
+        assert!(a.ok, "[{tag}] {a:?}");
+        assert_eq!((a.remaining, a.in_transit, a.sold), (3, 0, 7), "[{tag}] {a:?}");
+        let moved_in: u64 = a.segments.iter().map(|x| x.state.moved_in).sum();
+        let moved_out: u64 = a.segments.iter().map(|x| x.state.moved_out).sum();
+        assert_eq!(moved_in, moved_out, "[{tag}] {a:?}");
+    }
 }
