@@ -384,7 +384,7 @@ mod tests {
             assert!(e.to_string().contains("max_qtty"), "{e}");
             jail.create_file(
                 "bad.toml",
-                "[engine]\nrequest_ttl_ms = 10\ntransfer_lease_ms = 100\n",
+                "[engine]\nrequest_ttl_ms = 0\ntransfer_lease_ms = 100\n",
             )?;
             let e = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
             assert!(e.to_string().contains("request_ttl"), "{e}");

@@ -188,7 +188,7 @@ impl Error {
     /// ([`InvalidInput`](Error::InvalidInput)), the parameter that differs from the request id's
     /// first use ([`RequestIdConflict`](Error::RequestIdConflict)), `sku` for
     /// [`NotLoaded`](Error::NotLoaded) and [`AlreadyLoaded`](Error::AlreadyLoaded), and
-    `None` for failures no input caused.
+    /// `None` for failures no input caused.
     pub fn field(&self) -> Option<&'static str> {
         match self {
             Error::InvalidInput { field, .. } | Error::RequestIdConflict { field, .. } => {
@@ -243,7 +243,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::InvalidInput,
         ErrorKind::NotLoaded,
         ErrorKind::AlreadyLoaded,

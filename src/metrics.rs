@@ -536,14 +536,6 @@ pub(crate) fn sold_out_from_memory() {
     counter!(SOLD_OUT_FROM_MEMORY).increment(1);
 }
 
-pub(crate) fn multi_segment() {
-    counter!(MULTI_SEGMENT).increment(1);
-}
-
-pub(crate) fn empty_skip() {
-    counter!(EMPTY_SKIPS).increment(1);
-}
-
 pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
     if per_segment.contains(&u64::MAX) {
         // u64::MAX is no count of units (older engines used it for "stock came back, amount

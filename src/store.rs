@@ -13,7 +13,6 @@
 use crate::error::Result;
 use crate::ids::{RequestId, Sku, UserId};
 use crate::placement::Placement;
-use crate::segments::Part;
 use std::future::Future;
 
 pub mod memory;

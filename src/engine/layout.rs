@@ -145,6 +145,6 @@ impl<S: Store> Engine<S> {
         {
             return;
         }
-        crate::metrics::remaining(&self.inner.sku_labels, l.sku.as_str(), &l.hints.observed());
+        crate::metrics::remaining(&self.inner.sku_labels, l.sku.as_str(), &l.hints.last_seen());
     }
 }

@@ -147,7 +147,7 @@ mod tests {
     /// The mapping `shardstock serve` had before kinds existed, variant by variant.
     #[test]
     fn statuses_fields_and_retry_hints_are_the_reference_ones() {
-        let cases: [(Error, u16, Option<&str>, bool); 10] = [
+        let cases: [(Error, u16, Option<&str>, bool); 9] = [
             (Error::invalid("user", "bad"), 400, Some("user"), false),
             (Error::NotLoaded("s".into()), 404, Some("sku"), false),
             (

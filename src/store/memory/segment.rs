@@ -552,8 +552,8 @@ mod tests {
         assert_eq!(h.sell(&a, 3), SellReply::Short { stock: 3 });
         assert_eq!(h.counters.moved_in, 3);
         assert!(h.counters.balances() && d.counters.balances());
-        assert_eq!(d.transfers_due(10, 100)[0].lease_left_ms, 0);
-        assert_eq!(d.transfers_due(10, 50)[0].lease_left_ms, 50);
+        assert_eq!(d.transfers_due(10, 101)[0].lease_left_ms, 0);
+        assert_eq!(d.transfers_due(10, 51)[0].lease_left_ms, 50);
         d.transfer_done(7);
         assert!(d.transfers_due(10, 100).is_empty());
     }
