@@ -1,8 +1,11 @@
 //! The checks: each promise of issue 11 in its own file, run in order over one indexed history
-//! ([`Ctx`]); each broken promise is a [`Violation`] of a check (`C0`..`C6`) and a class.
+//! ([`Ctx`]); each broken promise is a [`Violation`] of a check (`C0`..`C7`) and a class.
+//!
+//! A request is a (user, request id) pair ([`Key`]): request ids are scoped per user, so the
+//! same id sent by two users is two requests, each with at most one effect.
 
-use super::facts::{Effect, Facts, RidFacts, rid_facts};
-use super::record::{Kind, Op, Out};
+use super::facts::{Effect, Facts, ReqFacts, req_facts};
+use super::record::{Key, Kind, Op, OwnedKey, Out, key_text};
 use holdings::Holdings;
 use std::collections::BTreeMap;
 
@@ -13,6 +16,7 @@ mod limit;
 mod one_effect;
 mod refusals;
 mod sold;
+mod sold_out;
 
 /// Slack (µs) when comparing client clocks with the server's `TIME` (same host).
 pub const SLACK_US: u64 = 20_000;
@@ -24,7 +28,8 @@ pub struct Violation {
     /// What kind of failure (violations of one class are shown by example).
     pub class: &'static str,
     pub text: String,
-    pub rids: Vec<String>,
+    /// The requests involved: (user, request id).
+    pub keys: Vec<OwnedKey>,
     pub users: Vec<String>,
     /// Time window (µs) of interest for the users' operations.
     pub window: Option<(u64, u64)>,
@@ -34,14 +39,17 @@ fn v(
     check: &'static str,
     class: &'static str,
     text: String,
-    rids: &[&str],
+    keys: &[Key<'_>],
     users: &[&str],
 ) -> Violation {
     Violation {
         check,
         class,
         text,
-        rids: rids.iter().map(|s| s.to_string()).collect(),
+        keys: keys
+            .iter()
+            .map(|(u, r)| (u.to_string(), r.to_string()))
+            .collect(),
         users: users.iter().map(|s| s.to_string()).collect(),
         window: None,
     }
@@ -53,6 +61,7 @@ pub const C3: &str = "3 no user above the limit";
 pub const C4: &str = "4 one end state per reservation";
 pub const C5: &str = "5 conservation";
 pub const C6: &str = "6 no user refused below the limit";
+pub const C7: &str = "7 sold out only when nothing is left";
 pub const C0: &str = "0 unexpected errors";
 
 /// Options the checks need.
@@ -60,10 +69,13 @@ pub const C0: &str = "0 unexpected errors";
 pub struct Params {
     pub limit: u64,
     pub loaded: u64,
-    /// The engines' user claim TTL (µs): a dropped attempt may keep the user busy that long.
     /// How long after a call with an unknown outcome its user may still be answered UserBusy
-    /// (the per-user claim TTL plus the fallback claim lease, with slack).
-    pub user_claim_ttl_us: u64,
+    /// by the same target (µs): an in-process engine forgets a dropped call at once, a `serve`
+    /// process runs a call its client gave up on to its end (a fault may hold it that long).
+    pub busy_grace_us: u64,
+    /// How long a proven sell-out may be answered from memory after units came back (µs): the
+    /// engines' sold-out TTL, with slack.
+    pub sold_out_grace_us: u64,
     /// Engines of the workload; the final purchase may also use a new one (index `engines`).
     pub engines: usize,
 }
@@ -73,35 +85,31 @@ struct Ctx<'a> {
     ops: &'a [Op],
     facts: &'a Facts,
     p: Params,
-    /// The store's verdict per request id.
-    rf: BTreeMap<&'a str, RidFacts>,
-    /// Ops by request id (confirm / cancel under their reservation's request id).
-    by_rid: BTreeMap<&'a str, Vec<&'a Op>>,
+    /// The store's verdict per request.
+    rf: BTreeMap<Key<'a>, ReqFacts>,
+    /// Ops by request (confirm / cancel under their reservation's request).
+    by_key: BTreeMap<Key<'a>, Vec<&'a Op>>,
     /// Ops that take units (deduct, final, reserve) by user.
     by_user: BTreeMap<&'a str, Vec<&'a Op>>,
-    /// The verdict on a request id without records.
-    none: RidFacts,
+    /// The verdict on a request without records.
+    none: ReqFacts,
 }
 
 impl<'a> Ctx<'a> {
     fn new(ops: &'a [Op], facts: &'a Facts, p: Params) -> Self {
-        let rf: BTreeMap<&str, RidFacts> = facts
+        let rf: BTreeMap<Key<'_>, ReqFacts> = facts
             .records
             .iter()
-            .map(|(rid, recs)| (rid.as_str(), rid_facts(rid, recs, facts.segments)))
+            .map(|((u, r), recs)| {
+                let key = (u.as_str(), r.as_str());
+                (key, req_facts(key, recs, facts))
+            })
             .collect();
-        let none = RidFacts {
-            effect: Effect::None,
-            sold: 0,
-            reserved: 0,
-            stranded: 0,
-            problems: Vec::new(),
-        };
-        // Ops by request id (confirm / cancel under their reservation's request id).
-        let mut by_rid: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+        // Ops by request (confirm / cancel under their reservation's request).
+        let mut by_key: BTreeMap<Key<'_>, Vec<&Op>> = BTreeMap::new();
         for o in ops {
             if o.kind != Kind::Restock {
-                by_rid.entry(o.rid.as_str()).or_default().push(o);
+                by_key.entry(o.key()).or_default().push(o);
             }
         }
         let mut by_user: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
@@ -113,15 +121,15 @@ impl<'a> Ctx<'a> {
             facts,
             p,
             rf,
-            by_rid,
+            by_key,
             by_user,
-            none,
+            none: ReqFacts::none(),
         }
     }
 
-    /// The store's verdict on `rid` (no effect when it left no record).
-    fn fact(&self, rid: &str) -> &RidFacts {
-        self.rf.get(rid).unwrap_or(&self.none)
+    /// The store's verdict on request `key` (no effect when it left no record).
+    fn fact<'k>(&'k self, key: Key<'k>) -> &'k ReqFacts {
+        self.rf.get(&key).unwrap_or(&self.none)
     }
 }
 
@@ -137,6 +145,7 @@ pub fn check(ops: &[Op], facts: &Facts, p: Params) -> Vec<Violation> {
     end_states::check(&cx, &mut out);
     conservation::check(&cx, &mut out);
     refusals::check(&cx, &held, &mut out);
+    sold_out::check(&cx, &mut out);
     out
 }
 
@@ -151,7 +160,7 @@ fn unexpected_errors(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 C0,
                 "unexpected error",
                 format!("op #{} answered an unexpected error: {e}", o.seq),
-                &[&o.rid],
+                &[o.key()],
                 &[],
             ));
         }

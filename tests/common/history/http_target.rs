@@ -6,16 +6,16 @@
 //!
 //! Answers map to the outcomes the engine gives in process ([`super::workload::classify`]):
 //! a 2xx body parsed back into [`Deduction`] / [`Reserved`] / [`ReservationEnd`] /
-//! [`Restocked`]; 400 (invalid input) and 409 (request id conflict, sealed) are typed "nothing
-//! happened" → fail; a confirm or cancel answered 404 naming the reservation is the engine's
+//! [`Restocked`]; 400 (invalid input) and 409 (request id conflict) are typed "nothing happened"
+//! → fail; a confirm or cancel answered 404 naming the reservation is the engine's
 //! "no such reservation" (`state: None`); 503 (Redis error, lost lock lease, request timeout),
 //! a connection error or no answer within 10 s → unknown; any other status (500: a store reply
 //! not understood, 404 unknown SKU, 422, ...) → unknown marked "unexpected", as the engine's
 //! other errors are in process (the history's check 0 flags them). A 2xx body that does not
 //! parse panics (a protocol bug, never an outcome).
 //!
-//! The target also remembers which request ids it sent and when, and how many requests are
-//! open right now, so a fault can tell what the process it pauses or partitions was serving.
+//! The target also remembers which requests it sent and when, which are open right now, and
+//! how many, so a fault can tell what the process it pauses or partitions was serving.
 
 use super::workload::{Target, now_us};
 use super::*;
@@ -39,6 +39,8 @@ pub struct HttpTarget {
     sent: Mutex<HashMap<String, u64>>,
     /// Requests sent and not yet answered (or dropped).
     open: AtomicUsize,
+    /// The users of the deductions and reservations open right now (one entry per request).
+    open_users: Mutex<Vec<String>>,
 }
 
 /// Counts a request as open while it lives (dropped with the call).
@@ -47,6 +49,18 @@ struct Open<'a>(&'a AtomicUsize);
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Lists a request's user as open while the request lives (dropped with the call).
+struct OpenUser<'a>(&'a Mutex<Vec<String>>, String);
+
+impl Drop for OpenUser<'_> {
+    fn drop(&mut self) {
+        let mut v = self.0.lock().unwrap();
+        if let Some(i) = v.iter().position(|u| *u == self.1) {
+            v.swap_remove(i);
+        }
     }
 }
 
@@ -61,7 +75,19 @@ impl HttpTarget {
             addr: addr.trim_start_matches("http://").to_string(),
             sent: Mutex::new(HashMap::new()),
             open: AtomicUsize::new(0),
+            open_users: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The users with a deduction or reservation open here right now.
+    pub fn open_users(&self) -> Vec<String> {
+        self.open_users.lock().unwrap().clone()
+    }
+
+    /// Lists `user` as open until the returned guard drops.
+    fn user_open(&self, user: &str) -> OpenUser<'_> {
+        self.open_users.lock().unwrap().push(user.to_string());
+        OpenUser(&self.open_users, user.to_string())
     }
 
     /// Whether request id `rid` was sent here within the last `within`.
@@ -217,13 +243,9 @@ pub fn deduction(v: &Value) -> Option<Deduction> {
         "insufficient" => Deduction::Insufficient {
             available: n("available")?,
         },
-        "in_flight" => Deduction::InFlight,
         "limit_reached" => Deduction::LimitReached { limit: n("limit")? },
         "user_busy" => Deduction::UserBusy,
         "over_limit" => Deduction::OverLimit { limit: n("limit")? },
-        "too_large_to_hold" => Deduction::TooLargeToHold {
-            largest_segment: n("largest_segment")?,
-        },
         _ => return None,
     })
 }
@@ -283,6 +305,7 @@ impl Target for HttpTarget {
             let rid = d.request_id.as_str();
             let body = json!({ "user": d.user.as_str(), "qty": d.qty, "request_id": rid });
             let path = format!("/skus/{}/deduct", d.sku);
+            let _open = self.user_open(d.user.as_str());
             let a = self.post(&path, Some(rid), &body).await;
             outcome(a, |v| deduction(v).map(Val::Ded), None)
         })
@@ -298,6 +321,7 @@ impl Target for HttpTarget {
                 "ttl_ms": ttl.as_millis() as u64,
             });
             let path = format!("/skus/{}/reservations", d.sku);
+            let _open = self.user_open(d.user.as_str());
             let a = self.post(&path, Some(rid), &body).await;
             outcome(a, |v| reserved(v).map(Val::Res), None)
         })

@@ -52,7 +52,7 @@ pub enum Val {
 pub enum Out {
     /// A definite answer.
     Ok(Val),
-    /// A typed error meaning nothing happened (conflict, invalid input, sealed).
+    /// A typed error meaning nothing happened (conflict, invalid input).
     Fail(String),
     /// Infrastructure error, timeout or dropped future: it may or may not have taken effect.
     Unknown(String),
@@ -107,6 +107,11 @@ impl Op {
     pub fn holds(&self) -> Option<&[Part]> {
         self.applied().or_else(|| self.replayed())
     }
+    /// The request this operation is about: (user, request id) — request ids are scoped per
+    /// user (for confirm / cancel: the reservation's).
+    pub fn key(&self) -> Key<'_> {
+        (self.user.as_str(), self.rid.as_str())
+    }
     pub fn unknown(&self) -> bool {
         matches!(self.out, Out::Unknown(_))
     }
@@ -153,23 +158,36 @@ impl Op {
     }
 }
 
-/// The request id of a reservation id `<sku>~<generation>~<segment>~<request id>`.
-pub fn resv_rid(id: &str) -> Option<&str> {
-    id.splitn(4, '~').nth(3)
+/// A request: (user, request id). Request ids are scoped per (SKU, user): the same id under
+/// another user is another request.
+pub type Key<'a> = (&'a str, &'a str);
+
+/// A request's key as owned strings.
+pub type OwnedKey = (String, String);
+
+/// The key as text, `user/request id` (for reports).
+pub fn key_text((user, rid): Key<'_>) -> String {
+    format!("{user}/{rid}")
+}
+
+/// (user, request id) of a reservation id `<sku>~<generation>~<segment>~<user>~<request id>`.
+pub fn resv_key(id: &str) -> Option<(&str, &str)> {
+    let mut it = id.splitn(5, '~').skip(3);
+    Some((it.next()?, it.next()?))
 }
 
 /// (generation, segment) of a reservation id.
 pub fn resv_place(id: &str) -> Option<(u64, u32)> {
-    let mut it = id.splitn(4, '~');
+    let mut it = id.splitn(5, '~');
     it.next()?;
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
-/// Helper for rids in a map keyed by `String`.
-pub fn rid_set(ops: &[Op]) -> BTreeSet<String> {
+/// The requests of a history (restocks aside).
+pub fn key_set(ops: &[Op]) -> BTreeSet<OwnedKey> {
     ops.iter()
         .filter(|o| o.kind != Kind::Restock)
-        .map(|o| o.rid.clone())
+        .map(|o| (o.user.clone(), o.rid.clone()))
         .collect()
 }
 

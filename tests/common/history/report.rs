@@ -2,7 +2,7 @@
 //! and store records involved ([`report`]), a one-line-per-class table, and outcome counts.
 
 use super::check::{C3, Violation};
-use super::facts::{Facts, fields};
+use super::facts::Facts;
 use super::record::{Op, Out, Val};
 use shardstock::Reserved;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +31,10 @@ pub fn report(ops: &[Op], facts: &Facts, vs: &[Violation], per_check: usize) -> 
                 let mut shown = BTreeSet::new();
                 let mut lines = Vec::new();
                 for o in ops {
-                    let by_rid = x.rids.contains(&o.rid);
+                    let by_rid = x
+                        .keys
+                        .iter()
+                        .any(|(u, r)| *u == o.user && *r == o.rid);
                     // The user's other operations only where the user's holdings matter.
                     let by_user = x.users.contains(&o.user)
                         && (x.window.is_some() || x.check == C3)
@@ -48,18 +51,24 @@ pub fn report(ops: &[Op], facts: &Facts, vs: &[Violation], per_check: usize) -> 
                 if n > 40 {
                     let _ = writeln!(s, "    ... {} more", n - 40);
                 }
-                for r in x.rids.iter().take(6) {
-                    if let Some(recs) = facts.records.get(r) {
-                        for (i, m) in recs.iter().enumerate() {
-                            if !m.is_empty() {
-                                let _ = writeln!(s, "    store {r} @ segment {i}: {}", fields(m));
-                            }
-                        }
+                for k in x.keys.iter().take(6) {
+                    for r in facts.records.get(k).map(Vec::as_slice).unwrap_or(&[]) {
+                        let _ = writeln!(
+                            s,
+                            "    store {}/{} @ segment {}: {}",
+                            k.0, k.1, r.seg, r.raw
+                        );
                     }
                 }
                 for u in &x.users {
-                    if let Some(m) = facts.users.get(u) {
-                        let _ = writeln!(s, "    store user {u}: {}", fields(m));
+                    for ((seg, lu), l) in &facts.ledgers {
+                        if lu == u {
+                            let _ = writeln!(
+                                s,
+                                "    store ledger of {u} @ segment {seg}: {:?}",
+                                l.fields
+                            );
+                        }
                     }
                 }
             }

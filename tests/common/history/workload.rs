@@ -34,8 +34,10 @@ pub const USERS_PER_PHASE: usize = 4;
 /// Operations per phase (each phase has its own users, so the limit keeps mattering).
 pub const PHASE_OPS: usize = 100;
 pub const TASKS: usize = 24;
-pub const CLAIM_LEASE_MS: u64 = 300;
-pub const USER_CLAIM_TTL_MS: u64 = 600;
+/// How long units moved by a transfer may stay in transit before any sweeper credits them.
+pub const TRANSFER_LEASE_MS: u64 = 300;
+/// How long a proven sell-out is answered from memory at most.
+pub const SOLD_OUT_TTL_MS: u64 = 300;
 pub const MAX_RESV_MS: u64 = 800;
 
 pub fn ms(n: u64) -> Duration {
@@ -52,9 +54,8 @@ pub fn now_us() -> u64 {
 pub fn builder() -> EngineBuilder {
     Engine::builder()
         .per_user_limit(LIMIT)
-        .claim_lease(ms(CLAIM_LEASE_MS))
-        .user_claim_ttl(ms(USER_CLAIM_TTL_MS))
-        .pending_wait(ms(300))
+        .transfer_lease(ms(TRANSFER_LEASE_MS))
+        .sold_out_ttl(ms(SOLD_OUT_TTL_MS))
         .max_qty(4)
 }
 
@@ -105,7 +106,7 @@ pub fn classify<T>(
         Err(_) => Out::Unknown("timeout (future dropped)".into()),
         Ok(Ok(v)) => Out::Ok(wrap(v)),
         Ok(Err(e)) => match e {
-            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } | Error::Sealed(_) => {
+            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } => {
                 Out::Fail(format!("{e:?}"))
             }
             Error::Redis(_) => Out::Unknown(format!("redis: {e}")),
@@ -159,8 +160,8 @@ async fn timed(limit: Duration, call: BoxFuture<'_, Out>) -> Out {
 pub struct Fault {
     pub name: String,
     /// How much later than its caller gave up a command may still run (held by a paused
-    /// server or a partitioned link, delivered at the heal): its user claim then keeps the
-    /// user busy that much longer, which the lockout check allows.
+    /// server or a partitioned link, delivered at the heal): a `serve` process then keeps the
+    /// user busy that much longer, which the UserBusy check allows.
     pub late: Duration,
     pub start: Box<dyn FnOnce(Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> + Send>,
 }
@@ -302,8 +303,8 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
                 qty: if rng.u32(..100) < 70 { 1 } else { 2 },
                 reserve: roll >= 36,
             };
-            // Mostly the last few requests (races), sometimes older ones (past their claim
-            // expiry: sealed, verified or settled meanwhile).
+            // Mostly the last few requests (races), sometimes older ones (whose transfers were
+            // credited by the sweeper meanwhile).
             let window = if rng.bool() { 48 } else { 400 };
             if rng.u32(..100) < cx.reuse
                 && let Some(old) = recent(&sh.sent, &mut rng, window)
@@ -311,8 +312,8 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
                 let r = rng.u32(..100);
                 s = old.clone();
                 op.why = if r < 50 {
-                    // Preferably a request whose answer was lost a while ago (its claims
-                    // expired meanwhile: verified, sealed or taken over).
+                    // Preferably a request whose answer was lost a while ago (the transfers it
+                    // left in transit credited by a sweeper meanwhile).
                     let late = {
                         let mut d = sh.dropped.lock().unwrap();
                         let due = now_us().saturating_sub(700_000);
@@ -328,6 +329,7 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
                         "retry"
                     }
                 } else if r < 70 {
+                    // The same request id under another user: another request.
                     s.user = user_of(&mut rng);
                     if s.user == old.user {
                         "retry"
@@ -415,76 +417,26 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
     ops
 }
 
-/// Reads every request record and user record of the SKU's generation.
+/// Reads every ledger and transfer of the SKU's generation, and the audit.
 pub async fn read_facts(e: &Engine<RedisStore>, admin: &fred::clients::Client, sku: &Sku) -> Facts {
     let audit = e.audit(sku).await.unwrap();
-    let (records, users) =
-        read_records(std::slice::from_ref(admin), SKU, audit.generation, SEGMENTS).await;
-    Facts {
-        segments: SEGMENTS,
-        limit: LIMIT,
-        records,
-        users,
-        audit,
-    }
+    let mut facts = Facts::empty(SEGMENTS, LIMIT, audit);
+    read_records(std::slice::from_ref(admin), SKU, &mut facts).await;
+    facts
 }
 
-/// Request records (by request id, per segment index) and user records (by user) of `sku`'s
-/// generation `g` under prefix `t`, read through every client in `clients` (one node, or
-/// each master of a cluster: each answers for the keys of its own slots). Segment tags may
-/// carry a placement suffix (`{sku#i.k}`).
-pub async fn read_records(
-    clients: &[fred::clients::Client],
-    sku: &str,
-    g: u64,
-    segments: u32,
-) -> (
-    BTreeMap<String, Vec<HashMap<String, String>>>,
-    BTreeMap<String, HashMap<String, String>>,
-) {
-    let mut records: BTreeMap<String, Vec<HashMap<String, String>>> = BTreeMap::new();
-    let mut users = BTreeMap::new();
+/// Every ledger (the users' request records and units) and every transfer (debits at donors,
+/// credits at destinations) of `sku`'s generation `facts.audit.generation` under prefix `t`,
+/// read through every client in `clients` (one node, or each master of a cluster: each
+/// answers for the keys of its own slots) into `facts`. Segment tags may carry a placement
+/// suffix (`{sku#i.k}`).
+pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &mut Facts) {
+    let g = facts.audit.generation;
     for client in clients {
-        // Compact entries (a sale applied wholly at home: a field of the segment's window
-        // hash `…:g<gen>:rw:<W>:<w>`, `<qty>:<expiry ms>:<user>`), read as the full record
-        // they stand for; one past its expiry is absent, like an expired record key.
-        let now: Vec<String> = client
-            .custom(fred::cmd!("TIME"), Vec::<String>::new())
-            .await
-            .unwrap();
-        let now_ms = now[0].parse::<u64>().unwrap() * 1000 + now[1].parse::<u64>().unwrap() / 1000;
-        let windows: Vec<String> = client
-            .custom(
-                fred::cmd!("KEYS"),
-                vec![format!("t:{{{sku}#*}}:g{g}:rw:*:*")],
-            )
-            .await
-            .unwrap();
-        for k in windows {
-            let seg = segment_of(&k);
-            let m: HashMap<String, String> = client.hgetall(&k).await.unwrap();
-            for (rid, e) in m {
-                let mut it = e.splitn(3, ':');
-                let (q, exp, user) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-                if exp.parse::<u64>().unwrap() <= now_ms {
-                    continue;
-                }
-                let rec = HashMap::from([
-                    ("s".to_string(), "A".to_string()),
-                    ("u".into(), user.into()),
-                    ("q".into(), q.into()),
-                    ("e".into(), "0".into()),
-                    ("k".into(), "s".into()),
-                    ("parts".into(), format!("{seg}:{q}")),
-                ]);
-                records
-                    .entry(rid)
-                    .or_insert_with(|| vec![HashMap::new(); segments as usize])[seg] = rec;
-            }
-        }
         for pattern in [
-            format!("t:{{{sku}#*}}:g{g}:rq:*"),
-            format!("t:{{{sku}@*}}:g{g}:user"),
+            format!("t:{{{sku}#*}}:g{g}:u:*"),
+            format!("t:{{{sku}#*}}:g{g}:tx"),
+            format!("t:{{{sku}#*}}:g{g}:in"),
         ] {
             let keys: Vec<String> = client
                 .custom(fred::cmd!("KEYS"), vec![pattern])
@@ -499,19 +451,43 @@ pub async fn read_records(
                 .collect()
                 .await;
             for (k, m) in got {
-                let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
-                if let Some((_, rid)) = k.split_once(":rq:") {
-                    let seg = segment_of(&k);
-                    records
-                        .entry(rid.to_string())
-                        .or_insert_with(|| vec![HashMap::new(); segments as usize])[seg] = m;
+                let seg = segment_of(&k) as u32;
+                if let Some((_, user)) = k.split_once(&format!(":g{g}:u:")) {
+                    let mut fields: Vec<_> = m.into_iter().collect();
+                    fields.sort();
+                    for (f, val) in fields {
+                        facts.add_field(seg, user, &f, &val);
+                    }
+                } else if k.ends_with(":tx") {
+                    for (id, val) in m {
+                        // <dest>:<units>:<lease end ms> (0 once done)
+                        let v: Vec<u64> = val.split(':').filter_map(|x| x.parse().ok()).collect();
+                        assert_eq!(v.len(), 3, "transfer {id} at {k}: {val:?}");
+                        facts.debits.push(Debit {
+                            donor: seg,
+                            id,
+                            dest: v[0] as u32,
+                            units: v[1],
+                            done: v[2] == 0,
+                        });
+                    }
                 } else {
-                    users.insert(tag[tag.find('@').unwrap() + 1..].to_string(), m);
+                    for (id, val) in m {
+                        let units = val
+                            .parse()
+                            .unwrap_or_else(|_| panic!("credit {id} at {k}: {val:?}"));
+                        facts.credits.push(CreditFact {
+                            dest: seg,
+                            id,
+                            units,
+                        });
+                    }
                 }
             }
         }
     }
-    (records, users)
+    facts.debits.sort_by(|a, b| (a.donor, &a.id).cmp(&(b.donor, &b.id)));
+    facts.credits.sort_by(|a, b| (a.dest, &a.id).cmp(&(b.dest, &b.id)));
 }
 
 /// The segment index in a key's hash tag (`{sku#i}` or, placed, `{sku#i.k}`).
@@ -536,20 +512,12 @@ pub async fn sweep_all(engines: &[Engine<RedisStore>]) {
     }
 }
 
-/// Units each user holds for good (sold), from the store's records.
-fn sold_per_user(f: &Facts) -> BTreeMap<String, u64> {
+/// Units each user holds (sold, confirmed, or reserved and live), from the store's records.
+fn held_per_user(f: &Facts) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
-    for (rid, recs) in &f.records {
-        match rid_facts(rid, recs, f.segments).effect {
-            Effect::Sale { user, qty, .. }
-            | Effect::Resv {
-                user,
-                qty,
-                state: 'C' | 'R',
-                ..
-            } => *m.entry(user).or_default() += qty,
-            _ => {}
-        }
+    for ((user, rid), recs) in &f.records {
+        let e = req_facts((user, rid), recs, f).effect;
+        *m.entry(user.clone()).or_default() += e.keeps();
     }
     m
 }
@@ -557,20 +525,24 @@ fn sold_per_user(f: &Facts) -> BTreeMap<String, u64> {
 /// What the request records say, by kind (how much of the state space the run reached).
 fn store_summary(f: &Facts) -> String {
     let mut c: BTreeMap<String, usize> = BTreeMap::new();
-    for (rid, recs) in &f.records {
-        let k = match rid_facts(rid, recs, f.segments).effect {
-            Effect::None => "no home record".to_string(),
-            Effect::Sealed { .. } => "sealed".into(),
-            Effect::Sale { parts, .. } => format!("sale in {} part(s)", parts.len()),
+    for ((user, rid), recs) in &f.records {
+        let k = match req_facts((user, rid), recs, f).effect {
+            Effect::None => "no record".to_string(),
+            Effect::Sale { .. } => "sale".into(),
             Effect::Resv { state, .. } => format!("reservation {state}"),
-            Effect::Claim { .. } => "pending claim".into(),
         };
         *c.entry(k).or_default() += 1;
     }
-    c.iter()
-        .map(|(k, n)| format!("{k}: {n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let credited = f.credits.len();
+    format!(
+        "{}; transfers: {} debited ({} units), {credited} credited",
+        c.iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        f.debits.len(),
+        f.debits.iter().map(|d| d.units).sum::<u64>()
+    )
 }
 
 /// Runs the workload (with its fault), settles, makes the final purchases and checks the
@@ -631,8 +603,9 @@ pub async fn run(r: Run) -> Outcome {
     };
     drop(sweeper);
 
-    // Settle: every reservation, claim lease and user claim has expired; sweep.
-    tokio::time::sleep(ms(MAX_RESV_MS + USER_CLAIM_TTL_MS + CLAIM_LEASE_MS)).await;
+    // Settle: every reservation and transfer lease has run out, and every command delivered
+    // late has run; sweep.
+    tokio::time::sleep(ms(MAX_RESV_MS + TRANSFER_LEASE_MS + 500) + late).await;
     sweep_all(&engines).await;
 
     // Every user below the limit can still buy one unit (stock is added first).
@@ -649,7 +622,7 @@ pub async fn run(r: Run) -> Outcome {
         u
     };
     let before = read_facts(&engines[0], &r.admin, &sku).await;
-    let held = sold_per_user(&before);
+    let held = held_per_user(&before);
     let below: Vec<String> = users
         .iter()
         .filter(|u| held.get(*u).copied().unwrap_or(0) < LIMIT)
@@ -691,20 +664,18 @@ pub async fn run(r: Run) -> Outcome {
             let rid = format!("final-{user}");
             let d = Deduct::new(SKU, user, 1, &rid).unwrap();
             let mut log = Vec::new();
-            // On each target in turn, retry (same id) for 1.5 s while refused.
+            // On each target in turn, retry (same id) for 1.5 s while refused (sold out
+            // included: the final restock left a unit more than there are final buyers, and a
+            // target's sold-out memory forgets within its TTL).
             'targets: for n in 0..targets.len() {
                 let e = if n == n_old { n_old } else { (k + n) % n_old };
                 let deadline = Instant::now() + ms(1500);
                 loop {
                     let inv = now_us();
                     let out = timed(ms(10_000), targets[e].deduct(&d)).await;
-                    let refused = matches!(
+                    let refused = !matches!(
                         &out,
-                        Out::Ok(Val::Ded(
-                            Deduction::UserBusy
-                                | Deduction::LimitReached { .. }
-                                | Deduction::InFlight
-                        )) | Out::Unknown(_)
+                        Out::Ok(Val::Ded(Deduction::Applied { .. } | Deduction::Replayed { .. }))
                     );
                     log.push(Op {
                         seq: 0,
@@ -749,22 +720,22 @@ pub async fn run(r: Run) -> Outcome {
         Params {
             limit: LIMIT,
             loaded: LOADED,
-            // How long a dropped or failed call may keep its user busy: its per-user entry is
-            // resolved at once by the engine's cleanup task, but when that cleanup fails too
-            // (connections killed) and the call held a fallback claim, only after the entry
-            // expired and the claim's lease ran out. A fault may deliver a command late.
-            user_claim_ttl_us: (USER_CLAIM_TTL_MS + CLAIM_LEASE_MS) * 1000
-                + late.as_micros() as u64
-                + SLACK_US,
+            // How long a call whose client gave up may keep its user busy on the same target:
+            // an engine in process forgets a dropped call at once; a `serve` process runs it
+            // to its end (each store command bounded by its timeout), late by what the fault
+            // held it.
+            busy_grace_us: 2_000_000 + late.as_micros() as u64 + SLACK_US,
+            sold_out_grace_us: SOLD_OUT_TTL_MS * 1000 + 100_000,
             engines: r.targets.len(),
         },
     );
     eprintln!(
-        "[{name}] {} ops in {:.1} s (+ settle and checks: {:.1} s total); fault struck: {struck}; audit: remaining {} reserved {} sold {} restocked {}\n[{name}] outcomes: {}",
+        "[{name}] {} ops in {:.1} s (+ settle and checks: {:.1} s total); fault struck: {struck}; audit: remaining {} in transit {} reserved {} sold {} restocked {}\n[{name}] outcomes: {}",
         ops.len(),
         workload.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         facts.audit.remaining,
+        facts.audit.in_transit,
         facts.audit.reserved,
         facts.audit.sold,
         facts.audit.restocked,

@@ -1,13 +1,14 @@
 //! Check 4: every reservation in exactly one end state, at the place its id names.
 
-use super::super::record::{Val, resv_place};
+use super::super::record::{Val, resv_key, resv_place};
 use super::*;
 use shardstock::Reserved;
 
 pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
-    let (facts, by_rid) = (cx.facts, &cx.by_rid);
-    for (rid, os) in by_rid {
-        let f = cx.fact(rid);
+    let facts = cx.facts;
+    for (&key, os) in &cx.by_key {
+        let f = cx.fact(key);
+        let rid = key_text(key);
         let confirms: Vec<&&Op> = os
             .iter()
             .filter(|o| o.kind == Kind::Confirm && o.end_done())
@@ -24,7 +25,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                     "{rid}: both confirmed (op #{}) and cancelled (op #{})",
                     c.seq, k.seq
                 ),
-                &[rid],
+                &[key],
                 &[],
             ));
         }
@@ -39,7 +40,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                         "{rid}: cancelled (op #{} done) but the store's state is {state}",
                         k.seq
                     ),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }
@@ -48,7 +49,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                     C4,
                     "still held after expiry and sweep",
                     format!("{rid}: still held after its expiry and the sweeper"),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }
@@ -66,7 +67,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                         "{rid}: confirmed although every confirm came after its expiry ({} ms)",
                         exp_ms
                     ),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }
@@ -81,6 +82,15 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 Effect::Resv { seg, .. } => Some((facts.audit.generation, *seg)),
                 _ => None,
             };
+            if resv_key(&id.to_string()) != Some(key) {
+                out.push(v(
+                    C4,
+                    "reservation id names another request",
+                    format!("{rid}: op #{} returned reservation id {id}", o.seq),
+                    &[key],
+                    &[],
+                ));
+            }
             if want.is_some() && here != want {
                 out.push(v(
                     C4, "reservation id names the wrong place",
@@ -88,7 +98,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                         "{rid}: op #{} returned reservation id {id}, but the units are held at (generation, segment) {want:?}",
                         o.seq
                     ),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }

@@ -4,7 +4,8 @@
 
 use super::*;
 
-/// An interval `(from, to, qty, rid)`: `qty` units held for `rid` from `from` to `to` (µs).
+/// An interval `(from, to, qty, rid)`: `qty` units held for the user's request `rid` from
+/// `from` to `to` (µs).
 pub(super) type Held = (u64, u64, u64, String);
 
 pub(super) struct Holdings {
@@ -18,12 +19,12 @@ pub(super) struct Holdings {
 
 impl Holdings {
     pub(super) fn new(cx: &Ctx<'_>) -> Self {
-        let by_rid = &cx.by_rid;
         let mut sure: BTreeMap<String, Vec<(u64, u64, u64, String)>> = BTreeMap::new(); // user → (from, to, qty, rid)
         let mut maybe: BTreeMap<String, Vec<(u64, u64, u64, String)>> = BTreeMap::new();
         let mut final_units: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
-        for (rid, os) in by_rid {
-            let f = cx.fact(rid);
+        for (&key, os) in &cx.by_key {
+            let f = cx.fact(key);
+            let rid = key.1;
             let first_inv = os
                 .iter()
                 .filter(|o| o.kind.takes())
@@ -108,15 +109,7 @@ impl Holdings {
                         rid.to_string(),
                     ));
                 }
-                Effect::Claim { user, qty } => {
-                    maybe.entry(user.clone()).or_default().push((
-                        first_inv,
-                        u64::MAX,
-                        *qty,
-                        rid.to_string(),
-                    ));
-                }
-                _ => {}
+                Effect::None => {}
             }
         }
         Holdings {

@@ -1,13 +1,14 @@
-//! Check 1: one effect per request id (never applied twice, replays match the store's record,
-//! sealed never applies, no spurious conflict).
+//! Check 1: one effect per request (never applied twice, replays match the store's record —
+//! one part, at the request's home —, no spurious conflict).
 
 use super::*;
 use std::collections::BTreeSet;
 
 pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
-    let by_rid = &cx.by_rid;
-    for (rid, os) in by_rid {
-        let f = cx.fact(rid);
+    for (&key, os) in &cx.by_key {
+        let f = cx.fact(key);
+        let k = key_text(key);
+        let home = cx.facts.home(key);
         let takers: Vec<&&Op> = os.iter().filter(|o| o.kind.takes()).collect();
         let applied: Vec<&&&Op> = takers.iter().filter(|o| o.applied().is_some()).collect();
         if applied.len() > 1 {
@@ -15,15 +16,15 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 C1,
                 "applied more than once",
                 format!(
-                    "{rid}: applied {} times: {}",
+                    "{k}: applied {} times: {}",
                     applied.len(),
                     applied
                         .iter()
-                        .map(|o| format!("#{} {} {} qty {}", o.seq, o.kind.name(), o.user, o.qty))
+                        .map(|o| format!("#{} {} qty {}", o.seq, o.kind.name(), o.qty))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                &[rid],
+                &[key],
                 &[],
             ));
         }
@@ -40,43 +41,57 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
             } else {
                 Kind::Reserve
             };
-            match f.effect.owner() {
-                Some((u, q, k)) if (u, q, k) == (o.user.as_str(), o.qty, kind) => {}
-                Some((u, q, k)) => out.push(v(
+            // Every unit of an applied request is at its home.
+            let at_home = [shardstock::Part {
+                segment: home,
+                units: o.qty,
+            }];
+            if parts != at_home {
+                out.push(v(
                     C1,
-                    if u != o.user {
-                        "replayed to another user"
-                    } else if q == o.qty {
+                    "parts are not one part at home",
+                    format!(
+                        "{k}: op #{} answered {how} with parts {parts:?}; the request's home is segment {home}",
+                        o.seq
+                    ),
+                    &[key],
+                    &[],
+                ));
+            }
+            match f.effect.owner() {
+                Some((u, q, kd)) if (u, q, kd) == (o.user.as_str(), o.qty, kind) => {}
+                Some((_, q, kd)) => out.push(v(
+                    C1,
+                    if q == o.qty {
                         "replayed across kinds (sale vs reservation)"
                     } else {
                         "answer disagrees with the store's record"
                     },
                     format!(
-                        "{rid}: op #{} ({} by {} qty {}) answered {how}, but the request id's effect in the store is a {} by {u} qty {q}{}",
+                        "{k}: op #{} ({} qty {}) answered {how}, but the request's effect in the store is a {} qty {q}{}",
                         o.seq,
                         o.kind.name(),
-                        o.user,
                         o.qty,
-                        k.name(),
+                        kd.name(),
                         match &f.effect {
                             Effect::Resv { state, .. } => format!(" (reservation state {state})"),
                             _ => String::new(),
                         }
                     ),
-                    &[rid],
+                    &[key],
                     &[&o.user],
                 )),
                 None => out.push(v(
-                    C1, "holds per the answer, no applied record in the store",
+                    C1,
+                    "holds per the answer, no record in the store",
                     format!(
-                        "{rid}: op #{} ({} by {} qty {}) answered {how}, but the store has no applied record: {:?}",
+                        "{k}: op #{} ({} qty {}) answered {how}, but the store has no record of it: {:?}",
                         o.seq,
                         o.kind.name(),
-                        o.user,
                         o.qty,
                         f.effect
                     ),
-                    &[rid],
+                    &[key],
                     &[&o.user],
                 )),
             }
@@ -84,12 +99,13 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 && fp != parts
             {
                 out.push(v(
-                    C1, "replay parts differ from the applying op",
+                    C1,
+                    "replay parts differ from the applying op",
                     format!(
-                        "{rid}: op #{} answered {how} with parts {parts:?}, the applying op with {fp:?}",
+                        "{k}: op #{} answered {how} with parts {parts:?}, the applying op with {fp:?}",
                         o.seq
                     ),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }
@@ -97,50 +113,33 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 && sp != parts
             {
                 out.push(v(
-                    C1, "parts differ from the store's record",
+                    C1,
+                    "parts differ from the store's record",
                     format!(
-                        "{rid}: op #{} answered {how} with parts {parts:?}, the store's record says {sp:?}",
+                        "{k}: op #{} answered {how} with parts {parts:?}, the store's record says {sp:?}",
                         o.seq
                     ),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }
         }
-        // Sealed means it can never apply.
-        if let Some(o) = takers
-            .iter()
-            .find(|o| matches!(&o.out, Out::Fail(e) if e.starts_with("Sealed")))
-            && f.effect.owner().is_some()
+        // A conflict when every sender used the very same parameters is spurious.
+        let shapes: BTreeSet<(u64, bool)> =
+            takers.iter().map(|o| (o.qty, o.kind.sells())).collect();
+        if shapes.len() == 1
+            && let Some(o) = takers
+                .iter()
+                .find(|o| matches!(&o.out, Out::Fail(e) if e.starts_with("RequestIdConflict") || e.starts_with("409")))
         {
             out.push(v(
                 C1,
-                "sealed, yet applied",
+                "spurious conflict",
                 format!(
-                    "{rid}: op #{} answered Sealed, yet the request id applied: {:?}",
-                    o.seq, f.effect
-                ),
-                &[rid],
-                &[],
-            ));
-        }
-        // A conflict when every sender used the very same parameters is spurious.
-        let keys: BTreeSet<(&str, u64, bool)> = takers
-            .iter()
-            .map(|o| (o.user.as_str(), o.qty, o.kind.sells()))
-            .collect();
-        if keys.len() == 1
-            && let Some(o) = takers
-                .iter()
-                .find(|o| matches!(&o.out, Out::Fail(e) if e.starts_with("RequestIdConflict")))
-        {
-            out.push(v(
-                C1, "spurious conflict",
-                format!(
-                    "{rid}: op #{} answered a conflict, but every use of the id had the same user, qty and kind",
+                    "{k}: op #{} answered a conflict, but every use of the request had the same qty and kind",
                     o.seq
                 ),
-                &[rid],
+                &[key],
                 &[],
             ));
         }

@@ -1,13 +1,14 @@
 //! Check 6: no user refused with LimitReached who held less; UserBusy only while another
-//! attempt of the user runs; the end-of-run purchase of every user below the limit never
-//! refused. A refusal is named by its likely cause ([`lockout`]).
+//! attempt of the user runs on the same target (the guard that answers it is in-process); the
+//! end-of-run purchase of every user below the limit never refused. A refusal is named by its
+//! likely cause ([`lockout`]).
 
 use super::*;
 use shardstock::Deduction;
 
 pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
     let (ops, facts, p) = (cx.ops, cx.facts, cx.p);
-    let (rf, by_rid, by_user) = (&cx.rf, &cx.by_rid, &cx.by_user);
+    let (by_key, by_user) = (&cx.by_key, &cx.by_user);
     let maybe = &held.maybe;
     for o in ops
         .iter()
@@ -18,15 +19,12 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                 if o.qty > *limit {
                     continue;
                 }
-                // A retry of a request id this user was already told it holds: it must replay
-                // (same kind) or be refused as a conflict (other kind); never count it against
-                // itself.
-                let told_before = by_rid.get(o.rid.as_str()).is_some_and(|os| {
-                    os.iter()
-                        .any(|x| x.user == o.user && x.holds().is_some() && x.ret < o.inv)
+                // A retry of a request the user was already told it holds: it must replay (same
+                // kind) or be refused as a conflict (other kind); never count it against itself.
+                let told_before = by_key.get(&o.key()).is_some_and(|os| {
+                    os.iter().any(|x| x.holds().is_some() && x.ret < o.inv)
                 });
-                if let Some((u, q, k)) = cx.fact(&o.rid).effect.owner()
-                    && u == o.user
+                if let Some((_, q, k)) = cx.fact(o.key()).effect.owner()
                     && told_before
                 {
                     let same = (k == Kind::Deduct) == o.kind.sells() && q == o.qty;
@@ -43,7 +41,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                                 o.qty,
                                 o.engine
                             ),
-                            &[&o.rid],
+                            &[o.key()],
                             &[&o.user],
                         );
                         x.window = Some((o.inv.saturating_sub(1_000_000), o.ret));
@@ -70,7 +68,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                         .filter(|(a, b, _, r)| *a <= o.ret && o.inv < *b && *r != o.rid)
                         .map(|x| x.3.as_str())
                         .collect();
-                    let (mut class, mut hint) = lockout(&o.user, facts, rf);
+                    let (mut class, mut hint) = lockout(&o.user, facts);
                     if hint.is_empty() {
                         // Engine-local causes, from what this engine answered the user before.
                         let prior: Vec<&&Op> = by_user
@@ -92,12 +90,12 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                         } else if let Some(q) = prior.iter().rev().find(|q| {
                             q.kind == Kind::Reserve
                                 && q.holds().is_some()
-                                && match cx.fact(&q.rid).effect {
+                                && match cx.fact(q.key()).effect {
                                     Effect::Resv {
                                         state: 'X', exp_ms, ..
                                     } => exp_ms * 1000 < o.inv,
                                     Effect::Resv { state: 'K', .. } => {
-                                        by_rid.get(q.rid.as_str()).is_some_and(|os| {
+                                        by_key.get(&q.key()).is_some_and(|os| {
                                             os.iter().any(|c| {
                                                 c.kind == Kind::Cancel
                                                     && c.end_done()
@@ -127,7 +125,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                             o.qty,
                             o.engine
                         ),
-                        &[&o.rid],
+                        &[o.key()],
                         &[&o.user],
                     );
                     x.window = Some((o.inv.saturating_sub(3_000_000), o.ret));
@@ -138,9 +136,10 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                 let busy = by_user.get(o.user.as_str()).is_some_and(|os| {
                     os.iter().any(|q| {
                         q.seq != o.seq
+                            && q.engine == o.engine
                             && q.inv <= o.ret
                             && (q.ret >= o.inv
-                                || (q.unknown() && q.ret + p.user_claim_ttl_us >= o.inv))
+                                || (q.unknown() && q.ret + p.busy_grace_us >= o.inv))
                     })
                 });
                 if !busy {
@@ -153,7 +152,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                         C6,
                         "UserBusy with no attempt of the user running",
                         format!(
-                            "{} (op #{} {} {}, engine {}) answered UserBusy with no other attempt of the user running{}",
+                            "{} (op #{} {} {}, engine {}) answered UserBusy with no other attempt of the user running on that engine{}",
                             o.user,
                             o.seq,
                             o.kind.name(),
@@ -169,7 +168,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                                 None => "; no dropped attempt of the user on that engine".into(),
                             }
                         ),
-                        &[&o.rid],
+                        &[o.key()],
                         &[&o.user],
                     );
                     x.window = Some((o.inv.saturating_sub(3_000_000), o.ret));
@@ -185,15 +184,11 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
         finals.entry(o.user.as_str()).or_default().push(o);
     }
     for (user, os) in finals {
+        // The final restock left more units than there are final buyers: each must buy.
         let bought = os.iter().find(|o| {
             matches!(
                 o.ded(),
-                Some(
-                    Deduction::Applied { .. }
-                        | Deduction::Replayed { .. }
-                        | Deduction::SoldOut
-                        | Deduction::Insufficient { .. }
-                )
+                Some(Deduction::Applied { .. } | Deduction::Replayed { .. })
             )
         });
         let mut refusals: BTreeMap<(usize, String), usize> = BTreeMap::new();
@@ -202,6 +197,11 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                 continue;
             }
             let what = match o.ded() {
+                // Answered before the final restock reached this target's sold-out memory:
+                // check 7 judges those; a user who then bought was not refused.
+                Some(Deduction::SoldOut | Deduction::Insufficient { .. }) if bought.is_some() => {
+                    continue;
+                }
                 Some(d) => d.kind().to_string(),
                 None => format!("{:?}", o.out),
             };
@@ -211,8 +211,14 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
             continue;
         }
         let busy = refusals.keys().any(|(_, w)| w == "user_busy");
-        let (class, hint) = lockout(user, facts, rf);
+        let sold_out = refusals
+            .keys()
+            .any(|(_, w)| w == "sold_out" || w == "insufficient");
+        let (class, hint) = lockout(user, facts);
         let class = match (bought.map(|b| b.engine), busy) {
+            (None, _) if sold_out => {
+                "final purchase answered sold out (or insufficient) with units left"
+            }
             (Some(e), true) if e < p.engines => {
                 "final purchase: UserBusy on an engine with nothing running; another engine sold"
             }
@@ -226,21 +232,16 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                 "final purchase: LimitReached from every engine's in-process state; a new engine sold"
             }
             (None, _) => match class {
-                "locked out by an entry of another user's request id" => {
-                    "final purchase refused even by a new engine: entry of another user's request id"
-                }
-                "locked out by a pending entry of a request that holds nothing" => {
-                    "final purchase refused even by a new engine: pending entry of a request that holds nothing"
-                }
-                "locked out by an entry of a request that holds nothing" => {
-                    "final purchase refused even by a new engine: entry of a request that holds nothing"
+                "ledger counts units its records do not hold" => {
+                    "final purchase refused even by a new engine: the ledger counts units its records do not hold"
                 }
                 _ => "final purchase refused even by a new engine, no stale entry in the store",
             },
         };
         let held: u64 = os.first().map(|o| o.qty).map_or(0, |_| {
-            rf.iter()
-                .filter(|(r, _)| **r != os[0].rid)
+            cx.rf
+                .iter()
+                .filter(|((u, r), _)| *u == user && *r != os[0].rid)
                 .filter_map(|(_, f)| match &f.effect {
                     Effect::Sale { user: u, qty, .. }
                     | Effect::Resv {
@@ -254,7 +255,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                 .sum()
         });
         if held + os[0].qty > p.limit {
-            continue; // e.g. an abandoned claim of the user's was completed meanwhile
+            continue; // e.g. an unknown call of the user's applied after all
         }
         let mut x = v(
             C6,
@@ -281,7 +282,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                     None => "; never bought, not even from a new engine".into(),
                 }
             ),
-            &[&os[0].rid],
+            &[os[0].key()],
             &[user],
         );
         x.window = Some((os[0].inv.saturating_sub(3_000_000), os[0].inv));
@@ -289,71 +290,39 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
     }
 }
 
-fn effect_user(e: &Effect) -> Option<&str> {
-    match e {
-        Effect::Sale { user, .. }
-        | Effect::Resv { user, .. }
-        | Effect::Claim { user, .. }
-        | Effect::Sealed { user, .. } => Some(user),
-        Effect::None => None,
-    }
-}
-
-/// Why a user may be refused: entries of the user's record (at the end) that hold nothing.
-fn lockout(user: &str, facts: &Facts, rf: &BTreeMap<&str, RidFacts>) -> (&'static str, String) {
-    let Some(entries) = facts.users.get(user) else {
-        return (
-            "refused below the limit (no stale entry left in the store)",
-            String::new(),
-        );
-    };
-    let (mut other, mut pending) = (false, false);
+/// Why a user may be refused: the user's ledger (at the end) counting more units than its
+/// records hold.
+fn lockout(user: &str, facts: &Facts) -> (&'static str, String) {
     let mut phantom = Vec::new();
-    let mut keys: Vec<_> = entries.iter().collect();
-    keys.sort();
-    for (k, val) in keys {
-        let rid = k.strip_prefix("r:").unwrap_or(k);
-        let e = rf.get(rid).map(|f| &f.effect);
-        let live = matches!(
-            e,
-            Some(Effect::Sale { user: u, .. } | Effect::Resv { user: u, state: 'C' | 'R', .. })
-                if u == user
-        );
-        if live {
+    for ((seg, u), l) in &facts.ledgers {
+        if u != user {
             continue;
         }
-        let owner = e.and_then(effect_user);
-        if owner.is_some_and(|u| u != user) {
-            other = true;
+        let held: u64 = facts
+            .records
+            .iter()
+            .filter(|((ru, _), _)| ru == user)
+            .flat_map(|(_, rs)| rs.iter().filter(|r| r.seg == *seg))
+            .filter(|r| matches!(r.state, 'A' | 'C' | 'R'))
+            .map(|r| r.qty)
+            .sum();
+        if l.h.unwrap_or(0) > held {
+            phantom.push(format!(
+                "segment {seg}: h={} but its records hold {held} ({:?})",
+                l.h.unwrap_or(0),
+                l.fields
+            ));
         }
-        if val.contains(":P:") {
-            pending = true;
-        }
-        phantom.push(format!(
-            "{rid}={val} ({})",
-            match (e, owner) {
-                (None, _) | (Some(Effect::None), _) => "no record".to_string(),
-                (Some(e), Some(u)) if u != user => format!("request id of {u}: {e:?}"),
-                (Some(e), _) => format!("{e:?}"),
-            }
-        ));
     }
-    let class = if other {
-        "locked out by an entry of another user's request id"
-    } else if pending {
-        "locked out by a pending entry of a request that holds nothing"
-    } else if !phantom.is_empty() {
-        "locked out by an entry of a request that holds nothing"
-    } else {
-        "refused below the limit (no stale entry left in the store)"
-    };
-    let hint = if phantom.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; at the end the user record still counts {}",
-            phantom.join(", ")
+    if phantom.is_empty() {
+        (
+            "refused below the limit (no stale entry left in the store)",
+            String::new(),
         )
-    };
-    (class, hint)
+    } else {
+        (
+            "ledger counts units its records do not hold",
+            format!("; at the end the user's ledger {}", phantom.join(", ")),
+        )
+    }
 }

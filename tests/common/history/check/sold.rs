@@ -4,13 +4,14 @@
 use super::*;
 
 pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
-    let (facts, by_rid) = (cx.facts, &cx.by_rid);
+    let facts = cx.facts;
     let mut hist_sold = 0u64;
     let mut unknown_max = 0u64;
-    for (rid, os) in by_rid {
-        let f = cx.fact(rid);
+    for (&key, os) in &cx.by_key {
+        let f = cx.fact(key);
+        let rid = key_text(key);
         for (pc, p) in &f.problems {
-            out.push(v(C2, pc, format!("{rid}: {p}"), &[rid], &[]));
+            out.push(v(C2, pc, format!("{rid}: {p}"), &[key], &[]));
         }
         let ok_sale = os.iter().find(|o| o.kind.sells() && o.holds().is_some());
         let confirmed = os.iter().find(|o| o.kind == Kind::Confirm && o.end_done());
@@ -24,7 +25,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                         "{rid}: ok sale (op #{}, {} qty {}) is not in `sold` as a sale; the store says {:?}",
                         o.seq, o.user, o.qty, f.effect
                     ),
-                    &[rid],
+                    &[key],
                     &[&o.user],
                 ));
             }
@@ -48,7 +49,7 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                         "{rid}: confirmed (op #{} done) but the store says {:?}",
                         c.seq, f.effect
                     ),
-                    &[rid],
+                    &[key],
                     &[],
                 ));
             }
