@@ -176,7 +176,7 @@ impl<S: Store> Engine<S> {
         // Segments are read one by one: a transfer between two reads would show a debit
         // without its credit (or the reverse). Read until two reads agree on what moved.
         let read = || {
-            let reads = (0..meta.segments).map(|index| store.survey(at(index)));
+            let reads = (0..meta.segments).map(|index| store.survey(at(index), true));
             futures::future::try_join_all(reads)
         };
         let moved = |v: &[Option<crate::store::Survey>]| -> Vec<Option<(u64, u64)>> {

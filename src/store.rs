@@ -353,9 +353,14 @@ pub trait Store: Send + Sync + 'static {
         action: ReservationAction,
     ) -> impl Future<Output = Result<ReserveEnd>> + Send;
     /// `survey.lua`: returns the segment's expired reservations (all of them), then reads its
-    /// counters and what its live reservations hold, in one atomic step (`None` when the
-    /// segment is missing or of another generation).
-    fn survey(&self, seg: SegAddr<'_>) -> impl Future<Output = Result<Option<Survey>>> + Send;
+    /// counters and, with `detail`, what its live reservations hold (a look at every live
+    /// reservation: the audit's; without it `held`, `live` and `orphans` are 0), in one
+    /// atomic step (`None` when the segment is missing or of another generation).
+    fn survey(
+        &self,
+        seg: SegAddr<'_>,
+        detail: bool,
+    ) -> impl Future<Output = Result<Option<Survey>>> + Send;
     /// Reads `user`'s record of `request_id` at its home segment (`None`: none, or forgotten).
     fn record(
         &self,

@@ -308,26 +308,26 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Every segment surveyed (returning expired reservations), read until two reads agree
-    /// on what moved (a transfer finishing between two segment reads must not vanish nor
-    /// count twice): each segment's counters (`None`: missing or of another generation).
+    /// Every segment surveyed (returning expired reservations): each segment's counters
+    /// (`None`: missing or of another generation).
+    ///
+    /// Segments are read one by one, so a transfer may run between two reads. Debits happen
+    /// before credits, and a unit is counted wherever it is read: a pass can count a moving
+    /// unit twice (at the donor read before the debit and at home read after the credit, which
+    /// shows as more credited than debited) but never miss one — a unit read at neither end is
+    /// debited and not yet credited in that pass, i.e. in transit. So one pass decides sold
+    /// out (every segment empty and Σ moved_out = Σ moved_in) unless credits outrun debits;
+    /// then it reads again.
     pub(crate) async fn survey_all(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
-        let read = || async {
-            let reads = (0..l.segments).map(|i| self.inner.store.survey(l.seg(i)));
-            let all = futures::future::try_join_all(reads).await?;
-            Ok::<_, Error>(all.into_iter().map(|s| s.map(|s| s.state)).collect::<Vec<_>>())
-        };
-        let moved = |v: &[Option<SegmentState>]| {
-            v.iter()
-                .map(|s| s.map(|s| (s.moved_out, s.moved_in)))
-                .collect::<Vec<_>>()
-        };
-        let mut last = read().await?;
+        let mut last = Vec::new();
         for _ in 0..8 {
-            let next = read().await?;
-            let same = moved(&next) == moved(&last);
-            last = next;
-            if same {
+            let reads = (0..l.segments).map(|i| self.inner.store.survey(l.seg(i), false));
+            let all = futures::future::try_join_all(reads).await?;
+            last = all.into_iter().map(|s| s.map(|s| s.state)).collect::<Vec<_>>();
+            let (out, inn) = last.iter().flatten().fold((0u64, 0u64), |(o, i), s| {
+                (o + s.moved_out, i + s.moved_in)
+            });
+            if inn <= out {
                 break;
             }
         }

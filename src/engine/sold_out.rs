@@ -110,7 +110,6 @@ impl SoldOut {
         let h = id_hash(id);
         let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
         sent.as_ref().is_some_and(|ids| !ids.contains(&h))
-            && self.watch.as_ref().is_some_and(|w| !w.recorded(h))
     }
 
     /// Before sending a fresh read of every segment (`None`: no flag can come of it).

@@ -89,7 +89,7 @@ impl<S: Store> Engine<S> {
     async fn sweep_layout(&self, l: &Layout) -> Result<(u64, u64)> {
         let (mut back, mut reserved) = (0, 0);
         for index in 0..l.segments {
-            if let Some(s) = self.inner.store.survey(l.seg(index)).await? {
+            if let Some(s) = self.inner.store.survey(l.seg(index), false).await? {
                 back += s.reclaimed;
                 reserved += s.state.reserved;
             }

@@ -161,8 +161,8 @@ end
 
 -- Stock notification (src/store/redis/invalidate.rs): PUBLISH on `<prefix>:stock` that units of
 -- the SKU named by `key`'s hash tag may be sellable again, so every instance drops its sold-out
--- flag for it. `kind`: S restocked or (re)loaded, R units returned (expiry, cancel) or credited
--- by a transfer, L generation `gen` became ready. Sent after the writes; best effort (pcall: a
+-- flag for it. `kind`: S restocked or (re)loaded, M units moved in by a transfer's credit, R
+-- units returned (expiry, cancel), L generation `gen` became ready. Sent after the writes; best effort (pcall: a
 -- user without the channel right sells on, and its instances, refused SUBSCRIBE too, keep no
 -- flags).
 local function stock_event(kind, gen, key)

@@ -274,5 +274,9 @@ for _, r in ipairs(acts) do
   if r.resv > 0 then redis.call('ZADD', KEYS[2], int(r.exp), r.u .. ' ' .. r.rid) end
   emit(ob, r.resv > 0 and 'reserved' or 'sold', gen, r.rid, r.u, r.q, index .. ':' .. r.q)
 end
-if credited > 0 or back > 0 then stock_event('R', gen, KEYS[1]) end
+if back > 0 then
+  stock_event('R', gen, KEYS[1])
+elseif credited > 0 then
+  stock_event('M', gen, KEYS[1])
+end
 return out

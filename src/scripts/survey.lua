@@ -13,6 +13,8 @@
 -- KEYS[2]  reservation index     <prefix>:{<tag>}:g<gen>:resv
 -- KEYS[3]  outbox stream         <prefix>:{<tag>}:out (an `expired` event per reservation returned)
 -- ARGV[1]  gen
+-- ARGV[2]  detail   "1": also look at every live reservation (held, live, orphans: the
+--                   audit's); "0": counters only (held, live, orphans answered 0)
 --
 -- Publishes: `R <gen> <segment key>` on <prefix>:stock when expired reservations came back.
 --
@@ -20,9 +22,11 @@
 --         reclaimed} where held = units of the index entries whose record is R, live = those
 --         entries, orphans = entries whose record is gone or no longer R, reclaimed = units
 --         this call returned to stock | {"stale"}
--- Cost: one HGET per live reservation of the segment (audit and sweeper only).
+-- Cost: with detail, one HGET per live reservation of the segment (the audit only).
 local gen = ARGV[1]
 uint('gen', gen)
+local detail = ARGV[2]
+if detail ~= '0' and detail ~= '1' then bad('detail') end
 local base = seg_base(KEYS[1])
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= base .. 'g' .. gen .. ':resv'
     or KEYS[3] ~= base .. 'out' then
@@ -39,7 +43,8 @@ flush(st)
 if back > 0 then stock_event('R', gen, KEYS[1]) end
 local lpre = base .. 'g' .. gen .. ':u:'
 local held, nlive, orphans = 0, 0, 0
-for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+local index = detail == '1' and redis.call('ZRANGE', KEYS[2], 0, -1) or {}
+for _, m in ipairs(index) do
   local user, rid = string.match(m, '^(%S+) (%S+)$')
   local rec = user and redis.call('HGET', lpre .. user, '=' .. rid)
   local s, q = nil, nil

@@ -233,8 +233,8 @@ impl Store for MemoryStore {
         }))
     }
 
-    async fn survey(&self, seg: SegAddr<'_>) -> Result<Option<Survey>> {
-        Ok(self.with_segment(seg, None, |s, now| Some(s.survey(now))))
+    async fn survey(&self, seg: SegAddr<'_>, detail: bool) -> Result<Option<Survey>> {
+        Ok(self.with_segment(seg, None, |s, now| Some(s.survey(now, detail))))
     }
 
     async fn record(

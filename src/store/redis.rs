@@ -413,8 +413,9 @@ impl Store for RedisStore {
     async fn sell(&self, home: SegAddr<'_>, req: SellArgs<'_>) -> Result<SellReply> {
         let r = self.runner.sell(&self.conn, home, req).await;
         if !req.credits.is_empty() {
-            // Credited units may be sellable at a segment that looked empty.
-            self.noticed(home.sku, invalidate::Event::Returned, home.generation);
+            // Credited units may be sellable at a segment that looked empty (no unit went
+            // back: the sold-out proof's count still holds).
+            self.noticed(home.sku, invalidate::Event::Added, home.generation);
         }
         r
     }
@@ -486,10 +487,13 @@ impl Store for RedisStore {
         r
     }
 
-    async fn survey(&self, seg: SegAddr<'_>) -> Result<Option<Survey>> {
+    async fn survey(&self, seg: SegAddr<'_>, detail: bool) -> Result<Option<Survey>> {
         let r = self
             .conn
-            .run(segment::SurveyCall { at: self.at(seg) })
+            .run(segment::SurveyCall {
+                at: self.at(seg),
+                detail,
+            })
             .await;
         if matches!(&r, Ok(Some(s)) if s.reclaimed > 0) {
             self.noticed(seg.sku, invalidate::Event::Returned, seg.generation);

@@ -17,9 +17,6 @@ pub(crate) enum Event {
     Returned,
     /// The generation became ready (load committed).
     Loaded,
-    /// This request id got a record that is no sale counted by units (sealed, or a fallback
-    /// claim): an instance answering sold out from memory answers it from its record.
-    Recorded(String),
 }
 
 /// The hash the engine and the watch both key request ids by (a collision only sends an id
@@ -46,8 +43,6 @@ pub(crate) struct SkuWatch {
     /// Bumped by every message about the SKU (after `load` is updated).
     epoch: AtomicU64,
     load: Mutex<LoadSeen>,
-    /// Request ids claimed or sealed in the generation of the last load seen (hashes).
-    recorded: Mutex<std::collections::HashSet<u64>>,
 }
 
 /// The last load of the SKU this subscriber saw, and whether units went back since.
@@ -82,7 +77,6 @@ impl Watch {
         let w = self.sku(sku);
         {
             let mut l = w.load.lock().unwrap_or_else(|e| e.into_inner());
-            let mut recorded = w.recorded.lock().unwrap_or_else(|e| e.into_inner());
             match event {
                 Event::Loaded => {
                     *l = LoadSeen {
@@ -90,16 +84,8 @@ impl Watch {
                         conn: self.conn.load(SeqCst),
                         clean: true,
                     };
-                    recorded.clear();
                 }
                 Event::Returned if l.generation == generation => l.clean = false,
-                // Nothing becomes sellable: flags stand, the id goes to its record.
-                Event::Recorded(id) => {
-                    if l.generation == generation {
-                        recorded.insert(id_hash(&id));
-                    }
-                    return;
-                }
                 _ => {}
             }
         }
@@ -160,13 +146,6 @@ impl StockWatch {
     pub(crate) fn clean_since_load(&self, generation: u64, seen: Seen) -> bool {
         self.hub.clean_since_load(&self.sku, generation, seen)
     }
-
-    /// True when a message said request id `hash` ([`id_hash`]) was claimed or sealed in the
-    /// generation of the last load seen.
-    pub(crate) fn recorded(&self, hash: u64) -> bool {
-        let r = self.sku.recorded.lock().unwrap_or_else(|e| e.into_inner());
-        !r.is_empty() && r.contains(&hash)
-    }
 }
 
 #[cfg(test)]
@@ -216,10 +195,9 @@ mod tests {
         assert!(!w.clean_since_load(7, w.seen().unwrap()));
         hub.notify("a", Event::Loaded, 8);
         let s = w.seen().unwrap();
-        hub.notify("a", Event::Recorded("r-1".into()), 8);
-        hub.notify("a", Event::Recorded("r-2".into()), 7);
-        assert_eq!(w.seen(), Some(s), "a seal makes nothing sellable");
-        assert!(w.recorded(id_hash("r-1")) && !w.recorded(id_hash("r-2")));
+        hub.notify("a", Event::Added, 8);
+        assert_ne!(w.seen(), Some(s), "units moved or added void older snapshots");
+        assert!(w.clean_since_load(8, w.seen().unwrap()), "but nothing went back");
         hub.lost();
         assert!(
             !w.clean_since_load(8, w.seen().unwrap()),

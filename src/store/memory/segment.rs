@@ -421,11 +421,13 @@ impl Segment {
         }
     }
 
-    /// `survey.lua`: reclaim, then the counters and what the live reservations hold.
-    pub fn survey(&mut self, now: u64) -> Survey {
+    /// `survey.lua`: reclaim, then the counters and, with `detail`, what the live
+    /// reservations hold.
+    pub fn survey(&mut self, now: u64, detail: bool) -> Survey {
         let reclaimed = self.reclaim(now);
         let (mut held, mut live, mut orphans) = (0, 0, 0);
-        for (_, user, rid) in &self.reservations {
+        let index = if detail { &self.reservations } else { &BTreeSet::new() };
+        for (_, user, rid) in index {
             match self
                 .users
                 .get(user)

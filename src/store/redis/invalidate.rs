@@ -18,20 +18,18 @@ pub(crate) fn channel(prefix: &str) -> String {
 }
 
 /// Parses `<kind> <gen> <key>` (the key's hash tag starts with the SKU, up to `#` or `}`).
-/// The scripts send `S`, `R` and `L`; `X` / `C` (a request id's record, from keys ending with
-/// `:rq:<request id>`) came from the claim protocol's scripts and are still understood.
+/// The scripts send `S` (restocked, loaded), `M` (units moved in by a transfer's credit: they
+/// may be sellable where a flag saw none, but no unit went back), `R` (units returned) and
+/// `L` (ready).
 fn parse(text: &str) -> Option<(String, Event, u64)> {
     let mut it = text.splitn(3, ' ');
     let kind = it.next()?;
     let generation = it.next()?.parse().ok()?;
     let key = it.next()?;
     let event = match kind {
-        "S" => Event::Added,
+        "S" | "M" => Event::Added,
         "R" => Event::Returned,
         "L" => Event::Loaded,
-        // `…}:g<gen>:rq:<request id>`: the id is everything after the first `:rq:` past the
-        // tag (an id may itself contain `:rq:`).
-        "X" | "C" => Event::Recorded(key.split_once("}:g")?.1.split_once(":rq:")?.1.to_owned()),
         _ => return None,
     };
     let tag = key.split_once('{')?.1;
@@ -140,14 +138,10 @@ mod tests {
             Some(("phone".into(), Event::Loaded, 9))
         );
         assert_eq!(
-            p("X 9 ss:{phone#1}:g9:rq:r-7"),
-            Some(("phone".into(), Event::Recorded("r-7".into()), 9))
+            p("M 9 ss:{phone#1}:seg"),
+            Some(("phone".into(), Event::Added, 9))
         );
-        assert_eq!(
-            p("X 9 ss:{phone#1}:g9:rq:a:rq:b"),
-            Some(("phone".into(), Event::Recorded("a:rq:b".into()), 9))
-        );
-        assert_eq!(p("X 9 ss:{phone#1}:g9:rs:r-7"), None);
+        assert_eq!(p("X 9 ss:{phone#1}:g9:rq:r-7"), None);
         assert_eq!(p("Q 9 ss:{phone}:meta"), None);
         assert_eq!(p("L x ss:{phone}:meta"), None);
         assert_eq!(p("L 9 nokey"), None);

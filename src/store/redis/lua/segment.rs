@@ -238,6 +238,8 @@ impl Call for ReserveEnd<'_> {
 /// hold; `None` when the segment is missing or of another generation.
 pub(crate) struct SurveyCall<'a> {
     pub(crate) at: SegmentKeys<'a>,
+    /// Look at every live reservation (`held`, `live`, `orphans`).
+    pub(crate) detail: bool,
 }
 
 impl Call for SurveyCall<'_> {
@@ -246,7 +248,8 @@ impl Call for SurveyCall<'_> {
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let keys = vec![self.at.segment(), self.at.reservations(), self.at.outbox()];
-        (keys, argv![self.at.generation()])
+        let detail = if self.detail { "1" } else { "0" };
+        (keys, argv![self.at.generation(), detail])
     }
 
     fn decode(&self, reply: Value) -> Result<Option<Survey>> {
