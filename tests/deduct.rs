@@ -1,26 +1,33 @@
-//! Deduction under concurrency, replays, fallback and no-undersell — on both stores, with real
-//! redis-server processes for the Redis store.
+//! Deduction under concurrency, replays, units moved home by transfers and no-undersell — on
+//! both stores, with real redis-server processes for the Redis store. Conservation is checked
+//! with the units in transit: none once every call has answered.
 
 mod common;
 use common::*;
 use futures::future::join_all;
 use shardstock::*;
-use std::collections::BTreeSet;
 
 fn sku(s: &str) -> Sku {
     Sku::new(s).unwrap()
 }
 
-/// Asserts the conservation law and returns (remaining, sold).
+/// Asserts the conservation law (every call answered: nothing in transit, also after a
+/// sweep) and returns (remaining, sold).
 async fn conserved<S: Store>(e: &Engine<S>, s: &Sku, loaded: u64, restocked: u64) -> (u64, u64) {
     let a = e.audit(s).await.unwrap();
     assert!(a.ok, "audit failed: {:?}", a.problems);
     assert_eq!(a.loaded, loaded);
     assert_eq!(a.restocked, restocked);
-    assert_eq!(a.loaded + a.restocked, a.remaining + a.reserved + a.sold);
+    assert_eq!(a.in_transit, 0, "units in transit after every call answered: {a:?}");
+    assert_eq!(
+        a.loaded + a.restocked,
+        a.remaining + a.in_transit + a.reserved + a.sold
+    );
     assert!(a.sold <= a.loaded + a.restocked, "oversold: {a:?}");
+    e.sweep().await.unwrap();
+    assert_eq!(e.audit(s).await.unwrap(), a, "the sweep changed something");
     let r = e.remaining(s).await.unwrap();
-    assert_eq!(r.total, a.remaining);
+    assert_eq!((r.total, r.in_transit), (a.remaining, 0));
     assert_eq!(r.per_segment.iter().sum::<u64>(), a.remaining);
     (a.remaining, a.sold)
 }
@@ -125,8 +132,8 @@ async fn mixed_quantities_both_stores() {
     .await;
 }
 
-/// One request id sent 50 times at once has exactly one effect; every copy reports the
-/// same parts. `qty` 3 over 10 one-unit segments forces the claim + multi-segment path.
+/// One request sent 50 times at once has exactly one effect; every copy reports the same
+/// parts (one, at its home). `qty` 3 over 10 one-unit segments forces units to move home.
 async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
     let name = format!("replay-{stock}-{qty}");
     let s = sku(&name);
@@ -152,6 +159,13 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
     let Deduction::Applied { parts } = applied[0] else {
         unreachable!()
     };
+    let home = shardstock::segments::home(
+        &UserId::new("alice").unwrap(),
+        &RequestId::new("same-id").unwrap(),
+        10,
+        false,
+    );
+    assert_eq!(parts, &vec![Part { segment: home, units: qty }]);
     for d in &outcomes {
         match d {
             Deduction::Applied { parts: p } | Deduction::Replayed { parts: p } => {
@@ -193,24 +207,40 @@ async fn replayed_request_id_has_one_effect() {
     .await;
 }
 
-/// Same request id with other parameters is an error and changes nothing.
+/// Same request (user and request id) with other parameters is an error and changes
+/// nothing; the same request id under another user is another request.
 async fn request_id_conflicts<S: Store>(e: Engine<S>) {
     let s = sku("conflict");
     e.load(&s, 10, LoadOptions::new(2)).await.unwrap();
     e.deduct(&Deduct::new("conflict", "u1", 2, "r1").unwrap())
         .await
         .unwrap();
-    for (user, qty, field) in [("u1", 3, "qty"), ("u2", 2, "user")] {
-        let err = e
-            .deduct(&Deduct::new("conflict", user, qty, "r1").unwrap())
-            .await
-            .unwrap_err();
-        match err {
-            Error::RequestIdConflict { field: f, .. } => assert_eq!(f, field),
-            other => panic!("{other:?}"),
-        }
-    }
+    let err = e
+        .deduct(&Deduct::new("conflict", "u1", 3, "r1").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::RequestIdConflict { field: "qty", .. }),
+        "{err:?}"
+    );
+    let err = e
+        .reserve(
+            &Deduct::new("conflict", "u1", 2, "r1").unwrap(),
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::RequestIdConflict { field: "kind", .. }),
+        "{err:?}"
+    );
     assert_eq!(conserved(&e, &s, 10, 0).await, (8, 2));
+    let other = e
+        .deduct(&Deduct::new("conflict", "u2", 2, "r1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(other.units_applied(), 2, "another user's request: {other:?}");
+    assert_eq!(conserved(&e, &s, 10, 0).await, (6, 4));
 }
 
 #[tokio::test]
@@ -220,8 +250,9 @@ async fn request_id_conflicts_both_stores() {
     request_id_conflicts(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
 }
 
-/// Stock scattered one unit per segment; a request for 3 must still succeed (no undersell),
-/// all or nothing; a request for more than is left changes nothing.
+/// Stock scattered one unit per segment; a request for 3 must still succeed (no undersell):
+/// the units move to its home and it sells there, all or nothing; a request for more than is
+/// left changes nothing.
 async fn fallback_no_undersell<S: Store>(e: Engine<S>) {
     let s = sku("scatter");
     e.load(&s, 10, LoadOptions::new(10)).await.unwrap();
@@ -233,29 +264,44 @@ async fn fallback_no_undersell<S: Store>(e: Engine<S>) {
             .unwrap();
         i += 1;
     }
-    let before = e.remaining(&s).await.unwrap();
-    assert_eq!(before.per_segment.iter().filter(|u| **u == 1).count(), 3);
-    // 4 is more than is left: nothing changes.
+    let scattered = e.remaining(&s).await.unwrap();
+    assert_eq!(scattered.per_segment.iter().filter(|u| **u == 1).count(), 3);
+    // 4 is more than is left: nothing is sold (units it moved to its home stay there,
+    // sellable: never refunded).
     let d = e
         .deduct(&Deduct::new("scatter", "bob", 4, "b4").unwrap())
         .await
         .unwrap();
     assert_eq!(d, Deduction::Insufficient { available: 3 });
-    assert_eq!(e.remaining(&s).await.unwrap(), before);
-    // 3 across three segments.
+    let before = e.remaining(&s).await.unwrap();
+    assert_eq!((before.total, before.in_transit), (3, 0), "{before:?}");
+    assert_eq!(conserved(&e, &s, 10, 0).await, (3, 7));
+    // 3 from where they are, moved to the request's home and sold there.
+    let a0 = e.audit(&s).await.unwrap();
     let d = e
         .deduct(&Deduct::new("scatter", "bob", 3, "b3").unwrap())
         .await
         .unwrap();
-    let Deduction::Applied { parts } = &d else {
-        panic!("{d:?}")
-    };
-    assert_eq!(parts.len(), 3);
-    let segs: BTreeSet<u32> = parts.iter().map(|p| p.segment).collect();
-    let expected: BTreeSet<u32> = (0..10u32)
-        .filter(|i| before.per_segment[*i as usize] == 1)
-        .collect();
-    assert_eq!(segs, expected);
+    let home = shardstock::segments::home(
+        &UserId::new("bob").unwrap(),
+        &RequestId::new("b3").unwrap(),
+        10,
+        false,
+    );
+    assert_eq!(
+        d,
+        Deduction::Applied {
+            parts: vec![Part {
+                segment: home,
+                units: 3
+            }]
+        }
+    );
+    // Every unit not yet at its home was moved there, once.
+    let a = e.audit(&s).await.unwrap();
+    let at_home = before.per_segment[home as usize];
+    let moved = |a: &Audit| a.segments[home as usize].state.moved_in;
+    assert_eq!(moved(&a) - moved(&a0), 3 - at_home, "{a:?}");
     assert_eq!(conserved(&e, &s, 10, 0).await, (0, 10));
     // The insufficient request's id stayed free: after a restock it is a fresh attempt.
     e.restock(&s, 4, &RequestId::new("re1").unwrap())
@@ -379,7 +425,7 @@ async fn restock_spreads_both_stores() {
 }
 
 /// The suites above on a 3-master cluster (one cluster for all of them, one key prefix each):
-/// segments on several masters, fallbacks and multi-segment takes across them.
+/// segments on several masters, units moved between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn core_suites_on_a_cluster() {
     let c = cluster::RedisCluster::start(3, 0);
