@@ -229,7 +229,11 @@ impl<S: Store> Engine<S> {
             fastrand::u64(1..u64::MAX / 2),
         );
         let mut step = m.on_sell(&first);
+        let mut gathering = None;
         loop {
+            if gathering.is_none() && m.round() >= 2 {
+                gathering = Some(l.gather.lock().await);
+            }
             step = match step {
                 Step::Sell { credits } => {
                     a.tried();
@@ -237,7 +241,15 @@ impl<S: Store> Engine<S> {
                     if let SellReply::Applied { stock_after } | SellReply::Short { stock: stock_after } = reply {
                         l.hints.observe(a.home, stock_after);
                     }
-                    m.on_sell(&reply)
+                    let round = m.round();
+                    let next = m.on_sell(&reply);
+                    if m.round() > round.max(1) && gathering.is_none() {
+                        // Contention for the last units: a jittered pause, growing with the
+                        // rounds, so homes do not pull the same units back and forth in step.
+                        let us = fastrand::u64(100..=500) * u64::from(m.round());
+                        tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+                    }
+                    next
                 }
                 Step::Transfer { donor, args } => {
                     a.tried();

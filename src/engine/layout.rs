@@ -24,6 +24,10 @@ pub(crate) struct Layout {
     pub(crate) hints: Hints,
     /// Sold out from memory (see `sold_out.rs`).
     pub(crate) sold_out: super::sold_out::SoldOut,
+    /// One gather at a time in this process: a request still short after its first rounds of
+    /// transfers (others took what it moved home) goes on holding this, so requests of one
+    /// process do not pull the last units back and forth between their homes.
+    pub(crate) gather: tokio::sync::Mutex<()>,
     /// When the remaining-units gauges were last set (ms since `born`).
     gauges_at: AtomicU64,
     born: Instant,
@@ -78,6 +82,7 @@ impl<S: Store> Engine<S> {
                 self.inner.store.stock_watch(sku),
                 self.inner.opts.sold_out_ttl,
             ),
+            gather: tokio::sync::Mutex::new(()),
             gauges_at: AtomicU64::new(0),
             born: Instant::now(),
         });

@@ -31,7 +31,7 @@
 use crate::store::{Credit, SellReply, TransferArgs, TransferId, TransferReply};
 
 /// Rounds of transfers (and surveys) before a request gives up with the last survey's answer.
-pub const MAX_ROUNDS: u32 = 4;
+pub const MAX_ROUNDS: u32 = 6;
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -159,6 +159,13 @@ impl Machine {
         self.home
     }
 
+    /// Rounds of transfers started so far (0: the first). A round after the first means
+    /// others took what this request moved home, or donors ran dry: the engine backs off a
+    /// little, at random, before the next one.
+    pub fn round(&self) -> u32 {
+        self.round
+    }
+
     /// Credits debited for this request and not yet credited (in transit because of it).
     pub fn in_transit(&self) -> &[Credit] {
         &self.credits
@@ -245,8 +252,14 @@ impl Machine {
                     args: TransferArgs {
                         id,
                         dest: self.home,
-                        // What is missing plus as much again: the next buyers homed here.
-                        want: left.saturating_add(self.qty),
+                        // First round: what is missing plus as much again, for the next buyers
+                        // homed here. Later rounds (units are scarce): only what is missing,
+                        // so no surplus sits at one home while others need it.
+                        want: if self.round == 0 {
+                            left.saturating_add(self.qty)
+                        } else {
+                            left
+                        },
                         floor,
                         lease_ms: self.lease_ms,
                     },
