@@ -18,7 +18,10 @@ async fn conserved<S: Store>(e: &Engine<S>, s: &Sku, loaded: u64, restocked: u64
     assert!(a.ok, "audit failed: {:?}", a.problems);
     assert_eq!(a.loaded, loaded);
     assert_eq!(a.restocked, restocked);
-    assert_eq!(a.in_transit, 0, "units in transit after every call answered: {a:?}");
+    assert_eq!(
+        a.in_transit, 0,
+        "units in transit after every call answered: {a:?}"
+    );
     assert_eq!(
         a.loaded + a.restocked,
         a.remaining + a.in_transit + a.reserved + a.sold
@@ -165,7 +168,13 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
         10,
         false,
     );
-    assert_eq!(parts, &vec![Part { segment: home, units: qty }]);
+    assert_eq!(
+        parts,
+        &vec![Part {
+            segment: home,
+            units: qty
+        }]
+    );
     for d in &outcomes {
         match d {
             Deduction::Applied { parts: p } | Deduction::Replayed { parts: p } => {
@@ -239,7 +248,11 @@ async fn request_id_conflicts<S: Store>(e: Engine<S>) {
         .deduct(&Deduct::new("conflict", "u2", 2, "r1").unwrap())
         .await
         .unwrap();
-    assert_eq!(other.units_applied(), 2, "another user's request: {other:?}");
+    assert_eq!(
+        other.units_applied(),
+        2,
+        "another user's request: {other:?}"
+    );
     assert_eq!(conserved(&e, &s, 10, 0).await, (6, 4));
 }
 

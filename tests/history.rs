@@ -323,7 +323,14 @@ fn checker_names_broken_promises() {
             Out::Ok(Val::Ded(Deduction::LimitReached { limit: LIMIT })),
         ),
         // Sold out while 10 units surely remained.
-        synthetic_op(4, Kind::Deduct, "r5", "dan", 1, Out::Ok(Val::Ded(Deduction::SoldOut))),
+        synthetic_op(
+            4,
+            Kind::Deduct,
+            "r5",
+            "dan",
+            1,
+            Out::Ok(Val::Ded(Deduction::SoldOut)),
+        ),
         // Units taken away from home.
         synthetic_op(
             5,
@@ -410,7 +417,14 @@ fn checker_allows_sold_out_only_when_nothing_is_left() {
         .map(|u| (u.as_str(), vec![("r", "A:1:0:0")]))
         .collect();
     let n = ops.len();
-    ops.push(synthetic_op(n, Kind::Deduct, "x", "late", 1, Out::Ok(Val::Ded(Deduction::SoldOut))));
+    ops.push(synthetic_op(
+        n,
+        Kind::Deduct,
+        "x",
+        "late",
+        1,
+        Out::Ok(Val::Ded(Deduction::SoldOut)),
+    ));
     let facts = synthetic_facts(&recs, LOADED);
     let vs = check(&ops, &facts, params());
     assert!(vs.is_empty(), "{}", table(&vs));
@@ -424,7 +438,11 @@ fn checker_allows_sold_out_only_when_nothing_is_left() {
     facts2.audit.restocked = 2;
     facts2.audit.remaining = 2;
     let vs = check(&near, &facts2, params());
-    assert!(!classes(&vs).contains("sold out while units surely remained"), "{}", table(&vs));
+    assert!(
+        !classes(&vs).contains("sold out while units surely remained"),
+        "{}",
+        table(&vs)
+    );
     // The same restock 200 ms before: the units were there.
     let mut far = ops.clone();
     let mut r = restock(n + 1, 2);
@@ -432,5 +450,9 @@ fn checker_allows_sold_out_only_when_nothing_is_left() {
     r.ret = far[n].inv - 200_000;
     far.push(r);
     let vs = check(&far, &facts2, params());
-    assert!(classes(&vs).contains("sold out while units surely remained"), "{}", table(&vs));
+    assert!(
+        classes(&vs).contains("sold out while units surely remained"),
+        "{}",
+        table(&vs)
+    );
 }

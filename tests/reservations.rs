@@ -290,7 +290,13 @@ async fn raw_reserved(e: &Engine<RedisStore>, sku: &Sku) -> u64 {
     for i in 0..meta.segments {
         let tag = shardstock::placement::tag(sku, i, meta.placement.suffix(i));
         let key = e.store().keyspace().segment(&tag);
-        let v: Option<u64> = e.store().pool().next().hget(&key, "reserved").await.unwrap();
+        let v: Option<u64> = e
+            .store()
+            .pool()
+            .next()
+            .hget(&key, "reserved")
+            .await
+            .unwrap();
         sum += v.unwrap_or(0);
     }
     sum

@@ -8,9 +8,7 @@ mod common;
 use common::*;
 use fred::prelude::LuaInterface;
 use fred::types::Value;
-use shardstock::store::{
-    Credit, SegAddr, SellArgs, SellReply, TransferArgs, TransferReply,
-};
+use shardstock::store::{Credit, SegAddr, SellArgs, SellReply, TransferArgs, TransferReply};
 use shardstock::*;
 use std::time::Duration;
 
@@ -217,10 +215,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         keys.push(ledger(user));
         args.extend([user, rid, qty, "0", "1000"].map(String::from));
     }
-    let v: Value = client
-        .eval(sell, keys.clone(), args.clone())
-        .await
-        .unwrap();
+    let v: Value = client.eval(sell, keys.clone(), args.clone()).await.unwrap();
     let v = format!("{v:?}");
     // An applied request's reply is the bare stock after it (an integer).
     assert_eq!(v.matches("Integer(").count(), 2, "{v}");
@@ -244,7 +239,13 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "header {i} = {bad:?}: {r:?}");
     }
-    for bad in [["0", "1", "2"], ["0x5", "1", "2"], ["5", "x", "2"], ["5", "1", "0"], ["5", "1", "2.5"]] {
+    for bad in [
+        ["0", "1", "2"],
+        ["0x5", "1", "2"],
+        ["5", "x", "2"],
+        ["5", "1", "0"],
+        ["5", "1", "2.5"],
+    ] {
         let (mut k, mut a) = head(&[bad], 1);
         k.push(ledger("u9"));
         a.extend(["u9", "c2", "1", "0", "1000"].map(String::from));
@@ -287,7 +288,10 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     for (what, a) in [
         ("id 0", debit("0", "0", "1", "0", "100")),
         ("id hex", debit("0x10", "0", "1", "0", "100")),
-        ("id too large", debit("18446744073709551616", "0", "1", "0", "100")),
+        (
+            "id too large",
+            debit("18446744073709551616", "0", "1", "0", "100"),
+        ),
         ("dest", debit("7", "-1", "1", "0", "100")),
         ("want 0", debit("7", "0", "0", "0", "100")),
         ("want exp", debit("7", "0", "1e3", "0", "100")),
@@ -298,7 +302,8 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
             .eval::<Value, _, _, _>(transfer, tkeys.clone(), a)
             .await;
         assert!(
-            r.as_ref().is_err_and(|e| e.details().contains("bad argument")),
+            r.as_ref()
+                .is_err_and(|e| e.details().contains("bad argument")),
             "{what}: {r:?}"
         );
     }
@@ -414,7 +419,6 @@ async fn reload_is_explicit_and_noticed_by_other_instances() {
     );
 }
 
-
 /// Segment `index` of `sku` in `generation` (plain tag: one node, or the memory store).
 fn at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
     SegAddr::new(sku, generation, index)
@@ -464,12 +468,20 @@ async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
     // ...and dies.
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok, "[{tag}] {a:?}");
-    assert_eq!((a.remaining, a.in_transit, a.sold), (7, 3, 0), "[{tag}] {a:?}");
+    assert_eq!(
+        (a.remaining, a.in_transit, a.sold),
+        (7, 3, 0),
+        "[{tag}] {a:?}"
+    );
     let r = e.remaining(&s).await.unwrap();
     assert_eq!((r.total, r.in_transit), (7, 3), "[{tag}] {r:?}");
     // The lease runs: the sweeper leaves it; a re-sent debit replays the same units.
     e.sweep().await.unwrap();
-    assert_eq!(e.audit(&s).await.unwrap().in_transit, 3, "[{tag}] swept early");
+    assert_eq!(
+        e.audit(&s).await.unwrap().in_transit,
+        3,
+        "[{tag}] swept early"
+    );
     let again = st.transfer(at(&s, g, donor), t).await.unwrap();
     assert!(
         matches!(again, TransferReply::Debited { units: 3, .. }),
@@ -477,7 +489,11 @@ async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
     );
     let due = st.transfers_due(at(&s, g, donor), 10).await.unwrap();
     assert_eq!(due.len(), 1, "[{tag}] {due:?}");
-    assert_eq!((due[0].id, due[0].dest, due[0].units), (7, home, 3), "[{tag}]");
+    assert_eq!(
+        (due[0].id, due[0].dest, due[0].units),
+        (7, home, 3),
+        "[{tag}]"
+    );
     // The lease ran out: the sweeper credits the units home.
     tokio::time::sleep(Duration::from_millis(250)).await;
     e.sweep().await.unwrap();
@@ -485,12 +501,18 @@ async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
     assert!(a.ok, "[{tag}] {a:?}");
     assert_eq!((a.remaining, a.in_transit), (10, 0), "[{tag}] {a:?}");
     assert_eq!(
-        (a.segments[home as usize].state.stock, a.segments[donor as usize].state.stock),
+        (
+            a.segments[home as usize].state.stock,
+            a.segments[donor as usize].state.stock
+        ),
         (8, 2),
         "[{tag}] {a:?}"
     );
     assert!(
-        st.transfers_due(at(&s, g, donor), 10).await.unwrap().is_empty(),
+        st.transfers_due(at(&s, g, donor), 10)
+            .await
+            .unwrap()
+            .is_empty(),
         "[{tag}] still due after the sweeper credited it"
     );
     // The dead process's own credit arrives late, with its sale: the credit adds nothing.
@@ -499,9 +521,15 @@ async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
         donor,
         units: 3,
     }];
-    let r = st.sell(at(&s, g, home), sale(&user, &rid, 4, &credit)).await.unwrap();
+    let r = st
+        .sell(at(&s, g, home), sale(&user, &rid, 4, &credit))
+        .await
+        .unwrap();
     assert_eq!(r, SellReply::Applied { stock_after: 4 }, "[{tag}]");
-    let r = st.sell(at(&s, g, home), sale(&user, &rid, 4, &credit)).await.unwrap();
+    let r = st
+        .sell(at(&s, g, home), sale(&user, &rid, 4, &credit))
+        .await
+        .unwrap();
     assert_eq!(r, SellReply::Replay, "[{tag}]");
     // The request, retried through the engine, replays at its home.
     let d = Deduct {
@@ -529,7 +557,10 @@ async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
         "[{tag}] {a:?}"
     );
     assert_eq!(
-        (a.segments[home as usize].state.moved_in, a.segments[donor as usize].state.moved_out),
+        (
+            a.segments[home as usize].state.moved_in,
+            a.segments[donor as usize].state.moved_out
+        ),
         (3, 3),
         "[{tag}] credited once: {a:?}"
     );
@@ -569,7 +600,10 @@ async fn sweeper_races_credits<S: Store>(e: Engine<S>, tag: &str) {
             lease_ms: 1,
         };
         let r = st.transfer(at(&s, g, donor), t).await.unwrap();
-        assert!(matches!(r, TransferReply::Debited { units: 2, .. }), "[{tag}] {r:?}");
+        assert!(
+            matches!(r, TransferReply::Debited { units: 2, .. }),
+            "[{tag}] {r:?}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await; // the lease ran out
         let credit = [Credit {
             id: 100 + round,
@@ -630,7 +664,10 @@ async fn reload_mid_transfer<S: Store>(e: Engine<S>, tag: &str) {
         lease_ms: 1,
     };
     let r = st.transfer(at(&s, g1, donor), t).await.unwrap();
-    assert!(matches!(r, TransferReply::Debited { units: 4, .. }), "[{tag}] {r:?}");
+    assert!(
+        matches!(r, TransferReply::Debited { units: 4, .. }),
+        "[{tag}] {r:?}"
+    );
     assert_eq!(e.audit(&s).await.unwrap().in_transit, 4, "[{tag}]");
     let g2 = e
         .load(&s, 6, LoadOptions::new(2).replace(true))
@@ -639,14 +676,21 @@ async fn reload_mid_transfer<S: Store>(e: Engine<S>, tag: &str) {
     assert!(g2 > g1);
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok, "[{tag}] {a:?}");
-    assert_eq!((a.generation, a.remaining, a.in_transit), (g2, 6, 0), "[{tag}] {a:?}");
+    assert_eq!(
+        (a.generation, a.remaining, a.in_transit),
+        (g2, 6, 0),
+        "[{tag}] {a:?}"
+    );
     // The old generation's transfer, finished late: nothing applies.
     let credit = [Credit {
         id: 9,
         donor,
         units: 4,
     }];
-    let r = st.sell(at(&s, g1, home), sale(&user, &rid, 1, &credit)).await.unwrap();
+    let r = st
+        .sell(at(&s, g1, home), sale(&user, &rid, 1, &credit))
+        .await
+        .unwrap();
     assert_eq!(r, SellReply::Stale, "[{tag}]");
     let r = st.transfer(at(&s, g1, donor), t).await.unwrap();
     assert_eq!(r, TransferReply::Stale, "[{tag}]");
@@ -654,13 +698,20 @@ async fn reload_mid_transfer<S: Store>(e: Engine<S>, tag: &str) {
     e.sweep().await.unwrap();
     for i in 0..2 {
         assert!(
-            st.transfers_due(at(&s, g2, i), 10).await.unwrap().is_empty(),
+            st.transfers_due(at(&s, g2, i), 10)
+                .await
+                .unwrap()
+                .is_empty(),
             "[{tag}] segment {i}"
         );
     }
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok, "[{tag}] {a:?}");
-    assert_eq!((a.remaining, a.in_transit, a.sold), (6, 0, 0), "[{tag}] {a:?}");
+    assert_eq!(
+        (a.remaining, a.in_transit, a.sold),
+        (6, 0, 0),
+        "[{tag}] {a:?}"
+    );
     let d = Deduct {
         sku: s.clone(),
         user,
@@ -669,7 +720,10 @@ async fn reload_mid_transfer<S: Store>(e: Engine<S>, tag: &str) {
     };
     assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1, "[{tag}]");
     let a = e.audit(&s).await.unwrap();
-    assert!(a.ok && a.sold == 1 && a.remaining == 5 && a.in_transit == 0, "[{tag}] {a:?}");
+    assert!(
+        a.ok && a.sold == 1 && a.remaining == 5 && a.in_transit == 0,
+        "[{tag}] {a:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -679,7 +733,11 @@ async fn a_reload_mid_transfer_leaves_nothing_in_transit() {
     let srv = RedisServer::start();
     reload_mid_transfer(redis_engine(&srv, b()).await, "redis").await;
     // The dropped generation's transfer records are gone with its keys.
-    assert_eq!(srv.cli(&["KEYS", "t:*:tx*"]).trim(), "", "old transfer keys left");
+    assert_eq!(
+        srv.cli(&["KEYS", "t:*:tx*"]).trim(),
+        "",
+        "old transfer keys left"
+    );
 }
 
 /// The same crash point reached through the engine: a deduction whose home is short is
@@ -762,7 +820,11 @@ async fn a_deduction_dropped_after_its_debit_leaves_units_the_sweeper_credits() 
         e.sweep().await.unwrap();
         let a = e.audit(&s).await.unwrap();
         assert!(a.ok, "[{tag}] {a:?}");
-        assert_eq!((a.remaining, a.in_transit, a.sold), (3, 0, 7), "[{tag}] {a:?}");
+        assert_eq!(
+            (a.remaining, a.in_transit, a.sold),
+            (3, 0, 7),
+            "[{tag}] {a:?}"
+        );
         let moved_in: u64 = a.segments.iter().map(|x| x.state.moved_in).sum();
         let moved_out: u64 = a.segments.iter().map(|x| x.state.moved_out).sum();
         assert_eq!(moved_in, moved_out, "[{tag}] {a:?}");

@@ -5,7 +5,7 @@
 //! same id sent by two users is two requests, each with at most one effect.
 
 use super::facts::{Effect, Facts, ReqFacts, req_facts};
-use super::record::{Key, Kind, Op, OwnedKey, Out, key_text};
+use super::record::{Key, Kind, Op, Out, OwnedKey, key_text};
 use holdings::Holdings;
 use std::collections::BTreeMap;
 

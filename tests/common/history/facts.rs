@@ -193,7 +193,12 @@ impl Effect {
     /// reservation).
     pub fn keeps(&self) -> u64 {
         match self {
-            Effect::Sale { qty, .. } | Effect::Resv { qty, state: 'R' | 'C', .. } => *qty,
+            Effect::Sale { qty, .. }
+            | Effect::Resv {
+                qty,
+                state: 'R' | 'C',
+                ..
+            } => *qty,
             _ => 0,
         }
     }

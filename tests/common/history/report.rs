@@ -31,10 +31,7 @@ pub fn report(ops: &[Op], facts: &Facts, vs: &[Violation], per_check: usize) -> 
                 let mut shown = BTreeSet::new();
                 let mut lines = Vec::new();
                 for o in ops {
-                    let by_rid = x
-                        .keys
-                        .iter()
-                        .any(|(u, r)| *u == o.user && *r == o.rid);
+                    let by_rid = x.keys.iter().any(|(u, r)| *u == o.user && *r == o.rid);
                     // The user's other operations only where the user's holdings matter.
                     let by_user = x.users.contains(&o.user)
                         && (x.window.is_some() || x.check == C3)

@@ -486,8 +486,12 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
             }
         }
     }
-    facts.debits.sort_by(|a, b| (a.donor, &a.id).cmp(&(b.donor, &b.id)));
-    facts.credits.sort_by(|a, b| (a.dest, &a.id).cmp(&(b.dest, &b.id)));
+    facts
+        .debits
+        .sort_by(|a, b| (a.donor, &a.id).cmp(&(b.donor, &b.id)));
+    facts
+        .credits
+        .sort_by(|a, b| (a.dest, &a.id).cmp(&(b.dest, &b.id)));
 }
 
 /// The segment index in a key's hash tag (`{sku#i}` or, placed, `{sku#i.k}`).
@@ -675,7 +679,9 @@ pub async fn run(r: Run) -> Outcome {
                     let out = timed(ms(10_000), targets[e].deduct(&d)).await;
                     let refused = !matches!(
                         &out,
-                        Out::Ok(Val::Ded(Deduction::Applied { .. } | Deduction::Replayed { .. }))
+                        Out::Ok(Val::Ded(
+                            Deduction::Applied { .. } | Deduction::Replayed { .. }
+                        ))
                     );
                     log.push(Op {
                         seq: 0,

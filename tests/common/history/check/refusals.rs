@@ -21,9 +21,9 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                 }
                 // A retry of a request the user was already told it holds: it must replay (same
                 // kind) or be refused as a conflict (other kind); never count it against itself.
-                let told_before = by_key.get(&o.key()).is_some_and(|os| {
-                    os.iter().any(|x| x.holds().is_some() && x.ret < o.inv)
-                });
+                let told_before = by_key
+                    .get(&o.key())
+                    .is_some_and(|os| os.iter().any(|x| x.holds().is_some() && x.ret < o.inv));
                 if let Some((_, q, k)) = cx.fact(o.key()).effect.owner()
                     && told_before
                 {
@@ -138,8 +138,7 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
                         q.seq != o.seq
                             && q.engine == o.engine
                             && q.inv <= o.ret
-                            && (q.ret >= o.inv
-                                || (q.unknown() && q.ret + p.busy_grace_us >= o.inv))
+                            && (q.ret >= o.inv || (q.unknown() && q.ret + p.busy_grace_us >= o.inv))
                     })
                 });
                 if !busy {
