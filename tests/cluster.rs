@@ -1,8 +1,11 @@
 //! Redis Cluster: the engine over a local 3-master + 3-replica cluster (`redis-cluster://` URL
 //! naming every node as a seed; fred routes each script by its keys' hash tag). Every script
-//! keeps its keys in one slot, so a sale, fallbacks, per-user claims (their own slots),
-//! reservations and restocks all run as on one node; a script that touched two slots would
-//! fail here with CROSSSLOT.
+//! keeps its keys in one slot, so a sale, transfers (a debit at the donor's slot, the credit at
+//! the home's: two scripts, often on two masters), reservations and restocks all run as on one
+//! node; a script that touched two slots would fail here with CROSSSLOT. Transfers between
+//! segments on different masters, a crash between a transfer's debit and its credit there,
+//! and a last-units storm over 16 segments are checked with the audit (units in transit
+//! included).
 //!
 //! Under change (issue 13): slots holding the SKU's segments move to another master while a
 //! sale runs (MIGRATING / IMPORTING, keys moved batch by batch: clients get `ASK`, `TRYAGAIN`
@@ -17,9 +20,7 @@ use common::redis_server::redis_cli;
 use common::{RedisServer, lock_opts, prefixed_engine};
 use futures::future::join_all;
 use shardstock::orders::{Handler, OrderEvent, Orders, OrdersOptions};
-use shardstock::store::{
-    HomeReply, OnShort, ReqArgs, RequestKind, SegAddr, SegmentRole, TakeReply,
-};
+use shardstock::store::{Credit, SegAddr, SellArgs, SellReply, TransferArgs, TransferReply};
 use shardstock::{
     Coalescing, Deduct, Deduction, Engine, EngineBuilder, LoadOptions, RedisStore, RequestId,
     Reserved, Sku, Store, Strategy, UserId,
@@ -68,8 +69,12 @@ async fn a_sale_on_a_cluster_sells_exactly_the_stock() {
             .count();
         assert_eq!(sold, 500, "{prefix}: sold");
         assert_eq!(sold_out, 500, "{prefix}: the rest is sold out");
+        e.sweep().await.unwrap();
         let a = e.audit(&sku).await.unwrap();
-        assert!(a.ok && a.sold == 500 && a.remaining == 0, "{prefix}: {a:?}");
+        assert!(
+            a.ok && a.sold == 500 && a.remaining == 0 && a.in_transit == 0,
+            "{prefix}: {a:?}"
+        );
 
         // Restock 20, then reservations: one confirmed, one cancelled, one left to expire.
         let r = e
@@ -99,7 +104,7 @@ async fn a_sale_on_a_cluster_sells_exactly_the_stock() {
         e.sweep().await.unwrap();
         let a = e.audit(&sku).await.unwrap();
         assert!(
-            a.ok && a.sold == 501 && a.reserved == 0 && a.remaining == 19,
+            a.ok && a.sold == 501 && a.reserved == 0 && a.remaining == 19 && a.in_transit == 0,
             "{prefix}: {a:?}"
         );
     }
@@ -162,8 +167,164 @@ async fn a_dead_seed_node_does_not_stall_the_sale() {
     cluster.wait_ready(Duration::from_secs(30));
 
     assert_eq!(sell(&e, "after", 250, Duration::from_secs(30)).await, 200);
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
-    assert!(a.ok && a.sold == 300 && a.remaining == 0, "{a:?}");
+    assert!(
+        a.ok && a.sold == 300 && a.remaining == 0 && a.in_transit == 0,
+        "{a:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Moving stock between masters.
+// ---------------------------------------------------------------------------------------------
+
+/// The transfers recorded at every donor of `sku` (generation `g`, prefix `prefix`), read from
+/// each master: (donor, destination, units).
+fn transfers_on(cluster: &RedisCluster, prefix: &str, sku: &str, g: u64) -> Vec<(u32, u32, u64)> {
+    let mut out = Vec::new();
+    for (port, keys) in cluster
+        .admin()
+        .keys_by_master(&format!("{prefix}:{{{sku}#*}}:g{g}:tx"))
+    {
+        for k in keys {
+            let donor: u32 = k[k.find('#').unwrap() + 1..k.find('}').unwrap()]
+                .split('.')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let all = redis_cli(port, &["HGETALL", &k]);
+            let lines: Vec<&str> = all.lines().collect();
+            for pair in lines.chunks(2) {
+                let v: Vec<u64> = pair[1].split(':').map(|x| x.parse().unwrap()).collect();
+                out.push((donor, v[0] as u32, v[1]));
+            }
+        }
+    }
+    out
+}
+
+/// 32 units in 16 segments placed over 3 masters (2 each), bought 5 at a time: every home is
+/// short, so units move home by transfers — from donors on other masters too (a debit there,
+/// the credit at the home's master: two scripts in two slots, never one script over two).
+/// Exactly the stock is sold, every transfer is credited once, nothing is left in transit
+/// after the sweeper ran, and the audit is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transfers_between_segments_on_different_masters() {
+    let cluster = RedisCluster::start(3, 0);
+    let e = prefixed_engine(&cluster, sale_builder(0), "moves").await;
+    let sku = Sku::new("spread").unwrap();
+    let g = e.load(&sku, 32, LoadOptions::new(16)).await.unwrap();
+    let homes = e.placement(&sku).await.unwrap().expect("a cluster");
+    let master = |i: u32| homes[i as usize].master.clone();
+    let masters: std::collections::BTreeSet<_> = homes.iter().map(|h| h.master.clone()).collect();
+    assert!(masters.len() >= 2, "segments on one master: {homes:?}");
+    let buyers = (0..12).map(|i| {
+        let e = e.clone();
+        tokio::spawn(async move {
+            let d = Deduct::new("spread", &format!("u{i}"), 5, &format!("m{i}")).unwrap();
+            e.deduct(&d).await.unwrap()
+        })
+    });
+    let got: Vec<Deduction> = join_all(buyers)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let mut sold: u64 = got.iter().map(Deduction::units_applied).sum();
+    for d in &got {
+        assert!(
+            matches!(
+                d,
+                Deduction::Applied { parts } if parts.len() == 1 && parts[0].units == 5
+            ) || matches!(d, Deduction::Insufficient { .. } | Deduction::SoldOut),
+            "{d:?}"
+        );
+    }
+    assert!((5..=30).contains(&sold), "{got:?}");
+    // Buyers who came too late for the units still scattered: one at a time, each finds them.
+    let mut k = 0;
+    while sold < 30 {
+        let d = Deduct::new("spread", &format!("late{k}"), 5, &format!("late{k}")).unwrap();
+        let r = e.deduct(&d).await.unwrap();
+        assert_eq!(r.units_applied(), 5, "{sold} sold, 32 loaded: {r:?}");
+        sold += 5;
+        k += 1;
+    }
+    let moved = transfers_on(&cluster, "moves", "spread", g);
+    let across = moved
+        .iter()
+        .filter(|(donor, dest, _)| master(*donor) != master(*dest))
+        .count();
+    eprintln!(
+        "{} transfers, {across} between masters: {moved:?}",
+        moved.len()
+    );
+    assert!(across > 0, "no transfer between masters: {moved:?}");
+    e.sweep().await.unwrap();
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!((a.sold, a.remaining, a.in_transit), (30, 2, 0), "{a:?}");
+    let moved_in: u64 = a.segments.iter().map(|x| x.state.moved_in).sum();
+    let units: u64 = moved.iter().map(|m| m.2).sum();
+    assert_eq!(moved_in, units, "every transfer credited once: {a:?}");
+}
+
+/// The last units: 20 units in 16 segments (one or two each), 400 one-unit buyers at once,
+/// with and without request coalescing and a per-user limit. Homes run dry at once and
+/// buyers pull the last units from each other's segments: not one unit oversold, every buyer
+/// answered applied or sold out, all 20 sold, and after the sweeper nothing is in transit and
+/// the audit is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn last_units_storm_over_sixteen_segments() {
+    let cluster = RedisCluster::start(3, 0);
+    for (prefix, coalesce, limit) in [("storm", false, 0), ("stormc", true, 1)] {
+        let store = RedisStore::builder(cluster.url())
+            .key_prefix(prefix)
+            .coalescing(coalesce.then(Coalescing::default))
+            .connect()
+            .await
+            .unwrap();
+        let e = sale_builder(limit).build(store).unwrap();
+        let sku = Sku::new("last").unwrap();
+        e.load(&sku, 20, LoadOptions::new(16)).await.unwrap();
+        let buyers = (0..400).map(|i| {
+            let e = e.clone();
+            tokio::spawn(async move {
+                let d = Deduct::new("last", &format!("u{i}"), 1, &format!("{prefix}-{i}")).unwrap();
+                e.deduct(&d).await.unwrap()
+            })
+        });
+        let got: Vec<Deduction> = join_all(buyers)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let sold: u64 = got.iter().map(Deduction::units_applied).sum();
+        let mut kinds = std::collections::BTreeMap::<&str, usize>::new();
+        for d in &got {
+            *kinds.entry(d.kind()).or_default() += 1;
+        }
+        eprintln!("{prefix}: {kinds:?}");
+        assert!(sold <= 20, "{prefix}: oversold: {sold} of 20");
+        e.sweep().await.unwrap();
+        let a = e.audit(&sku).await.unwrap();
+        assert!(a.ok, "{prefix}: {a:?}");
+        assert_eq!(a.in_transit, 0, "{prefix}: {a:?}");
+        assert_eq!(a.sold, sold, "{prefix}: sold as answered: {a:?}");
+        assert_eq!(
+            (a.sold, a.remaining),
+            (20, 0),
+            "{prefix}: units left unsold while buyers were turned away: {kinds:?} {a:?}"
+        );
+        for d in &got {
+            assert!(
+                matches!(d, Deduction::Applied { .. } | Deduction::SoldOut),
+                "{prefix}: {d:?}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -283,11 +444,10 @@ const RESV_EVERY: usize = 10;
 const LANES: usize = 16;
 const RESV_TTL: Duration = Duration::from_secs(120);
 
-/// Retries `f` while it errs (retryable) or answers "not now, in flight"; 60 s at most.
+/// Retries `f` while it errs (retryable); 60 s at most.
 async fn until_answered<T, F: Future<Output = shardstock::Result<T>>>(
     p: &Progress,
     mut f: impl FnMut() -> F,
-    in_flight: impl Fn(&T) -> bool,
 ) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::new();
@@ -297,8 +457,7 @@ async fn until_answered<T, F: Future<Output = shardstock::Result<T>>>(
             panic!("no answer after 60 s: {last}");
         }
         match f().await {
-            Ok(v) if !in_flight(&v) => return v,
-            Ok(_) => last = "in flight".into(),
+            Ok(v) => return v,
             Err(e) => {
                 last = e.to_string();
                 p.error(&e);
@@ -312,22 +471,17 @@ async fn until_answered<T, F: Future<Output = shardstock::Result<T>>>(
 async fn buy(e: &Engine<RedisStore>, p: &Progress, sku: &str, i: usize) -> Got {
     let d = request(sku, i);
     if !i.is_multiple_of(RESV_EVERY) {
-        let r = until_answered(p, || e.deduct(&d), |r| *r == Deduction::InFlight).await;
+        let r = until_answered(p, || e.deduct(&d)).await;
         return match r {
             Deduction::Applied { parts } | Deduction::Replayed { parts } => Got::Sold(parts),
             Deduction::SoldOut => Got::NotSold,
             other => panic!("{sku}-{i}: {other:?}"),
         };
     }
-    let r = until_answered(
-        p,
-        || e.reserve(&d, RESV_TTL),
-        |r| *r == Reserved::NotHeld(Deduction::InFlight),
-    )
-    .await;
+    let r = until_answered(p, || e.reserve(&d, RESV_TTL)).await;
     match r {
         Reserved::Held { id, parts } | Reserved::Replayed { id, parts } => {
-            let end = until_answered(p, || e.confirm(&id), |_| false).await;
+            let end = until_answered(p, || e.confirm(&id)).await;
             assert!(end.done, "{sku}-{i}: confirm {end:?}");
             Got::Sold(parts)
         }
@@ -374,11 +528,15 @@ async fn sale(e: &Engine<RedisStore>, p: &Arc<Progress>, sku: &str, n: usize) ->
 }
 
 /// The end of a sale of `stock` units with more demand than stock: exactly the stock sold
-/// (what buyers were told, each request id counted once, equals the audit), nothing held,
-/// the audit ok and exact; then every request id sent again answers its first outcome and
-/// changes nothing.
+/// (what buyers were told, each request counted once, equals the audit), nothing held,
+/// nothing left in transit once the sweeper ran, the audit ok and exact; then every request
+/// sent again answers its first outcome and changes nothing.
 async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64, got: &[Got]) {
     let s = Sku::new(sku).unwrap();
+    // A call that failed between a transfer's debit and its credit left units in transit:
+    // the sweeper credits them once the lease has run out.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    e.sweep().await.unwrap();
     let told: u64 = got
         .iter()
         .map(|g| match g {
@@ -389,17 +547,20 @@ async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64,
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok, "{sku}: audit {:?}", a.problems);
     assert_eq!(
-        (a.sold, a.reserved, a.remaining, told),
-        (stock, 0, 0, stock),
-        "{sku}: (sold, reserved, remaining, told) {a:?}"
+        (a.sold, a.reserved, a.remaining, a.in_transit, told),
+        (stock, 0, 0, 0, stock),
+        "{sku}: (sold, reserved, remaining, in transit, told) {a:?}"
     );
-    assert_eq!(a.loaded + a.restocked, a.remaining + a.reserved + a.sold);
+    assert_eq!(
+        a.loaded + a.restocked,
+        a.remaining + a.in_transit + a.reserved + a.sold
+    );
 
     // Exactly once: every request id again, after the change.
     for (i, g) in got.iter().enumerate() {
         let d = request(sku, i);
         if !i.is_multiple_of(RESV_EVERY) {
-            let r = until_answered(p, || e.deduct(&d), |r| *r == Deduction::InFlight).await;
+            let r = until_answered(p, || e.deduct(&d)).await;
             match g {
                 Got::Sold(parts) => assert_eq!(
                     r,
@@ -411,11 +572,11 @@ async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64,
                 Got::NotSold => assert_eq!(r, Deduction::SoldOut, "{sku}-{i} again"),
             }
         } else {
-            let r = until_answered(p, || e.reserve(&d, RESV_TTL), |_| false).await;
+            let r = until_answered(p, || e.reserve(&d, RESV_TTL)).await;
             match (g, &r) {
                 (Got::Sold(parts), Reserved::Replayed { id, parts: p2 }) => {
                     assert_eq!(parts, p2, "{sku}-{i} again");
-                    let end = until_answered(p, || e.confirm(id), |_| false).await;
+                    let end = until_answered(p, || e.confirm(id)).await;
                     assert!(end.done, "{sku}-{i}: confirm again {end:?}");
                 }
                 (Got::NotSold, Reserved::NotHeld(Deduction::SoldOut)) => {}
@@ -430,13 +591,12 @@ async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64,
     );
 }
 
-/// Engine options of the sales under change: a claim left by a failed attempt is taken over
-/// by the retry after a short lease.
+/// Engine options of the sales under change: units a failed attempt left in transit are due
+/// to the sweeper after a short lease.
 fn sale_builder(per_user_limit: u64) -> EngineBuilder {
     Engine::builder()
         .per_user_limit(per_user_limit)
-        .claim_lease(Duration::from_millis(300))
-        .pending_wait(Duration::from_millis(300))
+        .transfer_lease(Duration::from_millis(300))
 }
 
 /// A sale of 1,200 units in 16 segments to 2,400 one-unit requests (a tenth of them
@@ -527,8 +687,8 @@ struct Moved {
 
 /// At 30 % sold: on the master holding the most of them, moves every slot holding a segment
 /// of the SKU (the slots with 3 keys or more under prefix `reshard`: a segment's hash, its
-/// indexes and request records; the SKU's metadata and reservation holders' user records sit
-/// alone in theirs) to another master, waiting for 2 more units sold after each migration
+/// users' ledgers, its reservation index and transfer records; the SKU's metadata sits alone
+/// in its slot) to another master, waiting for 2 more units sold after each migration
 /// step; then opens the rest of the sale.
 fn reshard(admin: &ClusterAdmin, p: &Progress, concurrent: bool) -> Moved {
     p.wait_answered(8);
@@ -633,8 +793,8 @@ impl Reloads {
     }
 }
 
-/// A sale of 1,000 units in 16 segments with one order per user (per-user claims in their own
-/// slots) on 3 masters + 1 replica each; at 30 % sold, the master holding the most of the
+/// A sale of 1,000 units in 16 segments with one order per user (each user's ledger at the
+/// user's home segment) on 3 masters + 1 replica each; at 30 % sold, the master holding the most of the
 /// SKU's keys fails over to its replica (`CLUSTER FAILOVER`: no acknowledged write lost) while
 /// requests are in flight; the last 1,200 requests wait until it is done. The promoted replica
 /// has no scripts: its first calls answer `NOSCRIPT`, reloaded and counted. The sale sells
@@ -714,34 +874,21 @@ fn registry() -> Vec<String> {
         .collect()
 }
 
-/// The arguments a store-level call of request `rid` takes (a simulated crash).
-fn args<'a>(e: &Engine<RedisStore>, rid: &'a RequestId, user: &'a UserId, qty: u64) -> ReqArgs<'a> {
-    let o = e.options();
-    ReqArgs {
-        attempt: 0,
-        request_id: rid,
-        user,
-        qty,
-        ttl_ms: o.request_ttl.as_millis() as u64,
-        lease_ms: o.claim_lease.as_millis() as u64,
-        resv_ttl_ms: 0,
-        kind: RequestKind::Sale,
-    }
-}
-
 /// After `SCRIPT FLUSH` on every master (and on RedLock's nodes), one workflow reaches every
-/// script of the registry through the engine — sale, coalesced sale, fallback across segments,
-/// an abandoned fallback claim recovered by the sweeper (claims_due, takeover, shut_out,
-/// refund, settle as sealed), a lost per-user claim verified by the user's next request
-/// (seal), reservations confirmed, cancelled and expired (reserve_end, reclaim), restock,
-/// a reload to fewer segments (drop_segment), the audit (held), the `lock` strategy (fence_read,
-/// and the lock scripts with a watchdog renewal) and `redlock` — with no error: a script whose
-/// keys spanned two slots would fail with CROSSSLOT (before it ever got to `NOSCRIPT`). Each
-/// script's first use after the flush is a `NOSCRIPT`, reloaded and counted by name: every name
-/// of the registry must be counted. (`redlock_acquire` runs only on RedLock's independent
-/// nodes, never on the store's cluster: its two keys, the lock and the node's quarantine
-/// marker, are in different slots by design.) Two simulated crashes use store-level calls (the
-/// `Store` trait), as the differential tests do: a process that dies part-way.
+/// script of the registry through the engine — sale (sell), coalesced sale, units moved home
+/// from other segments (transfer: debit, then sell with the credit, then done), units left in
+/// transit by a process that died between a debit and its credit, credited by the sweeper
+/// (transfer: due, debit re-sent, done), reservations confirmed, cancelled and expired
+/// (reserve_end, and the survey's reclaim), restock, a user at the limit whose request is
+/// looked up before the refusal (record), a reload to fewer segments (drop_segment), the audit
+/// (survey), the `lock` strategy (fence_read, and the lock scripts with a watchdog renewal) and
+/// `redlock` — with no error: a script whose keys spanned two slots would fail with CROSSSLOT
+/// (before it ever got to `NOSCRIPT`). Each script's first use after the flush is a `NOSCRIPT`,
+/// reloaded and counted by name: every name of the registry must be counted.
+/// (`redlock_acquire` runs only on RedLock's independent nodes, never on the store's cluster:
+/// its two keys, the lock and the node's quarantine marker, are in different slots by design.)
+/// The crash uses store-level calls (the `Store` trait), as the differential tests do: a
+/// process that dies part-way.
 #[test]
 fn every_script_runs_in_one_slot_after_a_script_flush() {
     let (rt, reloads) = Reloads::runtime();
@@ -758,9 +905,7 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
     let builder = || {
         Engine::builder()
             .per_user_limit(0)
-            .claim_lease(Duration::from_millis(100))
-            .user_claim_ttl(Duration::from_millis(120))
-            .pending_wait(Duration::from_millis(5))
+            .transfer_lease(Duration::from_millis(100))
     };
     reloads.block_on(&rt, async {
         let store = |prefix: &str| {
@@ -822,8 +967,8 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
             let (e, d) = (e.clone(), Deduct::new(sku, user, qty, rid).unwrap());
             async move { e.deduct(&d).await.unwrap() }
         };
-        // deduct; deduct_batch; a fallback: 3 units where no segment has more than 2 (take
-        // at two segments, settle).
+        // sell; sell coalesced; 3 units where no segment has more than 2 (units moved home by
+        // transfers, credited by the sale).
         assert_eq!(sell(&plain, "all", "a", 1, "s1").await.units_applied(), 1);
         assert_eq!(
             sell(&coalesced, "all", "b", 1, "s2").await.units_applied(),
@@ -855,72 +1000,76 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
         tokio::time::sleep(Duration::from_millis(120)).await;
         plain.sweep().await.unwrap();
 
-        // An abandoned fallback claim: home short, claimed, 1 unit taken at another segment,
-        // then the process "dies". The sweeper takes the claim over (claims_due, takeover),
-        // shuts the old epoch out of the other segments (shut_out), finds the request
-        // incomplete, refunds the unit (refund) and seals the request (settle).
+        // Units left in transit: a transfer debited at a segment on another master than the
+        // request's home, then the process "dies" before the home credits it. The sweeper
+        // (transfer: due, the debit re-sent, done; sell: the credit) credits them home.
         let c = Sku::new("crash").unwrap();
         plain.load(&c, 6, LoadOptions::new(3)).await.unwrap();
         let store = plain.store();
         let meta = store.meta(&c).await.unwrap().expect("loaded");
+        let homes = plain.placement(&c).await.unwrap().expect("a cluster");
         let (rid, user) = (
-            RequestId::new("lost-fallback").unwrap(),
+            RequestId::new("lost-transfer").unwrap(),
             UserId::new("g").unwrap(),
         );
-        let a = args(&plain, &rid, &user, 3);
-        let home = shardstock::segments::home(&rid, meta.segments);
+        let home = shardstock::segments::home(&user, &rid, meta.segments, false);
+        let donor = (0..meta.segments)
+            .find(|i| homes[*i as usize].master != homes[home as usize].master)
+            .unwrap_or((home + 1) % meta.segments);
         let at = |index| {
             SegAddr::new(&c, meta.generation, index).with_suffix(meta.placement.suffix(index))
         };
-        let r = store
-            .deduct_home(at(home), a, OnShort::Claim)
-            .await
-            .unwrap();
+        let t = TransferArgs {
+            id: 31,
+            dest: home,
+            want: 2,
+            floor: 0,
+            lease_ms: 100,
+        };
+        let r = store.transfer(at(donor), t).await.unwrap();
         assert!(
-            matches!(
-                r,
-                HomeReply::Short {
-                    claimed: Some(1),
-                    ..
-                }
-            ),
+            matches!(r, TransferReply::Debited { units: 2, .. }),
             "{r:?}"
         );
-        let other = (home + 1) % meta.segments;
-        let t = store
-            .take(at(other), a, 1, 1, SegmentRole::Fallback)
-            .await
-            .unwrap();
-        assert!(matches!(t, TakeReply::Taken { part: 1, .. }), "{t:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await; // lease + one lease of grace
-        // (The sweeper looks at the SKUs the engine has seen: read the stock once.)
-        assert_eq!(plain.remaining(&c).await.unwrap().total, 6 - 1);
+        let audit = plain.audit(&c).await.unwrap();
+        assert!(audit.ok && audit.in_transit == 2, "{audit:?}");
+        tokio::time::sleep(Duration::from_millis(150)).await; // the lease ran out
         plain.sweep().await.unwrap();
         let audit = plain.audit(&c).await.unwrap();
         assert!(
-            audit.ok && audit.remaining == 6 && audit.sold == 0,
+            audit.ok && audit.remaining == 6 && audit.in_transit == 0 && audit.sold == 0,
+            "{audit:?}"
+        );
+        // The dead process's credit, sent late with its sale: the credit adds nothing.
+        let credit = [Credit {
+            id: 31,
+            donor,
+            units: 2,
+        }];
+        let args = SellArgs {
+            request_id: &rid,
+            user: &user,
+            qty: 1,
+            resv_ttl_ms: 0,
+            ttl_ms: 60_000,
+            credits: &credit,
+            fence: 0,
+        };
+        let r = store.sell(at(home), args).await.unwrap();
+        assert!(matches!(r, SellReply::Applied { .. }), "{r:?}");
+        let audit = plain.audit(&c).await.unwrap();
+        assert!(
+            audit.ok && audit.remaining == 5 && audit.in_transit == 0 && audit.sold == 1,
             "{audit:?}"
         );
 
-        // A lost per-user claim (user_claim, then the process dies): after its TTL the user's
-        // next request finds it stale at the limit and seals its request id (seal), frees the
-        // entry (user_finish) and buys.
+        // A user at the limit (with a limit, every request of the user lands at the user's
+        // home, where the user's ledger is).
         let l = Sku::new("limited").unwrap();
         plain
             .load(&l, 4, LoadOptions::new(2).per_user_limit(1))
             .await
             .unwrap();
-        let meta = store.meta(&l).await.unwrap().expect("loaded");
-        let (rid, user) = (
-            RequestId::new("lost-claim").unwrap(),
-            UserId::new("h").unwrap(),
-        );
-        let claim = store
-            .user_claim(&l, meta.generation, args(&plain, &rid, &user, 1), 1, 120)
-            .await
-            .unwrap();
-        assert_eq!(claim, shardstock::store::UserClaim::Ok);
-        tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
             sell(&plain, "limited", "h", 1, "next")
                 .await
@@ -948,7 +1097,7 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
         );
 
         // A reload to fewer segments drops the old generation's extra ones (drop_segment);
-        // the audit reads each segment atomically (held).
+        // the audit reads each segment atomically (survey).
         let before = plain.audit(&s).await.unwrap();
         assert!(before.ok, "{before:?}");
         plain
@@ -978,7 +1127,7 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
 
     let counted = reloads.by_script();
     let names = registry();
-    assert!(names.len() >= 20, "registry parsed: {names:?}");
+    assert!(names.len() >= 18, "registry parsed: {names:?}");
     let missing: Vec<&String> = names.iter().filter(|n| !counted.contains_key(*n)).collect();
     eprintln!("reloads after SCRIPT FLUSH: {counted:?}");
     assert!(

@@ -9,7 +9,7 @@ use common::cluster::RedisCluster;
 use common::{RedisAt, RedisServer, redis_config};
 use shardstock::orders::{EventKind, Handler, OrderEvent, Orders, OrdersOptions};
 use shardstock::{
-    Deduct, Deduction, Engine, EngineBuilder, LoadOptions, RedisStore, Reserved, Sku,
+    Deduct, Deduction, Engine, EngineBuilder, LoadOptions, Part, RedisStore, Reserved, Sku,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -66,7 +66,7 @@ async fn store(at: &impl RedisAt, prefix: &str, coalesce: bool) -> RedisStore {
 async fn engine(at: &impl RedisAt, prefix: &str, coalesce: bool) -> Engine<RedisStore> {
     let b = EngineBuilder::default()
         .per_user_limit(0)
-        .claim_lease(Duration::from_millis(500));
+        .transfer_lease(Duration::from_millis(500));
     b.build(store(at, prefix, coalesce).await).unwrap()
 }
 
@@ -78,8 +78,9 @@ fn opts(consumer: &str) -> OrdersOptions {
         .batch(64)
 }
 
-/// Buyers race for `stock` units over `segments` (quantities 1..=3, so some requests take
-/// parts from several segments); the request ids that applied, with their quantity.
+/// Buyers race for `stock` units over `segments` (quantities 1..=3, so some homes run short
+/// and units move home from other segments); the request ids that applied, with their
+/// quantity.
 async fn sale(e: &Engine<RedisStore>, sku: &str, requests: usize) -> HashMap<String, u64> {
     let applied = Arc::new(Mutex::new(HashMap::new()));
     let mut tasks = Vec::new();
@@ -103,8 +104,8 @@ async fn sale(e: &Engine<RedisStore>, sku: &str, requests: usize) -> HashMap<Str
     applied.lock().unwrap().clone()
 }
 
-/// Every applied request has exactly one `sold` event with its units, nothing else has one,
-/// and the units add up to the audit's sold.
+/// Every applied request has exactly one `sold` event with its units, all at its home
+/// segment, nothing else has one, and the units add up to the audit's sold.
 fn check_sold(seen: &HashMap<String, Vec<OrderEvent>>, applied: &HashMap<String, u64>, sold: u64) {
     for (rid, qty) in applied {
         let evs = seen
@@ -126,6 +127,7 @@ fn check_sold(seen: &HashMap<String, Vec<OrderEvent>>, applied: &HashMap<String,
             *qty,
             "{rid}"
         );
+        assert_eq!(evs[0].parts.len(), 1, "{rid}: one part, at home: {evs:?}");
     }
     let strays: Vec<_> = seen.keys().filter(|r| !applied.contains_key(*r)).collect();
     assert!(
@@ -142,47 +144,56 @@ async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
     e.load(&sku, 300, LoadOptions::new(6).outbox(true))
         .await
         .unwrap();
-    // One sale through the fallback, whatever the race below does: a buyer empties the
-    // segment 0 at home, and the next request whose home is 0 must sell elsewhere.
+    // One sale whose units moved home, whatever the race below does: a buyer empties segment
+    // 0 at home, and the next request whose home is 0 gets units moved there from the others.
+    // (One user for both: a user named after the request id would hash with it in a way that
+    // misses segment 0 for every id — see `home_of`.)
     let mut applied = HashMap::new();
     let at_home_0: Vec<String> = (0..)
         .map(|i| format!("f{i}"))
-        .filter(|r| shardstock::segments::home(&shardstock::RequestId::new(r).unwrap(), 6) == 0)
+        .filter(|r| home_of("buyer", r, 6) == 0)
         .take(2)
         .collect();
     for (rid, qty) in at_home_0.iter().zip([50, 2]) {
-        let d = Deduct::new("flash", &format!("u-{rid}"), qty, rid).unwrap();
+        let d = Deduct::new("flash", "buyer", qty, rid).unwrap();
         let Deduction::Applied { parts } = e.deduct(&d).await.unwrap() else {
             panic!("{rid} did not apply")
         };
-        assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), qty);
-        if qty == 2 {
-            assert!(parts.iter().all(|p| p.segment != 0), "{rid}: {parts:?}");
-        }
+        assert_eq!(
+            parts,
+            vec![Part {
+                segment: 0,
+                units: qty
+            }],
+            "{rid}"
+        );
         applied.insert(rid.clone(), qty);
     }
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.segments[0].state.moved_in >= 2, "units moved home: {a:?}");
     applied.extend(sale(&e, "flash", 400).await);
+    e.sweep().await.unwrap();
     let audit = e.audit(&sku).await.unwrap();
     assert!(audit.ok, "{:?}", audit.problems);
-    assert_eq!(audit.sold, 300);
+    assert_eq!((audit.sold, audit.in_transit), (300, 0), "{audit:?}");
 
     let h = Collect::default();
     let orders = Orders::new(store(at, prefix, false).await, h.clone(), opts("c1")).unwrap();
     orders.drain(Duration::from_secs(30)).await.unwrap();
     check_sold(&h.by_rid(), &applied, audit.sold);
-    // Sales through the fallback (away from home, or over several segments) are the ones
-    // whose event settle.lua writes.
-    let fallback = h
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|e| {
-            let rid = shardstock::RequestId::new(&e.request_id).unwrap();
-            e.parts.len() > 1 || e.parts[0].segment != shardstock::segments::home(&rid, 6)
-        })
-        .count();
-    assert!(fallback > 0, "some sales went through the fallback");
+    // Every event names one part, at the request's home: where its units were moved to
+    // first when the home was short.
+    for ev in h.seen.lock().unwrap().iter() {
+        let home = home_of(&ev.user, &ev.request_id, 6);
+        assert_eq!(
+            ev.parts,
+            vec![Part {
+                segment: home,
+                units: ev.units
+            }],
+            "{ev:?}"
+        );
+    }
     let lag = orders.lag().await.unwrap();
     assert_eq!(
         lag.appended,
@@ -198,7 +209,7 @@ async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
         "a re-sent request is a replay, never applied again: {again:?}"
     );
     for (rid, qty) in at_home_0.iter().zip([50, 2]) {
-        let d = Deduct::new("flash", &format!("u-{rid}"), qty, rid).unwrap();
+        let d = Deduct::new("flash", "buyer", qty, rid).unwrap();
         let d = e.deduct(&d).await.unwrap();
         assert!(matches!(d, Deduction::Replayed { .. }), "{rid}: {d:?}");
     }
@@ -615,38 +626,38 @@ async fn trimming_waits_for_every_group() {
     assert_eq!(hb.by_rid().len(), applied.len());
 }
 
-/// A reservation placed through the fallback (its home segment short): `reserved` comes from
-/// the home segment's stream (settle), `confirmed` from the segment holding the units.
+/// Reservations whose home segment is short: units move home first, so each is held, and
+/// reported (`reserved`, then `confirmed`), from its home segment's stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fallback_reservation_reports_from_both_segments() {
+async fn a_reservation_whose_home_was_short_reports_from_its_home() {
     let redis = RedisServer::start();
     let e = engine(&redis, "t", false).await;
     let sku = Sku::new("fbres").unwrap();
     e.load(&sku, 12, LoadOptions::new(4).outbox(true))
         .await
         .unwrap();
-    // Four request ids whose home is segment 0: three of them must be placed elsewhere.
+    // Four requests whose home is segment 0 (3 units): three must get units moved there.
     let rids: Vec<String> = (0..)
         .map(|i| format!("f{i}"))
-        .filter(|r| shardstock::segments::home(&shardstock::RequestId::new(r).unwrap(), 4) == 0)
+        .filter(|r| home_of("buyer", r, 4) == 0)
         .take(4)
         .collect();
     let mut ids = Vec::new();
-    for (i, rid) in rids.iter().enumerate() {
-        let d = Deduct::new("fbres", &format!("u{i}"), 3, rid).unwrap();
+    for rid in &rids {
+        let d = Deduct::new("fbres", "buyer", 3, rid).unwrap();
         if let Reserved::Held { id, .. } = e.reserve(&d, Duration::from_secs(60)).await.unwrap() {
             ids.push(id);
         }
     }
-    assert_eq!(ids.len(), 4, "each segment holds one reservation of 3");
+    assert_eq!(ids.len(), 4, "every unit moved home and held there");
     for id in &ids {
+        assert_eq!(id.segment(), 0, "{id}");
         assert!(e.confirm(id).await.unwrap().done);
     }
     let h = Collect::default();
     let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
     orders.drain(Duration::from_secs(10)).await.unwrap();
     let seen = h.by_rid();
-    let mut across = 0;
     for id in &ids {
         let evs = &seen[id.request_id().as_str()];
         let kinds: Vec<&str> = evs.iter().map(|e| e.kind.as_str()).collect();
@@ -655,12 +666,18 @@ async fn a_fallback_reservation_reports_from_both_segments() {
             kinds.contains(&"reserved") && kinds.contains(&"confirmed"),
             "{kinds:?}"
         );
-        if evs[0].stream != evs[1].stream {
-            across += 1;
-        }
+        assert_eq!(evs[0].stream, evs[1].stream, "both from the home's stream");
+        assert!(evs[0].stream.contains("{fbres#0}"), "{evs:?}");
     }
-    assert_eq!(across, 3, "placed away from their home segment: {seen:#?}");
-    assert_eq!(e.audit(&sku).await.unwrap().sold, 12);
+    e.sweep().await.unwrap();
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!((a.sold, a.in_transit), (12, 0), "{a:?}");
+    assert_eq!(
+        (a.segments[0].state.sold, a.segments[0].state.moved_in),
+        (12, 9),
+        "{a:?}"
+    );
 }
 
 /// A reload whose metadata names another previous generation than the segments hold (a load
@@ -693,130 +710,86 @@ async fn a_reload_ends_the_reservations_of_the_generation_the_segment_holds() {
     assert_eq!(kinds, vec!["reserved", "cancelled"]);
 }
 
-/// Crash point "after the parts were taken, before `settle`": the holder of a fallback claim
-/// dies (here: the store calls stop after the `take`s). Once the lease passed, whoever
-/// finishes the claim — the sweeper, or a retry of the same request id taking it over —
-/// settles it through `settle.lua`, which appends exactly one `sold` with every part; a claim
-/// that had not taken all its units is refunded and sealed and leaves no event.
+/// Crash point "after a transfer's debit, before the home credits it": a process moving units
+/// home for a request dies there (here: the store calls stop after the debit). Units in
+/// transit are no sale: no event. Once the lease passed the sweeper credits them home; the
+/// request, retried, sells at its home and appends exactly one `sold`; re-sent, nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_abandoned_fallback_claim_leaves_one_sold_when_completed_and_none_when_refunded() {
-    use shardstock::segments::home;
-    use shardstock::store::{HomeReply, OnShort, SegAddr, SegmentRole, Store, TakeReply};
+async fn a_transfer_abandoned_mid_way_appends_nothing_and_its_retry_one_sold() {
+    use shardstock::store::{SegAddr, Store, TransferArgs, TransferReply};
     let redis = RedisServer::start();
     let e = engine(&redis, "t", false).await;
-    let lease = e.options().claim_lease;
-    // Claims `qty` at home on a fresh SKU [3, 3], takes `at_home` there and `away` at the
-    // other segment, and stops: a dead holder.
-    async fn abandon(
-        e: &Engine<RedisStore>,
-        sku: &str,
-        rid: &str,
-        qty: u64,
-        at_home: u64,
-        away: u64,
-    ) {
-        let s = Sku::new(sku).unwrap();
-        let g = e
-            .load(&s, 6, LoadOptions::new(2).outbox(true))
-            .await
-            .unwrap();
-        e.remaining(&s).await.unwrap(); // the engine (its sweeper) knows the SKU
-        let (r, u) = (
-            shardstock::RequestId::new(rid).unwrap(),
-            shardstock::UserId::new(format!("u-{rid}")).unwrap(),
-        );
-        let a = common::edges::args(e, &r, &u, qty, 0);
-        let h = home(&r, 2);
-        let st = e.store();
-        let c = st
-            .deduct_home(SegAddr::new(&s, g, h), a, OnShort::Claim)
-            .await
-            .unwrap();
-        assert!(
-            matches!(
-                c,
-                HomeReply::Short {
-                    claimed: Some(1),
-                    ..
-                }
-            ),
-            "{c:?}"
-        );
-        for (seg, units, role) in [
-            (h, at_home, SegmentRole::Home),
-            (1 - h, away, SegmentRole::Fallback),
-        ] {
-            if units > 0 {
-                let t = st
-                    .take(SegAddr::new(&s, g, seg), a, units, 1, role)
-                    .await
-                    .unwrap();
-                assert!(matches!(t, TakeReply::Taken { .. }), "{t:?}");
-            }
-        }
-    }
-    abandon(&e, "swept", "rs", 5, 3, 2).await; // complete: the sweeper settles it
-    abandon(&e, "retried", "rr", 4, 2, 2).await; // complete: a retry takes it over
-    abandon(&e, "short", "rx", 5, 3, 1).await; // incomplete: refunded and sealed
-    tokio::time::sleep(lease + Duration::from_millis(100)).await;
-    let retry = e
-        .deduct(&Deduct::new("retried", "u-rr", 4, "rr").unwrap())
+    let lease = e.options().transfer_lease;
+    let s = Sku::new("abandoned").unwrap();
+    let g = e
+        .load(&s, 6, LoadOptions::new(2).outbox(true))
+        .await
+        .unwrap(); // [3, 3]
+    let h = home_of("u-rs", "rs", 2);
+    let t = TransferArgs {
+        id: 11,
+        dest: h,
+        want: 2,
+        floor: 0,
+        lease_ms: lease.as_millis() as u64,
+    };
+    let r = e
+        .store()
+        .transfer(SegAddr::new(&s, g, 1 - h), t)
         .await
         .unwrap();
     assert!(
-        matches!(
-            retry,
-            Deduction::Applied { .. } | Deduction::Replayed { .. }
-        ),
-        "the retry finishes the sale: {retry:?}"
+        matches!(r, TransferReply::Debited { units: 2, .. }),
+        "{r:?}"
     );
-    // The sweeper finishes what it finds (a takeover may need a second pass), bounded.
-    for _ in 0..60 {
-        e.sweep().await.unwrap();
-        let a = e.audit(&Sku::new("short").unwrap()).await.unwrap();
-        let b = e.audit(&Sku::new("swept").unwrap()).await.unwrap();
-        let settled = redis.cli(&[
-            "HGET",
-            &format!(
-                "t:{{swept#{}}}:g{}:rq:rs",
-                home(&shardstock::RequestId::new("rs").unwrap(), 2),
-                b.generation
-            ),
-            "s",
-        ]);
-        if a.sold == 0 && settled == "A" {
-            break;
+    // ...and the mover dies. The sweeper credits the units once the lease has passed.
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    e.sweep().await.unwrap();
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.in_transit == 0 && a.remaining == 6, "{a:?}");
+    assert_eq!(a.segments[h as usize].state.stock, 5, "{a:?}");
+    let d = Deduct::new("abandoned", "u-rs", 5, "rs").unwrap();
+    let r = e.deduct(&d).await.unwrap();
+    assert_eq!(
+        r,
+        Deduction::Applied {
+            parts: vec![Part {
+                segment: h,
+                units: 5
+            }]
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for (sku, sold) in [("swept", 5), ("retried", 4), ("short", 0)] {
-        let a = e.audit(&Sku::new(sku).unwrap()).await.unwrap();
-        assert!(a.ok && a.sold == sold, "{sku}: {a:?}");
-    }
-    // Re-sending the finished ones appends nothing more.
-    for (sku, rid, qty) in [("swept", "rs", 5), ("retried", "rr", 4)] {
-        let d = Deduct::new(sku, &format!("u-{rid}"), qty, rid).unwrap();
-        let d = e.deduct(&d).await.unwrap();
-        assert!(matches!(d, Deduction::Replayed { .. }), "{rid}: {d:?}");
-    }
-    let h = Collect::default();
-    let orders = Orders::new(store(&redis, "t", false).await, h.clone(), opts("c")).unwrap();
-    orders.drain(Duration::from_secs(10)).await.unwrap();
-    let seen = h.by_rid();
-    for (rid, units) in [("rs", 5), ("rr", 4)] {
-        let evs = seen.get(rid).cloned().unwrap_or_default();
-        assert_eq!(evs.len(), 1, "{rid}: one event: {evs:#?}");
-        let ev = &evs[0];
-        assert_eq!(
-            (ev.kind, ev.units),
-            (EventKind::Sold, units),
-            "{rid}: {ev:?}"
-        );
-        assert_eq!(ev.parts.len(), 2, "{rid}: both parts: {ev:?}");
-        assert_eq!(ev.parts.iter().map(|p| p.units).sum::<u64>(), units);
-    }
-    assert!(
-        !seen.contains_key("rx"),
-        "a refunded claim sold nothing: {seen:#?}"
     );
+    let r = e.deduct(&d).await.unwrap();
+    assert!(matches!(r, Deduction::Replayed { .. }), "{r:?}");
+    let h2 = Collect::default();
+    let orders = Orders::new(store(&redis, "t", false).await, h2.clone(), opts("c")).unwrap();
+    orders.drain(Duration::from_secs(10)).await.unwrap();
+    let seen = h2.by_rid();
+    assert_eq!(seen.len(), 1, "only the sale has an event: {seen:#?}");
+    let evs = &seen["rs"];
+    assert_eq!(evs.len(), 1, "one event: {evs:#?}");
+    assert_eq!((evs[0].kind, evs[0].units), (EventKind::Sold, 5));
+    assert_eq!(
+        evs[0].parts,
+        vec![Part {
+            segment: h,
+            units: 5
+        }]
+    );
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.sold == 5 && a.in_transit == 0, "{a:?}");
+}
+
+/// The home of `user`'s request `rid` over `segments` segments, without a per-user limit
+/// (the engine of these tests has none): the pair's. (FNV-1a's low bits are weak: for an even
+/// segment count the home's parity is the parity of the XOR of every byte of user, space and
+/// request id, so a user `u-f7` and request `f7` — the digits twice — never land on an even
+/// segment.)
+fn home_of(user: &str, rid: &str, segments: u32) -> u32 {
+    shardstock::segments::home(
+        &shardstock::UserId::new(user).unwrap(),
+        &shardstock::RequestId::new(rid).unwrap(),
+        segments,
+        false,
+    )
 }
