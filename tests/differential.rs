@@ -1,31 +1,25 @@
-//! Property-based differential tests (the machinery: `tests/common/differential/`).
+//! Differential tests: the Lua scripts (`RedisStore`, plain and with request coalescing) against
+//! the memory store, whose steps are the pure reference semantics
+//! (`shardstock::store::memory::Segment`). The machinery: `tests/common/differential/`.
 //!
-//! 1. `memory_and_redis_agree`: random sequences of load / deduct / restock / replay run on
-//!    `MemoryStore` and on `RedisStore` (a real redis-server, with and without coalescing) must
-//!    give identical outcomes and identical per-segment stock after every step, and both must
-//!    conserve stock.
-//! 2. `memory_and_redis_agree_at_the_edges`: the same in lockstep over three worlds (memory,
-//!    Redis, coalesced Redis), each with **two engines sharing one store**, with per-user limits,
-//!    reservations (reserve / confirm / cancel / expiry), request ids reused across users and
-//!    kinds, simulated crashes (store-level calls, then nothing) that later calls verify, seal or
-//!    take over, and explicit waits past every lease and TTL. Besides identical transcripts, a
-//!    model of what each answer promised is checked after every step (see `World::check`).
-//! 3. `cancellation_keeps_invariants`: the same worlds and ops plus calls dropped at random
-//!    points (`tokio::time::timeout` of a few µs); outcomes are timing-dependent, so only the
-//!    invariants are checked, and at the end every dropped call is resolved by a retry.
-//! 4. `memory_and_cluster_agree`: 1 and 2 again with the Redis worlds on a 3-master Redis
-//!    Cluster (fewer cases).
-//! 5. `regressions::*`: shrunk failures of 2 and 3 as fixed op lists, each naming what it found.
+//! 1. `stores_agree_step_by_step`: random sequences of store steps — sales and reservations
+//!    (with credits), transfers (fresh and replayed ids, ids past 2^53), transfer_done,
+//!    transfers_due, restock, reserve_end (confirm / cancel / inspect), survey, record, steps
+//!    addressed to the previous generation after a reload, and clock advances — run in
+//!    lockstep on the three stores; the answers and the state read after every step (each
+//!    segment surveyed, transfers due, every record, the metadata) must be identical, and each
+//!    segment must balance.
+//! 2. `engines_agree`: the same one level up, through an `Engine` on each store: outcomes and
+//!    audits identical, every audit balanced with nothing in transit.
+//! 3. `stores_and_engines_agree_on_a_cluster`: 1 and 2 with the Redis stores on a 3-master
+//!    cluster (fewer cases).
+//! 4. Named scenarios, each asserted on every store: transfers and re-sent credits; the reclaim
+//!    of more than 64 expired reservations in one step (a regression: the old scripts capped it
+//!    at 64); a reload between a transfer's debit and its credit; the request-TTL boundary of the
+//!    per-user ledger (a regression: the limit lapsed with the record TTL).
 //!
-//! What is checked after every step, and how timers are kept out of races: see
-//! `tests/common/differential.rs`.
-//!
-//! Environment: `DIFF_CASES` (cases per property), `DIFF_SKIP` (comma-separated op families
-//! left out of generation: load, deduct, reserve, confirm, cancel, replay, conflict, other-user,
-//! other-kind, restock, crash-claim, crash-sold, crash-resv, crash-fallback, wait, expire, drop,
-//! limits, two-engines), `DIFF_IGNORE` (comma-separated violation tags to look past, e.g.
-//! `kind,lockout/expired`; every violation message starts with its `[tag]`),
-//! `DIFF_SHRINK_SECS` (shrink time budget).
+//! Timers and how races with them are kept out: see `tests/common/differential.rs`.
+//! Environment: `DIFF_CASES`, `DIFF_SHRINK_SECS`, `DIFF_TAIL`.
 
 mod common;
 /// Parts of `tests/common/` that only the differential tests compile (mounted here rather than
@@ -35,409 +29,668 @@ mod support {
     pub mod differential;
 }
 
+use common::edges::{run_all, sku};
 use common::*;
-use proptest::prelude::*;
+use futures::FutureExt;
+use shardstock::store::{
+    Credit, HomeRecord, RecordState, RequestKind, ReservationAction, ReserveEnd, ResvState,
+    SegAddr, SellArgs, SellReply, TransferArgs, TransferReply,
+};
 use shardstock::*;
 use std::time::Duration;
-use support::differential::plain::{Op, op, run};
-use support::differential::run::{edge_property, edge_property_on};
+use support::differential::{engines, run};
 
 #[test]
-fn memory_and_redis_agree() {
-    agree_on(&RedisServer::start(), 48);
-}
-
-/// Property 1 with the Redis stores on `srv` (a server or a cluster); `DIFF_CASES` or
-/// `default_cases` cases.
-fn agree_on(srv: &impl RedisAt, default_cases: u32) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    // Long hints so routing depends only on the sequence, never on timing.
-    let builder = || {
-        Engine::builder()
-            .per_user_limit(0)
-            .hint_ttl(Duration::from_secs(3600))
-            .max_qty(5)
-    };
-    let redis = rt.block_on(redis_engine(srv, builder()));
-    // The same again with request coalescing on (own key prefix on the same server).
-    let coalesced = rt.block_on(coalesced_engine(srv, builder(), Coalescing::default(), "c"));
-    let cases = env_knob("DIFF_CASES").unwrap_or(default_cases);
-    let n = std::sync::atomic::AtomicU32::new(0);
-    proptest!(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() },
-        |(first in (1u64..40, 1u32..8), ops in proptest::collection::vec(op(), 1..60))| {
-        let name = format!("diff-{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let mut all = vec![Op::Load { total: first.0, segments: first.1 }];
-        all.extend(ops);
-        // A fresh memory engine per case; a fresh SKU name on the shared Redis server.
-        let memory = memory_engine(builder());
-        let a = rt.block_on(run(&memory, &name, &all));
-        let b = rt.block_on(run(&redis, &name, &all));
-        let c = rt.block_on(run(&coalesced, &name, &all));
-        prop_assert_eq!(&a, &b);
-        prop_assert_eq!(a, c);
-    });
+fn stores_agree_step_by_step() {
+    run::property(&RedisServer::start(), 48, 60);
 }
 
 #[test]
-fn memory_and_redis_agree_at_the_edges() {
-    edge_property(false, 48, 40);
+fn engines_agree() {
+    engines::property(&RedisServer::start(), 32, 40);
 }
 
+/// Properties 1 and 2 with the Redis stores on a 3-master cluster (the segments' hash tags
+/// carry their placement suffix there).
 #[test]
-fn cancellation_keeps_invariants() {
-    edge_property(true, 32, 30);
-}
-
-/// Properties 1 and 2 with the Redis worlds on a 3-master cluster (one cluster for both; fewer
-/// cases by default: the single-node runs above cover the op space, these the placement).
-#[test]
-fn memory_and_cluster_agree() {
+fn stores_and_engines_agree_on_a_cluster() {
     let cluster = common::cluster::RedisCluster::start(3, 0);
-    agree_on(&cluster, 16);
-    edge_property_on(&cluster, false, 16, 40);
+    run::property(&cluster, 12, 40);
+    engines::property(&cluster, 8, 30);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Shrunk failures, kept as regression tests (found on the code before issue 11's fixes; each
-// names what it found). `use Act::*` lists are the proptest output, trimmed after the failing
-// step; the runner adds a final expire + probe of every user on both engines.
-// ---------------------------------------------------------------------------------------------
-#[rustfmt::skip]
-mod regressions {
-    use super::support::differential::act::Act;
-    use super::support::differential::run::{regression, regression_past};
+// Named scenarios: each runs on the memory store, Redis and coalesced Redis, and asserts every
+// answer; a failure names its store.
 
-    /// Issue 11 #1: a sale's request id sent again as a reservation answers `Replayed` (the record
-    /// has no kind); the user's entry is rewritten from sold to reserved.
-    #[test]
-    fn edge_sale_id_reused_for_a_reservation() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 6, segments: 1, limit: 0 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-                OtherKind { e: 0, nth: 0, ttl_ms: 60 },
-            ],
-            false,
-        );
+/// The three stores of a scenario (the Redis ones on `srv`, own key prefixes).
+async fn three_stores(srv: &RedisServer) -> (MemoryStore, RedisStore, RedisStore) {
+    let (r, c) = run::redis_stores(srv).await;
+    (MemoryStore::new(), r, c)
+}
+
+/// Loads `name` with `load --replace` semantics through an engine (load_begin, load_segment,
+/// drop_segment, load_commit); returns the generation.
+async fn load<S: Store + Clone>(
+    store: &S,
+    name: &str,
+    total: u64,
+    segments: u32,
+    limit: u64,
+) -> u64 {
+    Engine::builder()
+        .build(store.clone())
+        .unwrap()
+        .load(
+            &sku(name),
+            total,
+            LoadOptions::new(segments)
+                .replace(true)
+                .per_user_limit(limit),
+        )
+        .await
+        .unwrap()
+}
+
+fn at(s: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
+    SegAddr::new(s, generation, index)
+}
+
+/// `sell` of `qty` for `user` / `rid` (a reservation held `resv_ms` when > 0), records kept
+/// `ttl_ms`, crediting `credits`.
+#[allow(clippy::too_many_arguments)]
+async fn sell<S: Store>(
+    store: &S,
+    home: SegAddr<'_>,
+    user: &str,
+    rid: &str,
+    qty: u64,
+    resv_ms: u64,
+    ttl_ms: u64,
+    credits: &[Credit],
+) -> SellReply {
+    let (u, r) = (UserId::new(user).unwrap(), RequestId::new(rid).unwrap());
+    store
+        .sell(
+            home,
+            SellArgs {
+                request_id: &r,
+                user: &u,
+                qty,
+                resv_ttl_ms: resv_ms,
+                ttl_ms,
+                credits,
+                fence: 0,
+            },
+        )
+        .await
+        .unwrap()
+}
+
+async fn audit_of<S: Store + Clone>(store: &S, name: &str) -> Audit {
+    Engine::builder()
+        .build(store.clone())
+        .unwrap()
+        .audit(&sku(name))
+        .await
+        .unwrap()
+}
+
+/// Transfers debit once per id (a re-send replays its units, whatever its other fields, also
+/// after it was marked done); a credit applies once per id, however often it is re-sent; ids
+/// are kept as text (past 2^53, up to u64::MAX).
+async fn transfers_and_resent_credits<S: Store + Clone>(store: S, tag: &'static str) {
+    let name = "transfers";
+    let g = load(&store, name, 10, 2, 0).await; // [5, 5]
+    let s = sku(name);
+    let (big, odd) = (u64::MAX, (1u64 << 53) + 1);
+    let t = |id, want, floor| TransferArgs {
+        id,
+        dest: 1,
+        want,
+        floor,
+        lease_ms: 60_000,
+    };
+    let r = store.transfer(at(&s, g, 0), t(big, 3, 0)).await.unwrap();
+    assert_eq!(
+        r,
+        TransferReply::Debited {
+            units: 3,
+            stock_after: 2
+        },
+        "[{tag}]"
+    );
+    let r = store.transfer(at(&s, g, 0), t(big, 9, 0)).await.unwrap();
+    assert_eq!(
+        r,
+        TransferReply::Debited {
+            units: 3,
+            stock_after: 2
+        },
+        "[{tag}] a re-sent debit replays its units"
+    );
+    let r = store.transfer(at(&s, g, 0), t(odd, 9, 1)).await.unwrap();
+    assert_eq!(
+        r,
+        TransferReply::Debited {
+            units: 1,
+            stock_after: 1
+        },
+        "[{tag}] the donor keeps its floor"
+    );
+    let r = store.transfer(at(&s, g, 0), t(5, 1, 1)).await.unwrap();
+    assert_eq!(r, TransferReply::Short { stock: 1 }, "[{tag}]");
+    let mut due = store.transfers_due(at(&s, g, 0), 10).await.unwrap();
+    due.sort_by_key(|d| d.id);
+    let ids: Vec<(u64, u32, u64)> = due.iter().map(|d| (d.id, d.dest, d.units)).collect();
+    assert_eq!(ids, vec![(odd, 1, 1), (big, 1, 3)], "[{tag}] {due:?}");
+    assert!(
+        due.iter().all(|d| d.lease_left_ms > 50_000),
+        "[{tag}] {due:?}"
+    );
+
+    let credits = [
+        Credit {
+            id: big,
+            donor: 0,
+            units: 3,
+        },
+        Credit {
+            id: odd,
+            donor: 0,
+            units: 1,
+        },
+    ];
+    let r = sell(&store, at(&s, g, 1), "ann", "a1", 9, 0, 60_000, &credits).await;
+    assert_eq!(
+        r,
+        SellReply::Applied { stock_after: 0 },
+        "[{tag}] 5 + 4 credited"
+    );
+    // The same credits, re-sent: by a credit-only call, and by another request.
+    let r = sell(&store, at(&s, g, 1), "x", "x", 0, 0, 60_000, &credits).await;
+    assert_eq!(
+        r,
+        SellReply::Applied { stock_after: 0 },
+        "[{tag}] credits re-sent"
+    );
+    let r = sell(&store, at(&s, g, 1), "bob", "b1", 1, 0, 60_000, &credits).await;
+    assert_eq!(r, SellReply::Short { stock: 0 }, "[{tag}] credits re-sent");
+    let home = store
+        .survey(at(&s, g, 1), true)
+        .await
+        .unwrap()
+        .unwrap()
+        .state;
+    let donor = store
+        .survey(at(&s, g, 0), true)
+        .await
+        .unwrap()
+        .unwrap()
+        .state;
+    assert_eq!(
+        (
+            home.moved_in,
+            home.sold,
+            home.stock,
+            donor.moved_out,
+            donor.stock
+        ),
+        (4, 9, 0, 4, 1),
+        "[{tag}] home {home:?} donor {donor:?}"
+    );
+    // Done: no longer due, still remembered (a late re-send replays, debits nothing).
+    for id in [big, odd] {
+        store.transfer_done(at(&s, g, 0), id).await.unwrap();
     }
+    assert_eq!(
+        store.transfers_due(at(&s, g, 0), 10).await.unwrap(),
+        vec![],
+        "[{tag}]"
+    );
+    let r = store.transfer(at(&s, g, 0), t(big, 1, 0)).await.unwrap();
+    assert_eq!(
+        r,
+        TransferReply::Debited {
+            units: 3,
+            stock_after: 1
+        },
+        "[{tag}]"
+    );
+    assert_eq!(
+        store.transfers_due(at(&s, g, 0), 10).await.unwrap(),
+        vec![],
+        "[{tag}] a replay of a done transfer is not due again"
+    );
+    let a = audit_of(&store, name).await;
+    assert!(
+        a.ok && (a.remaining, a.sold, a.in_transit) == (1, 9, 0),
+        "[{tag}] {a:?}"
+    );
+}
 
-    /// Issue 11 #1, the other way round: a reservation's id sent as a sale answers `Replayed`
-    /// (a "sale" whose unit goes back to stock when the reservation expires).
-    #[test]
-    fn edge_reservation_id_reused_for_a_sale() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 6, segments: 1, limit: 0 },
-                Reserve { e: 0, user: 0, qty: 1, rid: 0, ttl_ms: 60 },
-                OtherKind { e: 0, nth: 0, ttl_ms: 60 },
-            ],
-            false,
-        );
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_and_resent_credits_agree() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three_stores(&srv).await;
+    run_all(
+        true,
+        vec![
+            ("memory", transfers_and_resent_credits(m, "memory").boxed()),
+            ("redis", transfers_and_resent_credits(r, "redis").boxed()),
+            (
+                "coalesced",
+                transfers_and_resent_credits(c, "coalesced").boxed(),
+            ),
+        ],
+    )
+    .await;
+}
 
-    /// Issue 11 #1, its consequence on the limit (looking past the replay itself): the sale's
-    /// entry rewritten as a reservation is verified void, and the user (limit 1) gets a second
-    /// unit.
-    #[test]
-    fn edge_kind_reuse_passes_the_limit() {
-        use Act::*;
-        regression_past(
-            vec![
-                Load { e: 0, total: 1, segments: 2, limit: 1 },
-                Deduct { e: 0, user: 1, qty: 1, rid: 8 },
-                OtherKind { e: 0, nth: 0, ttl_ms: 60 },
-                Reserve { e: 1, user: 1, qty: 1, rid: 0, ttl_ms: 60 },
-                Restock { e: 0, qty: 1, rid: 0 },
-                CrashFallback { e: 0, user: 1, qty: 1, rid: 0, part: 1 },
-            ],
-            false,
-            &["kind"],
-        );
-    }
-
-    /// Issue 11 #3: Bob sends Alice's request id (conflict, 409); his pending claim stays and he,
-    /// who bought nothing, is refused with limit_reached.
-    #[test]
-    fn edge_other_users_request_id_locks_out() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 3, segments: 1, limit: 1 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-                OtherUser { e: 0, nth: 0, user: 1 },
-            ],
-            false,
-        );
-    }
-
-    /// Issue 11 #3 (seal path): a crash leaves u0's pending claim of request id r0, which u1 then
-    /// buys with; verifying u0's entry answers mismatch forever, and u0 (3 of 3 free) is refused.
-    #[test]
-    fn edge_stale_claim_of_an_id_another_user_bought_with() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 5, segments: 1, limit: 3 },
-                CrashClaim { e: 0, user: 0, qty: 2, rid: 0 },
-                OtherUser { e: 0, nth: 0, user: 1 },
-            ],
-            false,
-        );
-    }
-
-    /// Issue 11 #4 (and the plan's "LimitReached only when sold + live reserved + qty > limit"):
-    /// a pending claim of another request id that has not expired answers limit_reached (should
-    /// be user_busy) although the user holds nothing.
-    #[test]
-    fn edge_pending_claim_answers_limit_reached() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 0, segments: 1, limit: 2 },
-                CrashClaim { e: 0, user: 0, qty: 1, rid: 0 },
-                Deduct { e: 0, user: 0, qty: 2, rid: 1 },
-            ],
-            false,
-        );
-    }
-
-    /// Issue 11 #5: a fallback abandoned after taking 1 of 2 units (crash between `take`s): after
-    /// the lease and a sweep, the unit is still taken (sold 1, nothing sold).
-    #[test]
-    fn edge_abandoned_fallback_is_not_repaired() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 1, segments: 2, limit: 0 },
-                CrashFallback { e: 0, user: 0, qty: 2, rid: 1, part: 1 },
-                Expire,
-            ],
-            false,
-        );
-    }
-
-    /// Issue 11 #6: a reservation whose per-user entry stayed pending (crash before
-    /// `user_finish`) is verified as sold after it expired: u0 (1 of 2 held) is refused.
-    #[test]
-    fn edge_expired_crash_reservation_counts_as_sold() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 5, segments: 1, limit: 2 },
-                CrashResv { e: 0, user: 0, qty: 1, rid: 0 },
-            ],
-            false,
-        );
-    }
-
-    /// Issue 11 #7: a sealed request id read on the "home looks short" path is
-    /// `Error::Protocol` on Redis (the record parser knows A and P only), a conflict on memory.
-    #[test]
-    fn edge_sealed_record_is_a_protocol_error_on_redis() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 1, segments: 3, limit: 3 },
-                CrashClaim { e: 0, user: 0, qty: 2, rid: 0 },
-                Restock { e: 1, qty: 3, rid: 0 },
-                CrashClaim { e: 0, user: 0, qty: 1, rid: 0 },
-                Wait,
-                Deduct { e: 0, user: 0, qty: 2, rid: 1 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-                OtherUser { e: 1, nth: 3, user: 0 },
-            ],
-            false,
-        );
-    }
-
-    /// Not in issue 11: the in-process guard keeps counting a reservation after it expired; the
-    /// engine that made it answers limit_reached (for `guard_ttl`, 60 s) to a user holding nothing.
-    #[test]
-    fn edge_guard_counts_an_expired_reservation() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 2, segments: 1, limit: 1 },
-                Reserve { e: 0, user: 0, qty: 1, rid: 0, ttl_ms: 60 },
-            ],
-            false,
-        );
-    }
-
-    /// Not in issue 11: a reservation cancelled through another engine (instance) is not
-    /// forgotten by the guard of the engine that made it: limit_reached for a user holding nothing.
-    #[test]
-    fn edge_guard_counts_a_reservation_cancelled_elsewhere() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 4, segments: 1, limit: 1 },
-                Reserve { e: 0, user: 0, qty: 1, rid: 0, ttl_ms: 60 },
-                Cancel { e: 1, nth: 0 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 1 },
-            ],
-            false,
-        );
-    }
-
-    /// Not in issue 11: asking for more than is left of the limit (1 bought through the other
-    /// engine, limit 2, asks 2: rightly refused by the store) saturates the guard at the limit; the
-    /// same user asking for the 1 unit left is refused too.
-    #[test]
-    fn edge_guard_saturates_on_an_oversized_ask() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 5, segments: 1, limit: 2 },
-                Deduct { e: 1, user: 0, qty: 1, rid: 2 },
-                Deduct { e: 0, user: 0, qty: 2, rid: 0 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 1 },
-            ],
-            false,
-        );
-    }
-
-    /// Not in issue 11: the guard is not scoped by generation: after a reload (a new ledger) a
-    /// user who bought in the old generation is refused by the engine that saw it.
-    #[test]
-    fn edge_guard_survives_a_reload() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 1, segments: 1, limit: 1 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-                Load { e: 0, total: 1, segments: 1, limit: 1 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-            ],
-            false,
-        );
-    }
-
-    /// Issue 11 #10 without a data loss: after another engine reloads the SKU without a limit,
-    /// an engine with the cached layout answers limit_reached {limit: 1} from its guard / the old
-    /// generation's user record, without any call that would notice the new generation.
-    #[test]
-    fn edge_stale_layout_keeps_the_old_limit() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 1, segments: 1, limit: 1 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-                Load { e: 1, total: 1, segments: 1, limit: 0 },
-                Deduct { e: 0, user: 0, qty: 1, rid: 0 },
-            ],
-            false,
-        );
-    }
-
-    /// Not in issue 11: memory and Redis differ on the previous generation's records after a
-    /// reload (memory's `load_segment` wipes them, Redis keeps them under `g<old>`); an engine
-    /// with the stale layout verifies an expired entry there: memory seals (then sells on the new
-    /// generation: sold_out), Redis finds the old sale (limit_reached {limit: 2} on an unlimited
-    /// SKU). (Looks past the stale limit itself, see `edge_stale_layout_keeps_the_old_limit`.)
-    #[test]
-    fn edge_old_generation_records_differ_after_reload() {
-        use Act::*;
-        regression_past(
-            vec![
-                Load { e: 0, total: 1, segments: 1, limit: 0 },
-                Deduct { e: 0, user: 1, qty: 1, rid: 0 },
-                Load { e: 0, total: 2, segments: 1, limit: 2 },
-                Deduct { e: 0, user: 0, qty: 3, rid: 0 },
-                CrashFallback { e: 0, user: 1, qty: 2, rid: 0, part: 1 },
-                Load { e: 1, total: 0, segments: 1, limit: 0 },
-                Deduct { e: 0, user: 0, qty: 3, rid: 0 },
-                Deduct { e: 0, user: 0, qty: 3, rid: 0 },
-                Wait,
-                Replay { e: 0, nth: 54 },
-            ],
-            false,
-            &["lockout/stale-layout"],
-        );
-    }
-
-    /// Issue 11 #4: a deduct dropped after the guard marked the user busy (Redis: at its first
-    /// round trip) leaves the user busy on that engine for good (every busy answer refreshes
-    /// it). (Shrunk to the first drop; a few more delays make a hit certain under load.)
-    #[test]
-    fn edge_dropped_deduct_leaves_user_busy() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 5, segments: 1, limit: 1 },
-                Deduct { e: 0, user: 1, qty: 1, rid: 0 },
-                Drop { e: 0, user: 0, qty: 1, us: 0, resv: false },
-                Drop { e: 0, user: 0, qty: 1, us: 50, resv: false },
-                Drop { e: 0, user: 0, qty: 1, us: 200, resv: true },
-                Drop { e: 0, user: 0, qty: 1, us: 500, resv: false },
-            ],
-            true,
-        );
-    }
-
-    /// Issue 11 #5 through cancellation: a deduct of 2 units over 4 segments of 1 unit, dropped at
-    /// various points; one dropped mid-way through its multi-segment take leaves units taken for
-    /// good (found with the drop at 2.2 ms; the spread of delays makes a hit likely anywhere).
-    #[test]
-    fn edge_dropped_fallback_is_not_repaired() {
-        use Act::*;
-        let mut acts = Vec::new();
-        for us in (100..4000).step_by(150) {
-            acts.push(Load { e: 0, total: 2, segments: 4, limit: 0 });
-            acts.push(Deduct { e: 1, user: 1, qty: 1, rid: 0 });
-            acts.push(Restock { e: 1, qty: 1, rid: 0 });
-            acts.push(Drop {
-                e: 1,
-                user: 0,
-                qty: 2,
-                us,
-                resv: false,
-            });
-            acts.push(Expire);
+/// Finding 2: 100 one-unit reservations (TTL 50 ms) expire; a sale of 80 in the same segment
+/// must return all 100 in its own step and apply. The old scripts returned at most 64 expired
+/// reservations per call, so Redis answered short where the memory store sold. With a per-user
+/// limit too (each expiry gives its user's ledger units back).
+///
+/// Mutation check: capping the reclaim in `sell.lua` at 64 (the prelude's `reclaim` loop
+/// stopping after 64 entries, as the old scripts did) makes `[redis]` and `[coalesced]` answer
+/// `Short { stock: 64 }` here; capping `Segment::reclaim` likewise fails `[memory]`.
+async fn reclaim_past_64<S: Store + Clone>(store: S, tag: &'static str) {
+    for (name, limit) in [("reclaim", 0), ("reclaim-limit", 100)] {
+        let g = load(&store, name, 100, 1, limit).await;
+        let s = sku(name);
+        for i in 0..100 {
+            let r = sell(
+                &store,
+                at(&s, g, 0),
+                &format!("u{i}"),
+                "r",
+                1,
+                50,
+                60_000,
+                &[],
+            )
+            .await;
+            assert!(
+                matches!(r, SellReply::Applied { .. }),
+                "[{tag}] {name} u{i}: {r:?}"
+            );
         }
-        regression(acts, true);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let r = sell(&store, at(&s, g, 0), "big", "b", 80, 0, 60_000, &[]).await;
+        assert_eq!(
+            r,
+            SellReply::Applied { stock_after: 20 },
+            "[{tag}] {name}: 100 expired reservations, then a sale of 80"
+        );
+        let sv = store.survey(at(&s, g, 0), true).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                sv.state.stock,
+                sv.state.reserved,
+                sv.state.sold,
+                sv.live,
+                sv.reclaimed
+            ),
+            (20, 0, 80, 0, 0),
+            "[{tag}] {name}: {sv:?}"
+        );
+        let (u, r) = (UserId::new("u7").unwrap(), RequestId::new("r").unwrap());
+        let rec = store.record(at(&s, g, 0), &u, &r).await.unwrap();
+        assert_eq!(
+            rec.map(|r| r.state),
+            Some(RecordState::Reservation(ResvState::Expired)),
+            "[{tag}] {name}"
+        );
+        if limit > 0 {
+            // u7's ledger was given its unit back: it may hold another.
+            let r = sell(&store, at(&s, g, 0), "u7", "again", 1, 0, 60_000, &[]).await;
+            assert_eq!(r, SellReply::Applied { stock_after: 19 }, "[{tag}] {name}");
+        }
+        assert!(audit_of(&store, name).await.ok, "[{tag}] {name}");
     }
+}
 
-    /// Found once on the coalesced world (at b1d24ab; fails on 39a8ea2 too): u2 (limit 2)
-    /// reserves 2 and cancels; two reservations of 2 of u2 were dropped before; at the end both
-    /// are resolved, each answered `Held`, and the checker counts 4 units live for u2 (the store:
-    /// reserved 2). A checker artefact, not an engine bug: the second resolve was refused
-    /// (limit_reached) and retried until the first had expired on the store's clock (80 ms), while
-    /// the model, aged only by waits, still held it live. `finish` now waits and ages the model
-    /// like the runner does between ops.
-    #[test]
-    fn edge_resolved_dropped_reservations_pass_the_limit() {
-        use Act::*;
-        regression(
-            vec![
-                Load { e: 0, total: 9, segments: 1, limit: 2 },
-                Reserve { e: 0, user: 2, qty: 2, rid: 15, ttl_ms: 85 },
-                Drop { e: 0, user: 1, qty: 2, us: 1899, resv: false },
-                Deduct { e: 0, user: 2, qty: 3, rid: 12 },
-                Drop { e: 1, user: 2, qty: 2, us: 2579, resv: true },
-                Deduct { e: 0, user: 2, qty: 3, rid: 14 },
-                CrashFallback { e: 1, user: 2, qty: 3, rid: 5, part: 3 },
-                Drop { e: 0, user: 2, qty: 2, us: 857, resv: true },
-                OtherKind { e: 1, nth: 43, ttl_ms: 75 },
-                Cancel { e: 1, nth: 12 },
-            ],
-            true,
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_of_more_than_64_expired_reservations_in_one_step() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three_stores(&srv).await;
+    run_all(
+        true,
+        vec![
+            ("memory", reclaim_past_64(m, "memory").boxed()),
+            ("redis", reclaim_past_64(r, "redis").boxed()),
+            ("coalesced", reclaim_past_64(c, "coalesced").boxed()),
+        ],
+    )
+    .await;
+}
+
+/// Finding 2 through the engine: 100 one-unit reservations expire, then a deduction of 80
+/// applies, on Redis and on the memory store.
+async fn engine_reclaim<S: Store>(e: Engine<S>, tag: &'static str) {
+    let s = sku("ereclaim");
+    e.load(&s, 100, LoadOptions::new(1).per_user_limit(0))
+        .await
+        .unwrap();
+    for i in 0..100 {
+        let d = Deduct::new("ereclaim", &format!("u{i}"), 1, "r").unwrap();
+        let r = e.reserve(&d, Duration::from_millis(50)).await.unwrap();
+        assert!(matches!(r, Reserved::Held { .. }), "[{tag}] {r:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let r = e
+        .deduct(&Deduct::new("ereclaim", "big", 80, "b").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.units_applied(), 80, "[{tag}] {r:?}");
+    let a = e.audit(&s).await.unwrap();
+    assert!(
+        a.ok && (a.remaining, a.sold, a.reserved, a.in_transit) == (20, 80, 0, 0),
+        "[{tag}] {a:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_sells_80_after_100_reservations_expired() {
+    let srv = RedisServer::start();
+    let b = || Engine::builder().max_qty(100).sold_out_ttl(Duration::ZERO);
+    let (m, r, c) = three_stores(&srv).await;
+    run_all(
+        true,
+        vec![
+            (
+                "memory",
+                engine_reclaim(b().build(m).unwrap(), "memory").boxed(),
+            ),
+            (
+                "redis",
+                engine_reclaim(b().build(r).unwrap(), "redis").boxed(),
+            ),
+            (
+                "coalesced",
+                engine_reclaim(b().build(c).unwrap(), "coalesced").boxed(),
+            ),
+        ],
+    )
+    .await;
+}
+
+/// A transfer debited in generation g, then `load --replace` to g+1: the credit of g's transfer
+/// at its home answers stale and creates nothing; g's transfers are neither due nor swept into
+/// g+1.
+async fn reload_mid_transfer<S: Store + Clone>(store: S, tag: &'static str) {
+    let name = "midtransfer";
+    let s = sku(name);
+    let g1 = load(&store, name, 10, 2, 0).await; // [5, 5]
+    let t = TransferArgs {
+        id: 42,
+        dest: 1,
+        want: 3,
+        floor: 0,
+        lease_ms: 1,
+    };
+    let r = store.transfer(at(&s, g1, 0), t).await.unwrap();
+    assert_eq!(
+        r,
+        TransferReply::Debited {
+            units: 3,
+            stock_after: 2
+        },
+        "[{tag}]"
+    );
+    let g2 = load(&store, name, 10, 2, 0).await;
+    assert!(g2 > g1, "[{tag}]");
+    let credit = [Credit {
+        id: 42,
+        donor: 0,
+        units: 3,
+    }];
+    for qty in [0, 1, 7] {
+        let r = sell(&store, at(&s, g1, 1), "late", "l1", qty, 0, 60_000, &credit).await;
+        assert_eq!(
+            r,
+            SellReply::Stale,
+            "[{tag}] the credit of g1's transfer (qty {qty})"
         );
     }
-
-    /// The same, reduced to its cause (the shrunk case above needs two drops that land between
-    /// the user claim and the reservation, which depends on build and load): reservations of 2
-    /// by u2 (limit 2) dropped at a spread of delays; at the end the first one not applied is
-    /// resolved held, the next refused until that one expired on the store's clock, then held.
-    #[test]
-    fn edge_resolve_retried_past_a_resolved_reservations_ttl() {
-        use Act::*;
-        let mut acts = vec![Load { e: 0, total: 60, segments: 1, limit: 2 }];
-        for (i, us) in (0..3000).step_by(150).enumerate() {
-            acts.push(Drop { e: (i % 2) as u8, user: 2, qty: 2, us, resv: true });
-        }
-        regression(acts, true);
+    assert_eq!(
+        store.transfers_due(at(&s, g1, 0), 10).await.unwrap(),
+        vec![],
+        "[{tag}]"
+    );
+    assert_eq!(
+        store.transfers_due(at(&s, g2, 0), 10).await.unwrap(),
+        vec![],
+        "[{tag}]"
+    );
+    store.transfer_done(at(&s, g1, 0), 42).await.unwrap();
+    assert_eq!(
+        store.survey(at(&s, g1, 0), true).await.unwrap(),
+        None,
+        "[{tag}]"
+    );
+    // The sweeper finds nothing to credit in g2.
+    let e = Engine::builder().build(store.clone()).unwrap();
+    e.sweep().await.unwrap();
+    for i in 0..2 {
+        let st = store
+            .survey(at(&s, g2, i), true)
+            .await
+            .unwrap()
+            .unwrap()
+            .state;
+        assert_eq!(
+            (st.stock, st.moved_in, st.moved_out, st.sold),
+            (5, 0, 0, 0),
+            "[{tag}] segment {i} of g2: {st:?}"
+        );
     }
+    let a = e.audit(&s).await.unwrap();
+    assert!(
+        a.ok && a.generation == g2 && (a.remaining, a.in_transit) == (10, 0),
+        "[{tag}] {a:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_between_debit_and_credit_credits_nothing() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three_stores(&srv).await;
+    run_all(
+        true,
+        vec![
+            ("memory", reload_mid_transfer(m, "memory").boxed()),
+            ("redis", reload_mid_transfer(r, "redis").boxed()),
+            ("coalesced", reload_mid_transfer(c, "coalesced").boxed()),
+        ],
+    )
+    .await;
+}
+
+/// The request-TTL boundary of the ledger. With a per-user limit (1), a sale's record and the
+/// user's ledger live as long as the generation: past the record TTL given (`ttl_ms` 100), a
+/// second request of the user is `LimitReached` and the first id still replays — also for a
+/// confirmed reservation. Without a limit, a record is forgotten after its TTL: the same id is
+/// then another request.
+///
+/// Mutation check: writing the ledger's lifetime under a limit as without one (in `sell.lua`,
+/// the `PEXPIREAT` of the user's ledger also when the segment has a limit; in
+/// `Segment::sell`, `until: now + ttl_ms` whatever the limit) makes the second request apply
+/// (`Applied`) on the mutated store.
+async fn ledger_outlives_request_ttl<S: Store + Clone>(store: S, tag: &'static str) {
+    let name = "ledger";
+    let s = sku(name);
+    let g = load(&store, name, 10, 1, 1).await;
+    let h = || at(&s, g, 0);
+    assert!(matches!(
+        sell(&store, h(), "una", "a", 1, 0, 100, &[]).await,
+        SellReply::Applied { .. }
+    ));
+    // Vic reserves (held 100 ms, record TTL 100 ms) and confirms at once.
+    assert!(matches!(
+        sell(&store, h(), "vic", "c", 1, 100, 100, &[]).await,
+        SellReply::Applied { .. }
+    ));
+    let (vic, c) = (UserId::new("vic").unwrap(), RequestId::new("c").unwrap());
+    let r = store
+        .reserve_end(h(), &vic, &c, ReservationAction::Confirm)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            r,
+            ReserveEnd::Done {
+                state: ResvState::Confirmed,
+                ..
+            }
+        ),
+        "[{tag}] {r:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for (user, first, next) in [("una", "a", "b"), ("vic", "c", "d")] {
+        let r = sell(&store, h(), user, next, 1, 0, 100, &[]).await;
+        assert_eq!(
+            r,
+            SellReply::LimitReached {
+                limit: 1,
+                held: 1,
+                sold: 1
+            },
+            "[{tag}] {user} bought {first} more than the record TTL ago; {next} must still meet the limit"
+        );
+        let (u, r) = (UserId::new(user).unwrap(), RequestId::new(first).unwrap());
+        let rec = store.record(h(), &u, &r).await.unwrap();
+        let state = if user == "una" {
+            RecordState::Sold
+        } else {
+            RecordState::Reservation(ResvState::Confirmed)
+        };
+        assert_eq!(
+            rec.map(|r| r.state),
+            Some(state),
+            "[{tag}] {user}'s {first}"
+        );
+    }
+    let r = sell(&store, h(), "una", "a", 1, 0, 100, &[]).await;
+    assert_eq!(
+        r,
+        SellReply::Replay,
+        "[{tag}] una's first id, past the record TTL"
+    );
+
+    // Without a limit: forgotten after the record TTL.
+    let name0 = "ledger0";
+    let s0 = sku(name0);
+    let g0 = load(&store, name0, 10, 1, 0).await;
+    assert!(matches!(
+        sell(&store, at(&s0, g0, 0), "una", "a", 1, 0, 100, &[]).await,
+        SellReply::Applied { .. }
+    ));
+    assert_eq!(
+        sell(&store, at(&s0, g0, 0), "una", "a", 1, 0, 100, &[]).await,
+        SellReply::Replay,
+        "[{tag}]"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (u, r) = (UserId::new("una").unwrap(), RequestId::new("a").unwrap());
+    assert_eq!(
+        store.record(at(&s0, g0, 0), &u, &r).await.unwrap(),
+        None,
+        "[{tag}]"
+    );
+    assert_eq!(
+        sell(&store, at(&s0, g0, 0), "una", "a", 1, 0, 100, &[]).await,
+        SellReply::Applied { stock_after: 8 },
+        "[{tag}] no limit: the id is another request once its record is forgotten"
+    );
+    let rec = store.record(at(&s0, g0, 0), &u, &r).await.unwrap();
+    assert_eq!(
+        rec,
+        Some(HomeRecord {
+            qty: 1,
+            kind: RequestKind::Sale,
+            state: RecordState::Sold
+        }),
+        "[{tag}]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_user_ledger_outlives_the_request_ttl() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three_stores(&srv).await;
+    run_all(
+        true,
+        vec![
+            ("memory", ledger_outlives_request_ttl(m, "memory").boxed()),
+            ("redis", ledger_outlives_request_ttl(r, "redis").boxed()),
+            (
+                "coalesced",
+                ledger_outlives_request_ttl(c, "coalesced").boxed(),
+            ),
+        ],
+    )
+    .await;
+}
+
+/// transfers_due: at most `max`, those whose lease ends first first; a replay renews a lease
+/// (unless done).
+async fn due_order<S: Store + Clone>(store: S, tag: &'static str) {
+    let name = "dueorder";
+    let s = sku(name);
+    let g = load(&store, name, 20, 2, 0).await; // [10, 10]
+    let t = |id, lease_ms| TransferArgs {
+        id,
+        dest: 1,
+        want: 1,
+        floor: 0,
+        lease_ms,
+    };
+    for (id, lease) in [(1, 300_000), (2, 100_000), (3, 200_000)] {
+        let r = store.transfer(at(&s, g, 0), t(id, lease)).await.unwrap();
+        assert!(
+            matches!(r, TransferReply::Debited { units: 1, .. }),
+            "[{tag}] {r:?}"
+        );
+    }
+    let ids = |v: Vec<shardstock::store::DueTransfer>| v.iter().map(|d| d.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.transfers_due(at(&s, g, 0), 2).await.unwrap()),
+        vec![2, 3],
+        "[{tag}]"
+    );
+    // A replay of 2 with a longer lease moves it last.
+    store.transfer(at(&s, g, 0), t(2, 400_000)).await.unwrap();
+    assert_eq!(
+        ids(store.transfers_due(at(&s, g, 0), 10).await.unwrap()),
+        vec![3, 1, 2],
+        "[{tag}]"
+    );
+    // A short lease runs out: lease left 0.
+    store.transfer(at(&s, g, 0), t(4, 30)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let due = store.transfers_due(at(&s, g, 0), 1).await.unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|d| (d.id, d.lease_left_ms))
+            .collect::<Vec<_>>(),
+        vec![(4, 0)],
+        "[{tag}]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_due_by_lease_end() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three_stores(&srv).await;
+    run_all(
+        true,
+        vec![
+            ("memory", due_order(m, "memory").boxed()),
+            ("redis", due_order(r, "redis").boxed()),
+            ("coalesced", due_order(c, "coalesced").boxed()),
+        ],
+    )
+    .await;
 }

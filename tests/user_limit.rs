@@ -1,10 +1,12 @@
-//! One order per user (or at most K units): the in-process guard filters, the store decides —
-//! across several engine instances, through crashes, and with bounded memory.
+//! One order per user (or at most K units): the in-process guard filters, the store decides at
+//! the user's home segment (one script, the ledger included) — across several engine instances,
+//! past `request_ttl` (with a limit, records live as long as the generation), at a home that
+//! must move units in, in one round trip per sale, and with bounded memory.
 
 mod common;
+use common::edges::command_calls;
 use common::*;
 use futures::future::join_all;
-use shardstock::store::{HomeReply, OnShort, ReqArgs, SegAddr, UserClaim};
 use shardstock::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -143,110 +145,154 @@ async fn failed_attempts_leave_the_user_free_both_stores() {
     failed_attempt_keeps_the_chance(redis_engine(&srv, Engine::builder()).await).await;
 }
 
-/// A process claims the user and dies (before deducting, or after deducting but before
-/// settling the user record). Once its claim expires, the user is freed in the first case and
-/// counted in the second — never locked out for good, never allowed twice. A paused process
-/// waking after its claim was verified void cannot sell (its request id is sealed).
-async fn dead_claimer<S: Store>(e: Engine<S>) {
-    let sku = Sku::new("dead").unwrap();
-    let generation = e
-        .load(&sku, 10, LoadOptions::new(2).per_user_limit(1))
+/// Finding 1: the per-user limit must not lapse after `request_ttl`. With a limit, a sale's
+/// record and the user's ledger live as long as the generation, whatever `request_ttl` says:
+/// through two engines on one store (`request_ttl` 1500 ms), a purchase on engine A, 2.5 s of
+/// waiting, then another request of the user on engine B (whose in-process guard never saw
+/// the user) meets the limit; the first request still replays.
+///
+/// Mutation check: giving the ledger a lifetime under a limit as without one (`sell.lua`:
+/// the ledger's `PEXPIREAT` written whatever the segment's limit; `Segment::sell`: the record's
+/// `until` as `now + ttl_ms` whatever the limit) makes B's request apply: `Applied`, a second
+/// unit for a user with limit 1.
+async fn limit_outlives_request_ttl<S: Store>(a: Engine<S>, b: Engine<S>, tag: &str) {
+    assert_eq!(a.options().request_ttl, Duration::from_millis(1500));
+    let sku = Sku::new("lasting").unwrap();
+    a.load(&sku, 10, LoadOptions::new(4).per_user_limit(1))
         .await
         .unwrap();
-    let st = e.store();
-    let sku_ref = &sku;
-    let claim = |rid: &'static str, user: &'static str| async move {
-        let (r, u) = (RequestId::new(rid).unwrap(), UserId::new(user).unwrap());
-        let args = ReqArgs {
-            attempt: 0,
-            request_id: &r,
-            user: &u,
-            qty: 1,
-            ttl_ms: 60_000,
-            lease_ms: 5_000,
-            resv_ttl_ms: 0,
-            kind: shardstock::store::RequestKind::Sale,
-        };
-        st.user_claim(sku_ref, generation, args, 1, 200)
-            .await
-            .unwrap()
-    };
-    // Case 1: claimed, died before deducting.
-    assert_eq!(claim("ghost-1", "cid").await, UserClaim::Ok);
-    let d = e
-        .deduct(&Deduct::new("dead", "cid", 1, "c-1").unwrap())
-        .await
-        .unwrap();
+    let d = |rid: &str| Deduct::new("lasting", "lena", 1, rid).unwrap();
+    let r = a.deduct(&d("first")).await.unwrap();
+    assert_eq!(r.units_applied(), 1, "[{tag}] {r:?}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = b.deduct(&d("second")).await.unwrap();
     assert_eq!(
-        d,
-        Deduction::UserBusy,
-        "the pending claim counts until it expires (busy: the user holds nothing yet)"
-    );
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    let d = e
-        .deduct(&Deduct::new("dead", "cid", 1, "c-2").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        d.units_applied(),
-        1,
-        "the expired claim freed the user: {d:?}"
-    );
-    // The ghost wakes up and tries to deduct: sealed, nothing sold.
-    let ghost = e
-        .deduct(&Deduct::new("dead", "cid", 1, "ghost-1").unwrap())
-        .await;
-    assert!(
-        matches!(
-            ghost,
-            Err(Error::Sealed(_)) | Ok(Deduction::LimitReached { .. })
-        ),
-        "{ghost:?}"
-    );
-
-    // Case 2: claimed, deducted, died before settling the user record.
-    assert_eq!(claim("ghost-2", "dee").await, UserClaim::Ok);
-    let (r, u) = (
-        RequestId::new("ghost-2").unwrap(),
-        UserId::new("dee").unwrap(),
-    );
-    let args = ReqArgs {
-        attempt: 0,
-        request_id: &r,
-        user: &u,
-        qty: 1,
-        ttl_ms: 60_000,
-        lease_ms: 5_000,
-        resv_ttl_ms: 0,
-        kind: shardstock::store::RequestKind::Sale,
-    };
-    let home = shardstock::segments::home(&r, 2);
-    // The segment as placed (on a cluster its hash tag carries the load's placement suffix).
-    let meta = st.meta(&sku).await.unwrap().expect("loaded");
-    let at = SegAddr::new(&sku, generation, home).with_suffix(meta.placement.suffix(home));
-    assert!(matches!(
-        st.deduct_home(at, args, OnShort::Claim).await.unwrap(),
-        HomeReply::Applied { .. }
-    ));
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    let d = e
-        .deduct(&Deduct::new("dead", "dee", 1, "d-2").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(
-        d,
+        r,
         Deduction::LimitReached { limit: 1 },
-        "dee already bought once"
+        "[{tag}] lena bought on engine A 2.5 s ago (request_ttl 1.5 s); another request on engine B"
     );
+    let r = a.deduct(&d("third")).await.unwrap();
+    assert_eq!(r, Deduction::LimitReached { limit: 1 }, "[{tag}] engine A");
+    for (name, e) in [("A", &a), ("B", &b)] {
+        let r = e.deduct(&d("first")).await.unwrap();
+        assert!(
+            matches!(r, Deduction::Replayed { .. }),
+            "[{tag}] lena's first request again, on engine {name}: {r:?}"
+        );
+    }
+    let au = a.audit(&sku).await.unwrap();
+    assert!(au.ok && au.sold == 1, "[{tag}] {au:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_user_limit_outlives_request_ttl_across_engines() {
+    let b = || Engine::builder().request_ttl(Duration::from_millis(1500));
+    let mem = MemoryStore::new();
+    let memory = limit_outlives_request_ttl(
+        b().build(mem.clone()).unwrap(),
+        b().build(mem).unwrap(),
+        "memory",
+    );
+    let srv = RedisServer::start();
+    let redis = limit_outlives_request_ttl(
+        redis_engine(&srv, b()).await,
+        redis_engine(&srv, b()).await,
+        "redis",
+    );
+    futures::join!(memory, redis);
+}
+
+/// A user whose home segment is empty still buys up to the limit (units move home first) and
+/// no further; nothing is left in transit.
+async fn limit_at_a_short_home<S: Store>(e: Engine<S>, tag: &str) {
+    let sku = Sku::new("shorthome").unwrap();
+    e.load(&sku, 3, LoadOptions::new(4).per_user_limit(2))
+        .await
+        .unwrap(); // [1, 1, 1, 0]
+    let user = (0..)
+        .map(|k| format!("s{k}"))
+        .find(|u| {
+            shardstock::segments::home(
+                &UserId::new(u.as_str()).unwrap(),
+                &RequestId::new("x").unwrap(),
+                4,
+                true,
+            ) == 3
+        })
+        .unwrap();
+    let r = e
+        .deduct(&Deduct::new("shorthome", &user, 2, "a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.units_applied(), 2, "[{tag}] {r:?}");
+    let r = e
+        .deduct(&Deduct::new("shorthome", &user, 1, "b").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r, Deduction::LimitReached { limit: 2 }, "[{tag}]");
     let a = e.audit(&sku).await.unwrap();
-    assert!(a.ok && a.sold == 2, "{a:?}");
+    assert!(
+        a.ok && (a.sold, a.remaining, a.in_transit) == (2, 1, 0) && a.segments[3].state.sold == 2,
+        "[{tag}] {a:?}"
+    );
 }
 
 #[tokio::test]
-async fn dead_claimers_neither_lock_out_nor_double_sell() {
-    dead_claimer(memory_engine(Engine::builder())).await;
+async fn the_limit_holds_at_a_home_that_moves_units_in() {
+    limit_at_a_short_home(memory_engine(Engine::builder()), "memory").await;
     let srv = RedisServer::start();
-    dead_claimer(redis_engine(&srv, Engine::builder()).await).await;
+    limit_at_a_short_home(redis_engine(&srv, Engine::builder()).await, "redis").await;
+}
+
+/// With a per-user limit, a sale whose home has the units is one store call: one `EVALSHA`
+/// (`sell.lua`, the ledger check included), counted in `INFO commandstats` of a dedicated
+/// redis-server, the store built without request coalescing. (Commands a script runs are
+/// counted too, under their own names, so only script calls are compared: no `EVAL`, and one
+/// `EVALSHA` per sale.) The same without a limit.
+#[tokio::test]
+async fn one_round_trip_per_sale_with_a_limit() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder()).await;
+    assert!(
+        e.store().coalescing().is_none(),
+        "the store must not coalesce"
+    );
+    for (name, limit) in [("onetrip", 1), ("onetrip0", 0)] {
+        let sku = Sku::new(name).unwrap();
+        e.load(&sku, 1000, LoadOptions::new(4).per_user_limit(limit))
+            .await
+            .unwrap();
+        // Warm up: the layout read (and the stock notifications' subscription).
+        let r = e
+            .deduct(&Deduct::new(name, "warm", 1, "w").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.units_applied(), 1);
+        let calls = || {
+            (
+                command_calls(&srv, "evalsha"),
+                command_calls(&srv, "eval") + command_calls(&srv, "eval_ro"),
+            )
+        };
+        let before = calls();
+        for i in 0..50 {
+            let r = e
+                .deduct(&Deduct::new(name, &format!("buyer{i}"), 1, &format!("p{i}")).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(r.units_applied(), 1, "{r:?}");
+        }
+        let after = calls();
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (50, 0),
+            "limit {limit}: 50 sales took {} EVALSHA and {} EVAL",
+            after.0 - before.0,
+            after.1 - before.1
+        );
+        let a = e.audit(&sku).await.unwrap();
+        assert!(a.ok && a.sold == 51, "{a:?}");
+    }
 }
 
 /// The per-user suites on a 3-master cluster (one cluster for all, one key prefix each): the
@@ -258,7 +304,11 @@ async fn per_user_limit_on_a_cluster() {
         one_user_many_instances_at(&c, limit, coalesce, prefix).await;
     }
     failed_attempt_keeps_the_chance(prefixed_engine(&c, Engine::builder(), "failed").await).await;
-    dead_claimer(prefixed_engine(&c, Engine::builder(), "dead").await).await;
+    limit_at_a_short_home(
+        prefixed_engine(&c, Engine::builder(), "short").await,
+        "cluster",
+    )
+    .await;
 }
 
 /// 100,000 distinct users through one engine: the in-process guard stays within its cap.

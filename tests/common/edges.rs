@@ -1,13 +1,13 @@
-//! What the edge-case regression tests (`tests/edges_*.rs`, issue 11) share: one scenario run
-//! on every store with each store's failure named, short engine timings, request and store-call
-//! builders (to play a crash point with store-level calls), futures dropped at a chosen
-//! suspension point, and audit checks.
+//! What the edge-case tests (`tests/edges_*.rs`) share: one scenario run on every store with
+//! each store's failure named, short engine timings, request and store-call builders (to play a
+//! crash point with store-level calls), futures dropped at a chosen suspension point, the
+//! sweeper run until nothing is in transit, and audit checks.
 
 use super::{RedisServer, coalesced_engine, memory_engine, redis_engine};
 use futures::FutureExt;
 use futures::future::{BoxFuture, join_all};
 use shardstock::segments::home;
-use shardstock::store::{ReqArgs, RequestKind, SegAddr};
+use shardstock::store::{Credit, SegAddr, SellArgs, SellReply};
 use shardstock::*;
 use std::panic::AssertUnwindSafe;
 use std::task::Poll;
@@ -34,48 +34,104 @@ pub fn at(sku: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
     SegAddr::new(sku, generation, index)
 }
 
-/// The store-level arguments the engine `e` would send for this request.
+/// The home segment of `user`'s request `request_id` among `segments` (by user when the SKU
+/// has a per-user limit).
+pub fn home_of(user: &str, request_id: &str, segments: u32, by_user: bool) -> u32 {
+    home(&uid(user), &rid(request_id), segments, by_user)
+}
+
+/// `n` users `<prefix><k>` whose home (with a per-user limit: by user) is segment `index`.
+pub fn users_homed(prefix: &str, segments: u32, index: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|k| format!("{prefix}{k}"))
+        .filter(|u| home_of(u, "x", segments, true) == index)
+        .take(n)
+        .collect()
+}
+
+/// `n` request ids `<prefix><k>` of `user` whose home without a per-user limit is segment
+/// `index`.
+pub fn ids_homed(prefix: &str, user: &str, segments: u32, index: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|k| format!("{prefix}{k}"))
+        .filter(|r| home_of(user, r, segments, false) == index)
+        .take(n)
+        .collect()
+}
+
+/// The `sell` arguments the engine `e` sends for a request: a sale, or a reservation held
+/// `resv_ttl_ms`, crediting `credits`.
+pub fn sell_args<'a, S: Store>(
+    e: &Engine<S>,
+    request_id: &'a RequestId,
+    user: &'a UserId,
+    qty: u64,
+    resv_ttl_ms: u64,
+    credits: &'a [Credit],
+) -> SellArgs<'a> {
+    SellArgs {
+        request_id,
+        user,
+        qty,
+        resv_ttl_ms,
+        ttl_ms: e.options().request_ttl.as_millis() as u64,
+        credits,
+        fence: 0,
+    }
+}
+
+/// [`sell_args`] without credits (the old `args`, kept for the suites that call it).
 pub fn args<'a, S: Store>(
     e: &Engine<S>,
     request_id: &'a RequestId,
     user: &'a UserId,
     qty: u64,
     resv_ttl_ms: u64,
-) -> ReqArgs<'a> {
-    ReqArgs {
-        attempt: 0,
-        request_id,
-        user,
-        qty,
-        ttl_ms: e.options().request_ttl.as_millis() as u64,
-        lease_ms: e.options().claim_lease.as_millis() as u64,
-        resv_ttl_ms,
-        kind: if resv_ttl_ms > 0 {
-            RequestKind::Reservation
-        } else {
-            RequestKind::Sale
-        },
-    }
+) -> SellArgs<'a> {
+    sell_args(e, request_id, user, qty, resv_ttl_ms, &[])
 }
 
-/// `n` request ids `<prefix><k>` whose home is segment `index` of `segments`.
-pub fn homed(prefix: &str, segments: u32, index: u32, n: usize) -> Vec<String> {
-    (0..)
-        .map(|k| format!("{prefix}{k}"))
-        .filter(|r| home(&rid(r), segments) == index)
-        .take(n)
-        .collect()
+/// A credit-only `sell` (qty 0) of `credits` at `home`, as the sweeper sends it.
+pub async fn credit_only<S: Store>(
+    e: &Engine<S>,
+    home: SegAddr<'_>,
+    credits: &[Credit],
+) -> SellReply {
+    let (r, u) = (rid("credit"), uid("credit"));
+    e.store()
+        .sell(home, sell_args(e, &r, &u, 0, 0, credits))
+        .await
+        .unwrap()
 }
 
+/// The audit, which must be ok and balance with units in transit counted.
 pub async fn audit_ok<S: Store>(e: &Engine<S>, s: &Sku, tag: &str) -> Audit {
     let a = e.audit(s).await.unwrap();
     assert!(a.ok, "[{tag}] audit of {s} failed: {a:?}");
     assert_eq!(
         a.loaded + a.restocked,
-        a.remaining + a.reserved + a.sold,
+        a.remaining + a.in_transit + a.reserved + a.sold,
         "[{tag}] {a:?}"
     );
     a
+}
+
+/// Sweeps (`engine.sweep()`) until nothing of `s` is in transit or `within` passed; returns
+/// the last audit, which must be ok with nothing in transit.
+pub async fn swept<S: Store>(e: &Engine<S>, s: &Sku, within: Duration, tag: &str) -> Audit {
+    let deadline = Instant::now() + within;
+    loop {
+        e.sweep().await.unwrap();
+        let a = e.audit(s).await.unwrap();
+        if a.in_transit == 0 || Instant::now() > deadline {
+            assert!(
+                a.ok && a.in_transit == 0,
+                "[{tag}] {s}: units still in transit {within:?} of sweeps later (or the audit failed): {a:?}"
+            );
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
 
 pub fn held(r: Result<Reserved>, what: &str) -> (ReservationId, Vec<Part>) {
@@ -83,11 +139,6 @@ pub fn held(r: Result<Reserved>, what: &str) -> (ReservationId, Vec<Part>) {
         Ok(Reserved::Held { id, parts }) => (id, parts),
         other => panic!("{what}: expected a held reservation, got {other:?}"),
     }
-}
-
-/// The generation a reservation id `<sku>~<generation>~<segment>~<request id>` names.
-pub fn id_generation(id: &ReservationId) -> u64 {
-    id.to_string().split('~').nth(1).unwrap().parse().unwrap()
 }
 
 pub fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
@@ -118,7 +169,7 @@ pub async fn run<'a>(
         }
         v
     };
-    let failures: Vec<String> = results
+    results
         .into_iter()
         .filter_map(|(n, r)| {
             r.err().map(|p| {
@@ -130,8 +181,7 @@ pub async fn run<'a>(
                 }
             })
         })
-        .collect();
-    failures
+        .collect()
 }
 
 /// Fails with every failure of [`run`].
@@ -144,13 +194,11 @@ pub async fn run_all<'a>(concurrent: bool, cases: Vec<(&'static str, BoxFuture<'
     check(run(concurrent, cases).await);
 }
 
-/// A builder with short timings (claims and leases of a few hundred ms).
+/// A builder with short timings: transfer leases of 300 ms, request records kept 30 s.
 pub fn quick() -> EngineBuilder {
     Engine::builder()
         .request_ttl(Duration::from_secs(30))
-        .claim_lease(Duration::from_millis(200))
-        .user_claim_ttl(Duration::from_millis(300))
-        .pending_wait(Duration::from_millis(300))
+        .transfer_lease(Duration::from_millis(300))
 }
 
 /// The memory store, Redis, and Redis with request coalescing, all with `b`.
@@ -203,4 +251,15 @@ pub async fn until_not_busy<S: Store>(
         }
         return (r, busy);
     }
+}
+
+/// `cmdstat_<command>` calls so far on `srv` (`INFO commandstats`; 0 before the first).
+pub fn command_calls(srv: &RedisServer, command: &str) -> u64 {
+    let info = srv.cli(&["INFO", "commandstats"]);
+    let key = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }

@@ -1,105 +1,129 @@
-//! A case run in lockstep on the three worlds: as a property (generated cases, shrunk on
-//! failure) or as a fixed op list (a shrunk failure kept as a regression test).
+//! A case run in lockstep on three stores — memory (the oracle), Redis, Redis with request
+//! coalescing — each step on all three at once (so their timers age alike), then the state of
+//! each read back; as a property (generated cases, shrunk on failure) or as a fixed list.
+//! Environment: `DIFF_CASES` (cases), `DIFF_SHRINK_SECS` (shrink budget), `DIFF_TAIL` (lines
+//! of transcript shown on failure).
 
-use super::act::{Act, case};
-use super::worlds::Worlds;
-use super::{AUTO_WAIT_AFTER, SHORTEST_TIMER, TIMER_MARGIN, WAIT};
-use crate::common::{RedisAt, RedisServer, env_knob};
+use super::op::{Op, case};
+use super::world::World;
+use super::{ADVANCE, AUTO_ADVANCE_AFTER, MARGIN, SHORT_MS};
+use crate::common::{RedisAt, env_knob, store_builder};
 use proptest::prelude::*;
-use std::time::Instant;
+use shardstock::{Coalescing, MemoryStore, RedisStore};
+use std::time::{Duration, Instant};
 
 pub enum Verdict {
     Pass,
     Fail(String),
-    /// An op may have raced a timer: run the case again.
+    /// A step may have raced a short timer: run the case again.
     Tainted,
 }
 
-/// Runs `acts` in lockstep on the three worlds (each op on all three at once, so timers age
-/// alike); `compare`: transcripts must be identical.
-pub async fn run_edges(ws: &mut Worlds, acts: &[Act], compare: bool) -> Verdict {
-    let mut timers_since: Option<Instant> = None;
-    let all = acts.iter().chain([&Act::Expire]);
-    for (i, act) in all.enumerate() {
-        let sleeps = matches!(act, Act::Wait | Act::Expire);
-        if !sleeps && timers_since.is_some_and(|t| t.elapsed() >= AUTO_WAIT_AFTER) {
-            tokio::time::sleep(WAIT).await;
-            ws.after_wait();
-            ws.push(["(wait: timers)"; 3]);
-            timers_since = None;
-        }
-        let t0 = Instant::now();
-        let (a, b, c) = futures::join!(ws.m.step(act), ws.r.step(act), ws.c.step(act));
-        if a.line.is_empty() && b.line.is_empty() && c.line.is_empty() {
-            continue;
-        }
-        if sleeps {
-            timers_since = None;
-        } else if a.timers || b.timers || c.timers {
-            timers_since.get_or_insert(t0);
-        }
-        if timers_since.is_some_and(|t| t.elapsed() >= SHORTEST_TIMER - TIMER_MARGIN) {
-            if compare {
-                return Verdict::Tainted;
-            }
-            // Invariants only: let every timer pass before looking.
-            tokio::time::sleep(WAIT).await;
-            ws.after_wait();
-            timers_since = None;
-        }
-        ws.push([&a.line, &b.line, &c.line]);
-        let strict = matches!(act, Act::Expire);
-        let (sa, sb, sc) =
-            futures::join!(ws.m.check(strict), ws.r.check(strict), ws.c.check(strict));
-        ws.push([&sa, &sb, &sc]);
-        if let Some(v) = ws.verdict(i, &format!("{act:?}"), compare) {
-            return Verdict::Fail(v);
-        }
-    }
-    // Each world checks right after its own finish: one that waited past its timers there must
-    // not make another look late at reservations its finish left live.
-    let (wm, wr, wc) = (&mut ws.m, &mut ws.r, &mut ws.c);
-    let ((a, sa), (b, sb), (c, sc)) = futures::join!(
-        async { (wm.finish().await, wm.check(false).await) },
-        async { (wr.finish().await, wr.check(false).await) },
-        async { (wc.finish().await, wc.check(false).await) },
-    );
-    ws.push([&a, &b, &c]);
-    ws.push([&sa, &sb, &sc]);
-    match ws.verdict(
-        acts.len() + 1,
-        "finish: resolve dropped calls, probe users",
-        compare,
-    ) {
-        Some(v) => Verdict::Fail(v),
-        None => Verdict::Pass,
-    }
+/// The two Redis stores every case of a property shares (each case has its own SKU name):
+/// plain (one script call per step) and coalescing.
+pub async fn redis_stores(srv: &impl RedisAt) -> (RedisStore, RedisStore) {
+    let plain = store_builder(srv, "d").connect().await.unwrap();
+    let coalesced = store_builder(srv, "dc")
+        .coalescing(Some(Coalescing::default()))
+        .connect()
+        .await
+        .unwrap();
+    (plain, coalesced)
+}
+
+fn tail(log: &[String]) -> String {
+    let keep = env_knob("DIFF_TAIL").unwrap_or(40);
+    log[log.len().saturating_sub(keep)..].join("\n")
 }
 
 static CASE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// One case on fresh worlds (fresh SKU name), run again (up to 3 times) when it raced a timer.
-pub async fn edge_case(
-    srv: &impl RedisAt,
-    acts: &[Act],
-    cancellation: bool,
-    ignore: &'static [&'static str],
-) -> Verdict {
+/// Runs `ops` once on fresh worlds (a fresh memory store, a fresh SKU name on Redis).
+pub async fn run_once(r: &RedisStore, c: &RedisStore, ops: &[Op]) -> Verdict {
+    let n = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("d{}-{n}", std::process::id());
+    let mut m = World::new("memory", MemoryStore::new(), &name);
+    let mut wr = World::new("redis", r.clone(), &name);
+    let mut wc = World::new("coalesced", c.clone(), &name);
+    let mut logs: [Vec<String>; 3] = Default::default();
+    let shortest = Duration::from_millis(*SHORT_MS.start());
+    let mut short_since: Option<Instant> = None;
+    for (i, op) in ops.iter().enumerate() {
+        let advance = matches!(op, Op::Advance);
+        if !advance && short_since.is_some_and(|t| t.elapsed() >= AUTO_ADVANCE_AFTER) {
+            tokio::time::sleep(ADVANCE).await;
+            logs.iter_mut()
+                .for_each(|l| l.push("(advance: timers)".into()));
+            short_since = None;
+        }
+        let t0 = Instant::now();
+        let (a, b, c) = futures::join!(m.step(op), wr.step(op), wc.step(op));
+        if a.line.is_empty() && b.line.is_empty() && c.line.is_empty() {
+            continue;
+        }
+        if advance {
+            short_since = None;
+        } else if a.short || b.short || c.short {
+            short_since.get_or_insert(t0);
+        }
+        let (sa, sb, sc) = futures::join!(
+            m.snapshot(!advance),
+            wr.snapshot(!advance),
+            wc.snapshot(!advance)
+        );
+        if short_since.is_some_and(|t| t.elapsed() + MARGIN >= shortest) {
+            return Verdict::Tainted;
+        }
+        for (log, (line, state)) in logs
+            .iter_mut()
+            .zip([(a.line, sa), (b.line, sb), (c.line, sc)])
+        {
+            log.push(format!("#{i} {line}"));
+            log.extend(state);
+        }
+        for (label, bad, log) in [
+            (m.label, &m.bad, &logs[0]),
+            (wr.label, &wr.bad, &logs[1]),
+            (wc.label, &wc.bad, &logs[2]),
+        ] {
+            if !bad.is_empty() {
+                return Verdict::Fail(format!(
+                    "step {i} ({op:?}) on {label}: {}\n--- {label} ---\n{}",
+                    bad.join("; "),
+                    tail(log)
+                ));
+            }
+        }
+        if logs[0] != logs[1] || logs[0] != logs[2] {
+            let first = (0..logs[0].len().max(logs[1].len()).max(logs[2].len()))
+                .find(|k| {
+                    let at = |l: &Vec<String>| l.get(*k).cloned();
+                    at(&logs[0]) != at(&logs[1]) || at(&logs[0]) != at(&logs[2])
+                })
+                .unwrap_or(0);
+            return Verdict::Fail(format!(
+                "step {i} ({op:?}): the stores differ at line {first}\n--- memory ---\n{}\n--- redis ---\n{}\n--- coalesced ---\n{}",
+                tail(&logs[0]),
+                tail(&logs[1]),
+                tail(&logs[2])
+            ));
+        }
+    }
+    Verdict::Pass
+}
+
+/// [`run_once`], again (at most 3 times) when a step raced a short timer.
+pub async fn run_case(r: &RedisStore, c: &RedisStore, ops: &[Op]) -> Verdict {
     for _ in 0..3 {
-        let n = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("edge-{}-{n}", std::process::id());
-        let mut ws = Worlds::new(srv, &name, cancellation).await;
-        ws.ignore = ignore;
-        let v = run_edges(&mut ws, acts, !cancellation).await;
-        ws.close().await;
-        if !matches!(v, Verdict::Tainted) {
-            return v;
+        match run_once(r, c, ops).await {
+            Verdict::Tainted => continue,
+            v => return v,
         }
     }
     Verdict::Tainted
 }
 
-pub fn edge_config(default_cases: u32) -> ProptestConfig {
+pub fn config(default_cases: u32) -> ProptestConfig {
     let cases = env_knob("DIFF_CASES").unwrap_or(default_cases);
     let shrink_secs: u32 = env_knob("DIFF_SHRINK_SECS").unwrap_or(60);
     ProptestConfig {
@@ -111,15 +135,13 @@ pub fn edge_config(default_cases: u32) -> ProptestConfig {
     }
 }
 
-pub fn edge_property(cancellation: bool, default_cases: u32, len: usize) {
-    edge_property_on(&RedisServer::start(), cancellation, default_cases, len);
-}
-
-/// [`edge_property`] with the Redis worlds on `srv` (a server or a cluster).
-pub fn edge_property_on(srv: &impl RedisAt, cancellation: bool, default_cases: u32, len: usize) {
+/// The property: random cases of up to `len` steps agree on the three stores, the Redis ones
+/// on `srv` (a server or a cluster).
+pub fn property(srv: &impl RedisAt, default_cases: u32, len: usize) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    proptest!(edge_config(default_cases), |(acts in case(cancellation, len))| {
-        match rt.block_on(edge_case(srv, &acts, cancellation, &[])) {
+    let (r, c) = rt.block_on(redis_stores(srv));
+    proptest!(config(default_cases), |(ops in case(len))| {
+        match rt.block_on(run_case(&r, &c, &ops)) {
             Verdict::Pass => {}
             Verdict::Fail(why) => prop_assert!(false, "{}", why),
             Verdict::Tainted => prop_assume!(false, "raced a timer three times"),
@@ -127,18 +149,15 @@ pub fn edge_property_on(srv: &impl RedisAt, cancellation: bool, default_cases: u
     });
 }
 
-/// Runs a fixed op list (a shrunk failure kept as a regression test).
-pub fn regression(acts: Vec<Act>, cancellation: bool) {
-    regression_past(acts, cancellation, &[]);
-}
-
-/// [`regression`], looking past violations tagged `ignore` (to reach a later finding).
-pub fn regression_past(acts: Vec<Act>, cancellation: bool, ignore: &'static [&'static str]) {
+/// Runs a fixed list (a shrunk failure kept as a regression test).
+pub fn fixed(srv: &impl RedisAt, ops: Vec<Op>) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let srv = RedisServer::start();
-    match rt.block_on(edge_case(&srv, &acts, cancellation, ignore)) {
-        Verdict::Pass => {}
-        Verdict::Fail(why) => panic!("{why}"),
-        Verdict::Tainted => panic!("raced a timer three times"),
-    }
+    rt.block_on(async {
+        let (r, c) = redis_stores(srv).await;
+        match run_case(&r, &c, &ops).await {
+            Verdict::Pass => {}
+            Verdict::Fail(why) => panic!("{why}"),
+            Verdict::Tainted => panic!("raced a timer three times"),
+        }
+    });
 }

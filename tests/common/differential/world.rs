@@ -1,80 +1,113 @@
-//! One store kind of a case: two engines sharing one store, the SKU, the model of what their
-//! answers promised, and a transcript. [`World::step`] runs one [`Act`]; its engine calls and
-//! what they tell the model are in [`calls`], the simulated crashes in [`crash`], the checks
-//! after every step and at the end of a case in [`check`].
+//! One store of a differential case: what it was told (generations, requests, transfers), one
+//! [`Op`] as a transcript line ([`World::step`]), the state read after each step
+//! ([`World::snapshot`]) and the invariants checked on it. Generations are normalised (`G1`,
+//! `G2`, ...: they are clock-based and differ between stores), transfer leases to `due` /
+//! `leased`; everything else is compared as the store answered it.
 
-use super::act::Act;
-use super::model::*;
-use super::{
-    AUTO_WAIT_AFTER, BUSY_POLL, CRASH_RESV_TTL_MS, SHORTEST_TIMER, SWEEP_GRACE, TIMER_MARGIN, WAIT,
+use super::ADVANCE;
+use super::op::{Again, Op, T, TRANSFER_IDS};
+use futures::future::join_all;
+use shardstock::placement::Placement;
+use shardstock::store::{
+    Credit, DueTransfer, ReservationAction, SegAddr, SellArgs, SellReply, TransferArgs, TransferId,
+    TransferReply,
 };
 use shardstock::*;
-use std::time::{Duration, Instant};
 
-mod calls;
-mod check;
-mod crash;
-
-/// One store kind: two engines sharing one store, the SKU of this case and the model.
-pub struct World<S: Store> {
-    pub label: &'static str,
-    pub engines: [Engine<S>; 2],
-    pub name: String,
-    pub sku: Sku,
-    /// Generations seen, for normalising (after issue 11 they are large clock-based numbers
-    /// that differ between stores).
-    pub gens: Vec<u64>,
-    pub m: Model,
+/// One generation of the case's SKU, as loaded.
+#[derive(Debug, Clone)]
+pub struct Gen {
+    pub generation: u64,
+    pub segments: u32,
+    pub limit: u64,
+    pub placement: Placement,
+    /// Requests sent in it (refused ones too), in order.
     pub sent: Vec<Sent>,
-    /// Reservation ids answered so far (raw).
-    pub resv_ids: Vec<String>,
-    pub log: Vec<String>,
-    pub bad: Vec<String>,
-    pub cancellation: bool,
-    /// Dropped calls so far (their request ids).
-    pub drops: u32,
+    /// Transfers it debited (once per donor and id), in order.
+    pub moved: Vec<Moved>,
 }
 
-/// What one step did in one world.
+/// A request sent with `sell`.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub seg: u32,
+    pub user: UserId,
+    pub rid: RequestId,
+    pub qty: u64,
+    pub resv: Option<T>,
+    pub ttl: T,
+}
+
+/// A transfer debited.
+#[derive(Debug, Clone, Copy)]
+pub struct Moved {
+    pub donor: u32,
+    pub dest: u32,
+    pub id: TransferId,
+    pub units: u64,
+}
+
+/// One store of a case.
+pub struct World<S: Store> {
+    pub label: &'static str,
+    pub store: S,
+    /// Loads go through an engine: `Engine::load` is exactly load_begin, load_segment of each
+    /// segment, drop_segment of the extra ones, load_commit.
+    loader: Engine<S>,
+    pub sku: Sku,
+    pub cur: Option<Gen>,
+    pub old: Option<Gen>,
+    gens: Vec<u64>,
+    /// Violated invariants, each `[tag] text`.
+    pub bad: Vec<String>,
+}
+
+/// What one step did.
 pub struct Out {
+    /// Empty: the step did not apply (nothing to pick) and is skipped everywhere.
     pub line: String,
-    /// The step may have started a timer (reservation, lease, pending entry).
-    pub timers: bool,
+    /// The step started a short timer.
+    pub short: bool,
+}
+
+impl Out {
+    fn skip() -> Self {
+        Out {
+            line: String::new(),
+            short: false,
+        }
+    }
+}
+
+fn pick<X>(v: &[X], nth: usize) -> Option<&X> {
+    (!v.is_empty()).then(|| &v[v.len() - 1 - nth % v.len()])
+}
+
+fn uid(u: &str) -> UserId {
+    UserId::new(u).unwrap()
+}
+
+impl<S: Store + Clone> World<S> {
+    pub fn new(label: &'static str, store: S, name: &str) -> Self {
+        let loader = Engine::builder().build(store.clone()).unwrap();
+        Self {
+            label,
+            store,
+            loader,
+            sku: Sku::new(name).unwrap(),
+            cur: None,
+            old: None,
+            gens: Vec::new(),
+            bad: Vec::new(),
+        }
+    }
 }
 
 impl<S: Store> World<S> {
-    pub fn new(
-        label: &'static str,
-        engines: [Engine<S>; 2],
-        name: &str,
-        cancellation: bool,
-    ) -> Self {
-        Self {
-            label,
-            engines,
-            name: name.to_string(),
-            sku: Sku::new(name).unwrap(),
-            gens: Vec::new(),
-            m: Model::default(),
-            sent: Vec::new(),
-            resv_ids: Vec::new(),
-            log: Vec::new(),
-            bad: Vec::new(),
-            cancellation,
-            drops: 0,
-        }
-    }
-
-    pub(super) fn e(&self, i: u8) -> Engine<S> {
-        self.engines[usize::from(i % 2)].clone()
-    }
-
-    pub(super) fn req(&self, user: u8, qty: u64, rid: u8) -> Deduct {
-        let rid = format!("g{}-r{rid}", self.m.loads);
-        Deduct::new(&self.name, &format!("u{user}"), qty, &rid).unwrap()
-    }
-
     fn gen_name(&mut self, g: u64) -> String {
+        if g == 0 {
+            return "G0".into();
+        }
         match self.gens.iter().position(|x| *x == g) {
             Some(i) => format!("G{}", i + 1),
             None => {
@@ -84,197 +117,574 @@ impl<S: Store> World<S> {
         }
     }
 
-    /// `<sku>~<generation>~<segment>~<rid>` with the generation normalised.
-    fn norm_id(&mut self, id: &str) -> String {
-        let p: Vec<&str> = id.splitn(4, '~').collect();
-        match p[..] {
-            [sku, g, seg, rid] => match g.parse() {
-                Ok(g) => format!("{sku}~{}~{seg}~{rid}", self.gen_name(g)),
-                Err(_) => id.to_string(),
-            },
-            _ => id.to_string(),
-        }
+    /// Segment `i` of generation `g`, as placed.
+    fn at<'a>(sku: &'a Sku, g: &Gen, i: u32) -> SegAddr<'a> {
+        SegAddr::new(sku, g.generation, i).with_suffix(g.placement.suffix(i))
     }
 
-    fn show_reserved(&mut self, r: &Result<Reserved>) -> String {
-        match r {
-            Ok(Reserved::Held { id, parts }) => {
-                format!("Held {} {parts:?}", self.norm_id(&id.to_string()))
-            }
-            Ok(Reserved::Replayed { id, parts }) => {
-                format!("Replayed {} {parts:?}", self.norm_id(&id.to_string()))
-            }
-            other => format!("{other:?}"),
-        }
-    }
-
-    fn note(&mut self, v: Option<String>) {
-        if let Some(v) = v {
-            self.bad.push(v);
-        }
-    }
-
-    fn check_error<T: std::fmt::Debug>(&mut self, what: &str, r: &Result<T>) {
-        if let Err(e @ (Error::Protocol(_) | Error::Redis(_))) = r {
+    fn err<T: std::fmt::Debug>(&mut self, what: &str, r: &Result<T>) {
+        if let Err(e) = r {
             self.bad.push(format!("[error] {what}: {e:?}"));
         }
     }
 
-    /// Notes a refusal as a conflict: a possible cause of a later lockout.
-    fn conflicted<T>(&mut self, d: &Deduct, r: &Result<T>) {
-        if let Err(Error::RequestIdConflict { .. }) = r {
-            self.m.cause("conflict", d.user.as_str());
+    /// Runs one step; returns its transcript line.
+    pub async fn step(&mut self, op: &Op) -> Out {
+        if let Op::Load {
+            total,
+            segments,
+            limit,
+        } = op
+        {
+            return self.load(*total, *segments, *limit).await;
+        }
+        if let Op::Advance = op {
+            tokio::time::sleep(ADVANCE).await;
+            return Out {
+                line: "advance".into(),
+                short: false,
+            };
+        }
+        if let Op::Stale { seg, what, nth } = op {
+            return self.stale(*seg, *what, *nth).await;
+        }
+        let Some(g) = self.cur.clone() else {
+            return Out::skip();
+        };
+        let sku = self.sku.clone();
+        let n = g.segments;
+        let at = |i: u32| Self::at(&sku, &g, i % n);
+        let mut short = false;
+        let line = match op {
+            Op::Sell {
+                seg,
+                user,
+                rid,
+                qty,
+                resv,
+                ttl,
+            } => {
+                let s = Sent {
+                    seg: seg % n,
+                    user: uid(&format!("u{user}")),
+                    rid: RequestId::new(format!("r{rid}")).unwrap(),
+                    qty: *qty,
+                    resv: *resv,
+                    ttl: *ttl,
+                };
+                let (line, applied) = self.sell(&g, &s, &[]).await;
+                short = applied && (resv.is_some_and(T::is_short) || ttl.is_short());
+                self.cur.as_mut().unwrap().sent.push(s);
+                line
+            }
+            Op::Credit {
+                nth,
+                user,
+                rid,
+                qty,
+            } => {
+                let Some(t) = pick(&g.moved, *nth).copied() else {
+                    return Out::skip();
+                };
+                let credits: Vec<Credit> = g
+                    .moved
+                    .iter()
+                    .filter(|m| m.dest == t.dest)
+                    .take(64)
+                    .map(|m| Credit {
+                        id: m.id,
+                        donor: m.donor,
+                        units: m.units,
+                    })
+                    .collect();
+                let s = Sent {
+                    seg: t.dest,
+                    user: uid(&format!("u{user}")),
+                    rid: RequestId::new(format!("r{rid}")).unwrap(),
+                    qty: *qty,
+                    resv: None,
+                    ttl: T::Long,
+                };
+                let (line, _) = self.sell(&g, &s, &credits).await;
+                if *qty > 0 {
+                    self.cur.as_mut().unwrap().sent.push(s);
+                }
+                let ids: Vec<String> = credits.iter().map(|c| c.id.to_string()).collect();
+                format!("{line} credits [{}]", ids.join(" "))
+            }
+            Op::Transfer {
+                donor,
+                dest,
+                want,
+                floor,
+                lease,
+                id,
+            } => {
+                let args = TransferArgs {
+                    id: TRANSFER_IDS[*id],
+                    dest: dest % n,
+                    want: *want,
+                    floor: *floor,
+                    lease_ms: lease.ms(),
+                };
+                let (line, debited) = self.transfer(&g, donor % n, args).await;
+                short = debited && lease.is_short();
+                line
+            }
+            Op::TransferAgain { nth, want, lease } => {
+                let Some(t) = pick(&g.moved, *nth).copied() else {
+                    return Out::skip();
+                };
+                let args = TransferArgs {
+                    id: t.id,
+                    dest: t.dest,
+                    want: *want,
+                    floor: 0,
+                    lease_ms: lease.ms(),
+                };
+                let (line, debited) = self.transfer(&g, t.donor, args).await;
+                short = debited && lease.is_short();
+                format!("again {line}")
+            }
+            Op::TransferDone { nth } => {
+                let Some(t) = pick(&g.moved, *nth).copied() else {
+                    return Out::skip();
+                };
+                let r = self.store.transfer_done(at(t.donor), t.id).await;
+                self.err("transfer_done", &r);
+                format!("done {} @{}: {r:?}", t.id, t.donor)
+            }
+            Op::Due { donor, max } => {
+                let r = self.store.transfers_due(at(*donor), *max).await;
+                self.err("transfers_due", &r);
+                match r {
+                    Ok(v) => {
+                        self.check_due_order(&v);
+                        let shown = if v.len() < *max {
+                            due_line(v)
+                        } else {
+                            // Truncated: which ones come first depends on lease ends that may
+                            // tie on one store and not on the other; only the count is compared.
+                            format!("{} (truncated)", v.len())
+                        };
+                        format!("due @{} max {max}: {shown}", donor % n)
+                    }
+                    Err(e) => format!("due Err({e:?})"),
+                }
+            }
+            Op::Restock {
+                seg,
+                rid,
+                qty,
+                extra,
+                ttl,
+            } => {
+                let id = RequestId::new(format!("s{rid}")).unwrap();
+                let r = self
+                    .store
+                    .restock(at(*seg), &id, *qty, qty + extra, ttl.ms())
+                    .await;
+                self.err("restock", &r);
+                short = ttl.is_short()
+                    && matches!(r, Ok(shardstock::store::RestockReply::Restocked { .. }));
+                format!("restock @{} {id} {qty}/{}: {r:?}", seg % n, qty + extra)
+            }
+            Op::End { nth, action } => {
+                let resvs: Vec<&Sent> = g.sent.iter().filter(|s| s.resv.is_some()).collect();
+                let Some(s) = pick(&resvs, *nth).map(|s| (*s).clone()) else {
+                    return Out::skip();
+                };
+                let action = match action {
+                    0 => ReservationAction::Confirm,
+                    1 => ReservationAction::Cancel,
+                    _ => ReservationAction::Inspect,
+                };
+                let r = self
+                    .store
+                    .reserve_end(at(s.seg), &s.user, &s.rid, action)
+                    .await;
+                self.err("reserve_end", &r);
+                format!("end {action:?} {} {} @{}: {r:?}", s.user, s.rid, s.seg)
+            }
+            Op::Resend { nth, how } => {
+                let Some(mut s) = pick(&g.sent, *nth).cloned() else {
+                    return Out::skip();
+                };
+                match how {
+                    Again::Same => {}
+                    Again::OtherQty => s.qty = s.qty % 5 + 1,
+                    Again::OtherKind => {
+                        s.resv = match s.resv {
+                            Some(_) => None,
+                            None => Some(T::Long),
+                        }
+                    }
+                    Again::OtherUser(u) => {
+                        let mut other = format!("u{u}");
+                        if other == s.user.as_str() {
+                            other = format!("u{}", (u + 1) % 4);
+                        }
+                        s.user = uid(&other);
+                    }
+                }
+                let (line, applied) = self.sell(&g, &s, &[]).await;
+                short = applied && (s.resv.is_some_and(T::is_short) || s.ttl.is_short());
+                self.cur.as_mut().unwrap().sent.push(s);
+                format!("resend {how:?} {line}")
+            }
+            Op::Survey { seg, detail } => {
+                let r = self.store.survey(at(*seg), *detail).await;
+                self.err("survey", &r);
+                format!("survey @{} detail {detail}: {r:?}", seg % n)
+            }
+            Op::Record { nth } => {
+                let Some(s) = pick(&g.sent, *nth).cloned() else {
+                    return Out::skip();
+                };
+                let r = self.store.record(at(s.seg), &s.user, &s.rid).await;
+                self.err("record", &r);
+                format!("record {} {} @{}: {r:?}", s.user, s.rid, s.seg)
+            }
+            Op::Load { .. } | Op::Advance | Op::Stale { .. } => unreachable!(),
+        };
+        Out { line, short }
+    }
+
+    async fn load(&mut self, total: u64, segments: u32, limit: u64) -> Out {
+        let r = self
+            .loader
+            .load(
+                &self.sku,
+                total,
+                LoadOptions::new(segments)
+                    .replace(true)
+                    .per_user_limit(limit),
+            )
+            .await;
+        self.err("load", &r);
+        let Ok(generation) = r else {
+            return Out {
+                line: format!("load {r:?}"),
+                short: false,
+            };
+        };
+        let meta = self.store.meta(&self.sku).await;
+        self.err("meta", &meta);
+        let placement = meta.ok().flatten().map(|m| m.placement).unwrap_or_default();
+        let g = Gen {
+            generation,
+            segments,
+            limit,
+            placement,
+            sent: Vec::new(),
+            moved: Vec::new(),
+        };
+        self.old = self.cur.replace(g);
+        let name = self.gen_name(generation);
+        Out {
+            line: format!("load {name}: {total} units over {segments}, limit {limit}"),
+            short: false,
         }
     }
 
-    /// Runs one op; returns its transcript line.
-    pub async fn step(&mut self, act: &Act) -> Out {
-        let mut timers = false;
-        let line = match act {
-            Act::Load {
-                e,
-                total,
-                segments,
-                limit,
-            } => {
+    /// `sell` of `s` in `g` crediting `credits`: the line, and whether it applied a request.
+    async fn sell(&mut self, g: &Gen, s: &Sent, credits: &[Credit]) -> (String, bool) {
+        let args = SellArgs {
+            request_id: &s.rid,
+            user: &s.user,
+            qty: s.qty,
+            resv_ttl_ms: s.resv.map_or(0, T::ms),
+            ttl_ms: s.ttl.ms(),
+            credits,
+            fence: 0,
+        };
+        let r = self.store.sell(Self::at(&self.sku, g, s.seg), args).await;
+        self.err("sell", &r);
+        if let Ok(SellReply::LimitReached { limit, held, sold }) = &r
+            && (held + s.qty <= *limit || sold > held || *limit != g.limit)
+        {
+            self.bad.push(format!(
+                "[limit] {} {} x{}: limit reached (limit {limit}, held {held}, sold {sold}) on a SKU loaded with limit {}",
+                s.user, s.rid, s.qty, g.limit
+            ));
+        }
+        let applied = s.qty > 0 && matches!(r, Ok(SellReply::Applied { .. }));
+        let kind = match s.resv {
+            None => "sale".to_string(),
+            Some(t) => format!("resv {}", if t.is_short() { "short" } else { "long" }),
+        };
+        (
+            format!(
+                "sell @{} {} {} x{} {kind} ttl {}: {r:?}",
+                s.seg,
+                s.user,
+                s.rid,
+                s.qty,
+                if s.ttl.is_short() { "short" } else { "long" }
+            ),
+            applied,
+        )
+    }
+
+    /// `transfer` at `donor` in `g`: the line, and whether it debited (now or before).
+    async fn transfer(&mut self, g: &Gen, donor: u32, args: TransferArgs) -> (String, bool) {
+        let r = self
+            .store
+            .transfer(Self::at(&self.sku, g, donor), args)
+            .await;
+        self.err("transfer", &r);
+        let mut debited = false;
+        if let Ok(TransferReply::Debited { units, .. }) = &r {
+            debited = true;
+            let cur = self.cur.as_mut().unwrap();
+            if !cur
+                .moved
+                .iter()
+                .any(|m| m.donor == donor && m.id == args.id)
+            {
+                cur.moved.push(Moved {
+                    donor,
+                    dest: args.dest,
+                    id: args.id,
+                    units: *units,
+                });
+            }
+        }
+        (
+            format!(
+                "transfer {} @{donor} -> {} want {} floor {}: {r:?}",
+                args.id, args.dest, args.want, args.floor
+            ),
+            debited,
+        )
+    }
+
+    /// A step addressed to the previous generation: every one must answer stale (or nothing)
+    /// and change nothing (the state read after it shows).
+    async fn stale(&mut self, seg: u32, what: u8, nth: usize) -> Out {
+        let Some(g) = self.old.clone() else {
+            return Out::skip();
+        };
+        let sku = self.sku.clone();
+        let at = |i: u32| Self::at(&sku, &g, i % g.segments);
+        let u = uid("u0");
+        let r = RequestId::new("r0").unwrap();
+        let line = match what {
+            0 => {
+                let s = Sent {
+                    seg: seg % g.segments,
+                    user: u,
+                    rid: r,
+                    qty: 1,
+                    resv: None,
+                    ttl: T::Long,
+                };
+                self.sell(&g, &s, &[]).await.0
+            }
+            1 => {
+                let Some(t) = pick(&g.moved, nth).copied() else {
+                    return Out::skip();
+                };
+                let c = [Credit {
+                    id: t.id,
+                    donor: t.donor,
+                    units: t.units,
+                }];
+                let s = Sent {
+                    seg: t.dest,
+                    user: u,
+                    rid: r,
+                    qty: 0,
+                    resv: None,
+                    ttl: T::Long,
+                };
+                format!("credit of {}: {}", t.id, self.sell(&g, &s, &c).await.0)
+            }
+            2 => {
+                let args = TransferArgs {
+                    id: 99,
+                    dest: 0,
+                    want: 1,
+                    floor: 0,
+                    lease_ms: T::Long.ms(),
+                };
+                let r = self.store.transfer(at(seg), args).await;
+                self.err("transfer", &r);
+                format!("transfer: {r:?}")
+            }
+            3 => {
+                let r = self.store.restock(at(seg), &r, 5, 5, T::Long.ms()).await;
+                self.err("restock", &r);
+                format!("restock: {r:?}")
+            }
+            4 => {
+                let resvs: Vec<&Sent> = g.sent.iter().filter(|s| s.resv.is_some()).collect();
+                let Some(s) = pick(&resvs, nth).map(|s| (*s).clone()) else {
+                    return Out::skip();
+                };
                 let r = self
-                    .e(*e)
-                    .load(
-                        &self.sku,
-                        *total,
-                        LoadOptions::new(*segments)
-                            .replace(true)
-                            .per_user_limit(*limit),
-                    )
+                    .store
+                    .reserve_end(at(s.seg), &s.user, &s.rid, ReservationAction::Confirm)
                     .await;
-                self.check_error("load", &r);
-                self.m.reload(*total, *limit);
-                match r {
-                    Ok(g) => format!("load {}", self.gen_name(g)),
-                    Err(e) => format!("load {e:?}"),
-                }
+                self.err("reserve_end", &r);
+                format!("confirm {} {}: {r:?}", s.user, s.rid)
             }
-            Act::Deduct { e, user, qty, rid } => {
-                let d = self.req(*user, *qty, *rid);
-                self.sent.push(Sent {
-                    d: d.clone(),
-                    kind: Kind::Sale,
-                    ttl_ms: 0,
-                });
-                self.sale(*e, &d, "deduct").await
+            5 => {
+                let r = self.store.survey(at(seg), true).await;
+                self.err("survey", &r);
+                format!("survey: {r:?}")
             }
-            Act::Reserve {
-                e,
-                user,
-                qty,
-                rid,
-                ttl_ms,
-            } => {
-                timers = true;
-                let d = self.req(*user, *qty, *rid);
-                self.sent.push(Sent {
-                    d: d.clone(),
-                    kind: Kind::Resv,
-                    ttl_ms: *ttl_ms,
-                });
-                self.reserve(*e, &d, *ttl_ms, "reserve").await
+            6 => {
+                let r = self.store.transfers_due(at(seg), 256).await;
+                self.err("transfers_due", &r);
+                format!("due: {:?}", r.map(due_line))
             }
-            Act::Confirm { e, nth } => match self.end(*e, *nth, true).await {
-                Some(l) => l,
-                None => return Out::skip(),
-            },
-            Act::Cancel { e, nth } => match self.end(*e, *nth, false).await {
-                Some(l) => l,
-                None => return Out::skip(),
-            },
-            Act::Replay { e, nth } | Act::Conflict { e, nth } | Act::OtherUser { e, nth, .. } => {
-                if self.sent.is_empty() {
+            7 => {
+                let Some(t) = pick(&g.moved, nth).copied() else {
                     return Out::skip();
-                }
-                let s = self.sent[back(*nth, self.sent.len())].clone();
-                let mut d = s.d.clone();
-                let what = match act {
-                    Act::Replay { .. } => "replay",
-                    Act::Conflict { .. } => {
-                        d.qty = d.qty % 3 + 1;
-                        "conflict"
-                    }
-                    Act::OtherUser { user, .. } => {
-                        let mut u = format!("u{user}");
-                        if u == d.user.as_str() {
-                            u = format!("u{}", (user + 1) % 3);
-                        }
-                        d.user = UserId::new(u).unwrap();
-                        "other-user"
-                    }
-                    _ => unreachable!(),
                 };
-                timers = s.kind == Kind::Resv;
-                let line = self.resend(*e, &d, s.kind, s.ttl_ms, what).await;
-                format!("{line} [{} {} x{}]", d.request_id, d.user, d.qty)
+                let r = self.store.transfer_done(at(t.donor), t.id).await;
+                self.err("transfer_done", &r);
+                format!("done {}: {r:?}", t.id)
             }
-            Act::OtherKind { e, nth, ttl_ms } => {
-                if self.sent.is_empty() {
+            _ => {
+                let Some(s) = pick(&g.sent, nth).cloned() else {
                     return Out::skip();
-                }
-                let s = self.sent[back(*nth, self.sent.len())].clone();
-                timers = true;
-                let (kind, what) = match s.kind {
-                    Kind::Sale => (Kind::Resv, "other-kind reserve"),
-                    Kind::Resv => (Kind::Sale, "other-kind deduct"),
                 };
-                let line = self.resend(*e, &s.d, kind, *ttl_ms, what).await;
-                format!("{line} [{} {} x{}]", s.d.request_id, s.d.user, s.d.qty)
-            }
-            Act::Restock { e, qty, rid } => {
-                let id = RequestId::new(format!("g{}-s{rid}", self.m.loads)).unwrap();
-                let r = self.e(*e).restock(&self.sku, *qty, &id).await;
-                self.check_error("restock", &r);
-                if let Ok(Restocked { added, .. }) = &r {
-                    self.m.restocked += added;
-                }
-                format!("restock {r:?}")
-            }
-            Act::CrashClaim { .. }
-            | Act::CrashSold { .. }
-            | Act::CrashResv { .. }
-            | Act::CrashFallback { .. } => {
-                timers = true;
-                self.crash(act).await
-            }
-            Act::Wait => {
-                tokio::time::sleep(WAIT).await;
-                self.m.after_wait();
-                "wait".to_string()
-            }
-            Act::Expire => return self.expire().await,
-            Act::Drop {
-                e,
-                user,
-                qty,
-                us,
-                resv,
-            } => {
-                timers = true;
-                self.dropped(*e, *user, *qty, *us, *resv).await
+                let r = self.store.record(at(s.seg), &s.user, &s.rid).await;
+                self.err("record", &r);
+                format!("record {} {}: {r:?}", s.user, s.rid)
             }
         };
-        // Anything refused or in flight may leave a pending entry or claim behind.
-        timers |= line.contains("Err(") || line.contains("InFlight") || line.contains("UserBusy");
-        Out { line, timers }
-    }
-}
-
-impl Out {
-    fn skip() -> Self {
+        let name = self.gen_name(g.generation);
         Out {
-            line: String::new(),
-            timers: false,
+            line: format!("stale ({name} @{}) {line}", seg % g.segments),
+            short: false,
         }
     }
+
+    fn check_due_order(&mut self, v: &[DueTransfer]) {
+        if v.windows(2)
+            .any(|w| w[0].lease_left_ms > w[1].lease_left_ms)
+        {
+            self.bad
+                .push(format!("[due-order] transfers_due not by lease end: {v:?}"));
+        }
+    }
+
+    /// The state after a step, as lines: each segment surveyed (`survey`: false after an
+    /// advance, so expired reservations stay for the next step to return), the transfers due
+    /// at each, the record of every request sent in this generation, and the metadata. Checks
+    /// the invariants on the way.
+    pub async fn snapshot(&mut self, survey: bool) -> Vec<String> {
+        let mut lines = Vec::new();
+        let meta = self.store.meta(&self.sku).await;
+        self.err("meta", &meta);
+        if let Ok(Some(m)) = &meta {
+            let name = self.gen_name(m.generation);
+            lines.push(format!(
+                "  meta {name} segments {} loaded {} ready {} limit {} outbox {} hf {}",
+                m.segments, m.loaded, m.ready, m.user_limit, m.outbox_segments, m.home_fn,
+            ));
+        }
+        let Some(g) = self.cur.clone() else {
+            return lines;
+        };
+        let sku = self.sku.clone();
+        let segs: Vec<u32> = (0..g.segments).collect();
+        if survey {
+            let reads = segs
+                .iter()
+                .map(|i| self.store.survey(Self::at(&sku, &g, *i), true));
+            let surveys = join_all(reads).await;
+            let (mut out, mut inn) = (0u64, 0u64);
+            for (i, s) in surveys.into_iter().enumerate() {
+                self.err("survey", &s);
+                match s {
+                    Ok(Some(s)) => {
+                        let st = s.state;
+                        if !st.balances() || s.held != st.reserved || s.orphans > 0 {
+                            self.bad.push(format!(
+                                "[balance] segment {i}: {s:?} (loaded + restocked + moved_in must equal stock + reserved + sold + moved_out; held = reserved; no orphans)"
+                            ));
+                        }
+                        out += st.moved_out;
+                        inn += st.moved_in;
+                        lines.push(format!("  seg {i}: {s:?}"));
+                    }
+                    other => {
+                        self.bad.push(format!(
+                            "[missing] segment {i} of the current generation: {other:?}"
+                        ));
+                        lines.push(format!("  seg {i}: {other:?}"));
+                    }
+                }
+            }
+            if inn > out {
+                self.bad.push(format!(
+                    "[transit] {inn} units credited by transfers but only {out} debited"
+                ));
+            }
+        }
+        let dues = segs
+            .iter()
+            .map(|i| self.store.transfers_due(Self::at(&sku, &g, *i), 1000));
+        for (i, d) in join_all(dues).await.into_iter().enumerate() {
+            self.err("transfers_due", &d);
+            if let Ok(d) = &d {
+                self.check_due_order(d);
+            }
+            if let Ok(d) = d
+                && !d.is_empty()
+            {
+                lines.push(format!("  due @{i}: {}", due_line(d)));
+            }
+        }
+        let mut asked: Vec<(u32, UserId, RequestId)> = g
+            .sent
+            .iter()
+            .map(|s| (s.seg, s.user.clone(), s.rid.clone()))
+            .collect();
+        asked.sort();
+        asked.dedup();
+        let reads = asked
+            .iter()
+            .map(|(seg, u, r)| self.store.record(Self::at(&sku, &g, *seg), u, r));
+        let records = join_all(reads).await;
+        let mut shown = Vec::new();
+        for ((seg, u, r), rec) in asked.iter().zip(records) {
+            self.err("record", &rec);
+            match rec {
+                Ok(None) => {}
+                other => shown.push(format!("{u}/{r}@{seg}={other:?}")),
+            }
+        }
+        if !shown.is_empty() {
+            lines.push(format!("  records {}", shown.join(" ")));
+        }
+        lines
+    }
 }
 
-/// Index of the `nth` latest of `len` items (0: the latest), so shrinking keeps the target.
-fn back(nth: usize, len: usize) -> usize {
-    len - 1 - nth % len
+/// Transfers due, sorted by id (lease ends that tie on one store may not on another), each
+/// `id->dest xunits due|leased`.
+fn due_line(mut v: Vec<DueTransfer>) -> String {
+    v.sort_by_key(|d| d.id);
+    let items: Vec<String> = v
+        .iter()
+        .map(|d| {
+            format!(
+                "{}->{} x{} {}",
+                d.id,
+                d.dest,
+                d.units,
+                if d.lease_left_ms == 0 {
+                    "due"
+                } else {
+                    "leased"
+                }
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(", "))
 }
