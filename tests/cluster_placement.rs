@@ -79,7 +79,10 @@ async fn sixteen_segments_spread_evenly_over_three_masters() {
         let d = Deduct::new("flash-1", &format!("u{i}"), 1, &format!("r{i}")).unwrap();
         assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1);
     }
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold == 100, "{a:?}");
 }
 
@@ -122,7 +125,10 @@ async fn a_reload_keeps_the_placement_and_extends_it() {
         let d = Deduct::new("grow", &format!("u{i}"), 1, &format!("r{i}")).unwrap();
         other.deduct(&d).await.unwrap();
     }
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold == 120 && a.remaining == 0, "{a:?}");
 }
 
@@ -207,6 +213,9 @@ async fn an_unplaced_sku_stays_unplaced() {
         let d = Deduct::new("legacy", &format!("u{i}"), 1, &format!("r{i}")).unwrap();
         e.deduct(&d).await.unwrap();
     }
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold == 60 && a.remaining == 0, "{a:?}");
 }

@@ -1,5 +1,6 @@
-//! Request coalescing: concurrent deductions for one segment share one `deduct_batch.lua` call.
-//! Same answers, same books, fewer script calls — against a real redis-server.
+//! Request coalescing: concurrent deductions for one segment share one `sell.lua` call (a
+//! batch of requests at one home). Same answers, same books, fewer script calls — against a
+//! real redis-server.
 
 mod common;
 use common::*;
@@ -108,11 +109,16 @@ async fn coalesced_sale(srv: &impl Counted) {
             .await
             .unwrap();
         let answers = sale(&e, &name, 5120, 256, |i| 1 + i % 3).await;
+        e.sweep().await.unwrap();
         let a = e.audit(&sku).await.unwrap();
         assert!(a.ok, "{a:?}");
         assert_eq!(a.sold, sold(&answers), "buyers and store disagree");
         assert!(a.sold <= 3000);
-        assert_eq!(a.loaded + a.restocked, a.remaining + a.reserved + a.sold);
+        assert_eq!(a.in_transit, 0, "{a:?}");
+        assert_eq!(
+            a.loaded + a.restocked,
+            a.remaining + a.in_transit + a.reserved + a.sold
+        );
         assert!(a.remaining <= 2, "stock left unsold: {}", a.remaining);
         assert!(answers.iter().all(|d| matches!(
             d,
@@ -206,7 +212,7 @@ async fn twins_in_one_batch(srv: &impl Counted) {
     // Whichever twin won (the qty-3 one may), the audit counts exactly its units.
     let a = e.audit(&sku).await.unwrap();
     assert!(
-        a.ok && a.sold == won + 60 && a.remaining == 1000 - 60 - won,
+        a.ok && a.sold == won + 60 && a.remaining == 1000 - 60 - won && a.in_transit == 0,
         "{a:?}"
     );
 }
@@ -258,8 +264,8 @@ async fn coalesced_reservations(srv: &impl RedisAt) {
     let a = e.audit(&sku).await.unwrap();
     assert!(a.ok, "{a:?}");
     assert_eq!(
-        (a.sold, a.reserved, a.remaining),
-        (confirmed, 0, 500 - confirmed)
+        (a.sold, a.reserved, a.remaining, a.in_transit),
+        (confirmed, 0, 500 - confirmed, 0)
     );
 }
 
