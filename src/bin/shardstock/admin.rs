@@ -243,8 +243,13 @@ pub(crate) async fn run_audit<S: Store>(
             engine.store().name()
         );
         println!(
-            "loaded {}  restocked {}  remaining {}  reserved {}  sold {}",
-            audit.loaded, audit.restocked, audit.remaining, audit.reserved, audit.sold
+            "loaded {}  restocked {}  remaining {}  in transit {}  reserved {}  sold {}",
+            audit.loaded,
+            audit.restocked,
+            audit.remaining,
+            audit.in_transit,
+            audit.reserved,
+            audit.sold
         );
         println!(
             "{:>7} {:>12} {:>12} {:>12} {:>12}  ok",

@@ -475,6 +475,7 @@ pub(crate) async fn run_sim<S: Store>(
         reservations_cancelled_units: tally.cancelled,
         reservations_expired_units: tally.left_to_expire,
         reserved: audit.reserved,
+        in_transit: audit.in_transit,
         errors: tally.errors,
         first_error: first_error.get().cloned(),
         remaining: remaining.total,

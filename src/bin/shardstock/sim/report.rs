@@ -55,6 +55,8 @@ pub(super) struct Report {
     pub(super) errors: u64,
     pub(super) first_error: Option<String>,
     pub(super) remaining: u64,
+    /// Units moving between segments when the run ended (0 after a sweep).
+    pub(super) in_transit: u64,
     pub(super) remaining_per_segment: Vec<u64>,
     pub(super) loaded: u64,
     pub(super) restocked: u64,
@@ -140,8 +142,8 @@ pub(super) fn print_human(r: &Report) {
         println!("first error: {e}");
     }
     println!(
-        "stock: loaded {}, restocked {}, sold {}, remaining {}",
-        r.loaded, r.restocked, r.sold, r.remaining
+        "stock: loaded {}, restocked {}, sold {}, remaining {}, in transit {}",
+        r.loaded, r.restocked, r.sold, r.remaining, r.in_transit
     );
     let per: Vec<String> = r.remaining_per_segment.iter().map(u64::to_string).collect();
     println!("remaining per segment: [{}]", per.join(", "));
