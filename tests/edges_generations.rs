@@ -259,6 +259,13 @@ async fn reservation_id_names_its_generation_across_a_reload() {
 //   answered held in an older generation has one (no request applied into the new
 //   generation without its caller being told so).
 // Run on lua (plain and coalesced), lock and redlock; the memory store too.
+//
+// Mutation checks (done): `sell.lua` without its generation check (a request addressed to an
+// older generation applied to whatever the segment holds) fails `[redis]` and `[coalesced]`
+// (the audit: reserved units held by nothing, sales without records); `[lock]` and `[redlock]`
+// still pass, because a reload rewrites the segment hash and so resets its fence token (the
+// old holder's fenced write answers lock_lost). Dropping both guards (`load_segment.lua`
+// keeping the `fence` field across the reload too) fails `[lock]` and `[redlock]` as well.
 
 /// One buyer's answer: (user / request index, reservation?, generation named (reservation
 /// held) or 0 (sale applied) or None (not applied), the answer shown).
@@ -372,7 +379,7 @@ async fn reload_in_flight<S: Store>(
         answers.len()
     );
     assert!(
-        held_before > 0 && answers.len() > 60,
+        held_before > 0 && answers.len() > 30,
         "[{tag}] the reloads met no request in flight: {} requests, {held_before} held in older generations",
         answers.len()
     );
@@ -405,8 +412,15 @@ async fn reloads_in_flight_never_sell_an_old_unit_in_the_new_generation() {
         reload_in_flight(c, cl, "inflight", "coalesced").boxed(),
     ));
     // The lock strategies: each step at home under a fenced per-segment lock.
+    // A pause inside each critical section (between the fenced read and the write) widens the
+    // window a reload can fall into.
+    let pause = |e: Engine<RedisStore>| {
+        e.store()
+            .set_critical_section_pause(Duration::from_millis(2));
+        e
+    };
     let lk = || strategy_engine(&srv, b(), Strategy::Lock, lock_opts(2000, 1000));
-    let l = [lk().await, lk().await];
+    let l = [pause(lk().await), pause(lk().await)];
     let ll = lk().await;
     cases.push((
         "lock",
@@ -434,7 +448,7 @@ async fn reloads_in_flight_never_sell_an_old_unit_in_the_new_generation() {
             .unwrap();
         b().build(store).unwrap()
     };
-    let rl2 = [rlk().await, rlk().await];
+    let rl2 = [pause(rlk().await), pause(rlk().await)];
     let rll = rlk().await;
     cases.push((
         "redlock",

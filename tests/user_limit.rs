@@ -151,10 +151,11 @@ async fn failed_attempts_leave_the_user_free_both_stores() {
 /// waiting, then another request of the user on engine B (whose in-process guard never saw
 /// the user) meets the limit; the first request still replays.
 ///
-/// Mutation check: giving the ledger a lifetime under a limit as without one (`sell.lua`:
-/// the ledger's `PEXPIREAT` written whatever the segment's limit; `Segment::sell`: the record's
-/// `until` as `now + ttl_ms` whatever the limit) makes B's request apply: `Applied`, a second
-/// unit for a user with limit 1.
+/// Mutation checks (done): giving the ledger a lifetime under a limit as without one —
+/// `sell.lua` writing the ledger's `PEXPIREAT` (now + the record TTL) also when the segment has
+/// a limit; `Segment::sell` setting the record's and the ledger's `until` to `now + ttl_ms`
+/// whatever the limit — makes B's request apply (`Applied`, a second unit for a user with
+/// limit 1), on `[redis]` and on `[memory]` respectively.
 async fn limit_outlives_request_ttl<S: Store>(a: Engine<S>, b: Engine<S>, tag: &str) {
     assert_eq!(a.options().request_ttl, Duration::from_millis(1500));
     let sku = Sku::new("lasting").unwrap();
