@@ -276,7 +276,7 @@ fn missing_skus_are_reported_with_a_hint() {
     assert_eq!(srv.dbsize(), 0);
 }
 
-/// `status` shows remaining per segment, reserved and sold.
+/// `status` shows remaining per segment, units in transit, reserved and sold.
 #[test]
 fn status_reports_the_stock() {
     let srv = RedisServer::start();
@@ -289,6 +289,7 @@ fn status_reports_the_stock() {
         (u(&v, "reserved"), u(&v, "sold"), u(&v, "loaded")),
         (0, 0, 10)
     );
+    assert_eq!(u(&v, "in_transit"), 0, "{v}");
     let r = run(&["status", "--redis", &url, "--sku", "nope"]);
     assert_eq!(r.status.code(), Some(1));
     assert!(r.stderr.contains("not loaded"), "{}", r.stderr);

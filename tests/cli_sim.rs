@@ -31,7 +31,6 @@ fn sim_on_the_embedded_store_sells_exactly_the_stock() {
     assert_eq!(u(&v, "applied"), 100);
     assert_eq!(u(&v, "sold_units"), 100);
     assert_eq!(u(&v, "errors"), 0);
-    assert_eq!(u(&v, "in_flight"), 0);
     assert_eq!(u(&v, "replayed"), 0);
     assert!(v["first_error"].is_null(), "{v}");
     outcomes_add_up(&v);

@@ -46,7 +46,10 @@ async fn lock_strategy_conserves_stock_for_1_and_16_segments() {
         let sku = Sku::new(&name).unwrap();
         e.load(&sku, 100, LoadOptions::new(segments)).await.unwrap();
         let (told, errors) = buyers(&e, &name, 128, "a").await;
+        // Whatever a call left in transit is credited before the audit.
+        e.sweep().await.unwrap();
         let a = e.audit(&sku).await.unwrap();
+        assert_eq!(a.in_transit, 0, "{a:?}");
         assert!(a.ok, "{a:?}");
         assert_eq!(
             (a.sold, a.remaining, told, errors),
@@ -77,7 +80,10 @@ async fn naive_oversells_under_concurrency() {
     let sku = Sku::new("naive").unwrap();
     e.load(&sku, 100, LoadOptions::new(1)).await.unwrap();
     let (told, _) = buyers(&e, "naive", 200, "n").await;
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(
         told > 100,
         "naive sold only {told}: the demonstration did not oversell"
@@ -104,7 +110,10 @@ async fn local_mutex_is_safe_in_one_process_only() {
     let sku = Sku::new("lm-one").unwrap();
     one.load(&sku, 100, LoadOptions::new(1)).await.unwrap();
     let (told, _) = buyers(&one, "lm-one", 150, "a").await;
+    // Whatever a call left in transit is credited before the audit.
+    one.sweep().await.unwrap();
     let a = one.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && told == 100 && a.sold == 100, "{a:?}");
 
     let sku = Sku::new("lm-three").unwrap();
@@ -128,7 +137,10 @@ async fn local_mutex_is_safe_in_one_process_only() {
         .zip(tags)
         .map(|(e, tag)| buyers(e, "lm-three", 80, tag));
     let told: u64 = join_all(runs).await.iter().map(|(t, _)| t).sum();
+    // Whatever a call left in transit is credited before the audit.
+    one.sweep().await.unwrap();
     let a = one.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(
         told > 100 && a.sold > 100,
         "three processes sold {told}: expected an oversell; {a:?}"
@@ -156,7 +168,10 @@ async fn decr_compensate_never_oversells() {
     let sku = Sku::new("decr").unwrap();
     e.load(&sku, 100, LoadOptions::new(4)).await.unwrap();
     let (a1, b1) = futures::join!(buyers(&e, "decr", 120, "x"), buyers(&f, "decr", 120, "y"));
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok, "{a:?}");
     assert_eq!(a1.0 + b1.0, a.sold);
     assert!(a.sold <= 100);
@@ -207,7 +222,10 @@ async fn late_write_after_lease_loss_is_fenced_off() {
     assert_eq!(d.units_applied(), 1);
     let r = late.await.unwrap();
     assert!(matches!(r, Err(Error::LeaseLost(_))), "{r:?}");
+    // Whatever a call left in transit is credited before the audit.
+    fast.sweep().await.unwrap();
     let a = fast.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold == 1 && a.remaining == 0, "{a:?}");
     assert_eq!(slow.store().lock_figures().unwrap().fenced_rejected, 1);
 }
@@ -237,7 +255,10 @@ async fn watchdog_reports_a_lost_lease() {
     let r = task.await.unwrap();
     assert!(matches!(r, Err(Error::LeaseLost(_))), "{r:?}");
     assert!(e.store().lock_figures().unwrap().leases_lost >= 1);
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold == 0, "{a:?}");
     // A retry with the same request id succeeds.
     e.store().set_critical_section_pause(Duration::ZERO);
@@ -364,7 +385,10 @@ async fn cancelled_acquisitions_leave_nothing_behind() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Whatever a call left in transit is credited before the audit.
+    e.sweep().await.unwrap();
     let a = e.audit(&sku).await.unwrap();
+    assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold <= 400, "{a:?}");
 }
 
@@ -406,7 +430,10 @@ async fn redlock_strategy_conserves_stock_for_1_and_16_segments() {
         let sku = Sku::new(&name).unwrap();
         e.load(&sku, 100, LoadOptions::new(segments)).await.unwrap();
         let (told, errors) = buyers(&e, &name, 128, "r").await;
+        // Whatever a call left in transit is credited before the audit.
+        e.sweep().await.unwrap();
         let a = e.audit(&sku).await.unwrap();
+        assert_eq!(a.in_transit, 0, "{a:?}");
         assert!(a.ok, "{a:?}");
         assert_eq!(
             (a.sold, a.remaining),
