@@ -36,11 +36,18 @@ use std::time::{Duration, Instant};
 /// Prometheus scrapes every second; Grafana's `$__rate_interval` is then
 /// max(4 × scrape interval, $__interval + scrape interval) = 4s for short ranges.
 const RATE_INTERVAL: &str = "4s";
-/// Metrics described in src/ that deliberately have no panel (none today). Each entry needs a
-/// comment saying why.
+/// Metrics described in src/ that deliberately have no panel. Each entry needs a comment saying
+/// why.
 // The sold-out-from-memory counter: the live sale below runs the lock strategy, which keeps no
 // sold-out flags (tests/sold_out.rs covers them).
-const UNPANELLED: &[&str] = &["shardstock_sold_out_from_memory_total"];
+// The known-empty skips and multi-segment deductions: still described in src/metrics.rs, but
+// nothing emits them since units move home instead of requests (no segment is skipped, every
+// sale is one part at home); their panels went.
+const UNPANELLED: &[&str] = &[
+    "shardstock_sold_out_from_memory_total",
+    "shardstock_known_empty_skips_total",
+    "shardstock_multi_segment_deductions_total",
+];
 /// The timed sale's length: long enough for Prometheus's first scrape (~5 s after it starts:
 /// its scrape manager takes target updates every 5 s), 5 s more of samples, and evaluating
 /// every query while the sim is still running (a finished target's series go stale at once,
@@ -518,8 +525,8 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let agent = agent();
 
     // The lock strategy so lock metrics exist; 8 segments of 12-13 units, qty 2 and far more
-    // buyers than stock for fallbacks, multi-segment sales, known-empty skips, sold_out and
-    // insufficient; a per-user limit for the guard; restocks every second keep it selling;
+    // buyers than stock for short homes, transfers, units in transit drained by requests about
+    // to answer sold out, sold_out and insufficient; a per-user limit for the guard; restocks every second keep it selling;
     // the outbox on, so every sale and reservation event reaches the order consumer.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("sim.stderr");
@@ -688,10 +695,9 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     }
 
     // A misspelt metric in a copy of the dashboard must be reported, and only that panel.
-    let misspelt_text = serde_json::to_string(&d).unwrap().replace(
-        "shardstock_known_empty_skips_total",
-        "shardstock_known_empty_skip_total",
-    );
+    let misspelt_text = serde_json::to_string(&d)
+        .unwrap()
+        .replace("shardstock_transfers_total", "shardstock_transfer_total");
     let misspelt: Value = serde_json::from_str(&misspelt_text).unwrap();
     let caught = evaluate(&prom, &agent, &misspelt, &instances, false);
     let still_running = sim.child.try_wait().unwrap().is_none();
@@ -713,7 +719,7 @@ fn every_panel_query_returns_series_from_a_live_sale() {
             .join("\n  ")
     );
     assert!(
-        caught.len() == 1 && caught[0].contains("shardstock_known_empty_skip_total"),
+        caught.len() == 1 && caught[0].contains("shardstock_transfer_total"),
         "the misspelt metric was not reported (or other panels failed too): {caught:?}"
     );
 

@@ -89,9 +89,8 @@ fn serve(redis_url: &str, config: &shardstock::Config, coalesce: bool) -> ServeP
         ("STORE__LOCK_WAIT_MS", s.lock_wait_ms.to_string()),
         ("STORE__COALESCE", coalesce.to_string()),
         ("ENGINE__PER_USER_LIMIT", LIMIT.to_string()),
-        ("ENGINE__CLAIM_LEASE_MS", CLAIM_LEASE_MS.to_string()),
-        ("ENGINE__USER_CLAIM_TTL_MS", USER_CLAIM_TTL_MS.to_string()),
-        ("ENGINE__PENDING_WAIT_MS", "300".into()),
+        ("ENGINE__TRANSFER_LEASE_MS", TRANSFER_LEASE_MS.to_string()),
+        ("ENGINE__SOLD_OUT_TTL_MS", SOLD_OUT_TTL_MS.to_string()),
         ("ENGINE__MAX_QTY", "4".into()),
     ]
     .into_iter()
@@ -140,78 +139,152 @@ impl Watch {
         g.and_then(|g| g.parse().ok()).expect("the SKU is loaded")
     }
 
-    /// How many things each serve holds now: (strategy `lua`) pending fallback claims with a
-    /// live lease on a request id sent to that serve and to no other in the last 2 s;
+    /// What each serve holds now: (strategy `lua`) transfers debited and not yet credited
+    /// whose destination is the home of a user only that serve has a request open for;
     /// (strategy `lock`) segment locks whose owner token starts with the serve's pid. The
     /// segments are read concurrently (one round trip's time), so short holdings are seen.
-    async fn holdings(&self, generation: u64) -> Vec<usize> {
-        let mut held = vec![0; self.victims.len()];
-        let per_segment = (0..SEGMENTS).map(|seg| {
-            let tag = format!("{SKU}#{seg}");
-            async move {
-                match self.mode {
-                    Mode::Lua => {
-                        let key = format!("t:{{{tag}}}:g{generation}:claims");
-                        let now_ms = (now_us() / 1000).to_string();
-                        let live: Vec<String> = self
-                            .admin
-                            .custom(
-                                fred::cmd!("ZRANGEBYSCORE"),
-                                vec![key, now_ms, "+inf".into()],
-                            )
-                            .await
-                            .unwrap_or_default();
-                        live
-                    }
-                    Mode::Lock => {
-                        let key = format!("t:{{{tag}}}:lock");
-                        let owner: Option<String> = self
-                            .admin
-                            .custom(fred::cmd!("GET"), vec![key])
-                            .await
-                            .unwrap_or_default();
-                        owner.into_iter().collect()
+    async fn holdings(&self, generation: u64) -> Vec<Vec<Held>> {
+        let mut held = vec![Vec::new(); self.victims.len()];
+        match self.mode {
+            Mode::Lua => {
+                let open: Vec<Vec<u32>> = self
+                    .victims
+                    .iter()
+                    .map(|v| v.target.open_users().iter().map(|u| home_of(u)).collect())
+                    .collect();
+                for t in self.in_transit(generation).await {
+                    let serving: Vec<usize> = (0..open.len())
+                        .filter(|&k| open[k].contains(&t.dest))
+                        .collect();
+                    if let [k] = serving[..] {
+                        held[k].push(Held::Transfer(t));
                     }
                 }
             }
-        });
-        for found in futures::future::join_all(per_segment).await.concat() {
-            match self.mode {
-                Mode::Lua => {
-                    let Some((_, rid)) = found.split_once(":rq:") else {
-                        continue;
-                    };
-                    let sent: Vec<usize> = (0..self.victims.len())
-                        .filter(|&j| self.victims[j].target.sent_within(rid, ms(2000)))
-                        .collect();
-                    let [k] = sent[..] else {
-                        continue;
-                    };
-                    let state: Option<String> = self
+            Mode::Lock => {
+                let per_segment = (0..SEGMENTS).map(|seg| async move {
+                    let key = format!("t:{{{SKU}#{seg}}}:lock");
+                    let owner: Option<String> = self
                         .admin
-                        .custom(fred::cmd!("HGET"), vec![found.clone(), "s".into()])
+                        .custom(fred::cmd!("GET"), vec![key])
                         .await
                         .unwrap_or_default();
-                    held[k] += usize::from(state.as_deref() == Some("P"));
-                }
-                Mode::Lock => {
+                    owner.map(|o| (seg, o))
+                });
+                for (seg, owner) in futures::future::join_all(per_segment)
+                    .await
+                    .into_iter()
+                    .flatten()
+                {
                     for (k, v) in self.victims.iter().enumerate() {
-                        held[k] += usize::from(found.starts_with(&format!("{:x}.", v.pid)));
+                        if owner.starts_with(&format!("{:x}.", v.pid)) {
+                            held[k].push(Held::Lock(seg));
+                        }
                     }
                 }
             }
         }
         held
     }
+
+    /// Transfers debited and not yet credited home (their lease still running or not), read
+    /// from every donor's due index and every destination's credits.
+    async fn in_transit(&self, generation: u64) -> Vec<Moving> {
+        let per_segment = (0..SEGMENTS).map(|seg| async move {
+            let due: Vec<String> = self
+                .admin
+                .custom(
+                    fred::cmd!("ZRANGE"),
+                    vec![
+                        format!("t:{{{SKU}#{seg}}}:g{generation}:txq"),
+                        "0".into(),
+                        "-1".into(),
+                    ],
+                )
+                .await
+                .unwrap_or_default();
+            let mut out = Vec::new();
+            for padded in due {
+                let id = padded.trim_start_matches('0').to_string();
+                let v: Option<String> = self
+                    .admin
+                    .custom(
+                        fred::cmd!("HGET"),
+                        vec![format!("t:{{{SKU}#{seg}}}:g{generation}:tx"), id.clone()],
+                    )
+                    .await
+                    .unwrap_or_default();
+                let Some(dest) = v.and_then(|v| v.split(':').next()?.parse().ok()) else {
+                    continue;
+                };
+                let t = Moving {
+                    donor: seg,
+                    id,
+                    dest,
+                };
+                if !self.credited(generation, &t).await {
+                    out.push(t);
+                }
+            }
+            out
+        });
+        futures::future::join_all(per_segment).await.concat()
+    }
+
+    /// Whether transfer `t` was credited at its destination.
+    async fn credited(&self, generation: u64, t: &Moving) -> bool {
+        let n: i64 = self
+            .admin
+            .custom(
+                fred::cmd!("HEXISTS"),
+                vec![
+                    format!("t:{{{SKU}#{}}}:g{generation}:in", t.dest),
+                    t.id.clone(),
+                ],
+            )
+            .await
+            .unwrap_or(0);
+        n == 1
+    }
+}
+
+/// A transfer in transit: debited at `donor`, bound for `dest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Moving {
+    donor: u32,
+    id: String,
+    dest: u32,
+}
+
+/// What a serve was seen holding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Held {
+    Transfer(Moving),
+    Lock(u32),
+}
+
+/// The home segment of every request of `user` (the SKU has a per-user limit).
+fn home_of(user: &str) -> u32 {
+    shardstock::segments::home(
+        &UserId::new(user).unwrap(),
+        &RequestId::new("any").unwrap(),
+        SEGMENTS,
+        true,
+    )
 }
 
 /// The pause fault: every 0.2–0.6 s, watch Redis for up to 2 s for a serve holding something
 /// (preferring another serve than last time), `SIGSTOP` it (a random one when none was seen
 /// holding), look again, keep it stopped 0.6–1.5 s and `SIGCONT` it. Counts the pauses that
-/// caught the serve holding something in `held`.
-fn aimed_pauses(watch: Watch, held: Arc<std::sync::atomic::AtomicU64>) -> Fault {
+/// caught the serve holding something in `held`, and (strategy `lua`) those during which a
+/// transfer the stopped serve had debited was credited by someone else in `credited`.
+fn aimed_pauses(
+    watch: Watch,
+    held: Arc<std::sync::atomic::AtomicU64>,
+    credited: Arc<std::sync::atomic::AtomicU64>,
+) -> Fault {
     let name = match watch.mode {
-        Mode::Lua => "serve SIGSTOP holding a fallback claim",
+        Mode::Lua => "serve SIGSTOP holding units in transit",
         Mode::Lock => "serve SIGSTOP holding a segment lock",
     };
     Fault::new(name, move |stop| {
@@ -235,7 +308,7 @@ fn aimed_pauses(watch: Watch, held: Arc<std::sync::atomic::AtomicU64>) -> Fault 
                     // Start after the last victim: different serves get their turn.
                     aim = (1..=count)
                         .map(|i| (last + i) % count)
-                        .find(|&k| held[k] > 0);
+                        .find(|&k| !held[k].is_empty());
                     if aim.is_none() {
                         // Leave Redis a breath between looks (2 cores shared with the sale).
                         tokio::time::sleep(ms(1)).await;
@@ -245,10 +318,23 @@ fn aimed_pauses(watch: Watch, held: Arc<std::sync::atomic::AtomicU64>) -> Fault 
                 let pid = watch.victims[k].pid;
                 signal(pid, "-STOP");
                 // Frozen now: what Redis shows as its own stays until its lease runs out.
-                if watch.holdings(generation).await[k] > 0 {
+                let caught = watch.holdings(generation).await.swap_remove(k);
+                if !caught.is_empty() {
                     held.fetch_add(1, Ordering::Relaxed);
                 }
                 tokio::time::sleep(ms(rng.u64(600..=LONGEST_MS))).await;
+                // Units the stopped serve had debited, credited home meanwhile by a sweeper
+                // (or a request that drained them): its own credit, sent after the resume,
+                // must add nothing.
+                let mut meanwhile = false;
+                for h in &caught {
+                    if let Held::Transfer(t) = h {
+                        meanwhile |= watch.credited(generation, t).await;
+                    }
+                }
+                if meanwhile {
+                    credited.fetch_add(1, Ordering::Relaxed);
+                }
                 signal(pid, "-CONT");
                 last = k;
                 n += 1;
@@ -280,28 +366,6 @@ async fn metric_sum(serves: &[ServeProcess], name: &'static str) -> u64 {
     .unwrap()
 }
 
-/// What the request records show of claims changing hands: records of a claim epoch above 1
-/// (a claim taken over from a holder whose lease ran out), shut-out markers (`V`: older epochs
-/// refused at that segment) and refunded parts (`R`). A paused holder's late writes meet these.
-async fn claim_figures(admin: &fred::clients::Client) -> (usize, usize, usize) {
-    let keys: Vec<String> = admin
-        .custom(fred::cmd!("KEYS"), vec![format!("t:{{{SKU}#*}}:g*:rq:*")])
-        .await
-        .unwrap();
-    let (mut later_epoch, mut shut_out, mut refunded) = (0, 0, 0);
-    for k in keys {
-        let v: Vec<Option<String>> = admin
-            .custom(fred::cmd!("HMGET"), vec![k, "s".into(), "e".into()])
-            .await
-            .unwrap();
-        let epoch: u64 = v[1].as_deref().and_then(|e| e.parse().ok()).unwrap_or(0);
-        later_epoch += usize::from(epoch >= 2);
-        shut_out += usize::from(v[0].as_deref() == Some("V"));
-        refunded += usize::from(v[0].as_deref() == Some("R"));
-    }
-    (later_epoch, shut_out, refunded)
-}
-
 fn report_line(fault: &str, held: u64, o: &Outcome, extra: &str) {
     eprintln!(
         "nemesis {fault}: struck {}, held {held}, ops {}, anomalies 0{extra}",
@@ -309,8 +373,10 @@ fn report_line(fault: &str, held: u64, o: &Outcome, extra: &str) {
     );
 }
 
-/// Three serves on one redis-server, paused past their leases by [`aimed_pauses`].
-async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>, (usize, usize)) {
+/// Three serves on one redis-server, paused past their leases by [`aimed_pauses`]: the
+/// outcome, the pauses that caught a serve holding something, the serves, and the pauses
+/// during which units the stopped serve had debited were credited by someone else.
+async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>, u64) {
     let srv = RedisServer::start();
     let config = store_config(&srv, mode);
     let url = config.store.redis_url.clone();
@@ -327,6 +393,7 @@ async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>, (usize, 
         .collect();
     let admin = admin_client(&srv).await;
     let held = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let credited = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watch = Watch {
         mode,
         admin: admin.clone(),
@@ -336,7 +403,6 @@ async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>, (usize, 
         Mode::Lua => "nemesis-serve-pause-lua",
         Mode::Lock => "nemesis-serve-pause-lock",
     };
-    let figures_admin = admin.clone();
     let o = workload::run(Run {
         name: name.into(),
         targets: victims
@@ -346,43 +412,39 @@ async fn paused_serves(mode: Mode) -> (Outcome, u64, Vec<ServeProcess>, (usize, 
         engines: vec![engine_at(&config).await, engine_at(&config).await],
         fresh: Arc::new(engine_at(&config).await),
         admin,
-        fault: Some(aimed_pauses(watch, held.clone())),
+        fault: Some(aimed_pauses(watch, held.clone(), credited.clone())),
         tolerated: none_tolerated(),
         tolerated_why: "",
     })
     .await;
-    let (later_epoch, shut_out, refunded) = claim_figures(&figures_admin).await;
-    eprintln!(
-        "[{name}] records of a claim epoch >= 2: {later_epoch}, shut-out markers: {shut_out}, \
-         refunded parts: {refunded}"
-    );
     (
         o,
         held.load(Ordering::Relaxed),
         serves,
-        (later_epoch, shut_out),
+        credited.load(Ordering::Relaxed),
     )
 }
 
-/// (a) Strategy `lua`: a serve paused past the claim lease while it holds a fallback claim;
-/// after `SIGCONT` its takes and its settle carry a claim epoch a newer holder shut out.
+/// (a) Strategy `lua`: a serve paused past the transfer lease while units it debited for a
+/// request are in transit; a sweeper credits them home meanwhile, and the serve's own credit,
+/// sent after `SIGCONT`, adds nothing (the history's conservation and transfer checks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_paused_holding_a_fallback_claim() {
-    let (o, held, _serves, (later_epoch, shut_out)) = paused_serves(Mode::Lua).await;
+async fn serve_paused_holding_units_in_transit() {
+    let (o, held, _serves, credited) = paused_serves(Mode::Lua).await;
     report_line(
-        "serve SIGSTOP past the claim lease (lua)",
+        "serve SIGSTOP past the transfer lease (lua)",
         held,
         &o,
-        &format!(", claims taken over {later_epoch}, shut-out markers {shut_out}"),
+        &format!(", credited by another meanwhile {credited}"),
     );
     assert!(
         held > 0,
-        "no pause caught a serve holding a fallback claim: the run proved less than it says"
+        "no pause caught a serve holding units in transit: the run proved less than it says"
     );
     assert!(
-        later_epoch > 0 && shut_out > 0,
-        "no claim was taken over (epoch >= 2: {later_epoch}, shut-out markers: {shut_out}): \
-         nothing a paused holder wrote late could have been refused"
+        credited > 0,
+        "no transfer of a stopped serve was credited by another meanwhile: nothing a paused \
+         serve sent late could have counted twice"
     );
 }
 
@@ -536,7 +598,7 @@ async fn http_target_maps_answers_like_the_engine() {
         "{}",
         show(&o)
     );
-    let missing: ReservationId = format!("{SKU}~1~0~nope").parse().unwrap();
+    let missing: ReservationId = format!("{SKU}~1~0~u9~nope").parse().unwrap();
     let o = t.confirm(&missing).await;
     assert!(
         matches!(

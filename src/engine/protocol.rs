@@ -317,7 +317,7 @@ impl Machine {
         if total == 0 && in_transit == 0 {
             return self.finish(Answer::SoldOut);
         }
-        if total.saturating_add(in_transit) < self.qty || self.round >= MAX_ROUNDS + 1 {
+        if total.saturating_add(in_transit) < self.qty || self.round > MAX_ROUNDS {
             return self.finish(Answer::Insufficient { available: total });
         }
         // Enough exists: gather it, taking everything from each donor.
