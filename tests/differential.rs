@@ -18,6 +18,12 @@
 //!    at 64); a reload between a transfer's debit and its credit; the request-TTL boundary of the
 //!    per-user ledger (a regression: the limit lapsed with the record TTL).
 //!
+//! Mutation checks of property 1 (done, each shrunk by proptest to a 4- or 5-step case):
+//! `transfer.lua` renewing the lease of a replayed transfer already done (it is due again:
+//! the transfers-due lines differ); `sell.lua` crediting with `HSET` instead of `HSETNX` (a
+//! re-sent credit applies twice: `[transit] 2 units credited by transfers but only 1 debited`).
+//! Those of the scenarios: at each.
+//!
 //! Timers and how races with them are kept out: see `tests/common/differential.rs`.
 //! Environment: `DIFF_CASES`, `DIFF_SHRINK_SECS`, `DIFF_TAIL`.
 

@@ -142,6 +142,10 @@ async fn dropped_mid_transfer(e: Engine<RedisStore>, tag: &'static str) {
     eprintln!(
         "[{tag}] dropped mid-transfer: {left_in_transit} units were in transit before the sweeps"
     );
+    assert!(
+        left_in_transit > 0,
+        "[{tag}] no drop point left units in transit: the crash point between debit and credit was never hit"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

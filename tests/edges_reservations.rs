@@ -232,7 +232,7 @@ async fn confirm_cancel_race<S: Store>(a: Engine<S>, b: Engine<S>, tag: &'static
         }
     }
     assert!(bad.is_empty(), "[{tag}] {}", bad.join("\n  "));
-    let au = audit_ok(&a, &s, tag).await;
+    let au = swept(&a, &s, Duration::from_secs(2), tag).await;
     assert_eq!(
         (au.sold, au.remaining, au.reserved),
         (confirmed, cancelled, 0),
@@ -254,7 +254,7 @@ async fn confirm_cancel_race<S: Store>(a: Engine<S>, b: Engine<S>, tag: &'static
         };
         assert!(ok, "[{tag}] r{k} ({state:?}) asks again: {r:?}");
     }
-    audit_ok(&a, &s, tag).await;
+    swept(&a, &s, Duration::from_secs(2), tag).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,8 +84,8 @@ async fn one_user_many_instances_at(srv: &impl RedisAt, limit: u64, coalesce: bo
         "{mine:?}"
     );
     assert!(theirs.iter().all(|d| d.units_applied() == 1), "{theirs:?}");
-    let a = engines[1].audit(&sku).await.unwrap();
-    assert!(a.ok && a.sold == limit + 60, "{a:?}");
+    let a = common::edges::swept(&engines[1], &sku, Duration::from_secs(2), "redis").await;
+    assert!(a.ok && a.sold == limit + 60 && a.in_transit == 0, "{a:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
