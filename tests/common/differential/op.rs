@@ -84,12 +84,13 @@ pub enum Op {
     },
     /// `sell` at the destination of the nth transfer, crediting every transfer debited to that
     /// destination so far in this generation (credited ones again: re-sent credits); `qty` 0:
-    /// credits only.
+    /// credits only; `resv`: the request is a reservation (held long).
     Credit {
         nth: usize,
         user: u8,
         rid: u8,
         qty: u64,
+        resv: bool,
     },
     /// `transfer` (a debit at `donor` to `dest`) with id `TRANSFER_IDS[id]`.
     Transfer {
@@ -158,8 +159,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         10 => (seg.clone(), 0u8..4, 0u8..10, 1u64..6,
                prop_oneof![3 => Just(None), 2 => timer().prop_map(Some)], timer())
             .prop_map(|(seg, user, rid, qty, resv, ttl)| Op::Sell { seg, user, rid, qty, resv, ttl }),
-        4 => (0usize..32, 0u8..4, 10u8..20, 0u64..4)
-            .prop_map(|(nth, user, rid, qty)| Op::Credit { nth, user, rid, qty }),
+        4 => (0usize..32, 0u8..4, 10u8..20, 0u64..4, proptest::bool::weighted(0.3))
+            .prop_map(|(nth, user, rid, qty, resv)| Op::Credit { nth, user, rid, qty, resv }),
         6 => (seg.clone(), seg.clone(), 1u64..12, 0u64..4, timer(), 0..TRANSFER_IDS.len())
             .prop_map(|(donor, dest, want, floor, lease, id)| Op::Transfer { donor, dest, want, floor, lease, id }),
         1 => (0usize..32, 1u64..12, timer())

@@ -182,6 +182,7 @@ impl<S: Store> World<S> {
                 user,
                 rid,
                 qty,
+                resv,
             } => {
                 let Some(t) = pick(&g.moved, *nth).copied() else {
                     return Out::skip();
@@ -202,7 +203,7 @@ impl<S: Store> World<S> {
                     user: uid(&format!("u{user}")),
                     rid: RequestId::new(format!("r{rid}")).unwrap(),
                     qty: *qty,
-                    resv: None,
+                    resv: resv.then_some(T::Long),
                     ttl: T::Long,
                 };
                 let (line, _) = self.sell(&g, &s, &credits).await;
