@@ -8,7 +8,7 @@
 //! | `redlock` | yes* | the same with the lock on a quorum of independent nodes |
 //! | `naive` | **no** | GET, decide, SET — oversells under concurrency |
 //! | `local-mutex` | **no** | naive inside an in-process mutex — oversells across processes |
-//! | `decr-compensate` | no oversell, **not exactly-once** | DECRBY, then the record (or INCRBY back) |
+//! | `decr-compensate` | **no** | HINCRBY −q, then `sold` (or +q back): no oversell among concurrent buyers of one generation, but **not exactly-once**, and its second command can land in the generation a reload wrote meanwhile — it can oversell across a reload |
 //!
 //! \* RedLock's safety rests on timing assumptions; the fence token at the stock store is what
 //! actually stops a paused holder (see [`crate::lock::redlock`]).
@@ -35,7 +35,8 @@ pub enum Strategy {
     Naive,
     /// UNSAFE baseline: naive inside an in-process mutex.
     LocalMutex,
-    /// Baseline: decrement, then add back when it went negative. Never oversells, but the
+    /// Baseline: decrement, then add back when it went negative. Concurrent buyers of one
+    /// generation never oversell, but the
     /// transient negatives turn buyers away while stock remains, and it is not exactly-once:
     /// its decrement and compensation are separate commands, so a crash between them or a
     /// command re-sent after a lost reply loses units (the audit reports the hole).
@@ -65,15 +66,16 @@ impl Strategy {
         }
     }
 
-    /// False for the baselines that oversell (kept to demonstrate the failure).
+    /// False for the baselines that can oversell (kept to demonstrate the failure):
+    /// `naive` and `local-mutex` under concurrency, `decr-compensate` across a reload (its
+    /// give-back or its `sold` can land in the generation a reload wrote meanwhile).
     pub fn never_oversells(self) -> bool {
-        !matches!(self, Strategy::Naive | Strategy::LocalMutex)
+        matches!(self, Strategy::Lua | Strategy::Lock | Strategy::Redlock)
     }
 
     /// True for the strategies whose every step on the stock is one atomic, request-id-keyed
     /// script: a retry, a re-sent command or a crash between steps never changes the stock
-    /// twice or loses a unit. `decr-compensate` never oversells but is not exactly-once; the
-    /// other baselines are neither. This is what `strategy_safe` reports.
+    /// twice or loses a unit. The baselines are not. This is what `strategy_safe` reports.
     pub fn exactly_once(self) -> bool {
         matches!(self, Strategy::Lua | Strategy::Lock | Strategy::Redlock)
     }
@@ -100,7 +102,7 @@ impl Strategy {
                 "UNSAFE: an in-process mutex protects one process only; several oversell"
             }
             Strategy::DecrCompensate => {
-                "NOT exactly-once: never oversells, but a crash or a re-sent command between its DECRBY and its record loses units, and transient negatives turn buyers away while stock remains"
+                "UNSAFE: no oversell among concurrent buyers of one generation, but NOT exactly-once (a crash or a re-sent command between its two commands loses units) and it can oversell across a reload; transient negatives turn buyers away while stock remains"
             }
         }
     }
@@ -140,7 +142,8 @@ mod tests {
         let e = "redlok".parse::<Strategy>().unwrap_err();
         assert!(e.to_string().contains("redlok") && e.to_string().contains("redlock"));
         assert!(!Strategy::Naive.never_oversells());
-        assert!(Strategy::DecrCompensate.never_oversells());
+        assert!(!Strategy::DecrCompensate.never_oversells());
+        assert!(Strategy::Lock.never_oversells());
         assert!(!Strategy::DecrCompensate.exactly_once() && Strategy::Lua.exactly_once());
         assert!(Strategy::Lock.uses_locks() && !Strategy::Lua.uses_locks());
     }

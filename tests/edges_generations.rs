@@ -463,7 +463,6 @@ async fn reloads_in_flight_never_sell_an_old_unit_in_the_new_generation() {
 /// described to users — the README's strategy table, `Strategy::summary` — it must say that it
 /// can oversell across a reload, and it must not claim `never_oversells`.
 #[test]
-#[ignore = "finding 3: the README's strategy row, Strategy::summary and never_oversells do not yet say that decr-compensate can oversell across a reload (src/store/redis/strategies.rs does)"]
 fn decr_compensate_says_it_can_oversell_across_a_reload() {
     let readme = include_str!("../README.md");
     let rows: Vec<&str> = readme
