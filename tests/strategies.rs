@@ -230,6 +230,83 @@ async fn late_write_after_lease_loss_is_fenced_off() {
     assert_eq!(slow.store().lock_figures().unwrap().fenced_rejected, 1);
 }
 
+/// A credit refused by the fence: a request whose home is short moves a unit home (a
+/// transfer's debit at the other segment), then loses the home's lock before its sale with the
+/// credit writes — the write is refused whole, credit included. The unit is in transit: the
+/// request must not mark the transfer done, so that the sweeper credits it home once the lease
+/// has run out; nothing may stay in transit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_credit_refused_by_the_fence_is_left_to_the_sweeper() {
+    let srv = RedisServer::start();
+    let b = || {
+        Engine::builder()
+            .per_user_limit(0)
+            .transfer_lease(Duration::from_millis(200))
+    };
+    // Lease 3 s: the watchdog renews after 1 s, long after the pauses below end.
+    let slow = strategy_engine(&srv, b(), Strategy::Lock, lock_opts(3000, 2000)).await;
+    let fast = strategy_engine(&srv, b(), Strategy::Lock, lock_opts(3000, 2000)).await;
+    slow.store()
+        .set_critical_section_pause(Duration::from_millis(400));
+    let sku = Sku::new("fenced-move").unwrap();
+    let g = slow.load(&sku, 2, LoadOptions::new(2)).await.unwrap(); // [1, 1]
+    let home = |user: &str, rid: &str| {
+        shardstock::segments::home(
+            &UserId::new(user).unwrap(),
+            &RequestId::new(rid).unwrap(),
+            2,
+            false,
+        )
+    };
+    let h = home("slow", "s-1");
+    let donor = 1 - h;
+    let late = {
+        let slow = slow.clone();
+        tokio::spawn(async move {
+            slow.deduct(&Deduct::new("fenced-move", "slow", 2, "s-1").unwrap())
+                .await
+        })
+    };
+    // The debit happened (after the first, short, sale at home): the sale with the credit is
+    // now in its critical section.
+    let tx = format!("t:{{fenced-move#{donor}}}:g{g}:tx");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while srv.cli(&["HLEN", &tx]) != "1" {
+        assert!(std::time::Instant::now() < deadline, "no debit");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        srv.cli(&["DEL", &format!("t:{{fenced-move#{h}}}:lock")]),
+        "1",
+        "the slow holder should hold the home's lock"
+    );
+    // Another holder takes the home's lock (its fence bumped) and sells the home's unit.
+    let rid = (0..)
+        .map(|k| format!("f-{k}"))
+        .find(|r| home("fast", r) == h)
+        .unwrap();
+    let d = fast
+        .deduct(&Deduct::new("fenced-move", "fast", 1, &rid).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(d.units_applied(), 1, "{d:?}");
+    let r = late.await.unwrap();
+    assert!(matches!(r, Err(Error::LeaseLost(_))), "{r:?}");
+    let a = fast.audit(&sku).await.unwrap();
+    assert!(a.ok && a.in_transit == 1 && a.sold == 1, "{a:?}");
+    // The lease runs out: the sweeper credits the unit home.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fast.sweep().await.unwrap();
+    let a = fast.audit(&sku).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!(
+        (a.in_transit, a.sold, a.remaining),
+        (0, 1, 1),
+        "the refused credit's unit must come home: {a:?}"
+    );
+}
+
 /// The same with the watchdog noticing first: the holder learns it lost the lease before it
 /// writes and reports it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
