@@ -180,9 +180,13 @@ impl Machine {
 
     /// After `sell` answered `reply`.
     pub fn on_sell(&mut self, reply: &SellReply) -> Step {
-        // Whatever the answer, the credits sent are home now (or were before).
         let sent = std::mem::take(&mut self.credits);
-        self.used.extend(sent.iter().map(|c| (c.donor, c.id)));
+        // The credits sent are home now (or were before) — unless the call wrote nothing: a
+        // lock lost, or another generation. Then they stay in transit, due to the sweeper
+        // after their lease; marking them done would strand them for good.
+        if !matches!(reply, SellReply::LockLost | SellReply::Stale) {
+            self.used.extend(sent.iter().map(|c| (c.donor, c.id)));
+        }
         match *reply {
             SellReply::Applied { stock_after } => {
                 self.hints[self.home as usize] = stock_after;
@@ -226,8 +230,18 @@ impl Machine {
         } else {
             0
         };
+        // From the third round on (others keep taking what this request moves home), pull in
+        // one direction only, alternating by round: towards lower-indexed homes in even
+        // rounds, higher in odd ones. Two requests can then no longer take each other's units
+        // in the same round (units flow one way), which breaks the symmetry of requests on
+        // different instances pulling the last units back and forth.
+        let directed = |i: u32| match self.round {
+            0 | 1 => true,
+            r if r % 2 == 0 => i > self.home,
+            _ => i < self.home,
+        };
         (0..n as u32)
-            .filter(|&i| i != self.home && !self.tried[i as usize])
+            .filter(|&i| i != self.home && !self.tried[i as usize] && directed(i))
             .filter(|&i| known[i as usize] > floor)
             // Fullest first; ties by index: deterministic.
             .max_by_key(|&i| (known[i as usize], std::cmp::Reverse(i)))
@@ -379,6 +393,37 @@ mod tests {
                 answer: Answer::Applied
             }
         );
+    }
+
+    #[test]
+    fn a_lock_lost_leaves_the_credits_in_transit() {
+        let mut m = Machine::new(0, 2, vec![0, 5], 100, 3);
+        let Step::Transfer { args, .. } = m.on_sell(&SellReply::Short { stock: 0 }) else {
+            panic!()
+        };
+        let debited = TransferReply::Debited {
+            units: 4,
+            stock_after: 1,
+        };
+        assert!(matches!(m.on_transfer(1, args.id, &debited), Step::Sell { .. }));
+        // Nothing was written: the transfer must stay due (not marked done) for the sweeper.
+        assert_eq!(
+            m.on_sell(&SellReply::LockLost),
+            Step::Finish {
+                done: Vec::new(),
+                answer: Answer::LockLost
+            }
+        );
+    }
+
+    #[test]
+    fn contended_rounds_pull_one_way() {
+        // Home 1, round 2: only higher-indexed donors; round 3: only lower.
+        let mut m = Machine::new(1, 1, vec![9, 0, 9], 100, 1);
+        m.round = 2;
+        assert_eq!(m.donor().map(|(d, _)| d), Some(2));
+        m.round = 3;
+        assert_eq!(m.donor().map(|(d, _)| d), Some(0));
     }
 
     #[test]

@@ -241,8 +241,11 @@ for _, r in ipairs(acts) do
   local had = redis.call('HLEN', lk)
   -- Record fields: with a limit the ledger also holds `h` and `f` (both, once written).
   local nrec = (lim > 0 and had > 0) and had - 2 or had
-  if nrec >= 32 then
-    -- PRUNE_AT (segment.rs): forget the records past their `until` before taking another.
+  local p = 32
+  while p < nrec do p = p * 2 end
+  if nrec >= 32 and p == nrec then
+    -- prunes_at (segment.rs): at 32 records or any larger power of two, forget the records
+    -- past their `until` before taking another (amortised O(1) per write).
     local now, all, gone = clock(st), redis.call('HGETALL', lk), {}
     for k = 1, #all, 2 do
       if string.sub(all[k], 1, 1) == '=' then

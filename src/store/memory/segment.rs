@@ -26,10 +26,17 @@ use crate::store::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A ledger holding this many records forgets those past their `until` before taking another
-/// (the scripts: when the user hash has this many record fields). Keeps a user's memory
-/// bounded by what the user holds plus what ended within the request TTL.
+/// A ledger holding this many records — or any larger power of two — forgets those past their
+/// `until` before taking another (the scripts: when the user hash has that many record
+/// fields). Keeps a user's memory within twice what the user holds plus what ended within the
+/// request TTL, at an amortised O(1) per write (a ledger of live records is scanned at 32, 64,
+/// 128, ... records, not at every write).
 pub const PRUNE_AT: usize = 32;
+
+/// Whether a ledger holding `n` records prunes before taking another.
+pub fn prunes_at(n: usize) -> bool {
+    n >= PRUNE_AT && n.is_power_of_two()
+}
 
 /// `until` = 0: never forgotten within the generation.
 fn live(until: u64, now: u64) -> bool {
@@ -243,7 +250,7 @@ impl Segment {
             }
         };
         let l = self.users.entry(user.clone()).or_default();
-        if l.records.len() >= PRUNE_AT {
+        if prunes_at(l.records.len()) {
             l.records.retain(|_, r| live(r.until, now));
         }
         l.records.insert(rid.clone(), rec);
@@ -344,7 +351,7 @@ impl Segment {
                 RestockReply::Mismatch
             };
         }
-        if self.restocks.len() >= PRUNE_AT {
+        if prunes_at(self.restocks.len()) {
             self.restocks.retain(|_, (_, _, until)| live(*until, now));
         }
         self.restocks.insert(rid.clone(), (qty, total, now + ttl_ms));
