@@ -127,9 +127,10 @@ impl<S: Store> Engine<S> {
             let segs = self.survey_all(&l).await?;
             if segs.iter().all(Option::is_some) {
                 let per_segment: Vec<u64> = segs.iter().flatten().map(|s| s.stock).collect();
-                let (out, inn) = segs.iter().flatten().fold((0u64, 0u64), |(o, i), s| {
-                    (o + s.moved_out, i + s.moved_in)
-                });
+                let (out, inn) = segs
+                    .iter()
+                    .flatten()
+                    .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));
                 crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &per_segment);
                 return Ok(Remaining {
                     total: per_segment.iter().sum(),

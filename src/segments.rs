@@ -80,7 +80,6 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-
 /// One part of an applied deduction: `units` taken from segment `segment`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Part {
@@ -296,7 +295,8 @@ mod tests {
             let rid = RequestId::new(format!("req-{i}")).unwrap();
             let user = UserId::new(format!("user-{i}")).unwrap();
             // Ids counting up in step: plain FNV-1a put them on 8 of the 16 segments.
-            by_pair_in_step[home(&UserId::new(format!("u{i}")).unwrap(), &rid, n, false) as usize] += 1;
+            by_pair_in_step
+                [home(&UserId::new(format!("u{i}")).unwrap(), &rid, n, false) as usize] += 1;
             let h = home(&user, &rid, n, true);
             assert_eq!(h, home(&user, &RequestId::new("other").unwrap(), n, true));
             by_user[h as usize] += 1;

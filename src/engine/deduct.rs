@@ -13,9 +13,7 @@ use super::{Attempt, Deduct, Deduction, Engine, Intent, Layout};
 use crate::error::{Error, Result};
 use crate::guard::Local;
 use crate::ids::check_qty;
-use crate::store::{
-    Credit, SegmentState, SellArgs, SellReply, Store, TransferArgs, TransferReply,
-};
+use crate::store::{Credit, SegmentState, SellArgs, SellReply, Store, TransferArgs, TransferReply};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -168,9 +166,7 @@ impl<S: Store> Engine<S> {
         } else if rec.kind != a.intent.kind() {
             Refused(a.conflict("kind"))
         } else {
-            Done(Deduction::Replayed {
-                parts: a.parts(),
-            })
+            Done(Deduction::Replayed { parts: a.parts() })
         })
     }
 
@@ -238,7 +234,9 @@ impl<S: Store> Engine<S> {
                 Step::Sell { credits } => {
                     a.tried();
                     let reply = store.sell(a.home_at(), a.sell_args(&credits)).await?;
-                    if let SellReply::Applied { stock_after } | SellReply::Short { stock: stock_after } = reply {
+                    if let SellReply::Applied { stock_after }
+                    | SellReply::Short { stock: stock_after } = reply
+                    {
                         l.hints.observe(a.home, stock_after);
                     }
                     let round = m.round();
@@ -335,10 +333,14 @@ impl<S: Store> Engine<S> {
         for _ in 0..8 {
             let reads = (0..l.segments).map(|i| self.inner.store.survey(l.seg(i), false));
             let all = futures::future::try_join_all(reads).await?;
-            last = all.into_iter().map(|s| s.map(|s| s.state)).collect::<Vec<_>>();
-            let (out, inn) = last.iter().flatten().fold((0u64, 0u64), |(o, i), s| {
-                (o + s.moved_out, i + s.moved_in)
-            });
+            last = all
+                .into_iter()
+                .map(|s| s.map(|s| s.state))
+                .collect::<Vec<_>>();
+            let (out, inn) = last
+                .iter()
+                .flatten()
+                .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));
             if inn <= out {
                 break;
             }
@@ -374,7 +376,8 @@ impl<S: Store> Engine<S> {
                     floor: 0,
                     lease_ms: self.transfer_lease_ms(),
                 };
-                let TransferReply::Debited { units, .. } = store.transfer(l.seg(donor), again).await?
+                let TransferReply::Debited { units, .. } =
+                    store.transfer(l.seg(donor), again).await?
                 else {
                     continue;
                 };

@@ -62,9 +62,7 @@ impl Deduction {
     /// [`TooLargeToHold`](Self::TooLargeToHold): a restock may make a segment large enough);
     /// false for successes and for "not now" refusals.
     pub fn is_final(&self) -> bool {
-        matches!(
-            self,
-            Deduction::OverLimit { .. })
+        matches!(self, Deduction::OverLimit { .. })
     }
 
     /// A short name (the `outcome` field of its JSON form): `applied`, `replayed`, `sold_out`,

@@ -405,7 +405,10 @@ mod tests {
             units: 4,
             stock_after: 1,
         };
-        assert!(matches!(m.on_transfer(1, args.id, &debited), Step::Sell { .. }));
+        assert!(matches!(
+            m.on_transfer(1, args.id, &debited),
+            Step::Sell { .. }
+        ));
         // Nothing was written: the transfer must stay due (not marked done) for the sweeper.
         assert_eq!(
             m.on_sell(&SellReply::LockLost),

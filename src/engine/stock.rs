@@ -130,7 +130,8 @@ impl<S: Store> Engine<S> {
             // The request's home segment gets the first (never empty) share and is written
             // first: a retry with another quantity is caught there, before anything changes.
             // Where the restock starts: any stable spread of request ids will do.
-            let home = (crate::segments::fnv1a(request_id.as_str().as_bytes()) % u64::from(l.segments)) as u32;
+            let home = (crate::segments::fnv1a(request_id.as_str().as_bytes())
+                % u64::from(l.segments)) as u32;
             let shares: Vec<(u32, u64)> = split(qty, l.segments)
                 .into_iter()
                 .enumerate()

@@ -14,9 +14,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
         ErrorKind::NotLoaded => StatusCode::NOT_FOUND,
-        ErrorKind::AlreadyLoaded | ErrorKind::RequestIdConflict => {
-            StatusCode::CONFLICT
-        }
+        ErrorKind::AlreadyLoaded | ErrorKind::RequestIdConflict => StatusCode::CONFLICT,
         ErrorKind::NotReady
         | ErrorKind::LeaseLost
         | ErrorKind::Redis

@@ -188,7 +188,10 @@ impl SegmentState {
     /// `loaded + restocked + moved_in == stock + reserved + sold + moved_out`.
     pub fn balances(&self) -> bool {
         self.loaded as u128 + self.restocked as u128 + self.moved_in as u128
-            == self.stock as u128 + self.reserved as u128 + self.sold as u128 + self.moved_out as u128
+            == self.stock as u128
+                + self.reserved as u128
+                + self.sold as u128
+                + self.moved_out as u128
     }
 }
 

@@ -196,8 +196,15 @@ mod tests {
         hub.notify("a", Event::Loaded, 8);
         let s = w.seen().unwrap();
         hub.notify("a", Event::Added, 8);
-        assert_ne!(w.seen(), Some(s), "units moved or added void older snapshots");
-        assert!(w.clean_since_load(8, w.seen().unwrap()), "but nothing went back");
+        assert_ne!(
+            w.seen(),
+            Some(s),
+            "units moved or added void older snapshots"
+        );
+        assert!(
+            w.clean_since_load(8, w.seen().unwrap()),
+            "but nothing went back"
+        );
         hub.lost();
         assert!(
             !w.clean_since_load(8, w.seen().unwrap()),

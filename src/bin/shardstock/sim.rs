@@ -159,9 +159,7 @@ impl Tally {
             Ok(Deduction::UserBusy) => self.user_busy += 1,
             Ok(Deduction::Replayed { .. }) => self.replayed += 1,
             Ok(Deduction::SoldOut) => self.sold_out += 1,
-            Ok(Deduction::Insufficient { .. }) => {
-                self.insufficient += 1
-            }
+            Ok(Deduction::Insufficient { .. }) => self.insufficient += 1,
             Ok(other) => self.error(format!("unknown outcome {:?}", other.kind()), first_error),
             Err(e) => self.error(e.to_string(), first_error),
         }

@@ -216,10 +216,7 @@ impl Segment {
         }
         let limit = self.limit;
         if limit > 0 {
-            let (held, sold) = self
-                .users
-                .get(user)
-                .map_or((0, 0), |l| (l.held, l.sold));
+            let (held, sold) = self.users.get(user).map_or((0, 0), |l| (l.held, l.sold));
             if held + qty > limit {
                 return SellReply::LimitReached { limit, held, sold };
             }
@@ -354,7 +351,8 @@ impl Segment {
         if prunes_at(self.restocks.len()) {
             self.restocks.retain(|_, (_, _, until)| live(*until, now));
         }
-        self.restocks.insert(rid.clone(), (qty, total, now + ttl_ms));
+        self.restocks
+            .insert(rid.clone(), (qty, total, now + ttl_ms));
         self.counters.stock += qty;
         self.counters.restocked += qty;
         RestockReply::Restocked {
@@ -404,9 +402,13 @@ impl Segment {
                 };
             }
         };
-        self.reservations.remove(&(rec.exp, user.clone(), rid.clone()));
+        self.reservations
+            .remove(&(rec.exp, user.clone(), rid.clone()));
         self.counters.reserved -= units;
-        let l = self.users.get_mut(user).expect("a live record has its ledger");
+        let l = self
+            .users
+            .get_mut(user)
+            .expect("a live record has its ledger");
         let r = l.records.get_mut(rid).expect("live record");
         r.state = RecordState::Reservation(to);
         if to == ResvState::Confirmed {
@@ -433,7 +435,11 @@ impl Segment {
     pub fn survey(&mut self, now: u64, detail: bool) -> Survey {
         let reclaimed = self.reclaim(now);
         let (mut held, mut live, mut orphans) = (0, 0, 0);
-        let index = if detail { &self.reservations } else { &BTreeSet::new() };
+        let index = if detail {
+            &self.reservations
+        } else {
+            &BTreeSet::new()
+        };
         for (_, user, rid) in index {
             match self
                 .users
