@@ -327,14 +327,16 @@ fn every_route_answers_with_the_documented_codes() {
         400,
         "request_id",
     );
+    // Request ids are scoped per user: the same id as a reservation of the same user is a
+    // conflict of kind (under another user it would be another request).
     expect_error(
         &post(
             &a,
-            &deduct,
-            json!({"user": "u2", "qty": 1, "request_id": "r1"}),
+            &s.url("/skus/phone/reservations"),
+            json!({"user": "u1", "qty": 1, "request_id": "r1", "ttl_ms": 60000}),
         ),
         409,
-        "user",
+        "kind",
     );
     expect_error(
         &post(
@@ -676,8 +678,14 @@ fn sigterm_lets_the_in_flight_request_finish() {
         &[],
     );
     let a = agent();
+    // Without a per-user limit: a baseline keeps no ledgers, and refuses a SKU with one.
     assert_eq!(
-        put(&a, &s.url("/skus/g"), json!({"stock": 5, "segments": 1})).status,
+        put(
+            &a,
+            &s.url("/skus/g"),
+            json!({"stock": 5, "segments": 1, "per_user_limit": 0})
+        )
+        .status,
         201
     );
     let url = s.url("/skus/g/deduct");
