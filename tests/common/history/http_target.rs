@@ -6,8 +6,8 @@
 //!
 //! Answers map to the outcomes the engine gives in process ([`super::workload::classify`]):
 //! a 2xx body parsed back into [`Deduction`] / [`Reserved`] / [`ReservationEnd`] /
-//! [`Restocked`]; 400 (invalid input) and 409 (request id conflict) are typed "nothing happened"
-//! → fail; a confirm or cancel answered 404 naming the reservation is the engine's
+//! [`Restocked`]; 400 (invalid input), 409 (request id conflict) and a 503 saying nothing was
+//! written (a lock lost or not got in time) are typed "nothing happened" → fail; a confirm or cancel answered 404 naming the reservation is the engine's
 //! "no such reservation" (`state: None`); 503 (Redis error, lost lock lease, request timeout),
 //! a connection error or no answer within 10 s → unknown; any other status (500: a store reply
 //! not understood, 404 unknown SKU, 422, ...) → unknown marked "unexpected", as the engine's
@@ -208,8 +208,11 @@ fn outcome(answer: Answer, ok: impl FnOnce(&Value) -> Option<Val>, gone: Option<
         503 if body.contains("is being loaded") => {
             Out::Unknown(format!("unexpected {status} {body}"))
         }
-        // Redis errors, a lost lock lease, a request timeout: the engine's infrastructure
-        // errors, retryable with the same request id.
+        // A lock strategy that lost (or never got) the lock before writing: retryable, and
+        // nothing was written — a definite "nothing happened", as in process.
+        503 if body.contains("nothing was written") => Out::Fail(format!("{status} {body}")),
+        // Redis errors, a request timeout: the engine's infrastructure errors, retryable with
+        // the same request id.
         503 => Out::Unknown(format!("{status} {body}")),
         // Anything else (500: a store reply this version does not understand, ...) is what
         // the engine in process reports as unexpected (check 0 flags it).

@@ -106,7 +106,8 @@ pub fn classify<T>(
         Err(_) => Out::Unknown("timeout (future dropped)".into()),
         Ok(Ok(v)) => Out::Ok(wrap(v)),
         Ok(Err(e)) => match e {
-            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } => {
+            // A lock lost (or not got in time) before the write: nothing was written.
+            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } | Error::LeaseLost(_) => {
                 Out::Fail(format!("{e:?}"))
             }
             Error::Redis(_) => Out::Unknown(format!("redis: {e}")),

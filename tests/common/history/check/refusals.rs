@@ -195,6 +195,13 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
             if bought.is_some_and(|b| b.seq == o.seq) {
                 continue;
             }
+            // A lock strategy's "not now, nothing written" (the lock lost or not got in time)
+            // is no refusal of a user who then bought.
+            if bought.is_some()
+                && matches!(&o.out, Out::Fail(e) if e.contains("LeaseLost") || e.contains("nothing was written"))
+            {
+                continue;
+            }
             let what = match o.ded() {
                 // Answered before the final restock reached this target's sold-out memory:
                 // check 7 judges those; a user who then bought was not refused.
