@@ -46,10 +46,13 @@ pub enum Error {
         /// Which parameter differs (`user` or `qty`).
         field: &'static str,
     },
-    /// A lock-based strategy lost its lock before its write landed (the lease ran out, e.g.
-    /// the holder was paused, and someone else took the lock): the fenced write was refused
-    /// and nothing was changed by that step. Retry with the same request id.
-    #[error("lock on {0:?} was lost before the write; nothing was written")]
+    /// A lock-based strategy did not get its segment's lock within `lock_wait`, or lost it
+    /// before its write landed (the lease ran out, e.g. the holder was paused, and someone
+    /// else took the lock): the fenced write was refused and nothing was changed by that step.
+    /// Retry with the same request id.
+    #[error(
+        "lock on {0} was not acquired in time or was lost before the write; nothing was written"
+    )]
     LeaseLost(String),
     /// The configuration is invalid or contradictory.
     #[error("config: {0}")]

@@ -31,12 +31,8 @@ pub const TRANSFER_DRAINED_UNITS: &str = "shardstock_transfer_drained_units_tota
 /// Sold-out answers given from memory after a proven sell-out: no read, nothing written
 /// (counter; `engine/sold_out.rs`).
 pub const SOLD_OUT_FROM_MEMORY: &str = "shardstock_sold_out_from_memory_total";
-/// Segments skipped thanks to a fresh "known short" hint (counter).
-pub const EMPTY_SKIPS: &str = "shardstock_known_empty_skips_total";
 /// Deductions answered from an earlier outcome of the same request id (counter).
 pub const REPLAYS: &str = "shardstock_request_replays_total";
-/// Deductions served across several segments (counter).
-pub const MULTI_SEGMENT: &str = "shardstock_multi_segment_deductions_total";
 /// Units left per opted-in SKU (gauge, label `sku`; SKUs not opted in are not reported, see
 /// [`SkuLabels`]).
 pub const REMAINING_UNITS: &str = "shardstock_remaining_units";
@@ -146,19 +142,9 @@ pub fn describe() {
         "Sold-out answers given from memory after a proven sell-out (no round trip, no write)."
     );
     describe_counter!(
-        EMPTY_SKIPS,
-        Unit::Count,
-        "Segments skipped without a round trip thanks to a fresh known-short hint."
-    );
-    describe_counter!(
         REPLAYS,
         Unit::Count,
         "Deductions answered from the stored outcome of the same request id."
-    );
-    describe_counter!(
-        MULTI_SEGMENT,
-        Unit::Count,
-        "Deductions served all-or-nothing across several segments."
     );
     describe_gauge!(
         REMAINING_UNITS,
@@ -302,6 +288,17 @@ pub fn describe() {
         "Live audit: SKU audits that failed to read the store."
     );
     crate::lock::describe_metrics();
+    // Counters that may stay at zero for a whole sale (every script returns expired
+    // reservations lazily, so the sweeper often finds none; a home is rarely short): exported
+    // from the start, so their panels have a series and `rate()` sees the first increment.
+    for name in [
+        RESERVATION_EXPIRED_UNITS,
+        TRANSFERS,
+        TRANSFER_DRAINED_UNITS,
+        FALLBACKS,
+    ] {
+        counter!(name).increment(0);
+    }
 }
 
 /// Which SKUs get their own label value: an explicit list, or the first `cap` seen.

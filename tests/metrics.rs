@@ -40,14 +40,7 @@ const RATE_INTERVAL: &str = "4s";
 /// why.
 // The sold-out-from-memory counter: the live sale below runs the lock strategy, which keeps no
 // sold-out flags (tests/sold_out.rs covers them).
-// The known-empty skips and multi-segment deductions: still described in src/metrics.rs, but
-// nothing emits them since units move home instead of requests (no segment is skipped, every
-// sale is one part at home); their panels went.
-const UNPANELLED: &[&str] = &[
-    "shardstock_sold_out_from_memory_total",
-    "shardstock_known_empty_skips_total",
-    "shardstock_multi_segment_deductions_total",
-];
+const UNPANELLED: &[&str] = &["shardstock_sold_out_from_memory_total"];
 /// The timed sale's length: long enough for Prometheus's first scrape (~5 s after it starts:
 /// its scrape manager takes target updates every 5 s), 5 s more of samples, and evaluating
 /// every query while the sim is still running (a finished target's series go stale at once,

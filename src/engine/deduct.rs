@@ -312,7 +312,7 @@ impl<S: Store> Engine<S> {
             Answer::Mismatch(f) => Refused(a.conflict(f)),
             Answer::Stale => Stale,
             Answer::LockLost => Refused(Error::LeaseLost(format!(
-                "segment {} of {}: a newer lock holder exists; nothing was written",
+                "segment {} of {}",
                 a.home, a.req.sku
             ))),
         }
