@@ -170,7 +170,7 @@ local back = 0
 if st.reserved > 0 then back = reclaim(st, gen, KEYS[2], ob) end
 
 -- Decide each request (reads only; the ledgers as this call changes them, by user).
-local ledgers, acts = {}, {}
+local ledgers, acts, replays = {}, {}, {}
 for i, r in ipairs(rs) do
   local l = ledgers[r.u]
   local f = '=' .. r.rid
@@ -201,6 +201,10 @@ for i, r in ipairs(rs) do
         reply = { 'mismatch', 'kind' }
       else
         reply = { 'replay' }
+        -- A replay rewrites its record as it is: the call then has a write of its own, so the
+        -- durability mode's WAIT after it covers the original write too (replication is in
+        -- order), without relying on how a WAIT after a read-only call behaves.
+        replays[#replays + 1] = { r.lk, f, rec }
       end
     end
   end
@@ -236,6 +240,7 @@ end
 
 -- Counters once, then the records.
 flush(st)
+for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
 for _, r in ipairs(acts) do
   local lk = r.lk
   local had = redis.call('HLEN', lk)
