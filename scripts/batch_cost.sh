@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# batch_cost.sh — the Redis-side cost of a coalesced deduction: deduct_batch.lua (prelude +
-# deduct_core + deduct_batch, as the build composes it) at REF (default main) against the
-# working tree, interleaved ROUNDS times on one private redis-server. redis-benchmark sends
-# EVALSHA with N fresh requests per call (random request ids and users, 1 unit each, stock far
-# beyond the run), 50 clients, pipeline 4. Per request it prints: redis-server main-thread CPU
-# (INFO cpu, the figure least disturbed by other load), the script's time by INFO commandstats,
-# and used_memory growth per request sold (bytes per remembered request).
+# batch_cost.sh — the Redis-side cost of a coalesced call: the selling script at REF (default
+# main) against the working tree, interleaved ROUNDS times on one private redis-server. Each side
+# is composed as its build did: prelude + sell.lua (one call decides N requests; the tree always,
+# a ref when it has sell.lua), or, for a ref from before the redesign, prelude + deduct_core +
+# deduct_batch.lua with that script's own KEYS/ARGV (see scripts/lib/sell_bench.sh).
+# redis-benchmark sends EVALSHA with N fresh requests per call (random users and request ids,
+# 1 unit each, no per-user limit, record TTL 600 s, stock far beyond the run), 50 clients,
+# pipeline 4. For sell.lua each request's ledger key carries the random user and
+# scripts/lib/fresh_user.lua sets the user argument from it. The segment is written by that
+# side's own load_segment.lua (deduct-era refs: the fields their load_segment wrote).
+# Per request it prints: redis-server main-thread CPU (INFO cpu, the figure least disturbed by
+# other load), the script's time by INFO commandstats, and used_memory growth per request sold
+# (bytes per remembered request).
 #
 # Usage: scripts/batch_cost.sh [REF]   env: CALLS (3000), N (64), ROUNDS (2), VERBOSE=1 (commandstats)
 # Needs: redis-server, redis-cli, redis-benchmark, python3, git.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/scripts/lib/sell_bench.sh"
 REF=${1:-main}
 CALLS=${CALLS:-3000}; N=${N:-64}; ROUNDS=${ROUNDS:-2}
 DIR=$(mktemp -d)
@@ -21,18 +28,51 @@ PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 CLI=(redis-cli -p "$PORT")
-for f in prelude deduct_core deduct_batch; do git -C "$ROOT" show "$REF:src/scripts/$f.lua"; done > "$DIR/ref.lua"
-cat "$ROOT"/src/scripts/{prelude,deduct_core,deduct_batch}.lua > "$DIR/tree.lua"
 SEG='bc:{bc#0}:seg'
-KEYS=("$SEG" 'bc:{bc#0}:g1:resv' 'bc:{bc#0}:g1:claims' 'bc:{bc#0}:out')
-ARGS=(1 0 600000 5000 "$N")
-for _ in $(seq "$N"); do KEYS+=('bc:{bc#0}:g1:rq:__rand_int__'); ARGS+=(u__rand_int__ 1 1 0); done
+
+# Each side: its script file, its contract, how to write its segment, its KEYS and ARGV.
+REF_KIND=$(sell_compose_ref "$ROOT" "$REF" batch "$DIR/ref.lua")
+sell_compose "$ROOT" "$DIR/tree.lua"
+if [ "$REF_KIND" = sell ]; then
+  { git -C "$ROOT" show "$REF:src/scripts/prelude.lua"; git -C "$ROOT" show "$REF:src/scripts/load_segment.lua"; } > "$DIR/ref-load.lua"
+fi
+sell_load_lua "$ROOT" "$DIR/tree-load.lua"
+REF_HF=$(sell_home_fn_ref "$ROOT" "$REF")
+TREE_HF=$(sell_home_fn "$ROOT")
+# KEYS[4+j] / ARGV of N requests for either contract (sets KEYS and ARGS).
+call_args() { # $1 = kind, $2 = hf
+  if [ "$1" = sell ]; then
+    sell_keys_args "$SEG" "$2" "$N" 600000
+    KEYS=("${SELL_KEYS[@]}"); ARGS=("${SELL_ARGS[@]}")
+  else
+    # deduct_batch.lua: KEYS segment, resv, claims, outbox, then a request record per request;
+    # ARGV gen index ttl_ms lease_ms n, then per request: user qty claim resv_ttl_ms.
+    KEYS=("$SEG" 'bc:{bc#0}:g1:resv' 'bc:{bc#0}:g1:claims' 'bc:{bc#0}:out')
+    ARGS=(1 0 600000 5000 "$N")
+    for _ in $(seq "$N"); do KEYS+=('bc:{bc#0}:g1:rq:__rand_int__'); ARGS+=(u__rand_int__ 1 1 0); done
+  fi
+}
+load_seg() { # $1 = kind, $2 = load script (sell), $3 = hf
+  if [ "$1" = sell ]; then
+    local r; r=$(sell_load_segment "$2" "$SEG" 999999999999 "$3" "${CLI[@]}" | head -1)
+    [ "$r" = ok ] || { echo "load_segment.lua answered '$r', not 'ok'" >&2; exit 1; }
+  else
+    "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
+  fi
+}
 cpu() { "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/used_cpu_(user|sys)_main_thread/{t+=$2} END{printf "%.0f", t*1000000}'; }
 mem() { "${CLI[@]}" INFO memory | tr -d '\r' | sed -n 's/^used_memory:\(.*\)/\1/p'; }
-run() { # $1 = label, $2 = script file
+run() { # $1 = label, $2 = script file, $3 = kind, $4 = load script, $5 = hf
   "${CLI[@]}" FLUSHALL >/dev/null
-  "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
+  load_seg "$3" "$4" "$5"
+  call_args "$3" "$5"
   local sha; sha=$("${CLI[@]}" -x SCRIPT LOAD < "$2")
+  # Sanity: a call of N requests must apply them (the first reply line: a stock).
+  local probe
+  probe=$("${CLI[@]}" EVALSHA "$sha" "${#KEYS[@]}" "${KEYS[@]//__rand_int__/probe}" "${ARGS[@]//__rand_int__/probe}" 2>&1 | head -1)
+  sell_probe_ok "$probe" || { echo "$1 ($3): probe answered '$probe', not the stock after a sale" >&2; exit 1; }
+  "${CLI[@]}" FLUSHALL >/dev/null
+  load_seg "$3" "$4" "$5"
   "${CLI[@]}" CONFIG RESETSTAT >/dev/null
   local m0 c0 m1 c1; m0=$(mem); c0=$(cpu)
   redis-benchmark -p "$PORT" -c 50 -P 4 -n "$CALLS" -r 100000000000 --csv \
@@ -50,5 +90,9 @@ print(f"{label:5s} {calls} calls × {n}: {(c1 - c0) / req:6.2f} µs CPU/request,
       f"{usec / req:6.2f} µs/request by commandstats, {(m1 - m0) / max(sold, 1):4.0f} B/request sold")
 PY
 }
-echo "deduct_batch.lua, $N fresh requests per call, $CALLS calls; ref = $REF, tree = $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src/scripts || echo '+changes')"
-for _ in $(seq "$ROUNDS"); do run ref "$DIR/ref.lua"; run tree "$DIR/tree.lua"; done
+desc() { [ "$1" = sell ] && echo "prelude + sell.lua" || echo "prelude + deduct_core + deduct_batch.lua"; }
+echo "$N fresh requests per call, $CALLS calls; ref = $REF ($(desc "$REF_KIND")), tree = $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src/scripts || echo '+changes') ($(desc sell))"
+for _ in $(seq "$ROUNDS"); do
+  run ref "$DIR/ref.lua" "$REF_KIND" "$DIR/ref-load.lua" "$REF_HF"
+  run tree "$DIR/tree.lua" sell "$DIR/tree-load.lua" "$TREE_HF"
+done

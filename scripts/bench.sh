@@ -2,10 +2,12 @@
 # Throughput against the Redis ceiling and against the peers, in one run (issues 7 and 16).
 #
 # 1. Starts its own redis-server on a free loopback port.
-# 2. Measures the ceiling: redis-benchmark running EVALSHA of the single-request deduct script
-#    (src/scripts/prelude.lua + deduct_core.lua + deduct.lua, loaded with SCRIPT LOAD), 50 clients,
-#    pipeline 64, against a segment hash prepared like load_segment.lua does, with a random
-#    request id per call (__rand_int__), so every call is a new one-unit sale, not a replay.
+# 2. Measures the ceiling: redis-benchmark running EVALSHA of the selling script for a lone
+#    request (src/scripts/prelude.lua + sell.lua, a batch of one, loaded with SCRIPT LOAD), 50
+#    clients, pipeline 64, against a segment hash written by the real load_segment.lua, with a
+#    random user and request id per call (__rand_int__ in the ledger key; the user argument is
+#    taken from it by scripts/lib/fresh_user.lua, see scripts/lib/sell_bench.sh), so every call
+#    is a new buyer's one-unit sale, not a replay.
 # 3. Peer: the articles' bare check-and-DECRBY script on one key through fred
 #    (examples/bare_script.rs, the engine's client settings), 64 and 256 tasks.
 #    Then the library alone (examples/embedded_rate.rs, no harness either): coalesced on Redis,
@@ -63,22 +65,24 @@ CLI=(redis-cli -p "$PORT")
 URL="redis://127.0.0.1:$PORT"
 
 # --- the ceiling ------------------------------------------------------------------------------
-cat src/scripts/prelude.lua src/scripts/deduct_core.lua src/scripts/deduct.lua > "$DIR/deduct.lua"
-SHA=$("${CLI[@]}" -x SCRIPT LOAD < "$DIR/deduct.lua")
+. scripts/lib/sell_bench.sh
+sell_compose . "$DIR/sell.lua"
+SHA=$("${CLI[@]}" -x SCRIPT LOAD < "$DIR/sell.lua")
 SEG='ceil:{ceiling#0}:seg'
-# Exactly the fields load_segment.lua writes, generation 1, stock far beyond the call count.
-"${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
+HF=$(sell_home_fn .)
+# The real load_segment.lua: generation 1, stock far beyond the call count, no limit, outbox off.
+sell_load_lua . "$DIR/load.lua"
+loaded=$(sell_load_segment "$DIR/load.lua" "$SEG" 999999999999 "$HF" "${CLI[@]}" | head -1)
+[ "$loaded" = ok ] || { echo "load_segment.lua answered '$loaded', not 'ok'"; exit 1; }
+# KEYS: segment, reservation index, credits, outbox, the buyer's ledger (random user per call).
+# ARGV: gen hf index fence credits=0 n=1, then user (from the key) request_id qty resv_ttl_ms ttl_ms.
+sell_keys_args "$SEG" "$HF" 1 600000
 # Sanity: one call must apply.
-probe=$("${CLI[@]}" EVALSHA "$SHA" 5 "$SEG" 'ceil:{ceiling#0}:g1:rq:probe' 'ceil:{ceiling#0}:g1:resv' \
-  'ceil:{ceiling#0}:g1:claims' 'ceil:{ceiling#0}:out' \
-  1 u1 1 0 600000 5000 1 lua 0 0 | head -1)
-[ "$probe" = applied ] || { echo "deduct script probe answered '$probe', not 'applied'"; exit 1; }
-# KEYS: segment, request record (random id per call), reservation index, claim index, outbox.
-# ARGV: gen user qty index ttl_ms lease_ms claim mode fence resv_ttl_ms
+probe=$("${CLI[@]}" EVALSHA "$SHA" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]//__rand_int__/probe}" \
+  "${SELL_ARGS[@]//__rand_int__/probe}" 2>&1 | head -1)
+sell_probe_ok "$probe" || { echo "sell script probe answered '$probe', not the stock after a sale"; exit 1; }
 CEIL_CSV=$(redis-benchmark -p "$PORT" -c 50 -P 64 -n "$CEILING_REQUESTS" -r 100000000000 --csv \
-  EVALSHA "$SHA" 5 "$SEG" 'ceil:{ceiling#0}:g1:rq:__rand_int__' 'ceil:{ceiling#0}:g1:resv' \
-  'ceil:{ceiling#0}:g1:claims' 'ceil:{ceiling#0}:out' \
-  1 u1 1 0 600000 5000 1 lua 0 0)
+  EVALSHA "$SHA" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]}" "${SELL_ARGS[@]}")
 SOLD=$("${CLI[@]}" HGET "$SEG" sold)
 # Time spent inside Redis per script call (where the ceiling comes from).
 USEC=$("${CLI[@]}" INFO commandstats | tr -d '\r' | grep '^cmdstat_evalsha:' | sed -E 's/.*usec_per_call=([0-9.]+).*/\1/')
@@ -234,8 +238,8 @@ ceil = float(ceil)
 rows = [json.loads(l) for l in open(path)]
 print(f"Run {when} on {machine}, loopback; every client, redis-benchmark, redis-server and "
       f"PostgreSQL share the cores.\n")
-print(f"Ceiling: redis-benchmark EVALSHA deduct (prelude + deduct_core + deduct.lua), 50 clients, -P 64, "
-      f"{int(n):,} calls, random request id per call: **{ceil:,.0f}/s** ({int(sold):,} units sold by it; "
+print(f"Ceiling: redis-benchmark EVALSHA sell (prelude + sell.lua, a lone request), 50 clients, -P 64, "
+      f"{int(n):,} calls, random user and request id per call: **{ceil:,.0f}/s** ({int(sold):,} units sold by it; "
       f"{usec} µs per call inside Redis by INFO commandstats).\n")
 NAMES = {
     "bare": "bare script via fred (peer)",

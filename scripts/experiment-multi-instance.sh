@@ -5,7 +5,11 @@
 # SKU is audited. Per strategy it runs two phases:
 #   1. "stock": STOCK units, 1 segment, no per-user limit  -> sold, oversold, remaining;
 #   2. "one per user": STOCK units, per_user_limit 1, buyers drawn from USERS user ids
-#      -> units sold must equal USERS (each user got exactly one) for the safe strategies.
+#      -> units sold must equal USERS (each user got exactly one) for the safe strategies. The
+#      baselines (local-mutex, naive, decr-compensate) keep no per-user ledgers, so the engine
+#      refuses to load a SKU with a limit under them: their cell says so ("refused").
+# It needs no Lua script of the engine's own: the deducts go through the HTTP API (the `wrk`
+# request script below is Lua for wrk, not for Redis).
 # Prints a Markdown table (strategy, requests, sold, oversold, remaining, throughput, p99,
 # one-per-user sold).
 #
@@ -54,9 +58,9 @@ for _ in 1 2 3; do
 done
 LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
 
-# wrk script: unique request ids per wrk process/thread/request; users either unique too
+# wrk request script: unique request ids per wrk process/thread/request; users either unique too
 # (USERS=0) or drawn from u1..uUSERS. Reports requests, non-2xx and p99 (µs) as one line.
-cat > "$DIR/deduct.lua" <<'LUA'
+cat > "$DIR/wrk-deduct.lua" <<'LUA'
 local prefix, sku, users = "w", "sku", 0
 local counter, tid = 0, 0
 local next_tid = 0
@@ -85,7 +89,9 @@ function done(summary, latency, requests)
 end
 LUA
 
-# Runs one phase; prints "requests non2xx p99_us duration_us sold oversold remaining ok".
+# Runs one phase; prints "requests non2xx p99_us duration_us sold oversold remaining ok", or
+# "refused - - - - - - -" when the load is refused (a per-user limit under a baseline strategy;
+# the server's answer goes to stderr).
 phase() { # strategy sku per_user_limit users
   local s=$1 sku=$2 limit=$3 users=$4
   local extra=(--strategy "$s" --critical-pause-ms "$PAUSE_MS")
@@ -100,11 +106,19 @@ phase() { # strategy sku per_user_limit users
   for port in "${ports[@]}"; do
     for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done
   done
-  curl -sf -X PUT "http://127.0.0.1:${ports[0]}/skus/$sku" -H 'content-type: application/json' \
-    -d "{\"stock\":$STOCK,\"segments\":1,\"per_user_limit\":$limit}" >/dev/null
+  local code
+  code=$(curl -s -o "$DIR/load-$sku.json" -w '%{http_code}' -X PUT "http://127.0.0.1:${ports[0]}/skus/$sku" \
+    -H 'content-type: application/json' -d "{\"stock\":$STOCK,\"segments\":1,\"per_user_limit\":$limit}")
+  if [ "${code:0:1}" != 2 ]; then
+    echo "$s: loading $sku (per_user_limit $limit) answered $code: $(cat "$DIR/load-$sku.json")" >&2
+    for p in "${spids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${spids[@]}"; do wait "$p" 2>/dev/null || true; done
+    echo "refused - - - - - - -"
+    return
+  fi
   local wpids=()
   for i in 0 1 2; do
-    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout 5s -s "$DIR/deduct.lua" \
+    wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --timeout 5s -s "$DIR/wrk-deduct.lua" \
       "http://127.0.0.1:${ports[$i]}" -- "w$i" "$sku" "$users" >"$DIR/wrk-$sku-$i.out" 2>&1 &
     wpids+=($!)
   done
@@ -132,14 +146,21 @@ echo "| strategy | requests | sold | oversold | remaining | audit | throughput |
 echo "|---|---|---|---|---|---|---|---|---|---|"
 RUN=$(date +%s)
 for s in "${STRATEGIES[@]}"; do
-  read -r reqs non2xx p99 dur sold oversold remaining ok < <(phase "$s" "exp-$RUN-$s" 0 0)
-  read -r _ non2xx_u _ _ sold_u _ _ ok_u < <(phase "$s" "exp-$RUN-$s-u" 1 "$USERS")
+  read -r reqs non2xx p99 dur sold oversold remaining ok < <(phase "$s" "exp-$RUN-$s" 0 0) ||
+    { echo "$s: the stock phase failed" >&2; exit 1; }
+  [ "$reqs" = refused ] && { echo "$s: the stock phase was refused" >&2; exit 1; }
+  read -r _ non2xx_u _ _ sold_u _ _ ok_u < <(phase "$s" "exp-$RUN-$s-u" 1 "$USERS") ||
+    { echo "$s: the one-per-user phase failed" >&2; exit 1; }
   python3 - "$s" "$reqs" "$non2xx" "$p99" "$dur" "$sold" "$oversold" "$remaining" "$ok" "$sold_u" "$ok_u" "$non2xx_u" "$USERS" <<'PY'
 import sys
 s, reqs, non2xx, p99, dur, sold, over, rem, ok, sold_u, ok_u, non2xx_u, users = sys.argv[1:]
 thr = int(reqs) / (int(dur) / 1e6)
 mark = "" if s in ("lua", "lock", "redlock") else " (unsafe)"
-per_user = f"{sold_u}" + ("" if int(sold_u) == int(users) else f" (≠ {users})") + ("" if ok_u == "ok" else ", audit FAILED")
+if sold_u == "-":
+    per_user = "refused (no per-user ledgers under a baseline)"
+    non2xx_u = "0"
+else:
+    per_user = f"{sold_u}" + ("" if int(sold_u) == int(users) else f" (≠ {users})") + ("" if ok_u == "ok" else ", audit FAILED")
 print(f"| {s}{mark} | {int(reqs):,} | {sold} | {over} | {rem} | {ok} | {thr:,.0f}/s | {int(p99)/1000:.1f} ms | {per_user} | {int(non2xx) + int(non2xx_u)} |")
 PY
 done

@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# Where does the time of a deduction go? Measurements, printed as a Markdown report on stdout
-# (progress goes to stderr). Not part of CI: run it by hand.
+# Where does the time of a deduction (a sale) go? Measurements, printed as a Markdown report on
+# stdout (progress goes to stderr). Not part of CI: run it by hand.
 #
-# 1. Lua cost ladder: cumulative variants of the deduct script, each driven by redis-benchmark
-#    (EVALSHA, 50 clients, -P 64, a random request id per call) against a private redis-server;
-#    the time per call inside Redis comes from INFO commandstats (CONFIG RESETSTAT before each
-#    variant), the inner commands' figures and the residual (Lua interpreter + script call) too.
-#    One variant passes pre-formatted strings instead of Lua numbers to redis.call.
-# 2. perf profile of redis-server while the real deduct script runs, in buckets (keyspace dict,
+# 1. Lua cost ladder: cumulative variants of the selling script (sell.lua, a lone request: a
+#    batch of one), each driven by redis-benchmark (EVALSHA, 50 clients, -P 64, a random user and
+#    request id per call) against a private redis-server; the time per call inside Redis comes
+#    from INFO commandstats (CONFIG RESETSTAT before each variant), the inner commands' figures
+#    and the residual (Lua interpreter + script call) too. One variant passes pre-formatted
+#    strings instead of Lua numbers to redis.call.
+# 2. perf profile of redis-server while the real selling script runs, in buckets (keyspace dict,
 #    number formatting, malloc, Lua VM, kernel, other) plus the top symbols.
 # 3. perf profile of the client: `shardstock sim` against that redis (strategy lua), and the
 #    embedded store (1 and 16 segments, concurrency 64; 1 segment with one task), by
 #    crate/module, top symbols, a per-deduction cost breakdown from the call chains (DWARF
 #    unwinding, inlined frames included) and a timeline check for stalls (records-map rehash).
 #
-# Steps 1-5 of the ladder are written here, as one inline single-request path (the shape of
-# deduct.lua before deduct_core.lua), on top of the measured ref's own prelude.lua and the
-# ARGV validation block copied verbatim from its deduct.lua; step 6 is the real script as the
-# build composes it. If 6 drifts far from 5, the script changed shape: update the steps.
+# Steps 1-5 of the ladder are written here, as one inline single-request path of sell.lua's
+# shape for a sale without a per-user limit (segment read, ledger read, clock, counters and
+# record written), on top of the measured ref's own prelude.lua and the argument validation
+# block copied verbatim from its sell.lua (everything before its segment read: credits, n, key
+# names, the requests parsed under pcall); step 6 is the real script as the build composes it
+# (prelude.lua + sell.lua). If 6 drifts far from 5, the script changed shape: update the steps.
+# Fresh buyers: the ledger key carries redis-benchmark's __rand_int__ and scripts/lib/
+# fresh_user.lua (after the prelude, from step 2 on) sets the user argument from it; the segment
+# is written by the real load_segment.lua (scripts/lib/sell_bench.sh).
 #
 # Which code: SRC_REF=HEAD (default) exports that commit with `git archive` into
 # target/profile/src-<sha> and builds/reads the Lua scripts from there, so edits in progress in
 # the working tree neither break nor skew the run. SRC_REF=worktree uses the working tree as it
 # is. The binary is built with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only into
-# CARGO_TARGET_DIR=target/profile (never the main target dir).
+# CARGO_TARGET_DIR=target/profile (never the main target dir). The ladder needs sell.lua at
+# SRC_REF; an older commit's script can still be measured as the "6b" row (LADDER_BASE_REF).
 #
 # Usage: scripts/profile.sh > report.md
 #   QUICK=1         smaller counts, shorter perf windows (about a minute after the build)
@@ -31,7 +38,12 @@
 #   LADDER_CALLS=N  redis-benchmark calls per ladder variant (default 300000; QUICK 100000)
 #   ROUNDS=N        times the whole ladder is measured, interleaved; the median is shown (default 1)
 #   SKIP_BUILD=1    use target/profile/release/shardstock as it is
-#   LADDER_BASE_REF=<ref>  also measure the real deduct script of that commit (a "6b" row)
+#   PROFILE_BIN=<path>  use that binary as it is (no build; e.g. target/release/shardstock when it
+#                   is fresh: it has symbols but no line tables, so the client's call chains lose
+#                   inlined frames and attribute more to their callers)
+#   LADDER_BASE_REF=<ref>  also measure the real selling script of that commit (a "6b" row):
+#                   prelude + sell.lua, or, for a commit from before sell.lua, prelude +
+#                   deduct_core.lua + deduct.lua with that script's own KEYS/ARGV
 #   KEEP=1          keep the temporary directory (perf data, sim JSON) and print its path
 # Needs: redis-server, redis-cli, redis-benchmark, perf, python3, git, cargo.
 set -euo pipefail
@@ -95,7 +107,10 @@ BIN="$CARGO_TARGET_DIR/release/shardstock"
 # the stamp says which code the binary was built from; anything else is rebuilt from clean.
 STAMP="$CARGO_TARGET_DIR/.profile-built-from"
 T_BUILD=0
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+if [ -n "${PROFILE_BIN:-}" ]; then
+  BIN=$(cd "$(dirname "$PROFILE_BIN")" && pwd)/$(basename "$PROFILE_BIN")
+  SRC_DESC="$SRC_DESC; PROFILE_BIN=$PROFILE_BIN used as it is (built $(date -u -r "$BIN" '+%Y-%m-%d %H:%M UTC'), no line tables unless it was built with them)"
+elif [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "building $SRC_DESC (release + line tables) ..."
   t0=$(date +%s)
   if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || [ "$WANT" = worktree ]; then
@@ -123,62 +138,88 @@ CLI=(redis-cli -p "$PORT")
 URL="redis://127.0.0.1:$PORT"
 
 # --- the Lua variants ---------------------------------------------------------------------------
+. "$ROOT/scripts/lib/sell_bench.sh"
 PRELUDE="$SRC/src/scripts/prelude.lua"
-DEDUCT="$SRC/src/scripts/deduct.lua"
-# The real script, composed like the build does (deduct_core.lua when the tree has one).
-if [ -f "$SRC/src/scripts/deduct_core.lua" ]; then
-  cat "$PRELUDE" "$SRC/src/scripts/deduct_core.lua" "$DEDUCT" > "$DIR/real.lua"
-  REAL_DESC="prelude.lua + deduct_core.lua + deduct.lua"
-else
-  cat "$PRELUDE" "$DEDUCT" > "$DIR/real.lua"
-  REAL_DESC="prelude.lua + deduct.lua"
-fi
+SELL="$SRC/src/scripts/sell.lua"
+[ -f "$SELL" ] || { echo "$SELL missing: the ladder is written for sell.lua (SRC_REF=$SRC_REF predates it; measure an older script with LADDER_BASE_REF)" >&2; exit 1; }
+SHIM="$ROOT/scripts/lib/fresh_user.lua"
+HF=$(sell_home_fn "$SRC")
+# The real script, composed like the build does, with the fresh-user shim after the prelude.
+sell_compose "$SRC" "$DIR/real.lua"
+REAL_DESC="prelude.lua + sell.lua"
+sell_load_lua "$SRC" "$DIR/load.lua"
 # Optionally the real script of another commit too, for a before/after row.
 LADDER_BASE_REF=${LADDER_BASE_REF:-}
+BASE_KIND=
 if [ -n "$LADDER_BASE_REF" ]; then
   BASE_SHA=$(git rev-parse --short "$LADDER_BASE_REF^{commit}")
-  {
-    git show "$BASE_SHA:src/scripts/prelude.lua"
-    git show "$BASE_SHA:src/scripts/deduct_core.lua" 2>/dev/null || true
-    git show "$BASE_SHA:src/scripts/deduct.lua"
-  } > "$DIR/base-src.lua"
-fi
-# deduct.lua's own strict ARGV validation block, verbatim.
-VALIDATION=$(awk '/^(uint\('"'"'gen'"'"'|local gen = )/,/^local resv_ttl = /' "$DEDUCT")
-[ -n "$VALIDATION" ] || { echo "cannot find the ARGV validation block in $DEDUCT" >&2; exit 1; }
-
-lua_decrement_tail() { # $1 = writes (0/1), $2 = strings (0/1)
-  local q='-qty' qs='qty' zero='0' parts="index .. ':' .. qty" ttl='tonumber(ARGV[5])'
-  [ "$2" = 1 ] && { q="'-' .. ARGV[3]"; qs='ARGV[3]'; zero="'0'"; parts="ARGV[4] .. ':' .. ARGV[3]"; ttl='ARGV[5]'; }
-  echo "if mode ~= 'claim' and stock >= qty then"
-  echo "  redis.call('HINCRBY', KEYS[1], 'stock', $q)"
-  if [ "$1" = 1 ]; then
-    echo "  redis.call('HSET', KEYS[2], 's', 'A', 'u', user, 'q', $qs, 'e', $zero, 'parts', $parts)"
-    echo "  if resv_ttl > 0 then hold(KEYS[1], KEYS[3], KEYS[2], qty, now, resv_ttl)"
-    echo "  else redis.call('HINCRBY', KEYS[1], 'sold', $qs) end"
-    echo "  redis.call('PEXPIRE', KEYS[2], $ttl)"
+  BASE_KIND=$(sell_compose_ref "$ROOT" "$BASE_SHA" single "$DIR/base-src.lua")
+  BASE_HF=$(sell_home_fn_ref "$ROOT" "$BASE_SHA")
+  if [ "$BASE_KIND" = sell ]; then
+    { git show "$BASE_SHA:src/scripts/prelude.lua"; git show "$BASE_SHA:src/scripts/load_segment.lua"; } > "$DIR/base-load.lua"
+    BASE_DESC="prelude.lua + sell.lua"
+  else
+    BASE_DESC="prelude.lua + deduct_core.lua + deduct.lua, its own KEYS/ARGV"
   fi
-  echo "  return { 'applied', stock - qty }"
-  echo "end"
-  echo "return { 'short', stock, 0 }"
-}
-LUA_RECORD_CHECK=$(cat <<'LUA'
-local rec = record(KEYS[2])
-if rec then
-  if rec.u ~= user then return { 'mismatch', 'user' } end
-  if tonumber(rec.q) ~= qty then return { 'mismatch', 'qty' } end
-  if rec.s == 'A' then return { 'replay', rec.parts } end
-  if rec.s == 'X' then return { 'sealed' } end
-  local left = tonumber(rec.l) - now_ms()
-  if left < 0 then left = 0 end
-  return { 'pending', tonumber(rec.e), left }
-end
-if mode == 'fenced' then
-  if tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') ~= fence then return { 'lock_lost' } end
-  if stock < qty then return { 'invariant', stock } end
-end
+fi
+# sell.lua's own strict argument validation block, verbatim: from its first line of code to its
+# segment read (it defines gen, hf, index, fence, credits, n, the key names, and `rs`, `out`: the
+# requests parsed, the replies of refused ones).
+VALIDATION=$(awk '/^local gen = ARGV\[1\]/{on=1} /^local v = redis.call\(.HMGET., KEYS\[1\]/{on=0} on' "$SELL")
+grep -q 'parse(' <<<"$VALIDATION" || { echo "cannot find the argument validation block in $SELL" >&2; exit 1; }
+
+# After the validation: the segment read as sell.lua does it (stale / lock_lost refuse), open().
+LUA_SEGMENT=$(cat <<'LUA'
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence')
+if not v[1] or v[1] ~= gen or v[7] ~= hf then return { { 'stale' } } end
+if fence ~= '0' and (v[9] or '0') ~= fence then return { { 'lock_lost' } } end
+local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out' }, v)
+local lim = st.lim
+local ob = outbox(KEYS[1], KEYS[4], st.out)
+outbox_ready(ob)
+local r = rs[1]
+if not r then return out end
 LUA
 )
+# The request's record in its user's ledger (absent for a fresh buyer) and the decisions.
+LUA_LEDGER=$(cat <<'LUA'
+local f = '=' .. r.rid
+local rec = redis.call('HGET', r.lk, f)
+if rec then
+  local s, q, u = rec_parse(rec)
+  if s and live(u, u ~= 0 and clock(st) or 0) then
+    if q ~= r.qty then return { { 'mismatch', 'qty' } } end
+    if (s == 'A') ~= (r.resv == 0) then return { { 'mismatch', 'kind' } } end
+    return { { 'replay' } }
+  end
+end
+if lim > 0 and r.qty > lim then return { { 'limit', lim, 0, 0 } } end
+LUA
+)
+# The record's lifetime: a sale without a limit reads the server clock (TIME).
+LUA_CLOCK=$(cat <<'LUA'
+local untl = clock(st) + r.ttl
+local val = 'A:' .. r.q .. ':' .. int(untl) .. ':0'
+LUA
+)
+lua_sell_tail() { # $1 = writes (0/1), $2 = strings (0/1)
+  echo "if st.stock < r.qty then return { { 'short', st.stock } } end"
+  if [ "$1" = 1 ]; then
+    local stock='st.stock' sold='st.sold' untl='untl'
+    [ "$2" = 1 ] && { stock='int(st.stock)'; sold='int(st.sold)'; untl='int(untl)'; }
+    echo "st.stock = st.stock - r.qty"
+    echo "st.sold = st.sold + r.qty"
+    echo "redis.call('HSET', KEYS[1], 'stock', $stock, 'sold', $sold)"
+    echo "local had = redis.call('HLEN', r.lk)"
+    echo "redis.call('HSET', r.lk, f, val)"
+    echo "if had == 0 then redis.call('PEXPIREAT', r.lk, $untl)"
+    echo "else redis.call('PEXPIREAT', r.lk, $untl, 'GT') end"
+    echo "return { st.stock }"
+  else
+    echo "redis.call('HINCRBY', KEYS[1], 'stock', -r.qty)"
+    echo "return { st.stock - r.qty }"
+  fi
+}
 make_variant() { # $1 = id
   case $1 in
     v0) echo "return 1" ;;
@@ -186,40 +227,24 @@ make_variant() { # $1 = id
     v1)
       cat <<'LUA'
 local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
-local qty = tonumber(ARGV[3])
+local qty = tonumber(ARGV[9])
 if stock >= qty then
   redis.call('HINCRBY', KEYS[1], 'stock', -qty)
-  return { 'applied', stock - qty }
+  return { stock - qty }
 end
-return { 'short', stock, 0 }
+return { { 'short', stock } }
 LUA
       ;;
     v2 | v3 | v4 | v5 | v5s)
-      cat "$PRELUDE"
+      cat "$PRELUDE" "$SHIM"
       echo "$VALIDATION"
-      echo "local stock, other = segment(KEYS[1], gen)"
-      echo "if not stock then return { 'stale', other } end"
+      echo "$LUA_SEGMENT"
+      case $1 in v3 | v4 | v5 | v5s) echo "$LUA_LEDGER" ;; esac
+      case $1 in v4 | v5 | v5s) echo "$LUA_CLOCK" ;; esac
       case $1 in
-        v3 | v4 | v5)
-          echo "local now = now_ms()"
-          echo "stock = stock + reclaim(KEYS[1], KEYS[3], now)"
-          ;;
-        v5s)
-          # The server clock in ms as a string, with string operations only; LIMIT as strings.
-          cat <<'LUA'
-local t = redis.call('TIME')
-local now_s = t[1] .. string.sub('00000' .. t[2], -6, -4)
-local now = now_s
-local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_s, 'LIMIT', '0', '64')
-if #due > 0 then now = tonumber(now_s); stock = stock + reclaim(KEYS[1], KEYS[3], now) end
-LUA
-          ;;
-      esac
-      case $1 in v4 | v5 | v5s) echo "$LUA_RECORD_CHECK" ;; esac
-      case $1 in
-        v2 | v3 | v4) lua_decrement_tail 0 0 ;;
-        v5) lua_decrement_tail 1 0 ;;
-        v5s) lua_decrement_tail 1 1 ;;
+        v2 | v3 | v4) lua_sell_tail 0 0 ;;
+        v5) lua_sell_tail 1 0 ;;
+        v5s) lua_sell_tail 1 1 ;;
       esac
       ;;
     v6) cat "$DIR/real.lua" ;;
@@ -229,34 +254,56 @@ LUA
 VARIANTS=(v0 v0p v1 v2 v3 v4 v5 v5s v6)
 [ -n "$LADDER_BASE_REF" ] && VARIANTS+=(base)
 declare -A VDESC=(
-  [v0]="\`return 1\` (EVALSHA with the same 5 keys and 10 args)"
-  [v0p]="prelude.lua prepended (its 9 local functions are created on every call), then \`return 1\`"
+  [v0]="\`return 1\` (EVALSHA with the same 5 keys and 11 args)"
+  [v0p]="prelude.lua prepended (its local functions are created on every call), then \`return 1\`"
   [v1]="bare check-and-decrement: HGET stock, HINCRBY stock -qty (no prelude)"
-  [v2]="+ prelude + deduct.lua's strict ARGV validation + segment() (HMGET gen stock, generation check)"
-  [v3]="+ now_ms() (TIME) + reclaim() (ZRANGEBYSCORE on the reservation index, empty)"
-  [v4]="+ record() (HGETALL of the request record, absent) + replay/mismatch/fence checks"
-  [v5]="+ the writes: HSET record (5 fields), HINCRBY sold, PEXPIRE record (the real script's commands, inline)"
-  [v5s]="as (5), but every number passed to redis.call (and the parts string) pre-formatted as a string"
+  [v2]="+ prelude + the fresh-user shim + sell.lua's strict argument validation (request parsed under pcall) + the segment read (HMGET of 9 fields, generation/hf/fence checks, open)"
+  [v3]="+ the ledger read (HGET of the request's record in the buyer's ledger, absent) + replay/mismatch/limit checks"
+  [v4]="+ clock() (TIME) for the record's lifetime, the record text built"
+  [v5]="+ the writes: HSET stock and sold, HLEN ledger, HSET record, PEXPIREAT ledger (the real script's commands, inline; Lua numbers passed)"
+  [v5s]="as (5), but every number passed to redis.call pre-formatted as a string (int(), as the real script does)"
   [v6]="the real script: $REAL_DESC"
-  [base]="the real script at ${BASE_SHA:-?} (LADDER_BASE_REF=$LADDER_BASE_REF)"
+  [base]="the real script at ${BASE_SHA:-?} (LADDER_BASE_REF=$LADDER_BASE_REF): ${BASE_DESC:-?}"
 )
 declare -A VSTEP=([v0]=0 [v0p]=0p [v1]=1 [v2]=2 [v3]=3 [v4]=4 [v5]=5 [v5s]=5s [v6]=6 [base]=6b)
 for v in "${VARIANTS[@]}"; do make_variant "$v" > "$DIR/$v.lua"; done
 
 SEG='prof:{prof#0}:seg'
-RQ='prof:{prof#0}:g1:rq:__rand_int__'
-RESV='prof:{prof#0}:g1:resv'
-CLAIMS='prof:{prof#0}:g1:claims'
-OUT='prof:{prof#0}:out'
-DEDUCT_ARGV=(1 u1 1 0 600000 5000 1 lua 0 0) # gen user qty index ttl_ms lease_ms claim mode fence resv_ttl_ms
-reset_keyspace() {
-  "${CLI[@]}" FLUSHALL >/dev/null
-  # The fields load_segment.lua writes, generation 1, stock far beyond any call count here.
-  "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
+# sell.lua's KEYS (segment, reservation index, credits, outbox, the buyer's ledger with a random
+# user) and ARGV (gen hf index fence credits=0 n=1, user from the key, random request id, qty 1,
+# a sale, record TTL 600 s).
+sell_keys_args "$SEG" "$HF" 1 600000
+SELL_CALL=("${#SELL_KEYS[@]}" "${SELL_KEYS[@]}" "${SELL_ARGS[@]}")
+# deduct.lua's (a LADDER_BASE_REF from before sell.lua): segment, request record (random id),
+# reservation index, claim index, outbox; gen user qty index ttl_ms lease_ms claim mode fence
+# resv_ttl_ms.
+DEDUCT_CALL=(5 "$SEG" 'prof:{prof#0}:g1:rq:__rand_int__' 'prof:{prof#0}:g1:resv' 'prof:{prof#0}:g1:claims'
+  'prof:{prof#0}:out' 1 u1 1 0 600000 5000 1 lua 0 0)
+# The call, load script and home function version of variant $1 (sets CALL, LOAD, VHF, KIND).
+variant_call() {
+  if [ "$1" = base ] && [ "$BASE_KIND" = deduct ]; then
+    CALL=("${DEDUCT_CALL[@]}"); KIND=deduct; LOAD=; VHF=
+  elif [ "$1" = base ]; then
+    CALL=("${SELL_CALL[@]}"); KIND=sell; LOAD="$DIR/base-load.lua"; VHF=$BASE_HF
+  else
+    CALL=("${SELL_CALL[@]}"); KIND=sell; LOAD="$DIR/load.lua"; VHF=$HF
+  fi
 }
-bench_evalsha() { # $1 = sha, $2 = calls; prints the redis-benchmark CSV
-  redis-benchmark -p "$PORT" -c 50 -P 64 -n "$2" -r 100000000000 --csv \
-    EVALSHA "$1" 5 "$SEG" "$RQ" "$RESV" "$CLAIMS" "$OUT" "${DEDUCT_ARGV[@]}"
+reset_keyspace() { # $1 = variant (default v6)
+  variant_call "${1:-v6}"
+  "${CLI[@]}" FLUSHALL >/dev/null
+  if [ "$KIND" = sell ]; then
+    # The real load_segment.lua: generation 1, stock far beyond any call count here, no limit.
+    local r; r=$(sell_load_segment "$LOAD" "$SEG" 999999999999 "$VHF" "${CLI[@]}" | head -1)
+    [ "$r" = ok ] || { echo "load_segment.lua answered '$r', not 'ok'" >&2; exit 1; }
+  else
+    # The fields the deduct-era load_segment.lua wrote, generation 1.
+    "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
+  fi
+}
+bench_evalsha() { # $1 = sha, $2 = calls, $3 = variant; prints the redis-benchmark CSV
+  variant_call "$3"
+  redis-benchmark -p "$PORT" -c 50 -P 64 -n "$2" -r 100000000000 --csv EVALSHA "$1" "${CALL[@]}"
 }
 commandstats() { "${CLI[@]}" INFO commandstats | tr -d '\r' | grep '^cmdstat_' || true; }
 
@@ -268,16 +315,16 @@ done
 for round in $(seq "$ROUNDS"); do
   for v in "${VARIANTS[@]}"; do
     log "ladder round $round: $v ($LADDER_CALLS calls)"
-    reset_keyspace
+    reset_keyspace "$v"
     sha=${SHAS[$v]}
-    probe=$("${CLI[@]}" EVALSHA "$sha" 5 "$SEG" 'prof:{prof#0}:g1:rq:probe' "$RESV" "$CLAIMS" "$OUT" "${DEDUCT_ARGV[@]}" 2>&1 | head -1)
-    if [ "$probe" != applied ] && [ "$probe" != 1 ]; then
+    probe=$("${CLI[@]}" EVALSHA "$sha" "${CALL[@]//__rand_int__/probe}" 2>&1 | head -1)
+    if ! sell_probe_ok "$probe"; then
       python3 -c 'import json,sys; print(json.dumps({"v":sys.argv[1],"round":int(sys.argv[2]),"error":sys.argv[3]}))' \
         "$v" "$round" "$probe" >> "$LADDER"
       continue
     fi
     "${CLI[@]}" CONFIG RESETSTAT >/dev/null
-    csv=$(bench_evalsha "$sha" "$LADDER_CALLS")
+    csv=$(bench_evalsha "$sha" "$LADDER_CALLS" "$v")
     stats=$(commandstats)
     python3 - "$v" "$round" "$csv" "$stats" >> "$LADDER" <<'PY'
 import csv, io, json, re, sys
@@ -295,10 +342,10 @@ done
 
 # --- redis-server under perf, real script ------------------------------------------------------
 log "perf record redis-server for ${PERF_SECS}s while redis-benchmark runs the real script"
-reset_keyspace
+reset_keyspace v6
 "${CLI[@]}" CONFIG RESETSTAT >/dev/null
 redis-benchmark -p "$PORT" -c 50 -P 64 -n 100000000 -r 100000000000 --csv \
-  EVALSHA "${SHAS[v6]}" 5 "$SEG" "$RQ" "$RESV" "$CLAIMS" "$OUT" "${DEDUCT_ARGV[@]}" > /dev/null 2>&1 &
+  EVALSHA "${SHAS[v6]}" "${SELL_CALL[@]}" > /dev/null 2>&1 &
 BPID=$! # redis-benchmark itself (not a subshell), so that kill stops it
 sleep 1
 perf record -F 999 -g -p "$PID" -o "$DIR/redis.perf" -- sleep "$PERF_SECS" >/dev/null 2>"$DIR/redis.perf.err" || true

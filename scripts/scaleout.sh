@@ -6,13 +6,16 @@
 #   - the Redis-side cost of the sale on each master (INFO commandstats: calls and µs inside
 #     Redis; INFO cpu: CPU seconds), and the spread: busiest master ÷ mean (goal ≤ 1.15);
 #   - the segments per master (`shardstock status`);
-#   - each master's script ceiling alone (redis-benchmark EVALSHA of the deduct script, 50
-#     clients, pipeline 64, a new request id per call), and their sum: the projected capacity
-#     when every master has a core of its own.
+#   - each master's script ceiling alone (redis-benchmark EVALSHA of the selling script for a
+#     lone request, prelude + sell.lua, 50 clients, pipeline 64, a new user and request id per
+#     call — see scripts/lib/sell_bench.sh — against a segment written by the real
+#     load_segment.lua under a hash tag that master serves), and their sum: the projected
+#     capacity when every master has a core of its own.
 # The sale: shardstock sim --stock 100000 --segments 16 --users 200000 --requests 200000
 # --concurrency 64 --coalesce on (SIM_ARGS overrides).
 #
-# Usage: scripts/scaleout.sh [MASTER COUNTS...]   (default: 1 2 3; ports from 7300)
+# Usage: scripts/scaleout.sh [MASTER COUNTS...]   (default: 1 2 3; ports from 7300 + 10 × masters,
+#        or the next free block of ports when those, or their cluster bus ports, are taken)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNTS=("${@:-1 2 3}")
@@ -26,11 +29,33 @@ cargo build --release --quiet --features cli
 BIN=target/release/shardstock
 OUT=$(mktemp -d)
 trap 'for d in "$OUT"/c*; do [ -d "$d/cluster" ] && CLUSTER_DIR="$d/cluster" scripts/cluster.sh stop >/dev/null 2>&1; done; rm -rf "$OUT"' EXIT
-cat src/scripts/prelude.lua src/scripts/deduct_core.lua src/scripts/deduct.lua > "$OUT/deduct.lua"
+. scripts/lib/sell_bench.sh
+sell_compose . "$OUT/sell.lua"
+sell_load_lua . "$OUT/load.lua"
+HF=$(sell_home_fn .)
+# A block of N ports from $1 on whose cluster bus ports (+10000) are free too.
+free_block() { # $1 = first candidate, $2 = N
+  python3 - "$1" "$2" <<'PY'
+import socket, sys
+p, n = int(sys.argv[1]), int(sys.argv[2])
+def free(q):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", q)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+while not all(free(q) and free(q + 10000) for q in range(p, p + n)):
+    p += 100
+    if p + n > 55535: sys.exit("no free port block")
+print(p)
+PY
+}
 
 for m in "${COUNTS[@]}"; do
   d="$OUT/c$m"; mkdir -p "$d"
-  export CLUSTER_DIR="$d/cluster" CLUSTER_PORT=$((7300 + 10 * m)) REPLICAS=0
+  export CLUSTER_DIR="$d/cluster" CLUSTER_PORT=$(free_block $((7300 + 10 * m)) "$m") REPLICAS=0
   scripts/cluster.sh start "$m" > "$d/start.txt"
   url=$(cat "$CLUSTER_DIR/url")
   ports=$(cat "$CLUSTER_DIR/ports")
@@ -47,13 +72,21 @@ for m in "${COUNTS[@]}"; do
   "$BIN" status --redis "$url" --sku "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sku"])' "$d/sim.json")" --json > "$d/status.json"
   # Each master's ceiling alone: a segment hash on that master (a tag whose slot it serves).
   for p in $ports; do
-    sha=$(redis-cli -p "$p" -x SCRIPT LOAD < "$OUT/deduct.lua")
+    sha=$(redis-cli -p "$p" -x SCRIPT LOAD < "$OUT/sell.lua")
+    # The first tag whose slot this master serves (load_segment.lua elsewhere answers MOVED).
     k=0
-    until redis-cli -p "$p" HSET "ceil:{c.$k}:seg" gen 1 stock 999999999999 loaded 999999999999 \
-        restocked 0 sold 0 reserved 0 2>/dev/null | grep -qE '^[0-9]+$'; do k=$((k + 1)); done
+    until [ "$(sell_load_segment "$OUT/load.lua" "ceil:{ceil.$k#0}:seg" 999999999999 "$HF" \
+        redis-cli -p "$p" | head -1)" = ok ]; do
+      k=$((k + 1))
+      [ "$k" -lt 100000 ] || { echo "load_segment.lua never answered ok on $p: $(sell_load_segment \
+        "$OUT/load.lua" "ceil:{ceil.0#0}:seg" 999999999999 "$HF" redis-cli -p "$p" | head -3)" >&2; exit 1; }
+    done
+    sell_keys_args "ceil:{ceil.$k#0}:seg" "$HF" 1 600000
+    probe=$(redis-cli -p "$p" EVALSHA "$sha" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]//__rand_int__/probe}" \
+      "${SELL_ARGS[@]//__rand_int__/probe}" 2>&1 | head -1)
+    sell_probe_ok "$probe" || { echo "sell script probe on $p answered '$probe'" >&2; exit 1; }
     redis-benchmark -p "$p" -c 50 -P 64 -n "$CEILING_REQUESTS" -r 100000000000 --csv \
-      EVALSHA "$sha" 3 "ceil:{c.$k}:seg" "ceil:{c.$k}:g1:rq:__rand_int__" "ceil:{c.$k}:g1:resv" \
-      1 u1 1 0 600000 5000 1 lua 0 0 > "$d/ceil.$p"
+      EVALSHA "$sha" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]}" "${SELL_ARGS[@]}" > "$d/ceil.$p"
   done
   CLUSTER_DIR="$CLUSTER_DIR" scripts/cluster.sh stop >/dev/null
 done
