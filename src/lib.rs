@@ -22,6 +22,7 @@ pub mod strategy;
 // Internal: the engine's helpers, not part of the API.
 mod guard;
 mod router;
+mod shared_read;
 
 pub use audit::{Audit, SegmentAudit};
 pub use config::Config;

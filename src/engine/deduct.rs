@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::guard::Local;
 use crate::ids::check_qty;
 use crate::store::{Credit, SegmentState, SellArgs, SellReply, Store, TransferArgs, TransferReply};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -328,23 +329,27 @@ impl<S: Store> Engine<S> {
     /// debited and not yet credited in that pass, i.e. in transit. So one pass decides sold
     /// out (every segment empty and Σ moved_out = Σ moved_in) unless credits outrun debits;
     /// then it reads again.
+    ///
+    /// Concurrent callers share one survey that starts after they asked (as fresh as a survey
+    /// of their own); a caller whose shared survey failed surveys alone, so errors come back
+    /// typed.
     pub(crate) async fn survey_all(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
-        let mut last = Vec::new();
-        for _ in 0..8 {
-            let reads = (0..l.segments).map(|i| self.inner.store.survey(l.seg(i), false));
-            let all = futures::future::try_join_all(reads).await?;
-            last = all
-                .into_iter()
-                .map(|s| s.map(|s| s.state))
-                .collect::<Vec<_>>();
-            let (out, inn) = last
-                .iter()
-                .flatten()
-                .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));
-            if inn <= out {
-                break;
-            }
-        }
+        let (inner, sku) = (Arc::clone(&self.inner), l.sku.clone());
+        let (generation, segments, placement) = (l.generation, l.segments, l.placement.clone());
+        let shared = l
+            .surveys
+            .join(move || {
+                let (inner, sku, placement) = (Arc::clone(&inner), sku.clone(), placement.clone());
+                async move {
+                    let at = |i| super::seg_at(&sku, generation, i, &placement);
+                    survey_pass(&inner.store, segments, at).await.ok()
+                }
+            })
+            .await;
+        let last = match shared {
+            Some(v) => v.as_ref().clone(),
+            None => survey_pass(&self.inner.store, l.segments, |i| l.seg(i)).await?,
+        };
         for (i, s) in last.iter().enumerate() {
             if let Some(s) = s {
                 l.hints.observe(i as u32, s.stock);
@@ -435,4 +440,30 @@ impl Answer {
             SellReply::Short { .. } => Answer::Insufficient { available: 0 },
         }
     }
+}
+
+/// [`Engine::survey_all`]'s read: every segment (`at(i)`), one pass, another while credits
+/// outrun debits (at most 8).
+async fn survey_pass<'a, S: Store>(
+    store: &S,
+    segments: u32,
+    at: impl Fn(u32) -> crate::store::SegAddr<'a>,
+) -> Result<Vec<Option<SegmentState>>> {
+    let mut last = Vec::new();
+    for _ in 0..8 {
+        let reads = (0..segments).map(|i| store.survey(at(i), false));
+        let all = futures::future::try_join_all(reads).await?;
+        last = all
+            .into_iter()
+            .map(|s| s.map(|s| s.state))
+            .collect::<Vec<_>>();
+        let (out, inn) = last
+            .iter()
+            .flatten()
+            .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));
+        if inn <= out {
+            break;
+        }
+    }
+    Ok(last)
 }

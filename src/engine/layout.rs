@@ -24,6 +24,10 @@ pub(crate) struct Layout {
     pub(crate) hints: Hints,
     /// Sold out from memory (see `sold_out.rs`).
     pub(crate) sold_out: super::sold_out::SoldOut,
+    /// Shares "survey every segment" between concurrent callers (see [`crate::shared_read`]):
+    /// a sold-out storm costs one survey per round trip, not one per request.
+    pub(super) surveys:
+        Arc<crate::shared_read::SharedRead<Vec<Option<crate::store::SegmentState>>>>,
     /// One gather at a time in this process: a request still short after its first rounds of
     /// transfers (others took what it moved home) goes on holding this, so requests of one
     /// process do not pull the last units back and forth between their homes.
@@ -83,6 +87,7 @@ impl<S: Store> Engine<S> {
                 self.inner.opts.sold_out_ttl,
             ),
             gather: tokio::sync::Mutex::new(()),
+            surveys: crate::shared_read::SharedRead::new(),
             gauges_at: AtomicU64::new(0),
             born: Instant::now(),
         });
