@@ -18,7 +18,7 @@
 //! An engine call that has not answered after [`ApiOptions::request_timeout`] (10 s) is dropped
 //! and answers 503 + `Retry-After` naming the request id. Why this is safe: dropping an engine
 //! call is cancellation-safe (README, "What is atomic": each Redis step is one script that ran
-//! whole or not at all, a dropped fallback leaves a claim that a retry or takeover completes, a
+//! whole or not at all, a dropped transfer leaves units in transit that the sweeper credits, a
 //! dropped load leaves the SKU "not ready" until the load is retried), and the request id makes
 //! the retry exactly-once: the client retries with the same id and gets the one outcome.
 //!

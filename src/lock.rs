@@ -21,8 +21,7 @@
 //! downstream call) from writing after someone else took over. That is what the **fence
 //! token** is for: every acquisition bumps a number stored with the segment (its `fence`
 //! field, `fence_read.lua`), and the write script applies only while the number is still the
-//! holder's (`take.lua` / `deduct.lua`, mode `fenced`). (A fence token is the lock's; a
-//! fallback claim's *epoch* is another thing, see [`crate::store::Store::shut_out`].)
+//! holder's (`sell.lua` given the token: it answers `lock_lost` and writes nothing otherwise).
 //!
 //! Backends: one Redis (the store's own; the lock key shares the segment's hash tag) or
 //! [`redlock::RedLock`] over several independent nodes. Their scripts (`lock_renew.lua`,

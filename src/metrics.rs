@@ -190,7 +190,7 @@ pub fn describe() {
     describe_counter!(
         RESERVATION_EXPIRED_UNITS,
         Unit::Count,
-        "Units returned to stock by expired reservations (sweeper; lazy reclaim inside other steps is not counted)."
+        "Units returned to stock by expired reservations, as the sweeper's surveys found them (every script returns expired reservations of its segment first; those are not counted)."
     );
     describe_counter!(
         GUARD_HITS,

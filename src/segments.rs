@@ -10,20 +10,21 @@
 //! <prefix>:{<sku>}:meta                      SKU metadata: generation, segments, units loaded,
 //!                                            per-user limit, state, placement
 //! <prefix>:{<seg>}:seg                       segment i: generation, stock, sold, reserved,
-//!                                            loaded, restocked
-//! <prefix>:{<seg>}:g<generation>:rq:<req id> a request's record (outcome, claim, released
-//!                                            claim, or the part it took) kept beside segment i
+//!                                            loaded, restocked, moved in / out, per-user
+//!                                            limit, home function
+//! <prefix>:{<seg>}:g<generation>:u:<user>    the ledger of a user homed at segment i: the
+//!                                            user's request records and units held
 //! <prefix>:{<seg>}:g<generation>:rs:<req id> restock record kept beside segment i
 //! <prefix>:{<seg>}:g<generation>:resv        segment i's reservations, by expiry
-//! <prefix>:{<seg>}:g<generation>:claims      segment i's fallback claims, by lease end
+//! <prefix>:{<seg>}:g<generation>:in          transfers segment i credited
+//! <prefix>:{<seg>}:g<generation>:tx / :txq   transfers segment i debited / not yet done
 //! <prefix>:{<seg>}:lock                      segment i's lock (lock strategies)
-//! <prefix>:{<sku>@<user>}:g<generation>:user a user's per-user record for the SKU
+//! <prefix>:skus                              every SKU loaded (the sweeper's list)
 //! ```
 //! Every key of one segment shares the hash tag `{<seg>}`, so one script touching them is
 //! atomic on a Redis Cluster; different segments have different tags and spread over slots;
-//! the metadata and each user's record have tags of their own. `#` and `@` cannot occur in a
-//! SKU, so tags never collide. Records carry the load generation, so a reload starts with a
-//! clean ledger.
+//! the metadata has a tag of its own. `#` cannot occur in a SKU, so tags never collide. Keys
+//! carry the load generation, so a reload starts with clean ledgers.
 
 use crate::ids::{RequestId, Sku, UserId};
 

@@ -4,11 +4,10 @@ use crate::segments::Part;
 
 /// The outcome of a deduction. Business outcomes are values, not errors.
 ///
-/// Refusals come in two sorts: *not now* (sold out, insufficient, limit reached, in flight,
-/// user busy: asking again later may succeed) and *never* ([`OverLimit`](Self::OverLimit),
-/// [`TooLargeToHold`](Self::TooLargeToHold): the request as asked cannot be served until the
-/// SKU is restocked or reloaded; ask for fewer units). [`is_final`](Self::is_final) tells them
-/// apart.
+/// Refusals come in two sorts: *not now* (sold out, insufficient, limit reached, user busy:
+/// asking again later may succeed) and *never* ([`OverLimit`](Self::OverLimit): the request as
+/// asked cannot be served until the SKU is reloaded with a higher limit; ask for fewer units).
+/// [`is_final`](Self::is_final) tells them apart.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -36,9 +35,8 @@ pub enum Deduction {
         /// The SKU's per-user limit.
         limit: u64,
     },
-    /// This user already has an attempt on this SKU running — in this process (a double
-    /// click), or elsewhere (a pending per-user claim not yet settled) with the limit counted
-    /// against it; nothing was done. The user holds fewer units than the limit: retry shortly.
+    /// This user already has an attempt on this SKU running in this process (a double click):
+    /// the in-process guard turned this one away; nothing was done. Retry shortly.
     UserBusy,
     /// The quantity alone is above the SKU's per-user limit: this request can never apply
     /// (unless the SKU is reloaded with a higher limit). Final.
@@ -57,10 +55,9 @@ impl Deduction {
         }
     }
 
-    /// True for the refusals no retry can turn into a sale until the SKU is restocked or
-    /// reloaded ([`OverLimit`](Self::OverLimit): only a reload changes the limit;
-    /// [`TooLargeToHold`](Self::TooLargeToHold): a restock may make a segment large enough);
-    /// false for successes and for "not now" refusals.
+    /// True for the refusals no retry can turn into a sale until the SKU is reloaded
+    /// ([`OverLimit`](Self::OverLimit): only a reload changes the limit); false for successes
+    /// and for "not now" refusals.
     pub fn is_final(&self) -> bool {
         matches!(self, Deduction::OverLimit { .. })
     }

@@ -22,8 +22,8 @@
 //! a restock, cancel, refund or expiry reclaimed by a script reaches every subscriber as a
 //! message (loopback: within a millisecond of the script); a message lost silently is bounded
 //! by the TTL; a reservation expiring lazily (no script ran yet) is returned by the sweeper's
-//! `reclaim.lua` (which notifies), so it is hidden at most one sweeper period or one TTL,
-//! whichever ends first.
+//! survey (`survey.lua`, which notifies), so it is hidden at most one sweeper period or one
+//! TTL, whichever ends first.
 
 use crate::ids::{RequestId, UserId};
 use crate::store::{SegmentState, StockWatch, watch::Seen};

@@ -26,7 +26,7 @@
 //! could check. No lock service can stop a paused client. That is why shardstock treats the
 //! lock as an efficiency device only and **fences writes at the stock store**: each acquisition
 //! bumps a fence token stored with the segment, and the write scripts apply only while the
-//! token is still the holder's (`take.lua` / `deduct.lua`, mode `fenced`). Redisson reached
+//! token is still the holder's (`sell.lua` given the token). Redisson reached
 //! the same verdict and deprecated its `RedissonRedLock`; prefer the single-Redis backend
 //! unless you need the lock to survive the loss of one Redis, and keep the fence token either
 //! way.
