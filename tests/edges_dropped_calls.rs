@@ -83,7 +83,10 @@ async fn dropped_deducts(e: Engine<RedisStore>, tag: &'static str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: fred's tasks move only when the test yields, so every command is a suspension
+// point (on a multi-threaded runtime a loaded CPU can preempt a poll until the reply is there,
+// and the whole deduction finishes in one poll: no drop point is hit).
+#[tokio::test(flavor = "current_thread")]
 async fn dropped_deducts_have_one_effect_and_replay() {
     let srv = RedisServer::start();
     let (_, r, c) = three(&srv, quick()).await;
@@ -148,7 +151,10 @@ async fn dropped_mid_transfer(e: Engine<RedisStore>, tag: &'static str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: fred's tasks move only when the test yields, so every command is a suspension
+// point (on a multi-threaded runtime a loaded CPU can preempt a poll until the reply is there,
+// and the whole deduction finishes in one poll: no drop point is hit).
+#[tokio::test(flavor = "current_thread")]
 async fn dropped_mid_transfer_units_are_swept_home() {
     let srv = RedisServer::start();
     let (_, r, c) = three(&srv, quick()).await;
