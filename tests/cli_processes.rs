@@ -134,7 +134,8 @@ fn local_mutex_across_three_processes_oversells() {
     let (reports, a) = three_processes(
         &srv,
         "lm3",
-        &["--strategy", "local-mutex", "--critical-pause-ms", "1"],
+        // Long enough that the three processes, started one after another, overlap.
+        &["--strategy", "local-mutex", "--critical-pause-ms", "20"],
         "100",
     );
     let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
