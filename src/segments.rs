@@ -12,8 +12,11 @@
 //! <prefix>:{<seg>}:seg                       segment i: generation, stock, sold, reserved,
 //!                                            loaded, restocked, moved in / out, per-user
 //!                                            limit, home function
-//! <prefix>:{<seg>}:g<generation>:u:<user>    the ledger of a user homed at segment i: the
-//!                                            user's request records and units held
+//! <prefix>:{<seg>}:g<generation>:led         with a per-user limit, the ledgers of every
+//!                                            user homed at segment i: one field per user, its
+//!                                            request records and units held
+//! <prefix>:{<seg>}:g<generation>:u:<user>    without one, the ledger of a user homed at
+//!                                            segment i: the user's request records
 //! <prefix>:{<seg>}:g<generation>:rs:<req id> restock record kept beside segment i
 //! <prefix>:{<seg>}:g<generation>:resv        segment i's reservations, by expiry
 //! <prefix>:{<seg>}:g<generation>:in          transfers segment i credited
@@ -53,10 +56,12 @@ fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
     h
 }
 
-/// The home function's version, kept in the SKU's metadata and in every segment at load: an
-/// instance that places requests otherwise refuses to sell (`Stale`) instead of selling one
-/// request id at two homes during a rolling deploy.
-pub const HOME_FN: u32 = 1;
+/// The version of how requests are placed and remembered — the home function below and the
+/// ledgers' layout in Redis — kept in the SKU's metadata and in every segment at load: an
+/// instance that places requests or keeps ledgers otherwise refuses to sell (`Stale`) instead
+/// of selling one request id at two homes, or one user past the limit, during a rolling
+/// deploy. 2: a limited segment's ledgers are fields of one hash.
+pub const HOME_FN: u32 = 2;
 
 /// A request's home segment (home function [`HOME_FN`]): with a per-user limit, the user's
 /// (every request of the user lands where the user's ledger is); without one, the (user,
@@ -140,16 +145,16 @@ impl Keyspace {
         format!("{}:{{{tag}}}:seg", self.prefix)
     }
 
-    /// `user`'s ledger at its home segment `tag` in `generation`: the user's request records
-    /// and, with a per-user limit, the units the user holds.
-    pub fn ledger(&self, tag: &str, generation: u64, user: &crate::ids::UserId) -> String {
-        format!("{}:{{{tag}}}:g{generation}:u:{user}", self.prefix)
+    /// The ledgers of segment `tag` in `generation` under a per-user limit: one hash, a field
+    /// per user (its request records and the units it holds).
+    pub fn limited_ledgers(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:led", self.prefix)
     }
 
-    /// The prefix of every ledger key of segment `tag` in `generation` (the script builds a
-    /// user's key from it).
-    pub fn ledgers(&self, tag: &str, generation: u64) -> String {
-        format!("{}:{{{tag}}}:g{generation}:u:", self.prefix)
+    /// `user`'s ledger at its home segment `tag` in `generation` without a per-user limit: the
+    /// user's request records.
+    pub fn ledger(&self, tag: &str, generation: u64, user: &crate::ids::UserId) -> String {
+        format!("{}:{{{tag}}}:g{generation}:u:{user}", self.prefix)
     }
 
     /// Segment `tag`'s reservation index (ZSET of `<user> <request id>` by expiry) in

@@ -136,6 +136,8 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     );
     let seg = "t:{strict#0}:seg".to_string();
     let ledger = |user: &str| format!("t:{{strict#0}}:g{g}:u:{user}");
+    let hf = shardstock::segments::HOME_FN.to_string();
+    // KEYS and the header of ARGV (up to the request count); the request lines follow.
     let head = |credits: &[[&str; 3]], n: usize| -> (Vec<String>, Vec<String>) {
         let keys = vec![
             seg.clone(),
@@ -143,7 +145,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
             format!("t:{{strict#0}}:g{g}:in"),
             "t:{strict#0}:out".to_string(),
         ];
-        let mut args: Vec<String> = vec![g.clone(), "1".into(), "0".into(), "0".into()];
+        let mut args: Vec<String> = vec![g.clone(), hf.clone(), "0".into(), "0".into()];
         args.push(credits.len().to_string());
         for c in credits {
             args.extend(c.iter().map(|x| x.to_string()));
@@ -151,24 +153,31 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         args.push(n.to_string());
         (keys, args)
     };
+    let line = |user: &str, rid: &str, qty: &str| format!("{user} {rid} {qty} 0 1000\n");
     // One request: (user, request id, qty).
     let one = |user: &str, rid: &str, qty: &str| -> (Vec<String>, Vec<String>) {
-        let (mut keys, mut args) = head(&[], 1);
-        keys.push(ledger(user));
-        args.extend([user, rid, qty, "0", "1000"].map(String::from));
+        let (keys, mut args) = head(&[], 1);
+        args.push(line(user, rid, qty));
         (keys, args)
     };
-    // Valid call first, so we know the harness is right: an applied request answers the
-    // stock after it.
+    // An applied request's reply is the bare stock after it; a refused one `b<argument>`.
+    let answers = |v: &Value| -> Vec<String> {
+        v.as_str()
+            .unwrap_or_else(|| panic!("a packed reply: {v:?}"))
+            .split(' ')
+            .map(String::from)
+            .collect()
+    };
+    // Valid call first, so we know the harness is right.
     let (k, a) = one("u", "x", "1");
     let ok: Value = client.eval(sell, k, a).await.unwrap();
-    assert!(format!("{ok:?}").contains("Integer(9)"), "{ok:?}");
+    assert_eq!(answers(&ok), ["9"], "{ok:?}");
     let stock = || srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
     let before = stock();
     // Quantity 0 is no request (a credit-only call): it answers the stock, records nothing.
     let (k, a) = one("u2", "x2", "0");
     let r: Value = client.eval(sell, k, a).await.unwrap();
-    assert!(format!("{r:?}").contains("Integer(9)"), "{r:?}");
+    assert_eq!(answers(&r), ["9"], "{r:?}");
     for qty in [
         "0x10",
         "1e3",
@@ -184,19 +193,27 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     ] {
         let (k, a) = one("u2", "x2", qty);
         let r: Value = client.eval(sell, k, a).await.unwrap();
-        assert!(
-            format!("{r:?}").contains("bad argument: qty"),
-            "{qty:?}: {r:?}"
-        );
+        // A space shifts the line's fields: the line as a whole is refused.
+        let want = if qty.contains(' ') {
+            "brequest"
+        } else {
+            "bqty"
+        };
+        assert_eq!(answers(&r), [want], "{qty:?}: {r:?}");
     }
-    for user in ["a{b}", "a b", ""] {
+    for (user, want) in [
+        ("a{b}", "buser"),
+        ("a b", "brequest"),
+        ("", "buser"),
+        (&*"u".repeat(129), "buser"),
+    ] {
         let (k, a) = one(user, "x3", "1");
-        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
-        assert!(
-            r.as_ref().is_err() || format!("{r:?}").contains("bad argument"),
-            "{user:?}: {r:?}"
-        );
+        let r: Value = client.eval(sell, k, a).await.unwrap();
+        assert_eq!(answers(&r), [want], "{user:?}: {r:?}");
     }
+    let (k, a) = one("u3", &"r".repeat(129), "1");
+    let r: Value = client.eval(sell, k, a).await.unwrap();
+    assert_eq!(answers(&r), ["brequest_id"], "{r:?}");
     assert_eq!(stock(), before);
     assert_eq!(srv.cli(&["EXISTS", &ledger("u2")]), "0");
     let a = e.audit(&s).await.unwrap();
@@ -210,19 +227,10 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         ("a{b}", "b3", "1"),
         ("u4", "b4", "2"),
     ];
-    let (mut keys, mut args) = head(&[], reqs.len());
-    for (user, rid, qty) in reqs {
-        keys.push(ledger(user));
-        args.extend([user, rid, qty, "0", "1000"].map(String::from));
-    }
+    let (keys, mut args) = head(&[], reqs.len());
+    args.push(reqs.iter().map(|(u, r, q)| line(u, r, q)).collect());
     let v: Value = client.eval(sell, keys.clone(), args.clone()).await.unwrap();
-    let v = format!("{v:?}");
-    // An applied request's reply is the bare stock after it (an integer).
-    assert_eq!(v.matches("Integer(").count(), 2, "{v}");
-    assert!(
-        v.contains("bad argument: qty") && v.contains("bad argument: user"),
-        "{v}"
-    );
+    assert_eq!(answers(&v), ["8", "bqty", "buser", "6"], "{v:?}");
     for (user, present) in [("u1", "1"), ("u2", "0"), ("a{b}", "0"), ("u4", "1")] {
         assert_eq!(srv.cli(&["EXISTS", &ledger(user)]), present, "{user}");
     }
@@ -230,7 +238,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     assert!(a.ok && a.sold == 4, "{a:?}");
 
     // A bad header refuses the whole call before any write: generation, home function,
-    // index, fence, a credit's id, donor or units, the request count.
+    // index, fence, a credit's id, donor or units, the request count, the request lines.
     let before = stock();
     let credit = ["5", "1", "2"];
     for (i, bad) in [(0, "x"), (1, "01"), (2, "1e3"), (3, "-1")] {
@@ -246,19 +254,30 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         ["5", "1", "0"],
         ["5", "1", "2.5"],
     ] {
-        let (mut k, mut a) = head(&[bad], 1);
-        k.push(ledger("u9"));
-        a.extend(["u9", "c2", "1", "0", "1000"].map(String::from));
+        let (k, mut a) = head(&[bad], 1);
+        a.push(line("u9", "c2", "1"));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "credit {bad:?}: {r:?}");
     }
-    {
-        // A count that does not match the requests sent.
-        let (mut k, mut a) = head(&[credit], 2);
-        k.push(ledger("u9"));
-        a.extend(["u9", "c3", "1", "0", "1000"].map(String::from));
+    for (n, lines) in [
+        // A count that does not match the requests sent,
+        (2, line("u9", "c3", "1")),
+        // a line without its end, text after the last one,
+        (1, "u9 c3 1 0 1000".to_string()),
+        (1, format!("{}x", line("u9", "c3", "1"))),
+    ] {
+        let (k, mut a) = head(&[credit], n);
+        a.push(lines.clone());
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
-        assert!(r.is_err(), "n: {r:?}");
+        assert!(r.is_err(), "n {n}, {lines:?}: {r:?}");
+    }
+    {
+        // a key more than the four.
+        let (mut k, mut a) = head(&[credit], 1);
+        k.push(ledger("u9"));
+        a.push(line("u9", "c3", "1"));
+        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
+        assert!(r.is_err(), "keys: {r:?}");
     }
     assert_eq!(stock(), before, "a refused call changed the stock");
     assert_eq!(srv.cli(&["EXISTS", &ledger("u9")]), "0");

@@ -169,32 +169,105 @@ local function stock_event(kind, gen, key)
   redis.pcall('PUBLISH', string.match(key, '^(.-):{') .. ':stock', kind .. ' ' .. gen .. ' ' .. key)
 end
 
+-- Ledgers (the tables in src/store/redis/lua.rs). Under a per-user limit (the segment's `lim` >
+-- 0) every ledger of a generation is one field of one hash, `<prefix>:{<tag>}:g<gen>:led`:
+-- field <user>, value `<h> <f>` then ` <request id> <record>` per record (neither has a
+-- space), so a coalesced call reads every ledger it needs with one HMGET and writes them back
+-- with one HSET, and a buyer costs one field, not a key. Without a limit each user's ledger is
+-- a hash of its own, `…:g<gen>:u:<user>` (field `=<request id>` per record), which expires with
+-- its latest record.
+--
+-- A limited ledger's text, parsed: { h, f, n (records), recs = { [request id] = record } }.
+local function led_parse(v)
+  local l = { h = 0, f = 0, n = 0, recs = {} }
+  if v then
+    local h, f, rest = string.match(v, '^(%d+) (%d+)(.*)$')
+    l.h, l.f = tonumber(h), tonumber(f)
+    for rid, rec in string.gmatch(rest, ' (%S+) (%S+)') do
+      if not l.recs[rid] then l.n = l.n + 1 end
+      l.recs[rid] = rec
+    end
+  end
+  return l
+end
+
+-- The text of a parsed limited ledger.
+local function led_text(l)
+  local t, k = { int(l.h), int(l.f) }, 2
+  for rid, rec in pairs(l.recs) do
+    t[k + 1], t[k + 2], k = rid, rec, k + 2
+  end
+  return table.concat(t, ' ')
+end
+
+-- prunes_at (segment.rs): a ledger holding `n` records forgets the ones past their `until`
+-- before taking another at 32 records and at every larger power of two (amortised O(1)).
+local function prunes_at(n)
+  if n < 32 then return false end
+  local p = 32
+  while p < n do p = p * 2 end
+  return p == n
+end
+
+-- User `user`'s ledger in the generation whose keys start `gbase` (`<prefix>:{<tag>}:g<gen>`),
+-- `lim` the segment's per-user limit. Limited: read and parsed now; else only named (records
+-- are read one by one with led_rec).
+local function ledger(gbase, lim, user)
+  if lim > 0 then
+    local l = led_parse(redis.call('HGET', gbase .. ':led', user) or nil)
+    l.key, l.user, l.lim = gbase .. ':led', user, lim
+    return l
+  end
+  return { key = gbase .. ':u:' .. user, user = user, lim = 0 }
+end
+
+-- The record of request `rid` in ledger `l` (its text), or nil.
+local function led_rec(l, rid)
+  if l.lim > 0 then return l.recs[rid] end
+  return redis.call('HGET', l.key, '=' .. rid) or nil
+end
+
+-- Writes record `rec` of request `rid` into ledger `l` (limited: the whole ledger, its `h` and
+-- `f` as `l` holds them now).
+local function led_put(l, rid, rec)
+  if l.lim > 0 then
+    l.recs[rid] = rec
+    redis.call('HSET', l.key, l.user, led_text(l))
+  else
+    redis.call('HSET', l.key, '=' .. rid, rec)
+  end
+end
+
 -- Returns every expired reservation of the segment `st` (generation `gen`, reservation index
 -- `resv`) to its stock — all of them, no cap — and answers the units returned. The index is a
--- ZSET of `<user> <request id>` by expiry; each one's record is the field `=<request id>` of
--- the user's ledger `<prefix>:{<tag>}:g<gen>:u:<user>`. A record still R becomes X; its units
--- leave `reserved` for `stock` (st's counters, written by the caller's flush) and, with a
--- per-user limit, the user's `h`. Entries whose record is gone or no longer R are just dropped
--- (Segment::reclaim). Each reservation returned is an `expired` event in the outbox `ob`.
--- Everything is in the segment's slot, so deciding "expired" and returning the units is one
--- atomic step: a confirm racing its own expiry ends in exactly one state.
+-- ZSET of `<user> <request id>` by expiry; each one's record is in the user's ledger. A record
+-- still R becomes X; its units leave `reserved` for `stock` (st's counters, written by the
+-- caller's flush) and, with a per-user limit, the user's `h`. Entries whose record is gone or
+-- no longer R are just dropped (Segment::reclaim). Each reservation returned is an `expired`
+-- event in the outbox `ob`. Everything is in the segment's slot, so deciding "expired" and
+-- returning the units is one atomic step: a confirm racing its own expiry ends in exactly one
+-- state.
 local function reclaim(st, gen, resv, ob)
   local now = clock(st)
   local due = redis.call('ZRANGEBYSCORE', resv, '-inf', int(now))
   if #due == 0 then return 0 end
-  local lpre = seg_base(st.seg) .. 'g' .. gen .. ':u:'
+  local gbase = seg_base(st.seg) .. 'g' .. gen
   local index = seg_index(st.seg)
-  local back = 0
+  local back, ls = 0, {}
   for _, m in ipairs(due) do
     local user, rid = string.match(m, '^(%S+) (%S+)$')
     if user then
-      local lk, f = lpre .. user, '=' .. rid
-      local v = redis.call('HGET', lk, f)
+      local l = ls[user]
+      if not l then
+        l = ledger(gbase, st.lim, user)
+        ls[user] = l
+      end
+      local v = led_rec(l, rid)
       if v then
         local s, q, _, _, qs = rec_parse(v)
         if s == 'R' then
-          redis.call('HSET', lk, f, 'X' .. string.sub(v, 2))
-          if st.lim > 0 then redis.call('HINCRBY', lk, 'h', '-' .. qs) end
+          if st.lim > 0 then l.h = l.h - q end
+          led_put(l, rid, 'X' .. string.sub(v, 2))
           st.reserved = st.reserved - q
           st.stock = st.stock + q
           back = back + q
@@ -213,23 +286,28 @@ end
 -- keep an unpaid order forever. Runs before the segment hash is replaced; the generation's other
 -- keys are unlinked afterwards by the caller (RedisStore, SCAN of `…:g<old>:*`).
 local function end_reservations(seg, old, out, okey)
-  local base = seg_base(seg) .. 'g' .. old
-  local resv = base .. ':resv'
+  local gbase = seg_base(seg) .. 'g' .. old
+  local resv = gbase .. ':resv'
+  local lim = tonumber(redis.call('HGET', seg, 'lim') or '0')
   local ob = outbox(seg, okey, out)
   outbox_ready(ob)
   local index = seg_index(seg)
+  local ls = {}
   for _, m in ipairs(redis.call('ZRANGE', resv, 0, -1)) do
     local user, rid = string.match(m, '^(%S+) (%S+)$')
     if user then
-      local lk, f = base .. ':u:' .. user, '=' .. rid
-      local v = redis.call('HGET', lk, f)
+      local l = ls[user]
+      if not l then
+        l = ledger(gbase, lim, user)
+        ls[user] = l
+      end
+      local v = led_rec(l, rid)
       if v and string.sub(v, 1, 1) == 'R' then
         local _, _, _, _, qs = rec_parse(v)
-        redis.call('HSET', lk, f, 'K' .. string.sub(v, 2))
+        led_put(l, rid, 'K' .. string.sub(v, 2))
         emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
       end
     end
   end
   redis.call('DEL', resv)
 end
-

@@ -6,8 +6,8 @@
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
--- KEYS[1]  segment hash     <prefix>:{<tag>}:seg (its generation is checked)
--- KEYS[2]  the user's ledger <prefix>:{<tag>}:g<gen>:u:<user>
+-- KEYS[1]  segment hash     <prefix>:{<tag>}:seg (its generation and limit are read; the
+--                            user's ledger is named from it, see the prelude's ledger)
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  request id
@@ -19,11 +19,10 @@ local gen = ARGV[1]
 uint('gen', gen)
 local user = ident('user', ARGV[2])
 local rid = ident('request_id', ARGV[3])
-if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= seg_base(KEYS[1]) .. 'g' .. gen .. ':u:' .. user then
-  bad('keys')
-end
-if redis.call('HGET', KEYS[1], 'gen') ~= gen then return {} end
-local rec = redis.call('HGET', KEYS[2], '=' .. rid)
+if string.sub(KEYS[1], -4) ~= ':seg' or #KEYS ~= 1 then bad('keys') end
+local v = redis.call('HMGET', KEYS[1], 'gen', 'lim')
+if v[1] ~= gen then return {} end
+local rec = led_rec(ledger(seg_base(KEYS[1]) .. 'g' .. gen, tonumber(v[2] or '0'), user), rid)
 if not rec then return {} end
 local s, q, u, exp = rec_parse(rec)
 if not s then return {} end

@@ -14,10 +14,10 @@
 --
 -- KEYS[1]  segment hash          <prefix>:{<tag>}:seg
 -- KEYS[2]  reservation index     <prefix>:{<tag>}:g<gen>:resv
--- KEYS[3]  the user's ledger     <prefix>:{<tag>}:g<gen>:u:<user>
--- KEYS[4]  outbox stream         <prefix>:{<tag>}:out (outbox on: a `confirmed` or `cancelled`
+-- KEYS[3]  outbox stream         <prefix>:{<tag>}:out (outbox on: a `confirmed` or `cancelled`
 --                                 event when this call ends the reservation, `expired` for
 --                                 each one reclaimed first)
+-- The user's ledger is not in KEYS: its name is built from KEYS[1] (see the prelude's ledger).
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  request id
@@ -41,15 +41,14 @@ local action = ARGV[4]
 if action ~= 'confirm' and action ~= 'cancel' and action ~= 'inspect' then bad('action') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
-if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':u:' .. user
-    or KEYS[4] ~= base .. 'out' then
+if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= base .. 'out' then
   bad('keys')
 end
 
 local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'lim', 'out')
 if not v[1] or v[1] ~= gen then return { 'stale' } end
 local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'lim', 'out' }, v)
-local ob = outbox(KEYS[1], KEYS[4], st.out)
+local ob = outbox(KEYS[1], KEYS[3], st.out)
 outbox_ready(ob)
 local back = reclaim(st, gen, KEYS[2], ob)
 
@@ -59,8 +58,8 @@ local function answer(reply)
   return reply
 end
 
-local f = '=' .. rid
-local rec = redis.call('HGET', KEYS[3], f)
+local l = ledger(gbase, st.lim, user)
+local rec = led_rec(l, rid)
 if not rec then return answer({ 'unknown' }) end
 local s, q, u, exp, qs = rec_parse(rec)
 if not s or not live(u, st.now) or s == 'A' then return answer({ 'unknown' }) end
@@ -79,19 +78,16 @@ st.reserved = st.reserved - q
 local lim = st.lim
 if to == 'C' then
   st.sold = st.sold + q
-  if lim > 0 then u = 0 end
+  if lim > 0 then
+    u = 0
+    l.f = l.f + q
+  end
 else
   st.stock = st.stock + q
+  if lim > 0 then l.h = l.h - q end
 end
 flush(st)
-redis.call('HSET', KEYS[3], f, to .. ':' .. qs .. ':' .. int(u) .. ':' .. int(exp))
-if lim > 0 then
-  if to == 'C' then
-    redis.call('HINCRBY', KEYS[3], 'f', qs)
-  else
-    redis.call('HINCRBY', KEYS[3], 'h', '-' .. qs)
-  end
-end
+led_put(l, rid, to .. ':' .. qs .. ':' .. int(u) .. ':' .. int(exp))
 redis.call('ZREM', KEYS[2], user .. ' ' .. rid)
 emit(ob, to == 'C' and 'confirmed' or 'cancelled', gen, rid, user, qs, seg_index(KEYS[1]) .. ':' .. qs)
 if to == 'K' then back = back + q end

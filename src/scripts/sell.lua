@@ -4,7 +4,7 @@
 -- One call decides n >= 1 requests bound for the same segment and generation: the client
 -- coalesces concurrent requests into one call, and a lone request is a batch of one. In order:
 --   1. every argument is validated before the first write (a bad request of a batch gets its
---      own {"bad", ...} reply and is skipped; the others still run);
+--      own `b<name>` reply and is skipped; the others still run);
 --   2. the segment: missing, of another generation or loaded with another home function
 --      -> every request "stale"; a fence token given that is not the segment's -> every
 --      request "lock_lost"; nothing written in either case;
@@ -20,16 +20,18 @@
 -- before (replay, or mismatch).
 --
 -- Writes: counters before records (the segment's stock, sold, reserved, tin move once, after
--- every decision), then each applied request's record, ledger units, TTL, reservation index
--- entry and event. Should a write fail half-way (it cannot in practice: arguments are checked
--- first, and Redis refuses OOM only before a script's first write), units are counted as taken
--- without a record — lost stock the audit shows — never handed out twice.
+-- every decision), then the ledgers, reservation index entries and events. Should a write fail
+-- half-way (it cannot in practice: arguments are checked first, and Redis refuses OOM only
+-- before a script's first write), units are counted as taken without a record — lost stock the
+-- audit shows — never handed out twice.
 --
--- Cost: one HMGET of the segment, one HMGET (no limit: one HGET) per user's ledger, one HSET of
--- the counters, and per request applied HLEN + HSET (+ PEXPIREAT for a sale without a limit,
--- + ZADD (and PERSIST) for a reservation, + XADD with the outbox). TIME only when needed: reservations to reclaim, a
--- record with a lifetime to check, a record to write with a lifetime (every sale without a
--- limit, every reservation). A sale under a per-user limit reads no clock at all.
+-- Cost, under a per-user limit: one HMGET of the segment, one HMGET of every ledger the call
+-- needs (the generation's ledger hash, a field per user), one HSET of the counters and one
+-- HSET of every ledger written (+ ZADD per reservation, + XADD per request with the outbox),
+-- whatever the batch size. Without a limit, per request one HGET of its record and, applied,
+-- HLEN + HSET + PEXPIREAT of the user's own ledger. TIME only when needed: reservations to
+-- reclaim, a record with a lifetime to check or write (every sale without a limit, every
+-- reservation). A sale under a per-user limit reads no clock at all.
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
@@ -40,9 +42,8 @@
 -- KEYS[4]     outbox stream       <prefix>:{<tag>}:out (appended to when the segment's `out` is
 --                                  1: one `sold` / `reserved` event per request applied,
 --                                  `expired` per reservation reclaimed)
--- KEYS[4+j]   ledger of request j's user   <prefix>:{<tag>}:g<gen>:u:<user j> (must be exactly
---             that name; the reclaim builds other users' ledger names the same way, from
---             KEYS[1]: all under the segment's hash tag, see the prelude)
+-- The ledgers are not in KEYS: their names are built here from KEYS[1] (`…:g<gen>:led`, or
+-- `…:g<gen>:u:<user>` without a limit), all under the segment's hash tag (see the prelude).
 -- ARGV[1]     gen        the generation the caller believes in
 -- ARGV[2]     hf         the caller's home function version (segments.rs HOME_FN)
 -- ARGV[3]     index      this segment's index (the events' parts "<index>:<qty>")
@@ -51,26 +52,27 @@
 -- ARGV[5]     c          credits (0..64)
 -- ARGV[5+3(i-1)+1..3]    credit i: transfer id (decimal u64, kept as text), donor index, units (> 0)
 -- ARGV[6+3c]  n          requests (1..1000)
--- ARGV[6+3c+5(j-1)+1..5] request j: user, request id, qty (0: no request, the call only credits
---                        and reclaims: answered with the stock), resv_ttl_ms (0: a sale; > 0: a
---                        reservation held this long), ttl_ms (the record's lifetime without a
---                        per-user limit, and how long an ended reservation's record outlives
---                        its expiry)
+-- ARGV[7+3c]  requests   one line per request, each ended by "\n":
+--                        `<user> <request id> <qty> <resv_ttl_ms> <ttl_ms>`: qty 0 is no request
+--                        (the call only credits and reclaims: answered with the stock);
+--                        resv_ttl_ms 0 a sale, > 0 a reservation held this long; ttl_ms the
+--                        record's lifetime without a per-user limit, and how long an ended
+--                        reservation's record outlives its expiry
 --
--- Publishes: `R <gen> <segment key>` on <prefix>:stock when credits added units or expired
--- reservations came back (stock_event).
+-- Publishes: `R <gen> <segment key>` on <prefix>:stock when expired reservations came back,
+-- `M …` when credits added units (stock_event).
 --
--- Reply: an array of n replies, reply j for request j:
---   stock_after (an integer)      applied (sold, or held as a reservation)
---   {"replay"}                    this (user, request id) applied before; nothing changed
---   {"short", stock}              not enough stock here (after credits and reclaim)
---   {"limit", limit, held, sold}  the user's units here would pass the segment's limit
---   {"mismatch", "qty" | "kind"}  same (user, request id), other qty or kind
---   {"stale"}                     segment missing, of another generation or home function
---   {"lock_lost"}                 the fence token is no longer the caller's; nothing written
---   {"bad", "ERR shardstock bad argument: <name>"}   request j refused; nothing written for it
--- Errors (whole call, before any write): a bad gen, hf, index, fence, credit, n, or a KEYS/ARGV
--- count or name that does not match.
+-- Reply: one string, the n requests' answers in order, separated by one space:
+--   <stock_after>          applied (sold, or held as a reservation): the stock after it
+--   p                      replay: this (user, request id) applied before; nothing changed
+--   s<stock>               short: not enough stock here (after credits and reclaim)
+--   l<limit>/<held>/<sold> limit: the user's units here would pass the segment's limit
+--   mq | mk                mismatch: same (user, request id), other qty | kind
+--   t                      stale: segment missing, of another generation or home function
+--   o                      lock lost: the fence token is no longer the caller's
+--   b<name>                request refused: argument <name> is bad; nothing written for it
+-- Errors (whole call, before any write): a bad gen, hf, index, fence, credit, n, request
+-- lines or KEYS that do not match.
 local gen = ARGV[1]
 uint('gen', gen)
 local hf = ARGV[2]
@@ -89,16 +91,23 @@ for i = 1, c do
 end
 local nb = 6 + 3 * c
 local n = posint('n', ARGV[nb])
-if n > 1000 or #KEYS ~= 4 + n or #ARGV ~= nb + 5 * n then bad('n') end
+if n > 1000 or #KEYS ~= 4 or #ARGV ~= nb + 1 or type(ARGV[nb + 1]) ~= 'string' then bad('n') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':in'
     or KEYS[4] ~= base .. 'out' then
   bad('keys')
 end
-local lpre = gbase .. ':u:'
 
--- Each distinct qty and TTL text is checked once per call.
+-- The request lines. Each distinct qty and TTL text is checked once per call.
+local packed = ARGV[nb + 1]
+local lines, nl, total = {}, 0, 0
+for line in string.gmatch(packed, '([^\n]*)\n') do
+  nl = nl + 1
+  lines[nl] = line
+  total = total + #line + 1
+end
+if nl ~= n or total ~= #packed then bad('requests') end
 local okn = {}
 local function num(name, v, positive)
   local x = okn[v]
@@ -110,31 +119,40 @@ local function num(name, v, positive)
   end
   return x
 end
-local function parse(j)
-  local b = nb + 5 * (j - 1)
-  local u = ident('user', ARGV[b + 1])
-  local rid = ident('request_id', ARGV[b + 2])
-  local r = { u = u, rid = rid, q = ARGV[b + 3], lk = KEYS[4 + j] }
-  r.qty = num('qty', r.q, false)
-  r.resv = num('resv_ttl_ms', ARGV[b + 4], false)
-  r.ttl = num('ttl_ms', ARGV[b + 5], false)
-  if r.lk ~= lpre .. u then bad('ledger_key') end
+-- One line's request: one pattern checks the ids' characters and splits the line; when it
+-- fails, each field is checked on its own, so the reply names the bad one.
+local function parse(line)
+  local u, rid, q, rv, tt = string.match(line, '^([%w_.:%-]+) ([%w_.:%-]+) (%d+) (%d+) (%d+)$')
+  if u then
+    if #u > 128 then bad('user') end
+    if #rid > 128 then bad('request_id') end
+  else
+    u, rid, q, rv, tt = string.match(line, '^([^ ]*) ([^ ]*) ([^ ]*) ([^ ]*) ([^ ]*)$')
+    if not u then bad('request') end
+    ident('user', u)
+    ident('request_id', rid)
+  end
+  local r = { u = u, rid = rid, q = q }
+  r.qty = num('qty', q, false)
+  r.resv = num('resv_ttl_ms', rv, false)
+  r.ttl = num('ttl_ms', tt, false)
   return r
 end
 
 local out, rs, js = {}, {}, {}
 -- Every request parsed under one pcall; only when one is refused, each under its own.
-if pcall(function() for j = 1, n do rs[j] = parse(j) end end) then
+if pcall(function() for j = 1, n do rs[j] = parse(lines[j]) end end) then
   for j = 1, n do js[j] = j end
 else
   rs = {}
   for j = 1, n do
-    local ok, r = pcall(parse, j)
+    local ok, r = pcall(parse, lines[j])
     if ok then
       local k = #rs + 1
       rs[k], js[k] = r, j
     else
-      out[j] = { 'bad', type(r) == 'table' and r.err or tostring(r) }
+      local msg = type(r) == 'table' and r.err or tostring(r)
+      out[j] = 'b' .. (string.match(msg, 'bad argument: (%S+)') or 'request')
     end
   end
 end
@@ -142,13 +160,13 @@ end
 local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence')
 local refuse
 if not v[1] or v[1] ~= gen or v[7] ~= hf then
-  refuse = { 'stale' }
+  refuse = 't'
 elseif fence ~= '0' and (v[9] or '0') ~= fence then
-  refuse = { 'lock_lost' }
+  refuse = 'o'
 end
 if refuse then
   for i = 1, #rs do out[js[i]] = refuse end
-  return out
+  return table.concat(out, ' ')
 end
 local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out' }, v)
 local lim = st.lim
@@ -169,70 +187,106 @@ end
 local back = 0
 if st.reserved > 0 then back = reclaim(st, gen, KEYS[2], ob) end
 
--- Decide each request (reads only; the ledgers as this call changes them, by user).
-local ledgers, acts, replays = {}, {}, {}
+-- The ledgers the requests need. Limited: every one in one HMGET, parsed when first used.
+local ledgers = {}
+local lkey = gbase .. ':led'
+if lim > 0 then
+  local users, nu = {}, 0
+  for _, r in ipairs(rs) do
+    if r.qty > 0 and ledgers[r.u] == nil then
+      ledgers[r.u] = false
+      nu = nu + 1
+      users[nu] = r.u
+    end
+  end
+  if nu > 0 then
+    local texts = redis.call('HMGET', lkey, unpack(users))
+    for k = 1, nu do
+      local l = led_parse(texts[k] or nil)
+      l.key, l.user, l.lim = lkey, users[k], lim
+      ledgers[users[k]] = l
+    end
+  end
+end
+
+-- Decide each request (reads only; the ledgers as this call changes them).
+local acts, dirty, replays = {}, {}, {}
 for i, r in ipairs(rs) do
-  local l = ledgers[r.u]
-  local f = '=' .. r.rid
+  local reply
   if r.qty == 0 then
     -- No request: the call only credits (and reclaims); the stock after.
-    l = false
-  elseif not l then
-    if lim > 0 then
-      local x = redis.call('HMGET', r.lk, 'h', 'f', f)
-      l = { h = tonumber(x[1] or '0'), f = tonumber(x[2] or '0'), recs = { [r.rid] = x[3] or false } }
-    else
-      l = { h = 0, f = 0, recs = { [r.rid] = redis.call('HGET', r.lk, f) or false } }
-    end
-    ledgers[r.u] = l
-  elseif l.recs[r.rid] == nil then
-    l.recs[r.rid] = redis.call('HGET', r.lk, f) or false
-  end
-  local reply
-  local rec = l and l.recs[r.rid]
-  if not l then
     reply = st.stock
-  elseif rec then
-    local s, q, u = rec_parse(rec)
-    if s and live(u, u ~= 0 and clock(st) or 0) then
-      if q ~= r.qty then
-        reply = { 'mismatch', 'qty' }
-      elseif (s == 'A') ~= (r.resv == 0) then
-        reply = { 'mismatch', 'kind' }
-      else
-        reply = { 'replay' }
-        -- A replay rewrites its record as it is: the call then has a write of its own, so the
-        -- durability mode's WAIT after it covers the original write too (replication is in
-        -- order), without relying on how a WAIT after a read-only call behaves.
-        replays[#replays + 1] = { r.lk, f, rec }
+  else
+    local l = ledgers[r.u]
+    if not l then
+      l = { key = gbase .. ':u:' .. r.u, user = r.u, lim = 0, recs = {} }
+      ledgers[r.u] = l
+    end
+    local rec = l.recs[r.rid]
+    if rec == nil and lim == 0 then
+      rec = redis.call('HGET', l.key, '=' .. r.rid) or false
+      l.recs[r.rid] = rec
+    end
+    if rec then
+      local s, q, u = rec_parse(rec)
+      if s and live(u, u ~= 0 and clock(st) or 0) then
+        if q ~= r.qty then
+          reply = 'mq'
+        elseif (s == 'A') ~= (r.resv == 0) then
+          reply = 'mk'
+        else
+          reply = 'p'
+          -- A replay rewrites its record as it is: the call then has a write of its own, so
+          -- the durability mode's WAIT after it covers the original write too (replication
+          -- is in order), without relying on how a WAIT after a read-only call behaves.
+          replays[#replays + 1] = { l, r.rid, rec }
+        end
       end
     end
-  end
-  if not reply then
-    if lim > 0 and l.h + r.qty > lim then
-      reply = { 'limit', lim, l.h, l.f }
-    elseif st.stock < r.qty then
-      reply = { 'short', st.stock }
-    else
-      st.stock = st.stock - r.qty
-      if r.resv == 0 then
-        st.sold = st.sold + r.qty
-        r.untl = lim > 0 and 0 or clock(st) + r.ttl
-        r.val = 'A:' .. r.q .. ':' .. int(r.untl) .. ':0'
+    if not reply then
+      if lim > 0 and l.h + r.qty > lim then
+        reply = 'l' .. int(lim) .. '/' .. int(l.h) .. '/' .. int(l.f)
+      elseif st.stock < r.qty then
+        reply = 's' .. int(st.stock)
       else
-        st.reserved = st.reserved + r.qty
-        r.exp = clock(st) + r.resv
-        r.untl = r.exp + r.ttl
-        r.val = 'R:' .. r.q .. ':' .. int(r.untl) .. ':' .. int(r.exp)
+        st.stock = st.stock - r.qty
+        local val
+        if r.resv == 0 then
+          st.sold = st.sold + r.qty
+          r.untl = lim > 0 and 0 or clock(st) + r.ttl
+          val = 'A:' .. r.q .. ':' .. int(r.untl) .. ':0'
+        else
+          st.reserved = st.reserved + r.qty
+          r.exp = clock(st) + r.resv
+          r.untl = r.exp + r.ttl
+          val = 'R:' .. r.q .. ':' .. int(r.untl) .. ':' .. int(r.exp)
+        end
+        if lim > 0 then
+          -- The ledger forgets its records past `until` first when it holds 32, 64, 128, …
+          -- of them (prunes_at); a dead record of this very id is then replaced.
+          if prunes_at(l.n) then
+            local now = clock(st)
+            for id, x in pairs(l.recs) do
+              local _, _, xu = rec_parse(x)
+              if not live(xu, now) then
+                l.recs[id] = nil
+                l.n = l.n - 1
+              end
+            end
+          end
+          if l.recs[r.rid] == nil then l.n = l.n + 1 end
+          l.h = l.h + r.qty
+          if r.resv == 0 then l.f = l.f + r.qty end
+          if not dirty[r.u] then
+            dirty[r.u] = true
+            dirty[#dirty + 1] = l
+          end
+        end
+        l.recs[r.rid] = val
+        r.val, r.l = val, l
+        acts[#acts + 1] = r
+        reply = int(st.stock)
       end
-      l.recs[r.rid] = r.val
-      if lim > 0 then
-        l.h = l.h + r.qty
-        if r.resv == 0 then l.f = l.f + r.qty end
-      end
-      r.f, r.l = f, l
-      acts[#acts + 1] = r
-      reply = st.stock
     end
   end
   out[js[i]] = reply
@@ -240,32 +294,38 @@ end
 
 -- Counters once, then the records.
 flush(st)
-for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
+if lim > 0 then
+  -- Every ledger written (and every replayed one rewritten as it is) in one HSET.
+  local args, k = { 'HSET', lkey }, 2
+  for _, l in ipairs(dirty) do
+    args[k + 1], args[k + 2], k = l.user, led_text(l), k + 2
+  end
+  for _, x in ipairs(replays) do
+    if not dirty[x[1].user] then
+      dirty[x[1].user] = true
+      args[k + 1], args[k + 2], k = x[1].user, led_text(x[1]), k + 2
+    end
+  end
+  if k > 2 then redis.call(unpack(args)) end
+else
+  for _, x in ipairs(replays) do redis.call('HSET', x[1].key, '=' .. x[2], x[3]) end
+end
 for _, r in ipairs(acts) do
-  local lk = r.lk
-  local had = redis.call('HLEN', lk)
-  -- Record fields: with a limit the ledger also holds `h` and `f` (both, once written).
-  local nrec = (lim > 0 and had > 0) and had - 2 or had
-  local p = 32
-  while p < nrec do p = p * 2 end
-  if nrec >= 32 and p == nrec then
-    -- prunes_at (segment.rs): at 32 records or any larger power of two, forget the records
-    -- past their `until` before taking another (amortised O(1) per write).
-    local now, all, gone = clock(st), redis.call('HGETALL', lk), {}
-    for k = 1, #all, 2 do
-      if string.sub(all[k], 1, 1) == '=' then
+  if lim == 0 then
+    local lk = r.l.key
+    local had = redis.call('HLEN', lk)
+    if prunes_at(had) then
+      -- Forget the records past their `until` before taking another (prunes_at).
+      local now, all, gone = clock(st), redis.call('HGETALL', lk), {}
+      for k = 1, #all, 2 do
         local s, _, u = rec_parse(all[k + 1])
         if s and not live(u, now) then gone[#gone + 1] = all[k] end
       end
+      for k = 1, #gone, 1000 do
+        redis.call('HDEL', lk, unpack(gone, k, math.min(k + 999, #gone)))
+      end
     end
-    for k = 1, #gone, 1000 do
-      redis.call('HDEL', lk, unpack(gone, k, math.min(k + 999, #gone)))
-    end
-  end
-  if lim > 0 then
-    redis.call('HSET', lk, r.f, r.val, 'h', int(r.l.h), 'f', int(r.l.f))
-  else
-    redis.call('HSET', lk, r.f, r.val)
+    redis.call('HSET', lk, '=' .. r.rid, r.val)
     if r.resv > 0 then
       -- A ledger holding a reservation keeps no TTL from now on (as with a limit: it goes with
       -- the generation): its record must be there when the reclaim returns the units, however
@@ -287,4 +347,4 @@ if back > 0 then
 elseif credited > 0 then
   stock_event('M', gen, KEYS[1])
 end
-return out
+return table.concat(out, ' ')

@@ -22,7 +22,7 @@
 --         reclaimed} where held = units of the index entries whose record is R, live = those
 --         entries, orphans = entries whose record is gone or no longer R, reclaimed = units
 --         this call returned to stock | {"stale"}
--- Cost: with detail, one HGET per live reservation of the segment (the audit only).
+-- Cost: with detail, one HGET per live reservation's ledger (the audit only).
 local gen = ARGV[1]
 uint('gen', gen)
 local detail = ARGV[2]
@@ -41,12 +41,20 @@ outbox_ready(ob)
 local back = reclaim(st, gen, KEYS[2], ob)
 flush(st)
 if back > 0 then stock_event('R', gen, KEYS[1]) end
-local lpre = base .. 'g' .. gen .. ':u:'
-local held, nlive, orphans = 0, 0, 0
+local gbase = base .. 'g' .. gen
+local held, nlive, orphans, ls = 0, 0, 0, {}
 local index = detail == '1' and redis.call('ZRANGE', KEYS[2], 0, -1) or {}
 for _, m in ipairs(index) do
   local user, rid = string.match(m, '^(%S+) (%S+)$')
-  local rec = user and redis.call('HGET', lpre .. user, '=' .. rid)
+  local rec
+  if user then
+    local l = ls[user]
+    if not l then
+      l = ledger(gbase, st.lim, user)
+      ls[user] = l
+    end
+    rec = led_rec(l, rid)
+  end
   local s, q = nil, nil
   if rec then s, q = rec_parse(rec) end
   if s == 'R' then

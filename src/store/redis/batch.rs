@@ -216,7 +216,6 @@ impl Batcher {
         seg: SegAddr<'_>,
         req: SellArgs<'_>,
     ) -> Result<SellReply> {
-        let at = conn.at(seg);
         let key = (seg.sku.clone(), seg.index, seg.suffix, seg.generation);
         // The lane exists but for the first request of a segment: a shared lock finds it.
         let found = self.lanes.get(&key).map(|l| Arc::clone(&l));
@@ -230,7 +229,7 @@ impl Batcher {
         });
         let (tx, rx) = oneshot::channel();
         let item = Item {
-            call: SellItem::new(&at, &req),
+            call: SellItem::new(&req),
             tx,
         };
         let start = {

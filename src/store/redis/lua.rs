@@ -50,7 +50,8 @@
 //! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on), `hf` (the home function version the generation was loaded with; missing: loaded before home functions had versions, read as 0) |
 //! | SKU registry `<prefix>:skus` | set of every SKU ever loaded (`RedisStore::load_begin` adds, the sweeper lists) |
 //! | segment `<prefix>:{<tag>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`, `tin` (units credited here by transfers), `tout` (units debited here by transfers), `lim` (per-user limit of this generation, 0: none), `hf` (home function version), `out` (`1`: the outbox is on), `fence` (the lock strategies' fence token, bumped by each lock acquisition). `loaded + restocked + tin = stock + reserved + sold + tout` |
-//! | ledger `…:g<gen>:u:<user>` | `=<request id>` = a record (above); with a per-user limit also `h` (units the user holds here: sold, confirmed, or reserved and live) and `f` (of those, units held for good), and no TTL (the ledger lives as long as the generation). Without a limit, no `h` / `f`, and the key expires with its latest record's `until` (`PEXPIREAT`, `GT` once it exists) — until it holds a reservation: from then on it keeps no TTL (as with a limit), so the reclaim finds the record however late it runs. A write into a ledger holding 32 records or more (`PRUNE_AT`) first deletes the records past their `until` |
+//! | ledgers under a per-user limit `…:g<gen>:led` | hash, one field per user homed here: `<h> <f>` then ` <request id> <record>` per record (above), where `h` = units the user holds here (sold, confirmed, or reserved and live) and `f` = of those, units held for good. No TTL: the ledgers live as long as the generation. A coalesced call reads every ledger it needs in one `HMGET` and writes them in one `HSET` |
+//! | ledger without a limit `…:g<gen>:u:<user>` | `=<request id>` = a record (above). The key expires with its latest record's `until` (`PEXPIREAT`, `GT` once it exists) — until it holds a reservation: from then on it keeps no TTL, so the reclaim finds the record however late it runs |
 //! | reservation index `…:g<gen>:resv` | ZSET of `<user> <request id>` (one space; ids have none) by expiry: exactly the records in state `R` |
 //! | credits `…:g<gen>:in` | hash: transfer id (decimal u64, as text) → units credited here (`HSETNX`: once per id) |
 //! | transfers `…:g<gen>:tx` | hash: transfer id → `<dest>:<units>:<lease end ms>` debited here; lease end `0` once done |
@@ -63,6 +64,9 @@
 //! | lock `<prefix>:{<tag>}:lock` | the holder's owner token |
 //! | RedLock quarantine marker `shardstock:redlock:quarantine` (per node) | end of the node's quarantine, ms |
 //!
+//! A write into a ledger holding 32 records or more (`PRUNE_AT`, then every power of two)
+//! first deletes the records past their `until`.
+//!
 //! A reload makes every `…:g<old>:…` key of a segment unreachable (every script checks the
 //! generation); `RedisStore::load_segment` / `drop_segment` unlink them afterwards (`SCAN MATCH
 //! …:g<old>:*` on the slot's node, best effort).
@@ -70,7 +74,7 @@
 use super::moving;
 use super::wait::Durable;
 use crate::error::{Error, Result};
-use crate::ids::{RequestId, UserId};
+use crate::ids::RequestId;
 use crate::segments::Keyspace;
 use crate::store::SegAddr;
 use fred::prelude::{Client, LuaInterface};
@@ -383,30 +387,12 @@ impl Reply {
             .ok_or_else(|| self.bad())
     }
 
-    /// The field named by a `{"mismatch", field}` reply.
-    pub(crate) fn field(&self, i: usize) -> Result<&'static str> {
-        match self.str(i)?.as_str() {
-            "qty" => Ok("qty"),
-            "kind" => Ok("kind"),
-            _ => Err(self.bad()),
-        }
-    }
-
     /// The error for a reply this version does not understand.
     pub(crate) fn bad(&self) -> Error {
         Error::Protocol(format!(
             "{}: reply {} {:?}",
             self.script, self.tag, self.rest
         ))
-    }
-
-    /// `{"bad", "ERR shardstock bad argument: <name>"}` (one request of a batch refused) as
-    /// the error a lone call would have got.
-    pub(crate) fn bad_argument(&self) -> Error {
-        match self.str(0) {
-            Ok(d) => bad_argument(&d).unwrap_or_else(|| self.bad()),
-            Err(e) => e,
-        }
     }
 }
 
@@ -428,11 +414,6 @@ impl SegmentKeys<'_> {
     /// The segment hash.
     pub(crate) fn segment(&self) -> String {
         self.keys.segment(&self.tag())
-    }
-
-    /// `user`'s ledger here.
-    pub(crate) fn ledger(&self, user: &UserId) -> String {
-        self.keys.ledger(&self.tag(), self.seg.generation, user)
     }
 
     /// The reservation index.

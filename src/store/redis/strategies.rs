@@ -262,7 +262,7 @@ async fn sell_one(
         at,
         fence,
         credits: req.credits,
-        items: vec![SellItem::new(&at, req)],
+        items: vec![SellItem::new(req)],
     };
     c.run(call)
         .await?

@@ -436,6 +436,7 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
     for client in clients {
         for pattern in [
             format!("t:{{{sku}#*}}:g{g}:u:*"),
+            format!("t:{{{sku}#*}}:g{g}:led"),
             format!("t:{{{sku}#*}}:g{g}:tx"),
             format!("t:{{{sku}#*}}:g{g}:in"),
         ] {
@@ -458,6 +459,23 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                     fields.sort();
                     for (f, val) in fields {
                         facts.add_field(seg, user, &f, &val);
+                    }
+                } else if k.ends_with(":led") {
+                    // Under a per-user limit: a field per user, `<h> <f>` then
+                    // ` <request id> <record>` per record; read as the fields they stand for.
+                    let mut users: Vec<_> = m.into_iter().collect();
+                    users.sort();
+                    for (user, text) in users {
+                        let w: Vec<&str> = text.split(' ').collect();
+                        assert!(
+                            w.len() >= 2 && w.len() % 2 == 0,
+                            "ledger {user} at {k}: {text:?}"
+                        );
+                        facts.add_field(seg, &user, "h", w[0]);
+                        facts.add_field(seg, &user, "f", w[1]);
+                        for rec in w[2..].chunks(2) {
+                            facts.add_field(seg, &user, &format!("={}", rec[0]), rec[1]);
+                        }
                     }
                 } else if k.ends_with(":tx") {
                     for (id, val) in m {

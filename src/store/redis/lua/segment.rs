@@ -201,12 +201,7 @@ impl Call for ReserveEnd<'_> {
             ReservationAction::Inspect => "inspect",
         };
         let at = &self.at;
-        let keys = vec![
-            at.segment(),
-            at.reservations(),
-            at.ledger(self.user),
-            at.outbox(),
-        ];
+        let keys = vec![at.segment(), at.reservations(), at.outbox()];
         (
             keys,
             argv![at.generation(), self.user, self.request_id, action],
@@ -293,7 +288,7 @@ impl Call for RecordRead<'_> {
     type Output = Option<HomeRecord>;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![self.at.segment(), self.at.ledger(self.user)];
+        let keys = vec![self.at.segment()];
         (
             keys,
             argv![self.at.generation(), self.user, self.request_id],

@@ -1,33 +1,30 @@
 //! `sell.lua`: requests decided at their home segment — a lone request, or many coalesced into
 //! one call (`batch`), with the transfers to credit first.
 
-use super::{Call, Reply, Script, SegmentKeys, argv};
+use super::{Call, Script, SegmentKeys, argv};
 use crate::error::{Error, Result};
 use crate::store::{Credit, SellArgs, SellReply};
 use fred::types::Value;
 
-/// One request of a [`Sell`] call.
+/// One request of a [`Sell`] call: its line of the script's packed request argument.
 pub(crate) struct SellItem {
-    /// The user's ledger key at the home segment.
-    pub(crate) ledger: String,
-    pub(crate) user: String,
-    pub(crate) request_id: String,
-    pub(crate) qty: u64,
-    pub(crate) resv_ttl_ms: u64,
-    pub(crate) ttl_ms: u64,
+    /// `<user> <request id> <qty> <resv_ttl_ms> <ttl_ms>\n` (ids never hold a space).
+    line: String,
 }
 
 impl SellItem {
-    /// `req` at the segment `at`.
-    pub(crate) fn new(at: &SegmentKeys<'_>, req: &SellArgs<'_>) -> Self {
-        Self {
-            ledger: at.ledger(req.user),
-            user: req.user.to_string(),
-            request_id: req.request_id.to_string(),
-            qty: req.qty,
-            resv_ttl_ms: req.resv_ttl_ms,
-            ttl_ms: req.ttl_ms,
-        }
+    /// `req`'s line.
+    pub(crate) fn new(req: &SellArgs<'_>) -> Self {
+        use std::fmt::Write;
+        let (user, rid) = (req.user.as_str(), req.request_id.as_str());
+        let mut line = String::with_capacity(user.len() + rid.len() + 32);
+        // Writing into a String cannot fail.
+        let _ = writeln!(
+            line,
+            "{user} {rid} {} {} {}",
+            req.qty, req.resv_ttl_ms, req.ttl_ms
+        );
+        Self { line }
     }
 }
 
@@ -48,9 +45,8 @@ impl Call for Sell<'_> {
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let n = self.items.len();
         let at = &self.at;
-        let mut keys = Vec::with_capacity(n + 4);
-        keys.extend([at.segment(), at.reservations(), at.credits(), at.outbox()]);
-        let mut args = Vec::with_capacity(6 + 3 * self.credits.len() + 5 * n);
+        let keys = vec![at.segment(), at.reservations(), at.credits(), at.outbox()];
+        let mut args = Vec::with_capacity(7 + 3 * self.credits.len());
         args.extend(argv![
             at.generation(),
             crate::segments::HOME_FN,
@@ -62,22 +58,27 @@ impl Call for Sell<'_> {
             args.extend(argv![c.id, c.donor, c.units]);
         }
         args.push(n.to_string());
-        // The items' strings are handed over, not copied.
-        for it in &mut self.items {
-            keys.push(std::mem::take(&mut it.ledger));
-            args.push(std::mem::take(&mut it.user));
-            args.push(std::mem::take(&mut it.request_id));
-            args.push(it.qty.to_string());
-            args.push(it.resv_ttl_ms.to_string());
-            args.push(it.ttl_ms.to_string());
+        // Every request in one argument: one string to send, one for the script to split.
+        let mut packed = String::with_capacity(self.items.iter().map(|i| i.line.len()).sum());
+        for it in &self.items {
+            packed.push_str(&it.line);
         }
+        args.push(packed);
         (keys, args)
     }
 
     fn decode(&self, reply: Value) -> Result<Vec<Result<SellReply>>> {
-        let Value::Array(replies) = reply else {
-            return Err(Error::Protocol(format!("sell: reply {reply:?}")));
+        let bad = || Error::Protocol(format!("sell: reply {reply:?}"));
+        let text = match &reply {
+            Value::String(s) => s.as_bytes(),
+            Value::Bytes(b) => b,
+            _ => return Err(bad()),
         };
+        let text = std::str::from_utf8(text).map_err(|_| bad())?;
+        let replies: Vec<Result<SellReply>> = text
+            .split(' ')
+            .map(|t| sell_reply(t).ok_or_else(bad)?)
+            .collect();
         if replies.len() != self.items.len() {
             return Err(Error::Protocol(format!(
                 "sell: {} replies for {} requests",
@@ -85,33 +86,35 @@ impl Call for Sell<'_> {
                 self.items.len()
             )));
         }
-        Ok(replies
-            .into_iter()
-            .map(|r| match r {
-                // An applied request: the stock after it, as a bare integer.
-                Value::Integer(stock_after) => Ok(SellReply::Applied {
-                    stock_after: stock_after.max(0) as u64,
-                }),
-                r => Reply::parse(r, Self::SCRIPT).and_then(|r| sell_reply(&r)),
-            })
-            .collect())
+        Ok(replies)
     }
 }
 
-/// One request's tagged reply.
-fn sell_reply(r: &Reply) -> Result<SellReply> {
-    Ok(match r.tag() {
-        "replay" => SellReply::Replay,
-        "short" => SellReply::Short { stock: r.stock(0)? },
-        "limit" => SellReply::LimitReached {
-            limit: r.u64(0)?,
-            held: r.u64(1)?,
-            sold: r.u64(2)?,
+/// One request's answer in the packed reply (see the script's header); `None`: not one.
+fn sell_reply(t: &str) -> Option<Result<SellReply>> {
+    let num = |s: &str| s.parse::<u64>().ok();
+    if let Some(name) = t.strip_prefix('b') {
+        // A request the script refused before anything was written for it.
+        return Some(Err(super::bad_argument(&format!(
+            "ERR shardstock bad argument: {name}"
+        ))?));
+    }
+    let (tag, rest) = t.split_at(t.find(|c: char| !c.is_ascii_lowercase()).unwrap_or(t.len()));
+    Some(Ok(match (tag, rest) {
+        ("", n) => SellReply::Applied {
+            stock_after: num(n)?,
         },
-        "mismatch" => SellReply::Mismatch(r.field(0)?),
-        "stale" => SellReply::Stale,
-        "lock_lost" => SellReply::LockLost,
-        "bad" => return Err(r.bad_argument()),
-        _ => return Err(r.bad()),
-    })
+        ("p", "") => SellReply::Replay,
+        ("s", n) => SellReply::Short { stock: num(n)? },
+        ("l", r) => {
+            let mut it = r.split('/').map(num);
+            let (limit, held, sold) = (it.next()??, it.next()??, it.next()??);
+            SellReply::LimitReached { limit, held, sold }
+        }
+        ("mq", "") => SellReply::Mismatch("qty"),
+        ("mk", "") => SellReply::Mismatch("kind"),
+        ("t", "") => SellReply::Stale,
+        ("o", "") => SellReply::LockLost,
+        _ => return None,
+    }))
 }
