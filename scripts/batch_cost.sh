@@ -5,15 +5,17 @@
 # a ref when it has sell.lua), or, for a ref from before the redesign, prelude + deduct_core +
 # deduct_batch.lua with that script's own KEYS/ARGV (see scripts/lib/sell_bench.sh).
 # redis-benchmark sends EVALSHA with N fresh requests per call (random users and request ids,
-# 1 unit each, no per-user limit, record TTL 600 s, stock far beyond the run), 50 clients,
-# pipeline 4. For sell.lua each request's ledger key carries the random user and
-# scripts/lib/fresh_user.lua sets the user argument from it. The segment is written by that
-# side's own load_segment.lua (deduct-era refs: the fields their load_segment wrote).
+# 1 unit each, per-user limit SELL_LIMIT, record TTL 600 s, stock far beyond the run), 50
+# clients, pipeline 4, in each side's own contract (scripts/lib/sell_bench.sh). The segment is
+# written by that side's own load_segment.lua (deduct-era refs: the fields their load_segment
+# wrote).
 # Per request it prints: redis-server main-thread CPU (INFO cpu, the figure least disturbed by
 # other load), the script's time by INFO commandstats, and used_memory growth per request sold
 # (bytes per remembered request).
 #
-# Usage: scripts/batch_cost.sh [REF]   env: CALLS (3000), N (64), ROUNDS (2), VERBOSE=1 (commandstats)
+# Usage: scripts/batch_cost.sh [REF]   env: CALLS (3000), N (64), ROUNDS (2), VERBOSE=1 (commandstats),
+#        SELL_LIMIT (the segment's per-user limit, default 0; 1 is a flash sale's one per buyer)
+#        LADDER=1 (also the tree's script cut after each step: where its time goes)
 # Needs: redis-server, redis-cli, redis-benchmark, python3, git.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +35,7 @@ SEG='bc:{bc#0}:seg'
 # Each side: its script file, its contract, how to write its segment, its KEYS and ARGV.
 REF_KIND=$(sell_compose_ref "$ROOT" "$REF" batch "$DIR/ref.lua")
 sell_compose "$ROOT" "$DIR/tree.lua"
-if [ "$REF_KIND" = sell ]; then
+if [ "$REF_KIND" != deduct ]; then
   { git -C "$ROOT" show "$REF:src/scripts/prelude.lua"; git -C "$ROOT" show "$REF:src/scripts/load_segment.lua"; } > "$DIR/ref-load.lua"
 fi
 sell_load_lua "$ROOT" "$DIR/tree-load.lua"
@@ -41,8 +43,8 @@ REF_HF=$(sell_home_fn_ref "$ROOT" "$REF")
 TREE_HF=$(sell_home_fn "$ROOT")
 # KEYS[4+j] / ARGV of N requests for either contract (sets KEYS and ARGS).
 call_args() { # $1 = kind, $2 = hf
-  if [ "$1" = sell ]; then
-    sell_keys_args "$SEG" "$2" "$N" 600000
+  if [ "$1" != deduct ]; then
+    sell_keys_args "$SEG" "$2" "$N" 600000 "$1"
     KEYS=("${SELL_KEYS[@]}"); ARGS=("${SELL_ARGS[@]}")
   else
     # deduct_batch.lua: KEYS segment, resv, claims, outbox, then a request record per request;
@@ -52,8 +54,8 @@ call_args() { # $1 = kind, $2 = hf
     for _ in $(seq "$N"); do KEYS+=('bc:{bc#0}:g1:rq:__rand_int__'); ARGS+=(u__rand_int__ 1 1 0); done
   fi
 }
-load_seg() { # $1 = kind, $2 = load script (sell), $3 = hf
-  if [ "$1" = sell ]; then
+load_seg() { # $1 = kind, $2 = load script (sell, packed), $3 = hf
+  if [ "$1" != deduct ]; then
     local r; r=$(sell_load_segment "$2" "$SEG" 999999999999 "$3" "${CLI[@]}" | head -1)
     [ "$r" = ok ] || { echo "load_segment.lua answered '$r', not 'ok'" >&2; exit 1; }
   else
@@ -90,9 +92,30 @@ print(f"{label:5s} {calls} calls × {n}: {(c1 - c0) / req:6.2f} µs CPU/request,
       f"{usec / req:6.2f} µs/request by commandstats, {(m1 - m0) / max(sold, 1):4.0f} B/request sold")
 PY
 }
-desc() { [ "$1" = sell ] && echo "prelude + sell.lua" || echo "prelude + deduct_core + deduct_batch.lua"; }
-echo "$N fresh requests per call, $CALLS calls; ref = $REF ($(desc "$REF_KIND")), tree = $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src/scripts || echo '+changes') ($(desc sell))"
+desc() {
+  case $1 in
+    packed) echo "prelude + sell.lua, requests packed in one argument" ;;
+    sell) echo "prelude + sell.lua, five arguments and a ledger key per request" ;;
+    *) echo "prelude + deduct_core + deduct_batch.lua" ;;
+  esac
+}
+echo "$N fresh requests per call, $CALLS calls, per-user limit ${SELL_LIMIT:-0}; ref = $REF ($(desc "$REF_KIND")), tree = $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src/scripts || echo '+changes') ($(desc "$SELL_KIND"))"
 for _ in $(seq "$ROUNDS"); do
   run ref "$DIR/ref.lua" "$REF_KIND" "$DIR/ref-load.lua" "$REF_HF"
-  run tree "$DIR/tree.lua" sell "$DIR/tree-load.lua" "$TREE_HF"
+  run tree "$DIR/tree.lua" "$SELL_KIND" "$DIR/tree-load.lua" "$TREE_HF"
 done
+# LADDER=1: where the tree's call spends its time — the real script cut short after each of its
+# steps (everything up to the step's first line, then `return '1'`), cumulative, same calls.
+if [ "${LADDER:-0}" = 1 ]; then
+  cuts=("local v = redis.call('HMGET', KEYS[1]" "-- The ledgers the requests need" "-- Decide each request"
+    "-- Counters once, then the records" "for _, r in ipairs(acts) do")
+  labels=("arguments split and checked" "+ segment read, credits, reclaim" "+ ledgers read (HMGET) and parsed"
+    "+ every request decided" "+ counters and ledgers written")
+  for k in "${!cuts[@]}"; do
+    awk -v pat="${cuts[$k]}" 'index($0, pat) == 1 { found = 1; exit } { print } END { exit !found }' \
+      "$DIR/tree.lua" > "$DIR/cut.lua" || { echo "step marker not in sell.lua: ${cuts[$k]}" >&2; exit 1; }
+    echo "return '1'" >> "$DIR/cut.lua"
+    echo "step $((k + 1)): ${labels[$k]}"
+    run "cut$((k + 1))" "$DIR/cut.lua" "$SELL_KIND" "$DIR/tree-load.lua" "$TREE_HF"
+  done
+fi

@@ -21,9 +21,10 @@
 # block copied verbatim from its sell.lua (everything before its segment read: credits, n, key
 # names, the requests parsed under pcall); step 6 is the real script as the build composes it
 # (prelude.lua + sell.lua). If 6 drifts far from 5, the script changed shape: update the steps.
-# Fresh buyers: the ledger key carries redis-benchmark's __rand_int__ and scripts/lib/
-# fresh_user.lua (after the prelude, from step 2 on) sets the user argument from it; the segment
-# is written by the real load_segment.lua (scripts/lib/sell_bench.sh).
+# Fresh buyers: the request line carries redis-benchmark's __rand_int__ as user and request id
+# (scripts/lib/sell_bench.sh); the segment is written by the real load_segment.lua. The
+# coalesced call's cost, step by step inside the real script, is scripts/batch_cost.sh's
+# LADDER=1.
 #
 # Which code: SRC_REF=HEAD (default) exports that commit with `git archive` into
 # target/profile/src-<sha> and builds/reads the Lua scripts from there, so edits in progress in
@@ -184,7 +185,8 @@ LUA
 # The request's record in its user's ledger (absent for a fresh buyer) and the decisions.
 LUA_LEDGER=$(cat <<'LUA'
 local f = '=' .. r.rid
-local rec = redis.call('HGET', r.lk, f)
+local lk = gbase .. ':u:' .. r.u
+local rec = redis.call('HGET', lk, f)
 if rec then
   local s, q, u = rec_parse(rec)
   if s and live(u, u ~= 0 and clock(st) or 0) then
@@ -210,10 +212,10 @@ lua_sell_tail() { # $1 = writes (0/1), $2 = strings (0/1)
     echo "st.stock = st.stock - r.qty"
     echo "st.sold = st.sold + r.qty"
     echo "redis.call('HSET', KEYS[1], 'stock', $stock, 'sold', $sold)"
-    echo "local had = redis.call('HLEN', r.lk)"
-    echo "redis.call('HSET', r.lk, f, val)"
-    echo "if had == 0 then redis.call('PEXPIREAT', r.lk, $untl)"
-    echo "else redis.call('PEXPIREAT', r.lk, $untl, 'GT') end"
+    echo "local had = redis.call('HLEN', lk)"
+    echo "redis.call('HSET', lk, f, val)"
+    echo "if had == 0 then redis.call('PEXPIREAT', lk, $untl)"
+    echo "else redis.call('PEXPIREAT', lk, $untl, 'GT') end"
     echo "return { st.stock }"
   else
     echo "redis.call('HINCRBY', KEYS[1], 'stock', -r.qty)"
@@ -227,7 +229,7 @@ make_variant() { # $1 = id
     v1)
       cat <<'LUA'
 local stock = tonumber(redis.call('HGET', KEYS[1], 'stock'))
-local qty = tonumber(ARGV[9])
+local qty = 1
 if stock >= qty then
   redis.call('HINCRBY', KEYS[1], 'stock', -qty)
   return { stock - qty }
@@ -236,7 +238,8 @@ return { { 'short', stock } }
 LUA
       ;;
     v2 | v3 | v4 | v5 | v5s)
-      cat "$PRELUDE" "$SHIM"
+      cat "$PRELUDE"
+      [ "$SELL_KIND" = sell ] && cat "$SHIM"
       echo "$VALIDATION"
       echo "$LUA_SEGMENT"
       case $1 in v3 | v4 | v5 | v5s) echo "$LUA_LEDGER" ;; esac
@@ -254,10 +257,10 @@ LUA
 VARIANTS=(v0 v0p v1 v2 v3 v4 v5 v5s v6)
 [ -n "$LADDER_BASE_REF" ] && VARIANTS+=(base)
 declare -A VDESC=(
-  [v0]="\`return 1\` (EVALSHA with the same 5 keys and 11 args)"
+  [v0]="\`return 1\` (EVALSHA with the same keys and args as the real script)"
   [v0p]="prelude.lua prepended (its local functions are created on every call), then \`return 1\`"
-  [v1]="bare check-and-decrement: HGET stock, HINCRBY stock -qty (no prelude)"
-  [v2]="+ prelude + the fresh-user shim + sell.lua's strict argument validation (request parsed under pcall) + the segment read (HMGET of 9 fields, generation/hf/fence checks, open)"
+  [v1]="bare check-and-decrement: HGET stock, HINCRBY stock -1 (no prelude)"
+  [v2]="+ prelude + sell.lua's strict argument validation (the request line split and checked under pcall) + the segment read (HMGET of 9 fields, generation/hf/fence checks, open)"
   [v3]="+ the ledger read (HGET of the request's record in the buyer's ledger, absent) + replay/mismatch/limit checks"
   [v4]="+ clock() (TIME) for the record's lifetime, the record text built"
   [v5]="+ the writes: HSET stock and sold, HLEN ledger, HSET record, PEXPIREAT ledger (the real script's commands, inline; Lua numbers passed)"

@@ -1,17 +1,21 @@
 # sell_bench.sh — sourced by the benchmark scripts under scripts/ (bench.sh, batch_cost.sh,
 # profile.sh, scaleout.sh): how they compose and call the selling script for redis-benchmark.
 #
-# Since the Lua redesign every sale is decided by src/scripts/sell.lua (prelude.lua prepended,
-# as src/store/redis/lua.rs composes it; a lone request is a batch of one). Before it, a sale was
-# deduct.lua (prelude + deduct_core + deduct.lua) and a coalesced call deduct_batch.lua (prelude
-# + deduct_core + deduct_batch.lua); scripts comparing against an older git ref compose those
-# when the ref has them, with their own KEYS/ARGV (the contract of their last version).
-#
-# A "fresh" request per call: the ledger key of each request ends in `u__rand_int__` (and its
-# request id is `r__rand_int__`), and scripts/lib/fresh_user.lua (placed after the prelude) sets
-# the user argument from the key, since redis-benchmark cannot repeat one random value. The
-# segment is written by the real load_segment.lua (prelude + load_segment.lua run with EVAL),
-# generation 1, no per-user limit, outbox off, the home function version of the measured code.
+# Every sale is decided by src/scripts/sell.lua (prelude.lua prepended, as
+# src/store/redis/lua.rs composes it; a lone request is a batch of one). Its contract has had
+# three forms, each named by a kind scripts compare across git refs with:
+#   packed  (today) KEYS segment, reservations, credits, outbox; the requests in one ARGV, a line
+#           `<user> <request id> <qty> <resv_ttl_ms> <ttl_ms>\n` each; a packed string reply.
+#           A fresh request per call: the line is `u__rand_int__ r__rand_int__ 1 0 <ttl>` (each
+#           __rand_int__ gets its own random number: a new buyer, a new request id).
+#   sell    KEYS[4+j] the ledger of request j's user, five ARGV per request; the ledger key ends
+#           in `u__rand_int__` and scripts/lib/fresh_user.lua (placed after the prelude) sets the
+#           user argument from it, since redis-benchmark cannot repeat one random value.
+#   deduct  before sell.lua: deduct.lua (prelude + deduct_core + deduct.lua) and a coalesced
+#           call deduct_batch.lua (prelude + deduct_core + deduct_batch.lua), their own KEYS/ARGV.
+# The segment is written by the real load_segment.lua (prelude + load_segment.lua run with
+# EVAL), generation 1, per-user limit SELL_LIMIT (default 0: none), outbox off, the home function
+# version of the measured code.
 
 SELL_BENCH_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -22,17 +26,27 @@ sell_home_fn() {
   echo "${v:-1}"
 }
 
-# sell_compose DIR OUT: prelude + fresh_user shim + sell.lua from the source tree DIR into OUT.
+# sell_kind FILE: the contract of the sell.lua in FILE (packed or sell).
+sell_kind() {
+  if grep -q 'one line per request' "$1"; then echo packed; else echo sell; fi
+}
+
+# sell_compose DIR OUT: prelude (+ the fresh_user shim for the `sell` contract) + sell.lua from
+# the source tree DIR into OUT; sets SELL_KIND to its contract.
 sell_compose() {
-  cat "$1/src/scripts/prelude.lua" "$SELL_BENCH_LIB/fresh_user.lua" "$1/src/scripts/sell.lua" > "$2"
+  SELL_KIND=$(sell_kind "$1/src/scripts/sell.lua")
+  if [ "$SELL_KIND" = packed ]; then
+    cat "$1/src/scripts/prelude.lua" "$1/src/scripts/sell.lua" > "$2"
+  else
+    cat "$1/src/scripts/prelude.lua" "$SELL_BENCH_LIB/fresh_user.lua" "$1/src/scripts/sell.lua" > "$2"
+  fi
 }
 
 # sell_compose_ref REPO REF FORM OUT: the selling script at git REF of REPO into OUT, composed as
 # that commit's build did. FORM: single (one request per call) or batch (a coalesced call).
-# Prints the contract it used: "deduct" (the ref has deduct.lua, deduct_core.lua and, for a batch,
-# deduct_batch.lua) or "sell" (the ref has sell.lua); fails when the ref has neither.
+# Prints the contract it used (deduct, sell or packed); fails when the ref has no selling script.
 sell_compose_ref() {
-  local repo=$1 ref=$2 form=$3 out=$4 last
+  local repo=$1 ref=$2 form=$3 out=$4 last kind
   last=deduct.lua
   [ "$form" = batch ] && last=deduct_batch.lua
   if git -C "$repo" cat-file -e "$ref:src/scripts/$last" 2>/dev/null; then
@@ -43,12 +57,15 @@ sell_compose_ref() {
     } > "$out"
     echo deduct
   elif git -C "$repo" cat-file -e "$ref:src/scripts/sell.lua" 2>/dev/null; then
+    git -C "$repo" show "$ref:src/scripts/sell.lua" > "$out.sell"
+    kind=$(sell_kind "$out.sell")
     {
       git -C "$repo" show "$ref:src/scripts/prelude.lua"
-      cat "$SELL_BENCH_LIB/fresh_user.lua"
-      git -C "$repo" show "$ref:src/scripts/sell.lua"
+      [ "$kind" = sell ] && cat "$SELL_BENCH_LIB/fresh_user.lua"
+      cat "$out.sell"
     } > "$out"
-    echo sell
+    rm -f "$out.sell"
+    echo "$kind"
   else
     echo "neither sell.lua nor $last at $ref" >&2
     return 1
@@ -63,14 +80,15 @@ sell_home_fn_ref() {
 }
 
 # sell_load_segment LOADLUA SEG UNITS HF CLI...: writes segment hash SEG (`<prefix>:{<tag>}:seg`),
-# generation 1, UNITS units, no limit, outbox off, with the real load_segment.lua (the composed
+# generation 1, UNITS units, per-user limit SELL_LIMIT (default 0), outbox off, with the real
+# load_segment.lua (the composed
 # prelude + load_segment.lua in file LOADLUA), through the redis-cli command CLI...
 # Prints load_segment's reply (first line "ok" when written); redis-cli's errors (MOVED on a
 # cluster node that does not serve the slot) go to stdout too.
 sell_load_segment() {
   local lua=$1 seg=$2 units=$3 hf=$4
   shift 4
-  "$@" EVAL "$(cat "$lua")" 2 "$seg" "${seg%seg}out" 1 "$units" 0 0 "$hf" 2>&1
+  "$@" EVAL "$(cat "$lua")" 2 "$seg" "${seg%seg}out" 1 "$units" 0 "${SELL_LIMIT:-0}" "$hf" 2>&1
 }
 
 # sell_load_lua DIR OUT: prelude + load_segment.lua of source tree DIR into OUT.
@@ -78,23 +96,32 @@ sell_load_lua() {
   cat "$1/src/scripts/prelude.lua" "$1/src/scripts/load_segment.lua" > "$2"
 }
 
-# sell_keys_args SEG HF N TTL_MS: fills the arrays SELL_KEYS and SELL_ARGS with an EVALSHA's
-# KEYS and ARGV for sell.lua (without the key count): N fresh one-unit sales (no reservation,
-# record TTL TTL_MS) at segment SEG (index 0, generation 1, no fence, no credits).
+# sell_keys_args SEG HF N TTL_MS [KIND]: fills the arrays SELL_KEYS and SELL_ARGS with an
+# EVALSHA's KEYS and ARGV for sell.lua (without the key count): N fresh one-unit sales (no
+# reservation, record TTL TTL_MS) at segment SEG (index 0, generation 1, no fence, no credits),
+# in contract KIND (default $SELL_KIND, else packed).
 sell_keys_args() {
-  local seg=$1 hf=$2 n=$3 ttl=$4 base g j
+  local seg=$1 hf=$2 n=$3 ttl=$4 kind=${5:-${SELL_KIND:-packed}} base g j lines=
   base=${seg%seg}
   g="${base}g1"
   SELL_KEYS=("$seg" "$g:resv" "$g:in" "${base}out")
   SELL_ARGS=(1 "$hf" 0 0 0 "$n")
-  for ((j = 0; j < n; j++)); do
-    SELL_KEYS+=("$g:u:u__rand_int__")
-    SELL_ARGS+=(from-key r__rand_int__ 1 0 "$ttl")
-  done
+  if [ "$kind" = packed ]; then
+    for ((j = 0; j < n; j++)); do
+      lines+="u__rand_int__ r__rand_int__ 1 0 $ttl"$'\n'
+    done
+    SELL_ARGS+=("$lines")
+  else
+    for ((j = 0; j < n; j++)); do
+      SELL_KEYS+=("$g:u:u__rand_int__")
+      SELL_ARGS+=(from-key r__rand_int__ 1 0 "$ttl")
+    done
+  fi
 }
 
 # sell_probe_ok REPLY: true when a probe call's first reply line is an applied sale: a number
-# (sell.lua's stock after, deduct_batch.lua's too) or "applied" (deduct.lua).
+# (sell.lua's stock after, deduct_batch.lua's too; the packed reply's first answer) or
+# "applied" (deduct.lua).
 sell_probe_ok() {
-  [[ "$1" =~ ^[0-9]+$ ]] || [ "$1" = applied ]
+  [[ "$1" =~ ^[0-9]+( [0-9]+)*$ ]] || [ "$1" = applied ]
 }
