@@ -1,4 +1,90 @@
-#![doc = include_str!("../README.md")]
+//! Flash-sale inventory: sells a SKU's stock fast from Redis (or from memory) and never
+//! oversells.
+//!
+//! Each SKU's stock is split into **segments** (100 units as 10 × 10). Every request is decided
+//! by **one atomic step at its home segment**: on Redis one Lua script that checks the request's
+//! record (a replay or a conflict), the user's ledger against the per-user limit and the stock,
+//! then takes the units and writes the record. When home runs short, units **move home** from
+//! other segments by transfers that are credited at most once, so stock left anywhere stays
+//! sellable. Every mutating call carries a **request id**: a retry, or a command re-sent after a
+//! reconnect, never deducts twice. The audit checks that
+//! `loaded + restocked = remaining + in transit + reserved + sold`, per segment and in total.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use shardstock::{Coalescing, Deduct, Deduction, Engine, LoadOptions, RedisStore, Sku};
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> shardstock::Result<()> {
+//! let store = RedisStore::builder("redis://127.0.0.1:6379")
+//!     .coalescing(Some(Coalescing::default()))
+//!     .connect()
+//!     .await?;
+//! let engine = Engine::builder().per_user_limit(1).build(store)?;
+//! // Expired reservations go back to stock in the background; dropping the handle stops it.
+//! let _sweeper = engine.start_sweeper(Duration::from_secs(1));
+//!
+//! let sku = Sku::new("phone")?;
+//! let generation = engine.load(&sku, 100, LoadOptions::new(10)).await?;
+//! println!("loaded generation {generation}");
+//!
+//! let req = Deduct::new("phone", "user-42", 1, "order-9f2c")?;
+//! match engine.deduct(&req).await? {
+//!     Deduction::Applied { parts } => println!("sold from {parts:?}"),
+//!     Deduction::Replayed { .. } => println!("this request id was sold before"),
+//!     Deduction::SoldOut => println!("sold out"),
+//!     other if other.is_final() => println!("never possible: {}", other.kind()),
+//!     other => println!("not now: {}", other.kind()),
+//! }
+//! assert!(engine.audit(&sku).await?.ok);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`MemoryStore::new`] instead of [`RedisStore`] keeps the stock in the process (one instance,
+//! tests). An [`Engine`] is cheap to clone; share one per store.
+//!
+//! # Outcomes and errors
+//!
+//! Business answers are values: [`Deduction`] (applied, replayed, sold out, insufficient,
+//! limit reached, user busy, over limit; [`Deduction::is_final`] tells "never" from "not now"),
+//! [`Reserved`] and [`ReservationEnd`] for reservations, [`Restocked`]. [`Error`] is for invalid
+//! input (naming the field), a request id reused with other parameters, an unknown SKU and
+//! infrastructure failures; after an infrastructure failure the outcome is unknown and
+//! retrying **with the same request id** is always safe ([`Error::is_retryable`],
+//! [`Error::kind`]).
+//!
+//! # In a service
+//!
+//! - Start the reservation sweeper ([`Engine::start_sweeper`]) and, to watch conservation as a
+//!   metric, the live audit ([`Engine::start_live_audit`]); both stop when their handle drops.
+//! - Metrics go through the `metrics` facade ([`mod@crate::metrics`] names them all); the
+//!   library installs no recorder, your service does.
+//! - The HTTP/JSON API is the module `shardstock::http` (feature `http`): mount
+//!   `shardstock::http::router(engine)` in an axum app, or run `shardstock::http::serve`.
+//! - Orders leave through the outbox ([`orders`]): load a SKU with [`LoadOptions::outbox`] and
+//!   consume the events with [`orders::Orders`] (PostgreSQL handler with feature `postgres`).
+//!
+//! # Layout
+//!
+//! | module | what lives there |
+//! |---|---|
+//! | [`engine`] | [`Engine`] and its builder and options: load, deduct, restock, status, audit, sweeper |
+//! | [`reservation`] | reserve, confirm, cancel: [`ReservationId`], [`Reserved`], [`ReservationEnd`] |
+//! | [`store`] | the [`Store`] trait; [`store::redis`] ([`RedisStore`]: Lua scripts, coalescing, cluster redirections, durability mode) and [`store::memory`] ([`MemoryStore`], the reference semantics) |
+//! | [`audit`], [`live_audit`] | the conservation check, once or every few seconds as metrics |
+//! | [`orders`] | the outbox's consumer side: consumer groups, the handler contract |
+//! | [`ids`], [`error`] | validated [`Sku`], [`UserId`], [`RequestId`] and bounds; the one [`Error`] |
+//! | [`segments`], [`placement`] | pure maths: splitting stock, home segments, key names, hash-tag placement on a cluster |
+//! | [`strategy`], [`lock`] | the deduction strategies ([`Strategy`]) and the distributed locks behind `lock` and `redlock` |
+//! | [`config`] | the serde configuration the binary reads (TOML and `SHARDSTOCK_*` variables) |
+//! | [`mod@crate::metrics`] | every metric name, help text and unit |
+//!
+//! In the repository, `docs/` goes deeper: `design.md` (guarantees, what is atomic, the
+//! strategies), `protocol.md` (the request protocol step by step), `http.md` (the HTTP API),
+//! `operations.md` (CLI, configuration, metrics), `cluster.md`, `outbox.md`, `faults.md`,
+//! `benchmarks.md` and `layout.md` (every file, one line each).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -39,6 +125,11 @@ pub use store::memory::MemoryStore;
 pub use store::redis::{CoalesceStats, Coalescing, RedisStore};
 pub use strategy::Strategy;
 
+/// The README's Rust examples, compiled by `cargo test --doc` (the README is not the crate docs).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(test)]
 mod layout {
     use std::path::{Path, PathBuf};
@@ -54,18 +145,13 @@ mod layout {
         }
     }
 
-    /// The README's `## Layout` is the crate's one layout (the crate docs are the README): every
-    /// Rust file under `src/`, `tests/`, `benches/` and `examples/` is named there, so the map
-    /// cannot silently fall behind the territory.
+    /// `docs/layout.md` is the crate's one layout: every Rust file under `src/`, `tests/`,
+    /// `benches/` and `examples/` is named there, so the map cannot silently fall behind the
+    /// territory.
     #[test]
-    fn readme_layout_names_every_file() {
+    fn docs_layout_names_every_file() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-        let layout = readme
-            .split("\n## Layout\n")
-            .nth(1)
-            .and_then(|s| s.split("\n## ").next())
-            .expect("README has a ## Layout section");
+        let layout = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
         let mut all = Vec::new();
         for dir in ["src", "tests", "benches", "examples"] {
             files(&root.join(dir), &mut all);
@@ -81,10 +167,7 @@ mod layout {
             .filter(|p| p.ends_with(".rs"))
             .filter(|p| !layout.contains(p.as_str()))
             .collect();
-        assert!(
-            missing.is_empty(),
-            "not in the README's ## Layout: {missing:?}"
-        );
+        assert!(missing.is_empty(), "not in docs/layout.md: {missing:?}");
         assert!(layout.contains("src/scripts/*.lua"));
     }
 }

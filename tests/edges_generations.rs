@@ -460,23 +460,23 @@ async fn reloads_in_flight_never_sell_an_old_unit_in_the_new_generation() {
 /// Finding 3, the baseline: `decr-compensate`'s decrement and give-back are plain commands not
 /// tied to a generation, so a decrement checked against generation g can land on g+1 after a
 /// reload (the store's docs: src/store/redis/strategies.rs). Wherever the strategy is
-/// described to users — the README's strategy table, `Strategy::summary` — it must say that it
-/// can oversell across a reload, and it must not claim `never_oversells`.
+/// described to users — the strategy table of `docs/design.md`, `Strategy::summary` — it must
+/// say that it can oversell across a reload, and it must not claim `never_oversells`.
 #[test]
 fn decr_compensate_says_it_can_oversell_across_a_reload() {
-    let readme = include_str!("../README.md");
-    let rows: Vec<&str> = readme
+    let design = include_str!("../docs/design.md");
+    let rows: Vec<&str> = design
         .lines()
         .filter(|l| l.starts_with("| `decr-compensate`"))
         .collect();
     assert!(
         !rows.is_empty(),
-        "the README's strategy table has no decr-compensate row"
+        "docs/design.md's strategy table has no decr-compensate row"
     );
     for row in rows {
         assert!(
             row.contains("reload"),
-            "README: decr-compensate's row does not say it can oversell across a reload: {row}"
+            "docs/design.md: decr-compensate's row does not say it can oversell across a reload: {row}"
         );
     }
     let summary = Strategy::DecrCompensate.summary();
