@@ -54,7 +54,7 @@ call_args() { # $1 = kind, $2 = hf
     for _ in $(seq "$N"); do KEYS+=('bc:{bc#0}:g1:rq:__rand_int__'); ARGS+=(u__rand_int__ 1 1 0); done
   fi
 }
-load_seg() { # $1 = kind, $2 = load script (sell, packed), $3 = hf
+load_seg() { # $1 = kind, $2 = load script (sell, spec), $3 = hf
   if [ "$1" != deduct ]; then
     local r; r=$(sell_load_segment "$2" "$SEG" 999999999999 "$3" "${CLI[@]}" | head -1)
     [ "$r" = ok ] || { echo "load_segment.lua answered '$r', not 'ok'" >&2; exit 1; }
@@ -94,7 +94,7 @@ PY
 }
 desc() {
   case $1 in
-    packed) echo "prelude + sell.lua, requests packed in one argument" ;;
+    spec) echo "prelude + sell.lua, three arguments per request" ;;
     sell) echo "prelude + sell.lua, five arguments and a ledger key per request" ;;
     *) echo "prelude + deduct_core + deduct_batch.lua" ;;
   esac

@@ -153,17 +153,21 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         args.push(n.to_string());
         (keys, args)
     };
-    let line = |user: &str, rid: &str, qty: &str| format!("{user} {rid} {qty} 0 1000\n");
+    // A request's three arguments: user, request id, `<qty>:<resv_ttl_ms>:<ttl_ms>`.
+    let req = |user: &str, rid: &str, qty: &str| -> [String; 3] {
+        [user.into(), rid.into(), format!("{qty}:0:1000")]
+    };
     // One request: (user, request id, qty).
     let one = |user: &str, rid: &str, qty: &str| -> (Vec<String>, Vec<String>) {
         let (keys, mut args) = head(&[], 1);
-        args.push(line(user, rid, qty));
+        args.extend(req(user, rid, qty));
         (keys, args)
     };
-    // An applied request's reply is the bare stock after it; a refused one `b<argument>`.
+    // The reply: the stock before the requests, then `a` per applied one, `b<argument>` per
+    // refused one.
     let answers = |v: &Value| -> Vec<String> {
         v.as_str()
-            .unwrap_or_else(|| panic!("a packed reply: {v:?}"))
+            .unwrap_or_else(|| panic!("a one-string reply: {v:?}"))
             .split(' ')
             .map(String::from)
             .collect()
@@ -171,13 +175,13 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     // Valid call first, so we know the harness is right.
     let (k, a) = one("u", "x", "1");
     let ok: Value = client.eval(sell, k, a).await.unwrap();
-    assert_eq!(answers(&ok), ["9"], "{ok:?}");
+    assert_eq!(answers(&ok), ["10", "a"], "{ok:?}");
     let stock = || srv.cli(&["HGET", "t:{strict#0}:seg", "stock"]);
     let before = stock();
     // Quantity 0 is no request (a credit-only call): it answers the stock, records nothing.
     let (k, a) = one("u2", "x2", "0");
     let r: Value = client.eval(sell, k, a).await.unwrap();
-    assert_eq!(answers(&r), ["9"], "{r:?}");
+    assert_eq!(answers(&r), ["9", "a"], "{r:?}");
     for qty in [
         "0x10",
         "1e3",
@@ -193,27 +197,18 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     ] {
         let (k, a) = one("u2", "x2", qty);
         let r: Value = client.eval(sell, k, a).await.unwrap();
-        // A space shifts the line's fields: the line as a whole is refused.
-        let want = if qty.contains(' ') {
-            "brequest"
-        } else {
-            "bqty"
-        };
-        assert_eq!(answers(&r), [want], "{qty:?}: {r:?}");
+        assert_eq!(answers(&r), ["9", "bqty"], "{qty:?}: {r:?}");
     }
-    for (user, want) in [
-        ("a{b}", "buser"),
-        ("a b", "brequest"),
-        ("", "buser"),
-        (&*"u".repeat(129), "buser"),
-    ] {
+    for user in ["a{b}", "a b", "a\nb", "", &*"u".repeat(129)] {
         let (k, a) = one(user, "x3", "1");
         let r: Value = client.eval(sell, k, a).await.unwrap();
-        assert_eq!(answers(&r), [want], "{user:?}: {r:?}");
+        assert_eq!(answers(&r), ["9", "buser"], "{user:?}: {r:?}");
     }
-    let (k, a) = one("u3", &"r".repeat(129), "1");
-    let r: Value = client.eval(sell, k, a).await.unwrap();
-    assert_eq!(answers(&r), ["brequest_id"], "{r:?}");
+    for rid in ["r}", "r r", "", &*"r".repeat(129)] {
+        let (k, a) = one("u3", rid, "1");
+        let r: Value = client.eval(sell, k, a).await.unwrap();
+        assert_eq!(answers(&r), ["9", "brequest_id"], "{rid:?}: {r:?}");
+    }
     assert_eq!(stock(), before);
     assert_eq!(srv.cli(&["EXISTS", &ledger("u2")]), "0");
     let a = e.audit(&s).await.unwrap();
@@ -228,9 +223,11 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         ("u4", "b4", "2"),
     ];
     let (keys, mut args) = head(&[], reqs.len());
-    args.push(reqs.iter().map(|(u, r, q)| line(u, r, q)).collect());
+    for (user, rid, qty) in reqs {
+        args.extend(req(user, rid, qty));
+    }
     let v: Value = client.eval(sell, keys.clone(), args.clone()).await.unwrap();
-    assert_eq!(answers(&v), ["8", "bqty", "buser", "6"], "{v:?}");
+    assert_eq!(answers(&v), ["9", "a", "bqty", "buser", "a"], "{v:?}");
     for (user, present) in [("u1", "1"), ("u2", "0"), ("a{b}", "0"), ("u4", "1")] {
         assert_eq!(srv.cli(&["EXISTS", &ledger(user)]), present, "{user}");
     }
@@ -238,7 +235,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     assert!(a.ok && a.sold == 4, "{a:?}");
 
     // A bad header refuses the whole call before any write: generation, home function,
-    // index, fence, a credit's id, donor or units, the request count, the request lines.
+    // index, fence, a credit's id, donor or units, the request count.
     let before = stock();
     let credit = ["5", "1", "2"];
     for (i, bad) in [(0, "x"), (1, "01"), (2, "1e3"), (3, "-1")] {
@@ -255,27 +252,23 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         ["5", "1", "2.5"],
     ] {
         let (k, mut a) = head(&[bad], 1);
-        a.push(line("u9", "c2", "1"));
+        a.extend(req("u9", "c2", "1"));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "credit {bad:?}: {r:?}");
     }
-    for (n, lines) in [
-        // A count that does not match the requests sent,
-        (2, line("u9", "c3", "1")),
-        // a line without its end, text after the last one,
-        (1, "u9 c3 1 0 1000".to_string()),
-        (1, format!("{}x", line("u9", "c3", "1"))),
-    ] {
+    for (n, extra) in [(2, 0), (1, 1), (1, 2)] {
+        // A count that does not match the arguments sent.
         let (k, mut a) = head(&[credit], n);
-        a.push(lines.clone());
+        a.extend(req("u9", "c3", "1"));
+        a.extend((0..extra).map(|_| "x".to_string()));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
-        assert!(r.is_err(), "n {n}, {lines:?}: {r:?}");
+        assert!(r.is_err(), "n {n}, {extra} more: {r:?}");
     }
     {
-        // a key more than the four.
+        // A key more than the four.
         let (mut k, mut a) = head(&[credit], 1);
         k.push(ledger("u9"));
-        a.push(line("u9", "c3", "1"));
+        a.extend(req("u9", "c3", "1"));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "keys: {r:?}");
     }

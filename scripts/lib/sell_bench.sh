@@ -4,10 +4,10 @@
 # Every sale is decided by src/scripts/sell.lua (prelude.lua prepended, as
 # src/store/redis/lua.rs composes it; a lone request is a batch of one). Its contract has had
 # three forms, each named by a kind scripts compare across git refs with:
-#   packed  (today) KEYS segment, reservations, credits, outbox; the requests in one ARGV, a line
-#           `<user> <request id> <qty> <resv_ttl_ms> <ttl_ms>\n` each; a packed string reply.
-#           A fresh request per call: the line is `u__rand_int__ r__rand_int__ 1 0 <ttl>` (each
-#           __rand_int__ gets its own random number: a new buyer, a new request id).
+#   spec    (today) KEYS segment, reservations, credits, outbox; three ARGV per request: user,
+#           request id, `<qty>:<resv_ttl_ms>:<ttl_ms>`; one string as the reply. A fresh request
+#           per call: `u__rand_int__ r__rand_int__ 1:0:<ttl>` (each __rand_int__ gets its own
+#           random number: a new buyer, a new request id).
 #   sell    KEYS[4+j] the ledger of request j's user, five ARGV per request; the ledger key ends
 #           in `u__rand_int__` and scripts/lib/fresh_user.lua (placed after the prelude) sets the
 #           user argument from it, since redis-benchmark cannot repeat one random value.
@@ -26,16 +26,16 @@ sell_home_fn() {
   echo "${v:-1}"
 }
 
-# sell_kind FILE: the contract of the sell.lua in FILE (packed or sell).
+# sell_kind FILE: the contract of the sell.lua in FILE (spec or sell).
 sell_kind() {
-  if grep -q 'one line per request' "$1"; then echo packed; else echo sell; fi
+  if grep -q 'request j: user, request id, spec' "$1"; then echo spec; else echo sell; fi
 }
 
 # sell_compose DIR OUT: prelude (+ the fresh_user shim for the `sell` contract) + sell.lua from
 # the source tree DIR into OUT; sets SELL_KIND to its contract.
 sell_compose() {
   SELL_KIND=$(sell_kind "$1/src/scripts/sell.lua")
-  if [ "$SELL_KIND" = packed ]; then
+  if [ "$SELL_KIND" = spec ]; then
     cat "$1/src/scripts/prelude.lua" "$1/src/scripts/sell.lua" > "$2"
   else
     cat "$1/src/scripts/prelude.lua" "$SELL_BENCH_LIB/fresh_user.lua" "$1/src/scripts/sell.lua" > "$2"
@@ -44,7 +44,7 @@ sell_compose() {
 
 # sell_compose_ref REPO REF FORM OUT: the selling script at git REF of REPO into OUT, composed as
 # that commit's build did. FORM: single (one request per call) or batch (a coalesced call).
-# Prints the contract it used (deduct, sell or packed); fails when the ref has no selling script.
+# Prints the contract it used (deduct, sell or spec); fails when the ref has no selling script.
 sell_compose_ref() {
   local repo=$1 ref=$2 form=$3 out=$4 last kind
   last=deduct.lua
@@ -99,18 +99,17 @@ sell_load_lua() {
 # sell_keys_args SEG HF N TTL_MS [KIND]: fills the arrays SELL_KEYS and SELL_ARGS with an
 # EVALSHA's KEYS and ARGV for sell.lua (without the key count): N fresh one-unit sales (no
 # reservation, record TTL TTL_MS) at segment SEG (index 0, generation 1, no fence, no credits),
-# in contract KIND (default $SELL_KIND, else packed).
+# in contract KIND (default $SELL_KIND, else spec).
 sell_keys_args() {
-  local seg=$1 hf=$2 n=$3 ttl=$4 kind=${5:-${SELL_KIND:-packed}} base g j lines=
+  local seg=$1 hf=$2 n=$3 ttl=$4 kind=${5:-${SELL_KIND:-spec}} base g j
   base=${seg%seg}
   g="${base}g1"
   SELL_KEYS=("$seg" "$g:resv" "$g:in" "${base}out")
   SELL_ARGS=(1 "$hf" 0 0 0 "$n")
-  if [ "$kind" = packed ]; then
+  if [ "$kind" = spec ]; then
     for ((j = 0; j < n; j++)); do
-      lines+="u__rand_int__ r__rand_int__ 1 0 $ttl"$'\n'
+      SELL_ARGS+=(u__rand_int__ r__rand_int__ "1:0:$ttl")
     done
-    SELL_ARGS+=("$lines")
   else
     for ((j = 0; j < n; j++)); do
       SELL_KEYS+=("$g:u:u__rand_int__")
@@ -120,8 +119,8 @@ sell_keys_args() {
 }
 
 # sell_probe_ok REPLY: true when a probe call's first reply line is an applied sale: a number
-# (sell.lua's stock after, deduct_batch.lua's too; the packed reply's first answer) or
-# "applied" (deduct.lua).
+# (sell.lua's stock after, deduct_batch.lua's too; the stock before in today's one-string reply,
+# then `a` per applied request) or "applied" (deduct.lua).
 sell_probe_ok() {
-  [[ "$1" =~ ^[0-9]+( [0-9]+)*$ ]] || [ "$1" = applied ]
+  [[ "$1" =~ ^[0-9]+( a|$) ]] || [ "$1" = applied ]
 }

@@ -6,25 +6,24 @@ use crate::error::{Error, Result};
 use crate::store::{Credit, SellArgs, SellReply};
 use fred::types::Value;
 
-/// One request of a [`Sell`] call: its line of the script's packed request argument.
+/// One request of a [`Sell`] call: its three arguments (see the script's header).
 pub(crate) struct SellItem {
-    /// `<user> <request id> <qty> <resv_ttl_ms> <ttl_ms>\n` (ids never hold a space).
-    line: String,
+    user: String,
+    request_id: String,
+    /// `<qty>:<resv_ttl_ms>:<ttl_ms>`.
+    spec: String,
+    qty: u64,
 }
 
 impl SellItem {
-    /// `req`'s line.
+    /// `req`'s arguments.
     pub(crate) fn new(req: &SellArgs<'_>) -> Self {
-        use std::fmt::Write;
-        let (user, rid) = (req.user.as_str(), req.request_id.as_str());
-        let mut line = String::with_capacity(user.len() + rid.len() + 32);
-        // Writing into a String cannot fail.
-        let _ = writeln!(
-            line,
-            "{user} {rid} {} {} {}",
-            req.qty, req.resv_ttl_ms, req.ttl_ms
-        );
-        Self { line }
+        Self {
+            user: req.user.to_string(),
+            request_id: req.request_id.to_string(),
+            spec: format!("{}:{}:{}", req.qty, req.resv_ttl_ms, req.ttl_ms),
+            qty: req.qty,
+        }
     }
 }
 
@@ -58,12 +57,13 @@ impl Call for Sell<'_> {
             args.extend(argv![c.id, c.donor, c.units]);
         }
         args.push(n.to_string());
-        // Every request in one argument: one string to send, one for the script to split.
-        let mut packed = String::with_capacity(self.items.iter().map(|i| i.line.len()).sum());
-        for it in &self.items {
-            packed.push_str(&it.line);
+        args.reserve(3 * n);
+        // The items' strings are handed over, not copied.
+        for it in &mut self.items {
+            args.push(std::mem::take(&mut it.user));
+            args.push(std::mem::take(&mut it.request_id));
+            args.push(std::mem::take(&mut it.spec));
         }
-        args.push(packed);
         (keys, args)
     }
 
@@ -75,14 +75,24 @@ impl Call for Sell<'_> {
             _ => return Err(bad()),
         };
         let text = std::str::from_utf8(text).map_err(|_| bad())?;
-        let replies: Vec<Result<SellReply>> = text
-            .split(' ')
-            .map(|t| sell_reply(t).ok_or_else(bad)?)
-            .collect();
-        if replies.len() != self.items.len() {
+        let mut tokens = text.split(' ');
+        // The stock before the first request; each applied one takes its qty from it.
+        let mut stock: u64 = tokens.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+        let mut replies = Vec::with_capacity(self.items.len());
+        for (t, it) in tokens.zip(&self.items) {
+            let r = match t {
+                "a" => {
+                    stock = stock.checked_sub(it.qty).ok_or_else(bad)?;
+                    Ok(SellReply::Applied { stock_after: stock })
+                }
+                "s" => Ok(SellReply::Short { stock }),
+                t => sell_reply(t).ok_or_else(bad)?,
+            };
+            replies.push(r);
+        }
+        if replies.len() != self.items.len() || text.split(' ').count() != self.items.len() + 1 {
             return Err(Error::Protocol(format!(
-                "sell: {} replies for {} requests",
-                replies.len(),
+                "sell: {text:?} for {} requests",
                 self.items.len()
             )));
         }
@@ -90,7 +100,8 @@ impl Call for Sell<'_> {
     }
 }
 
-/// One request's answer in the packed reply (see the script's header); `None`: not one.
+/// One request's answer other than applied or short (see the script's header); `None`: not
+/// one.
 fn sell_reply(t: &str) -> Option<Result<SellReply>> {
     let num = |s: &str| s.parse::<u64>().ok();
     if let Some(name) = t.strip_prefix('b') {
@@ -99,22 +110,19 @@ fn sell_reply(t: &str) -> Option<Result<SellReply>> {
             "ERR shardstock bad argument: {name}"
         ))?));
     }
-    let (tag, rest) = t.split_at(t.find(|c: char| !c.is_ascii_lowercase()).unwrap_or(t.len()));
-    Some(Ok(match (tag, rest) {
-        ("", n) => SellReply::Applied {
-            stock_after: num(n)?,
-        },
-        ("p", "") => SellReply::Replay,
-        ("s", n) => SellReply::Short { stock: num(n)? },
-        ("l", r) => {
-            let mut it = r.split('/').map(num);
+    Some(Ok(match t {
+        "p" => SellReply::Replay,
+        "mq" => SellReply::Mismatch("qty"),
+        "mk" => SellReply::Mismatch("kind"),
+        "t" => SellReply::Stale,
+        "o" => SellReply::LockLost,
+        t => {
+            let mut it = t.strip_prefix('l')?.split('/').map(num);
             let (limit, held, sold) = (it.next()??, it.next()??, it.next()??);
+            if it.next().is_some() {
+                return None;
+            }
             SellReply::LimitReached { limit, held, sold }
         }
-        ("mq", "") => SellReply::Mismatch("qty"),
-        ("mk", "") => SellReply::Mismatch("kind"),
-        ("t", "") => SellReply::Stale,
-        ("o", "") => SellReply::LockLost,
-        _ => return None,
     }))
 }
