@@ -34,10 +34,12 @@ local function posint(name, v)
   return n
 end
 
--- An identifier from the whitelist the Rust side enforces: [A-Za-z0-9_.:-], 1..128 bytes (so
--- never a space: `<user> <request id>` splits at the one space).
+-- An identifier: 1..128 bytes without whitespace or braces. Whitespace would break the stored
+-- formats that split at a space (`<user> <request id>` in the reservation index, a limited
+-- ledger's text); braces have no place in a name that becomes part of a key. The engine's id
+-- types refuse more (control characters) before anything is sent.
 local function ident(name, v)
-  if type(v) ~= 'string' or #v == 0 or #v > 128 or not string.match(v, '^[A-Za-z0-9_.:%-]+$') then
+  if type(v) ~= 'string' or #v == 0 or #v > 128 or string.find(v, '[%s{}]') then
     bad(name)
   end
   return v
