@@ -332,6 +332,106 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
 }
 
 /// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.
+/// One coalesced call decides its requests one after another, exactly as the reference
+/// segment does: twins of a request id, a user's second request, a new buyer's sale followed
+/// by its own replay, a reservation and a sale of one id, across two calls on a limited
+/// segment (the hot path keeps a new buyer's ledger as text until a twin needs it parsed).
+#[tokio::test]
+async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
+    use shardstock::store::memory::Segment;
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(2)).await;
+    let s = sku("twins");
+    let g = e.load(&s, 10, LoadOptions::new(1)).await.unwrap();
+    let client = admin_client(&srv).await;
+    let sell = concat!(
+        include_str!("../src/scripts/prelude.lua"),
+        include_str!("../src/scripts/sell.lua")
+    );
+    let keys = vec![
+        "t:{twins#0}:seg".to_string(),
+        format!("t:{{twins#0}}:g{g}:resv"),
+        format!("t:{{twins#0}}:g{g}:in"),
+        "t:{twins#0}:out".to_string(),
+    ];
+    let mut reference = Segment::loaded(g, 10, 2);
+    // (user, request id, qty, reservation ms)
+    let calls: [&[(&str, &str, u64, u64)]; 2] = [
+        &[
+            ("u1", "r1", 1, 0),
+            ("u1", "r1", 1, 0),
+            ("u1", "r1", 2, 0),
+            ("u1", "r2", 1, 0),
+            ("u1", "r3", 1, 0),
+            ("u2", "r1", 3, 0),
+            ("u3", "r4", 1, 60_000),
+            ("u3", "r4", 1, 0),
+            ("u3", "r5", 1, 0),
+            ("u4", "r6", 2, 0),
+            ("u4", "r6", 2, 0),
+            ("u5", "r7", 0, 0),
+        ],
+        &[
+            ("u1", "r1", 1, 0),
+            ("u1", "r9", 1, 0),
+            ("u4", "r6", 2, 0),
+            ("u6", "r8", 2, 0),
+            ("u6", "r8", 2, 0),
+            ("u7", "r8", 1, 0),
+        ],
+    ];
+    for reqs in calls {
+        let mut args: Vec<String> = [
+            &*g.to_string(),
+            &*segments::HOME_FN.to_string(),
+            "0",
+            "0",
+            "0",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(reqs.len().to_string());
+        let mut want = Vec::new();
+        for &(user, rid, qty, resv) in reqs {
+            args.extend([user.into(), rid.into(), format!("{qty}:{resv}:60000")]);
+            let (u, r) = (UserId::new(user).unwrap(), RequestId::new(rid).unwrap());
+            let a = SellArgs {
+                request_id: &r,
+                user: &u,
+                qty,
+                resv_ttl_ms: resv,
+                ttl_ms: 60_000,
+                credits: &[],
+                fence: 0,
+            };
+            want.push(match reference.sell(&a, 1) {
+                SellReply::Applied { .. } => "a".to_string(),
+                SellReply::Replay => "p".into(),
+                SellReply::Short { .. } => "s".into(),
+                SellReply::LimitReached { limit, held, sold } => format!("l{limit}/{held}/{sold}"),
+                SellReply::Mismatch(f) => format!("m{}", &f[..1]),
+                other => panic!("{other:?}"),
+            });
+        }
+        let v: Value = client.eval(sell, keys.clone(), args).await.unwrap();
+        let got: Vec<String> = v
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .skip(1)
+            .map(String::from)
+            .collect();
+        assert_eq!(got, want, "{reqs:?}");
+    }
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!(
+        (a.sold, a.reserved),
+        (reference.counters.sold, reference.counters.reserved),
+        "{a:?}"
+    );
+}
+
 #[tokio::test]
 async fn noscript_recovery_after_script_flush() {
     let srv = RedisServer::start();
