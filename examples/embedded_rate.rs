@@ -1,5 +1,6 @@
 //! The library path alone: one-unit deductions from `TASKS` tokio tasks, each with its own
-//! request id and user, unlimited stock, no per-user limit (as the criterion `memory` cells),
+//! request id and user, unlimited stock, the engine's default per-user limit of 1 (a flash
+//! sale: every buyer buys once; `--per-user-limit=0` for none, as the criterion `memory` cells),
 //! then the deductions per second and the process CPU per deduction (user + system time from
 //! `/proc/self/stat`). No harness between the loop and [`Engine::deduct`]: this is what to run
 //! under `perf record` or `valgrind --tool=callgrind`.
@@ -9,8 +10,8 @@
 //! `examples/bare_script.rs`, which has no harness either.
 //!
 //! `cargo run --release --example embedded_rate -- [DEDUCTIONS] [TASKS] [SEGMENTS] [REDIS_URL]
-//! [--json]` (defaults 2000000, 64, 16, none; `--json` prints one object as `shardstock sim
-//! --json` names its fields, for `scripts/bench.sh`).
+//! [--json] [--per-user-limit=N]` (defaults 2000000, 64, 16, none, 1; `--json` prints one
+//! object as `shardstock sim --json` names its fields, for `scripts/bench.sh`).
 
 use shardstock::{Coalescing, Deduct, Engine, LoadOptions, MemoryStore, RedisStore, Sku, Store};
 use std::sync::Arc;
@@ -31,12 +32,17 @@ fn cpu_seconds() -> f64 {
 
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
-    let args: Vec<String> = std::env::args().filter(|a| a != "--json").collect();
+    let limit: u64 = std::env::args()
+        .find_map(|a| a.strip_prefix("--per-user-limit=").map(|v| v.parse().expect("a number")))
+        .unwrap_or(1);
+    let args: Vec<String> = std::env::args()
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let arg = |i: usize, d: u64| args.get(i).map_or(d, |a| a.parse().expect("a number"));
     let (n, tasks, segments) = (arg(1, 2_000_000), arg(2, 64), arg(3, 16) as u32);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let builder = Engine::builder()
-        .per_user_limit(0)
+        .per_user_limit(limit)
         .request_ttl(Duration::from_secs(600));
     let shape = Shape {
         n,
