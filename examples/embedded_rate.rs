@@ -33,11 +33,12 @@ fn cpu_seconds() -> f64 {
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
     let limit: u64 = std::env::args()
-        .find_map(|a| a.strip_prefix("--per-user-limit=").map(|v| v.parse().expect("a number")))
+        .find_map(|a| {
+            a.strip_prefix("--per-user-limit=")
+                .map(|v| v.parse().expect("a number"))
+        })
         .unwrap_or(1);
-    let args: Vec<String> = std::env::args()
-        .filter(|a| !a.starts_with("--"))
-        .collect();
+    let args: Vec<String> = std::env::args().filter(|a| !a.starts_with("--")).collect();
     let arg = |i: usize, d: u64| args.get(i).map_or(d, |a| a.parse().expect("a number"));
     let (n, tasks, segments) = (arg(1, 2_000_000), arg(2, 64), arg(3, 16) as u32);
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -29,7 +29,7 @@ use crate::ids::{RequestId, UserId};
 use crate::store::{SegmentState, StockWatch, watch::Seen};
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// One layout's sold-out state.
@@ -43,8 +43,14 @@ pub(crate) struct SoldOut {
     until_us: AtomicU64,
     flag: Mutex<Option<Seen>>,
     /// Hashes of the request ids sent to the store through this layout (a collision only
-    /// sends an id to its record); `None` once over [`MAX_IDS`]: no more flags.
-    sent: Mutex<Option<HashSet<u64>>>,
+    /// sends an id to its record), in [`SHARDS`] sets by hash: every request adds to one, so
+    /// one lock and one growing table for all would be shared by every task (measured: the
+    /// largest single cost of a coalesced sale in the client once past ~100k ids).
+    sent: Box<[Mutex<IdSet>]>,
+    /// Ids in `sent`.
+    sent_len: AtomicUsize,
+    /// Over [`MAX_IDS`]: the sets are dropped and no more flags are set for the layout.
+    sent_full: AtomicBool,
     /// Units of the answers `Applied` given through this layout.
     applied: AtomicU64,
 }
@@ -52,6 +58,20 @@ pub(crate) struct SoldOut {
 /// Most request ids a layout remembers for the proof (~16 B each); past it, no more flags for
 /// the layout (its generation).
 const MAX_IDS: usize = 2_000_000;
+
+/// Sets the sent ids are spread over (by the hash's top bits).
+const SHARDS: usize = 64;
+
+/// Already hashes: foldhash mixes them once more (the FNV part's low bits are weak).
+type IdSet = HashSet<u64, foldhash::fast::FixedState>;
+
+fn shard(h: u64) -> usize {
+    // SplitMix64's finaliser spreads FNV's weak bits over the top ones.
+    let mut z = h;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 58) as usize % SHARDS
+}
 
 /// Taken before a fresh read: what the read's answer is checked against.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +96,9 @@ impl SoldOut {
             origin: Instant::now(),
             until_us: AtomicU64::new(0),
             flag: Mutex::new(None),
-            sent: Mutex::new(Some(HashSet::new())),
+            sent: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            sent_len: AtomicUsize::new(0),
+            sent_full: AtomicBool::new(false),
             applied: AtomicU64::new(0),
         }
     }
@@ -107,9 +129,15 @@ impl SoldOut {
         if !self.is_set() {
             return false;
         }
+        if self.sent_full.load(Relaxed) {
+            return false;
+        }
         let h = id_hash(id);
-        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        sent.as_ref().is_some_and(|ids| !ids.contains(&h))
+        let set = self.sent[shard(h)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Read again under the lock: a set being dropped answers nothing.
+        !self.sent_full.load(Relaxed) && !set.contains(&h)
     }
 
     /// Before sending a fresh read of every segment (`None`: no flag can come of it).
@@ -157,11 +185,19 @@ impl SoldOut {
         if self.watch.is_none() {
             return;
         }
-        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ids) = sent.as_mut() {
-            ids.insert(id_hash(id));
-            if ids.len() > MAX_IDS {
-                *sent = None;
+        if self.sent_full.load(Relaxed) {
+            return;
+        }
+        let h = id_hash(id);
+        let added = self.sent[shard(h)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(h);
+        if added && self.sent_len.fetch_add(1, Relaxed) + 1 > MAX_IDS {
+            // No more flags for this layout; the memory goes.
+            self.sent_full.store(true, Relaxed);
+            for set in &self.sent {
+                *set.lock().unwrap_or_else(|e| e.into_inner()) = IdSet::default();
             }
         }
     }
