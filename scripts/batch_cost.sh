@@ -108,7 +108,7 @@ done
 # steps (everything up to the step's first line, then `return '1'`), cumulative, same calls.
 if [ "${LADDER:-0}" = 1 ]; then
   cuts=("local v = redis.call('HMGET', KEYS[1]" "-- The ledgers the requests need" "-- Decide each request"
-    "-- Counters once, then the records" "for _, j in ipairs(acts) do")
+    "-- Counters once, then the records" "-- The writes each applied request needs beyond its ledger")
   labels=("arguments split and checked" "+ segment read, credits, reclaim" "+ ledgers read (HMGET) and parsed"
     "+ every request decided" "+ counters and ledgers written")
   for k in "${!cuts[@]}"; do
