@@ -468,7 +468,7 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                     for (user, text) in users {
                         let w: Vec<&str> = text.split(' ').collect();
                         assert!(
-                            w.len() >= 2 && w.len() % 2 == 0,
+                            w.len() >= 2 && w.len().is_multiple_of(2),
                             "ledger {user} at {k}: {text:?}"
                         );
                         facts.add_field(seg, &user, "h", w[0]);
