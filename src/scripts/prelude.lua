@@ -240,6 +240,23 @@ local function led_put(l, rid, rec)
   end
 end
 
+-- Reads the records named by reservation index members (`<user> <request id>`), each user's
+-- ledger once per call: returns a function of a member answering its user, request id, ledger
+-- and record text (nothing for a malformed member; the record nil when it is gone).
+local function index_reader(gbase, lim)
+  local ls = {}
+  return function(m)
+    local user, rid = string.match(m, '^(%S+) (%S+)$')
+    if not user then return nil end
+    local l = ls[user]
+    if not l then
+      l = ledger(gbase, lim, user)
+      ls[user] = l
+    end
+    return user, rid, l, led_rec(l, rid)
+  end
+end
+
 -- Returns every expired reservation of the segment `st` (generation `gen`, reservation index
 -- `resv`) to its stock — all of them, no cap — and answers the units returned. The index is a
 -- ZSET of `<user> <request id>` by expiry; each one's record is in the user's ledger. A record
@@ -255,26 +272,18 @@ local function reclaim(st, gen, resv, ob)
   if #due == 0 then return 0 end
   local gbase = seg_base(st.seg) .. 'g' .. gen
   local index = seg_index(st.seg)
-  local back, ls = 0, {}
+  local back, read = 0, index_reader(gbase, st.lim)
   for _, m in ipairs(due) do
-    local user, rid = string.match(m, '^(%S+) (%S+)$')
-    if user then
-      local l = ls[user]
-      if not l then
-        l = ledger(gbase, st.lim, user)
-        ls[user] = l
-      end
-      local v = led_rec(l, rid)
-      if v then
-        local s, q, _, _, qs = rec_parse(v)
-        if s == 'R' then
-          if st.lim > 0 then l.h = l.h - q end
-          led_put(l, rid, 'X' .. string.sub(v, 2))
-          st.reserved = st.reserved - q
-          st.stock = st.stock + q
-          back = back + q
-          emit(ob, 'expired', gen, rid, user, qs, index .. ':' .. qs)
-        end
+    local user, rid, l, v = read(m)
+    if v then
+      local s, q, _, _, qs = rec_parse(v)
+      if s == 'R' then
+        if st.lim > 0 then l.h = l.h - q end
+        led_put(l, rid, 'X' .. string.sub(v, 2))
+        st.reserved = st.reserved - q
+        st.stock = st.stock + q
+        back = back + q
+        emit(ob, 'expired', gen, rid, user, qs, index .. ':' .. qs)
       end
     end
   end
@@ -294,21 +303,13 @@ local function end_reservations(seg, old, out, okey)
   local ob = outbox(seg, okey, out)
   outbox_ready(ob)
   local index = seg_index(seg)
-  local ls = {}
+  local read = index_reader(gbase, lim)
   for _, m in ipairs(redis.call('ZRANGE', resv, 0, -1)) do
-    local user, rid = string.match(m, '^(%S+) (%S+)$')
-    if user then
-      local l = ls[user]
-      if not l then
-        l = ledger(gbase, lim, user)
-        ls[user] = l
-      end
-      local v = led_rec(l, rid)
-      if v and string.sub(v, 1, 1) == 'R' then
-        local _, _, _, _, qs = rec_parse(v)
-        led_put(l, rid, 'K' .. string.sub(v, 2))
-        emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
-      end
+    local user, rid, l, v = read(m)
+    if v and string.sub(v, 1, 1) == 'R' then
+      local _, _, _, _, qs = rec_parse(v)
+      led_put(l, rid, 'K' .. string.sub(v, 2))
+      emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
     end
   end
   redis.call('DEL', resv)

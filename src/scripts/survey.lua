@@ -42,19 +42,10 @@ local back = reclaim(st, gen, KEYS[2], ob)
 flush(st)
 if back > 0 then stock_event('R', gen, KEYS[1]) end
 local gbase = base .. 'g' .. gen
-local held, nlive, orphans, ls = 0, 0, 0, {}
+local held, nlive, orphans, read = 0, 0, 0, index_reader(gbase, st.lim)
 local index = detail == '1' and redis.call('ZRANGE', KEYS[2], 0, -1) or {}
 for _, m in ipairs(index) do
-  local user, rid = string.match(m, '^(%S+) (%S+)$')
-  local rec
-  if user then
-    local l = ls[user]
-    if not l then
-      l = ledger(gbase, st.lim, user)
-      ls[user] = l
-    end
-    rec = led_rec(l, rid)
-  end
+  local _, _, _, rec = read(m)
   local s, q = nil, nil
   if rec then s, q = rec_parse(rec) end
   if s == 'R' then
