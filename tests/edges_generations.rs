@@ -561,3 +561,95 @@ async fn a_reload_starts_fresh_per_user_ledgers() {
     )
     .await;
 }
+
+/// A generation written by a build with the earlier ledger layout (version 1: under a per-user
+/// limit each user's ledger a hash of its own, with `h` and `f` beside the records) is still
+/// read by the scripts that end it: a survey returns its expired reservation (the user's `h`
+/// falls, an `expired` event), and the reload that replaces it cancels its live one (a
+/// `cancelled` event), so no unit and no event is lost across the upgrade.
+#[tokio::test]
+async fn a_generation_of_the_earlier_ledger_layout_is_still_read_and_ended() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder()).await;
+    let sku = Sku::new("old").unwrap();
+    let (seg, base) = ("t:{old#0}:seg", "t:{old#0}:g5");
+    let now = srv
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1000;
+    let (gone, later) = (now - 60_000, now + 3_600_000);
+    for (k, v) in [
+        ("gen", "5"),
+        ("stock", "8"),
+        ("sold", "0"),
+        ("loaded", "10"),
+        ("restocked", "0"),
+        ("reserved", "2"),
+        ("tin", "0"),
+        ("tout", "0"),
+        ("lim", "1"),
+        ("hf", "1"),
+        ("out", "1"),
+    ] {
+        srv.cli(&["HSET", seg, k, v]);
+    }
+    let rec = |exp: u64| format!("R:1:{}:{exp}", exp + 60_000);
+    for (user, rid, exp) in [("v1", "r1", gone), ("v2", "r2", later)] {
+        let ledger = format!("{base}:u:{user}");
+        srv.cli(&[
+            "HSET",
+            &ledger,
+            "h",
+            "1",
+            "f",
+            "0",
+            &format!("={rid}"),
+            &rec(exp),
+        ]);
+        srv.cli(&[
+            "ZADD",
+            &format!("{base}:resv"),
+            &exp.to_string(),
+            &format!("{user} {rid}"),
+        ]);
+    }
+    let s = e
+        .store()
+        .survey(shardstock::store::SegAddr::new(&sku, 5, 0), true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            s.reclaimed,
+            s.held,
+            s.live,
+            s.orphans,
+            s.state.reserved,
+            s.state.stock
+        ),
+        (1, 1, 1, 0, 1, 9),
+        "{s:?}"
+    );
+    assert_eq!(srv.cli(&["HGET", &format!("{base}:u:v1"), "h"]), "0");
+    assert!(
+        srv.cli(&["HGET", &format!("{base}:u:v1"), "=r1"])
+            .starts_with('X')
+    );
+    e.load(&sku, 10, LoadOptions::new(1).replace(true))
+        .await
+        .unwrap();
+    let events = srv.cli(&["XRANGE", "t:{old#0}:out", "-", "+"]);
+    let kinds: Vec<&str> = events
+        .lines()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "kind")
+        .map(|w| w[1])
+        .collect();
+    assert_eq!(kinds, ["expired", "cancelled"], "{events}");
+}

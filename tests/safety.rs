@@ -144,6 +144,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
             format!("t:{{strict#0}}:g{g}:resv"),
             format!("t:{{strict#0}}:g{g}:in"),
             "t:{strict#0}:out".to_string(),
+            format!("t:{{strict#0}}:g{g}:led"),
         ];
         let mut args: Vec<String> = vec![g.clone(), hf.clone(), "0".into(), "0".into()];
         args.push(credits.len().to_string());
@@ -265,7 +266,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         assert!(r.is_err(), "n {n}, {extra} more: {r:?}");
     }
     {
-        // A key more than the four.
+        // A key more than the five.
         let (mut k, mut a) = head(&[credit], 1);
         k.push(ledger("u9"));
         a.extend(req("u9", "c3", "1"));
@@ -291,6 +292,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         format!("t:{{strict#0}}:g{g}:tx"),
         format!("t:{{strict#0}}:g{g}:txq"),
         "t:{strict#0}:out".to_string(),
+        format!("t:{{strict#0}}:g{g}:led"),
     ];
     let debit = |id: &str, dest: &str, want: &str, floor: &str, lease: &str| -> Vec<String> {
         ["debit", g.as_str(), id, dest, want, floor, lease]
@@ -331,7 +333,6 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     assert!(format!("{r:?}").contains("debited"), "{r:?}");
 }
 
-/// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.
 /// One coalesced call decides its requests one after another, exactly as the reference
 /// segment does: twins of a request id, a user's second request, a new buyer's sale followed
 /// by its own replay, a reservation and a sale of one id, across two calls on a limited
@@ -353,6 +354,7 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         format!("t:{{twins#0}}:g{g}:resv"),
         format!("t:{{twins#0}}:g{g}:in"),
         "t:{twins#0}:out".to_string(),
+        format!("t:{{twins#0}}:g{g}:led"),
     ];
     let mut reference = Segment::loaded(g, 10, 2);
     // (user, request id, qty, reservation ms)
@@ -432,6 +434,7 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
     );
 }
 
+/// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.
 #[tokio::test]
 async fn noscript_recovery_after_script_flush() {
     let srv = RedisServer::start();

@@ -4,7 +4,7 @@
 # Every sale is decided by src/scripts/sell.lua (prelude.lua prepended, as
 # src/store/redis/lua.rs composes it; a lone request is a batch of one). Its contract has had
 # three forms, each named by a kind scripts compare across git refs with:
-#   spec    (today) KEYS segment, reservations, credits, outbox; three ARGV per request: user,
+#   spec    (today) KEYS segment, reservations, credits, outbox, limited ledgers; three ARGV per request: user,
 #           request id, `<qty>:<resv_ttl_ms>:<ttl_ms>`; one string as the reply. A fresh request
 #           per call: `u__rand_int__ r__rand_int__ 1:0:<ttl>` (each __rand_int__ gets its own
 #           random number: a new buyer, a new request id).
@@ -107,6 +107,7 @@ sell_keys_args() {
   SELL_KEYS=("$seg" "$g:resv" "$g:in" "${base}out")
   SELL_ARGS=(1 "$hf" 0 0 0 "$n")
   if [ "$kind" = spec ]; then
+    SELL_KEYS+=("$g:led")
     for ((j = 0; j < n; j++)); do
       SELL_ARGS+=(u__rand_int__ r__rand_int__ "1:0:$ttl")
     done

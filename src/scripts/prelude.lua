@@ -114,6 +114,8 @@ local function open(seg, names, v)
     st[name] = x
   end
   st.lim = tonumber(st.lim or '0')
+  -- The generation's home function / ledger layout version (missing: written before versions).
+  st.hfv = tonumber(st.hf or '0')
   return st
 end
 
@@ -212,15 +214,23 @@ local function prunes_at(n)
 end
 
 -- User `user`'s ledger in the generation whose keys start `gbase` (`<prefix>:{<tag>}:g<gen>`),
--- `lim` the segment's per-user limit. Limited: read and parsed now; else only named (records
--- are read one by one with led_rec).
-local function ledger(gbase, lim, user)
-  if lim > 0 then
+-- `lim` the segment's per-user limit, `hfv` its layout version (segments.rs HOME_FN). Limited
+-- (version 2 on): a field of the ledger hash, read and parsed now. Otherwise a hash of its own,
+-- only named (records are read one by one with led_rec); a limited one of version 1 (written
+-- by an older build, still read and ended here: a reload, an audit, a confirm) keeps `h` and
+-- `f` as fields beside the records, read now.
+local function ledger(gbase, lim, user, hfv)
+  if lim > 0 and hfv >= 2 then
     local l = led_parse(redis.call('HGET', gbase .. ':led', user) or nil)
     l.key, l.user, l.lim = gbase .. ':led', user, lim
     return l
   end
-  return { key = gbase .. ':u:' .. user, user = user, lim = 0 }
+  local l = { key = gbase .. ':u:' .. user, user = user, lim = 0 }
+  if lim > 0 then
+    local x = redis.call('HMGET', l.key, 'h', 'f')
+    l.own, l.h, l.f = true, tonumber(x[1] or '0'), tonumber(x[2] or '0')
+  end
+  return l
 end
 
 -- The record of request `rid` in ledger `l` (its text), or nil.
@@ -229,12 +239,14 @@ local function led_rec(l, rid)
   return redis.call('HGET', l.key, '=' .. rid) or nil
 end
 
--- Writes record `rec` of request `rid` into ledger `l` (limited: the whole ledger, its `h` and
--- `f` as `l` holds them now).
+-- Writes record `rec` of request `rid` into ledger `l`, with the units held (`h`, `f`) as `l`
+-- holds them now when it keeps them (limited ledgers).
 local function led_put(l, rid, rec)
   if l.lim > 0 then
     l.recs[rid] = rec
     redis.call('HSET', l.key, l.user, led_text(l))
+  elseif l.own then
+    redis.call('HSET', l.key, '=' .. rid, rec, 'h', int(l.h), 'f', int(l.f))
   else
     redis.call('HSET', l.key, '=' .. rid, rec)
   end
@@ -243,14 +255,14 @@ end
 -- Reads the records named by reservation index members (`<user> <request id>`), each user's
 -- ledger once per call: returns a function of a member answering its user, request id, ledger
 -- and record text (nothing for a malformed member; the record nil when it is gone).
-local function index_reader(gbase, lim)
+local function index_reader(gbase, lim, hfv)
   local ls = {}
   return function(m)
     local user, rid = string.match(m, '^(%S+) (%S+)$')
     if not user then return nil end
     local l = ls[user]
     if not l then
-      l = ledger(gbase, lim, user)
+      l = ledger(gbase, lim, user, hfv)
       ls[user] = l
     end
     return user, rid, l, led_rec(l, rid)
@@ -272,13 +284,13 @@ local function reclaim(st, gen, resv, ob)
   if #due == 0 then return 0 end
   local gbase = seg_base(st.seg) .. 'g' .. gen
   local index = seg_index(st.seg)
-  local back, read = 0, index_reader(gbase, st.lim)
+  local back, read = 0, index_reader(gbase, st.lim, st.hfv)
   for _, m in ipairs(due) do
     local user, rid, l, v = read(m)
     if v then
       local s, q, _, _, qs = rec_parse(v)
       if s == 'R' then
-        if st.lim > 0 then l.h = l.h - q end
+        if l.h then l.h = l.h - q end
         led_put(l, rid, 'X' .. string.sub(v, 2))
         st.reserved = st.reserved - q
         st.stock = st.stock + q
@@ -299,11 +311,12 @@ end
 local function end_reservations(seg, old, out, okey)
   local gbase = seg_base(seg) .. 'g' .. old
   local resv = gbase .. ':resv'
-  local lim = tonumber(redis.call('HGET', seg, 'lim') or '0')
+  local x = redis.call('HMGET', seg, 'lim', 'hf')
+  local lim, hfv = tonumber(x[1] or '0'), tonumber(x[2] or '0')
   local ob = outbox(seg, okey, out)
   outbox_ready(ob)
   local index = seg_index(seg)
-  local read = index_reader(gbase, lim)
+  local read = index_reader(gbase, lim, hfv)
   for _, m in ipairs(redis.call('ZRANGE', resv, 0, -1)) do
     local user, rid, l, v = read(m)
     if v and string.sub(v, 1, 1) == 'R' then

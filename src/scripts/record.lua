@@ -20,9 +20,10 @@ uint('gen', gen)
 local user = ident('user', ARGV[2])
 local rid = ident('request_id', ARGV[3])
 if string.sub(KEYS[1], -4) ~= ':seg' or #KEYS ~= 1 then bad('keys') end
-local v = redis.call('HMGET', KEYS[1], 'gen', 'lim')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'lim', 'hf')
 if v[1] ~= gen then return {} end
-local rec = led_rec(ledger(seg_base(KEYS[1]) .. 'g' .. gen, tonumber(v[2] or '0'), user), rid)
+local l = ledger(seg_base(KEYS[1]) .. 'g' .. gen, tonumber(v[2] or '0'), user, tonumber(v[3] or '0'))
+local rec = led_rec(l, rid)
 if not rec then return {} end
 local s, q, u, exp = rec_parse(rec)
 if not s then return {} end

@@ -17,7 +17,8 @@
 -- KEYS[3]  outbox stream         <prefix>:{<tag>}:out (outbox on: a `confirmed` or `cancelled`
 --                                 event when this call ends the reservation, `expired` for
 --                                 each one reclaimed first)
--- The user's ledger is not in KEYS: its name is built from KEYS[1] (see the prelude's ledger).
+-- KEYS[4]  limited ledgers       <prefix>:{<tag>}:g<gen>:led (declared: see sell.lua; a ledger
+--                                 without a limit is named from KEYS[1], see the prelude)
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  request id
@@ -41,13 +42,14 @@ local action = ARGV[4]
 if action ~= 'confirm' and action ~= 'cancel' and action ~= 'inspect' then bad('action') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
-if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= base .. 'out' then
+if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= base .. 'out'
+    or KEYS[4] ~= gbase .. ':led' then
   bad('keys')
 end
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'lim', 'out')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'lim', 'out', 'hf')
 if not v[1] or v[1] ~= gen then return { 'stale' } end
-local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'lim', 'out' }, v)
+local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'lim', 'out', 'hf' }, v)
 local ob = outbox(KEYS[1], KEYS[3], st.out)
 outbox_ready(ob)
 local back = reclaim(st, gen, KEYS[2], ob)
@@ -58,7 +60,7 @@ local function answer(reply)
   return reply
 end
 
-local l = ledger(gbase, st.lim, user)
+local l = ledger(gbase, st.lim, user, st.hfv)
 local rec = led_rec(l, rid)
 if not rec then return answer({ 'unknown' }) end
 local s, q, u, exp, qs = rec_parse(rec)
@@ -78,13 +80,11 @@ st.reserved = st.reserved - q
 local lim = st.lim
 if to == 'C' then
   st.sold = st.sold + q
-  if lim > 0 then
-    u = 0
-    l.f = l.f + q
-  end
+  if lim > 0 then u = 0 end
+  if l.f then l.f = l.f + q end
 else
   st.stock = st.stock + q
-  if lim > 0 then l.h = l.h - q end
+  if l.h then l.h = l.h - q end
 end
 flush(st)
 led_put(l, rid, to .. ':' .. qs .. ':' .. int(u) .. ':' .. int(exp))

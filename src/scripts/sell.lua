@@ -45,8 +45,12 @@
 -- KEYS[4]     outbox stream       <prefix>:{<tag>}:out (appended to when the segment's `out` is
 --                                  1: one `sold` / `reserved` event per request applied,
 --                                  `expired` per reservation reclaimed)
--- The ledgers are not in KEYS: their names are built here from KEYS[1] (`…:g<gen>:led`, or
--- `…:g<gen>:u:<user>` without a limit), all under the segment's hash tag (see the prelude).
+-- KEYS[5]     limited ledgers     <prefix>:{<tag>}:g<gen>:led (one field per user; declared so
+--                                  that Redis refuses a call it may not run — ACL key rights,
+--                                  a slot being migrated — before it writes anything)
+-- Without a limit, each user's ledger `…:g<gen>:u:<user>` is named here from KEYS[1] (same hash
+-- tag, see the prelude); every request's record is read before the first write, so a key Redis
+-- refuses fails the call before it wrote anything.
 -- ARGV[1]     gen        the generation the caller believes in
 -- ARGV[2]     hf         the caller's home function version (segments.rs HOME_FN)
 -- ARGV[3]     index      this segment's index (the events' parts "<index>:<qty>")
@@ -95,11 +99,11 @@ for i = 1, c do
 end
 local nb = 6 + 3 * c
 local n = posint('n', ARGV[nb])
-if n > 1000 or #KEYS ~= 4 or #ARGV ~= nb + 3 * n then bad('n') end
+if n > 1000 or #KEYS ~= 5 or #ARGV ~= nb + 3 * n then bad('n') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':in'
-    or KEYS[4] ~= base .. 'out' then
+    or KEYS[4] ~= base .. 'out' or KEYS[5] ~= gbase .. ':led' then
   bad('keys')
 end
 
@@ -178,6 +182,31 @@ local lim = st.lim
 local ob = outbox(KEYS[1], KEYS[4], st.out)
 outbox_ready(ob)
 
+-- ledgers[user]: false (none: a new buyer), a text (as stored, or written by this call for a
+-- new buyer's sale; parsed when next needed) or a parsed ledger.
+local ledgers = {}
+local lkey = KEYS[5]
+
+-- Without a limit: the user's own ledger, and the record of `rid` in it (read once per call).
+local function own_rec(u, rid)
+  local l = ledgers[u]
+  if not l then
+    l = { key = gbase .. ':u:' .. u, user = u, lim = 0, recs = {} }
+    ledgers[u] = l
+  end
+  local rec = l.recs[rid]
+  if rec == nil then
+    rec = redis.call('HGET', l.key, '=' .. rid) or false
+    l.recs[rid] = rec
+  end
+  return l, rec
+end
+if lim == 0 then
+  for _, j in ipairs(js) do
+    if S[j].qty > 0 then own_rec(U[j], R[j]) end
+  end
+end
+
 -- Credits, once per transfer id and generation.
 local credited = 0
 for _, cr in ipairs(credits) do
@@ -191,13 +220,11 @@ end
 -- Expired reservations (only a segment holding some can have any).
 local back = 0
 if st.reserved > 0 then back = reclaim(st, gen, KEYS[2], ob) end
+-- The reclaim rewrote records (R to X): read them again.
+if back > 0 and lim == 0 then ledgers = {} end
 local stock0 = st.stock
 
--- The ledgers the requests need. ledgers[user]: false (none: a new buyer), a text (as stored,
--- or written by this call for a new buyer's sale; parsed when next needed) or a parsed ledger.
--- Limited: every one in one HMGET.
-local ledgers = {}
-local lkey = gbase .. ':led'
+-- The ledgers the requests need. Limited: every one in one HMGET.
 if lim > 0 then
   local users, nu = {}, 0
   for _, j in ipairs(js) do
@@ -270,16 +297,7 @@ for _, j in ipairs(js) do
       l = parsed(u)
       rec = l.recs[rid]
     else
-      l = ledgers[u]
-      if not l then
-        l = { key = gbase .. ':u:' .. u, user = u, lim = 0, recs = {} }
-        ledgers[u] = l
-      end
-      rec = l.recs[rid]
-      if rec == nil then
-        rec = redis.call('HGET', l.key, '=' .. rid) or false
-        l.recs[rid] = rec
-      end
+      l, rec = own_rec(u, rid)
     end
     if rec then
       local s, q, un = rec_parse(rec)

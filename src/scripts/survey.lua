@@ -12,6 +12,7 @@
 -- KEYS[1]  segment hash          <prefix>:{<tag>}:seg
 -- KEYS[2]  reservation index     <prefix>:{<tag>}:g<gen>:resv
 -- KEYS[3]  outbox stream         <prefix>:{<tag>}:out (an `expired` event per reservation returned)
+-- KEYS[4]  limited ledgers       <prefix>:{<tag>}:g<gen>:led (declared: see sell.lua)
 -- ARGV[1]  gen
 -- ARGV[2]  detail   "1": also look at every live reservation (held, live, orphans: the
 --                   audit's); "0": counters only (held, live, orphans answered 0)
@@ -29,10 +30,10 @@ local detail = ARGV[2]
 if detail ~= '0' and detail ~= '1' then bad('detail') end
 local base = seg_base(KEYS[1])
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= base .. 'g' .. gen .. ':resv'
-    or KEYS[3] ~= base .. 'out' then
+    or KEYS[3] ~= base .. 'out' or KEYS[4] ~= base .. 'g' .. gen .. ':led' then
   bad('keys')
 end
-local names = { 'gen', 'stock', 'sold', 'loaded', 'restocked', 'reserved', 'tin', 'tout', 'lim', 'out' }
+local names = { 'gen', 'stock', 'sold', 'loaded', 'restocked', 'reserved', 'tin', 'tout', 'lim', 'out', 'hf' }
 local v = redis.call('HMGET', KEYS[1], unpack(names))
 if not v[1] or v[1] ~= gen then return { 'stale' } end
 local st = open(KEYS[1], names, v)
@@ -42,7 +43,7 @@ local back = reclaim(st, gen, KEYS[2], ob)
 flush(st)
 if back > 0 then stock_event('R', gen, KEYS[1]) end
 local gbase = base .. 'g' .. gen
-local held, nlive, orphans, read = 0, 0, 0, index_reader(gbase, st.lim)
+local held, nlive, orphans, read = 0, 0, 0, index_reader(gbase, st.lim, st.hfv)
 local index = detail == '1' and redis.call('ZRANGE', KEYS[2], 0, -1) or {}
 for _, m in ipairs(index) do
   local _, _, _, rec = read(m)

@@ -16,6 +16,8 @@
 -- KEYS[4]  due index           <prefix>:{<tag>}:g<gen>:txq (ZSET: id zero-padded to 20 digits, by
 --                              lease end; only transfers not done)
 -- KEYS[5]  outbox stream       <prefix>:{<tag>}:out (an `expired` event per reservation reclaimed)
+-- KEYS[6]  limited ledgers     <prefix>:{<tag>}:g<gen>:led (the reclaim's, under a per-user limit;
+--                               declared so Redis refuses the call up front, not half-way)
 -- ARGV[1]  op    "debit" | "done" | "due"
 -- ARGV[2]  gen
 -- op debit:  ARGV[3] id (decimal u64 text, never 0), ARGV[4] dest (segment index), ARGV[5] want
@@ -41,7 +43,7 @@ uint('gen', gen)
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':tx'
-    or KEYS[4] ~= gbase .. ':txq' or KEYS[5] ~= base .. 'out' then
+    or KEYS[4] ~= gbase .. ':txq' or KEYS[5] ~= base .. 'out' or KEYS[6] ~= gbase .. ':led' then
   bad('keys')
 end
 local id, dest, want, floor, lease, max
@@ -62,7 +64,7 @@ else
   bad('op')
 end
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'reserved', 'tout', 'lim', 'out')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'reserved', 'tout', 'lim', 'out', 'hf')
 if not v[1] or v[1] ~= gen then return { 'stale' } end
 
 if op == 'due' then
@@ -95,7 +97,7 @@ if op == 'done' then
 end
 
 -- debit
-local st = open(KEYS[1], { 'gen', 'stock', 'reserved', 'tout', 'lim', 'out' }, v)
+local st = open(KEYS[1], { 'gen', 'stock', 'reserved', 'tout', 'lim', 'out', 'hf' }, v)
 local ob = outbox(KEYS[1], KEYS[5], st.out)
 outbox_ready(ob)
 local back = reclaim(st, gen, KEYS[2], ob)

@@ -416,6 +416,12 @@ impl SegmentKeys<'_> {
         self.keys.segment(&self.tag())
     }
 
+    /// The ledgers under a per-user limit (one hash; declared by every script that may touch
+    /// them, so Redis refuses a call up front — ACL, a slot being migrated — not half-way).
+    pub(crate) fn limited_ledgers(&self) -> String {
+        self.keys.limited_ledgers(&self.tag(), self.seg.generation)
+    }
+
     /// The reservation index.
     pub(crate) fn reservations(&self) -> String {
         self.keys.reservations(&self.tag(), self.seg.generation)

@@ -201,7 +201,12 @@ impl Call for ReserveEnd<'_> {
             ReservationAction::Inspect => "inspect",
         };
         let at = &self.at;
-        let keys = vec![at.segment(), at.reservations(), at.outbox()];
+        let keys = vec![
+            at.segment(),
+            at.reservations(),
+            at.outbox(),
+            at.limited_ledgers(),
+        ];
         (
             keys,
             argv![at.generation(), self.user, self.request_id, action],
@@ -242,7 +247,12 @@ impl Call for SurveyCall<'_> {
     type Output = Option<Survey>;
 
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
-        let keys = vec![self.at.segment(), self.at.reservations(), self.at.outbox()];
+        let keys = vec![
+            self.at.segment(),
+            self.at.reservations(),
+            self.at.outbox(),
+            self.at.limited_ledgers(),
+        ];
         let detail = if self.detail { "1" } else { "0" };
         (keys, argv![self.at.generation(), detail])
     }

@@ -44,7 +44,13 @@ impl Call for Sell<'_> {
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let n = self.items.len();
         let at = &self.at;
-        let keys = vec![at.segment(), at.reservations(), at.credits(), at.outbox()];
+        let keys = vec![
+            at.segment(),
+            at.reservations(),
+            at.credits(),
+            at.outbox(),
+            at.limited_ledgers(),
+        ];
         let mut args = Vec::with_capacity(7 + 3 * self.credits.len());
         args.extend(argv![
             at.generation(),

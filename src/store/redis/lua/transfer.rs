@@ -14,6 +14,7 @@ fn keys(at: &SegmentKeys<'_>) -> Vec<String> {
         at.transfers(),
         at.transfers_due(),
         at.outbox(),
+        at.limited_ledgers(),
     ]
 }
 
