@@ -432,6 +432,40 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         (reference.counters.sold, reference.counters.reserved),
         "{a:?}"
     );
+
+    // Without a limit a new ledger expires with its record, twins in the call or not.
+    let s = sku("twins0");
+    let g = e
+        .load(&s, 10, LoadOptions::new(1).per_user_limit(0))
+        .await
+        .unwrap();
+    let keys = vec![
+        "t:{twins0#0}:seg".to_string(),
+        format!("t:{{twins0#0}}:g{g}:resv"),
+        format!("t:{{twins0#0}}:g{g}:in"),
+        "t:{twins0#0}:out".to_string(),
+        format!("t:{{twins0#0}}:g{g}:led"),
+    ];
+    let mut args: Vec<String> = [
+        &*g.to_string(),
+        &*segments::HOME_FN.to_string(),
+        "0",
+        "0",
+        "0",
+        "2",
+    ]
+    .map(String::from)
+    .to_vec();
+    for _ in 0..2 {
+        args.extend(["w1", "r1", "1:0:60000"].map(String::from));
+    }
+    let v: Value = client.eval(sell, keys, args).await.unwrap();
+    assert_eq!(v.as_str().unwrap(), "10 a p");
+    let ttl: i64 = srv
+        .cli(&["PTTL", &format!("t:{{twins0#0}}:g{g}:u:w1")])
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "the ledger's TTL: {ttl}");
 }
 
 /// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.

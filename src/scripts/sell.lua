@@ -390,8 +390,6 @@ if lim > 0 then
     args[k + 1], args[k + 2], k = u, type(l) == 'table' and led_text(l) or l, k + 2
   end
   if k > 2 then redis.call(unpack(args)) end
-else
-  for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
 end
 -- The writes each applied request needs beyond its ledger: none for a sale under a limit
 -- without the outbox (the hot path).
@@ -430,6 +428,9 @@ for i = 1, na do
   if sp.resv > 0 then redis.call('ZADD', KEYS[2], int(a.exp), u .. ' ' .. rid) end
   if ob.on then emit(ob, sp.resv > 0 and 'reserved' or 'sold', gen, rid, u, sp.q, index .. ':' .. sp.q) end
 end
+-- Without a limit, replays rewrite their records last: a twin's replay written before its
+-- twin's ledger write would count as a record already there (no TTL for a fresh ledger).
+for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
 if back > 0 then
   stock_event('R', gen, KEYS[1])
 elseif credited > 0 then
