@@ -39,13 +39,40 @@ struct Entry {
     /// `used`, kept apart because it may include units `used` already counts.
     held_for_good: u64,
     /// Request ids of those units (a retry of one of them is a replay, not a new purchase).
-    applied: Vec<RequestId>,
+    applied: Applied,
     /// An attempt is running in this process.
     busy: bool,
     /// Last touched.
     at: Instant,
     /// The SKU's load generation this knowledge belongs to: a reload starts a fresh ledger.
     generation: u64,
+}
+
+/// The request ids of an entry's units: almost always none or one, kept without an allocation
+/// (one per buyer, on every sale under a per-user limit).
+#[derive(Debug, Default)]
+struct Applied {
+    first: Option<RequestId>,
+    more: Vec<RequestId>,
+}
+
+impl Applied {
+    fn contains(&self, rid: &RequestId) -> bool {
+        self.first.as_ref() == Some(rid) || self.more.contains(rid)
+    }
+
+    fn push(&mut self, rid: RequestId) {
+        if self.first.is_none() {
+            self.first = Some(rid);
+        } else {
+            self.more.push(rid);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.first = None;
+        self.more.clear();
+    }
 }
 
 /// Counters of the local guard.
@@ -131,7 +158,7 @@ impl LocalGuard {
                     v.insert(Entry {
                         used: 0,
                         held_for_good: 0,
-                        applied: Vec::new(),
+                        applied: Applied::default(),
                         busy: false,
                         at: now,
                         generation,
