@@ -333,6 +333,28 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     assert!(format!("{r:?}").contains("debited"), "{r:?}");
 }
 
+/// `sell.lua`'s KEYS at segment 0 of `sku` in generation `g`, and the head of its ARGV (no
+/// fence, no credits) for `n` requests.
+fn sell_call(sku: &str, g: u64, n: usize) -> (Vec<String>, Vec<String>) {
+    let seg = format!("t:{{{sku}#0}}");
+    let keys = vec![
+        format!("{seg}:seg"),
+        format!("{seg}:g{g}:resv"),
+        format!("{seg}:g{g}:in"),
+        format!("{seg}:out"),
+        format!("{seg}:g{g}:led"),
+    ];
+    let args = [
+        g.to_string(),
+        segments::HOME_FN.to_string(),
+        "0".into(),
+        "0".into(),
+        "0".into(),
+        n.to_string(),
+    ];
+    (keys, args.to_vec())
+}
+
 /// One coalesced call decides its requests one after another, exactly as the reference
 /// segment does: twins of a request id, a user's second request, a new buyer's sale followed
 /// by its own replay, a reservation and a sale of one id, across two calls on a limited
@@ -349,13 +371,6 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         include_str!("../src/scripts/prelude.lua"),
         include_str!("../src/scripts/sell.lua")
     );
-    let keys = vec![
-        "t:{twins#0}:seg".to_string(),
-        format!("t:{{twins#0}}:g{g}:resv"),
-        format!("t:{{twins#0}}:g{g}:in"),
-        "t:{twins#0}:out".to_string(),
-        format!("t:{{twins#0}}:g{g}:led"),
-    ];
     let mut reference = Segment::loaded(g, 10, 2);
     // (user, request id, qty, reservation ms)
     let calls: [&[(&str, &str, u64, u64)]; 2] = [
@@ -383,16 +398,7 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         ],
     ];
     for reqs in calls {
-        let mut args: Vec<String> = [
-            &*g.to_string(),
-            &*segments::HOME_FN.to_string(),
-            "0",
-            "0",
-            "0",
-        ]
-        .map(String::from)
-        .to_vec();
-        args.push(reqs.len().to_string());
+        let (keys, mut args) = sell_call("twins", g, reqs.len());
         let mut want = Vec::new();
         for &(user, rid, qty, resv) in reqs {
             args.extend([user.into(), rid.into(), format!("{qty}:{resv}:60000")]);
@@ -439,23 +445,7 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         .load(&s, 10, LoadOptions::new(1).per_user_limit(0))
         .await
         .unwrap();
-    let keys = vec![
-        "t:{twins0#0}:seg".to_string(),
-        format!("t:{{twins0#0}}:g{g}:resv"),
-        format!("t:{{twins0#0}}:g{g}:in"),
-        "t:{twins0#0}:out".to_string(),
-        format!("t:{{twins0#0}}:g{g}:led"),
-    ];
-    let mut args: Vec<String> = [
-        &*g.to_string(),
-        &*segments::HOME_FN.to_string(),
-        "0",
-        "0",
-        "0",
-        "2",
-    ]
-    .map(String::from)
-    .to_vec();
+    let (keys, mut args) = sell_call("twins0", g, 2);
     for _ in 0..2 {
         args.extend(["w1", "r1", "1:0:60000"].map(String::from));
     }

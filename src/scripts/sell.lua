@@ -266,6 +266,14 @@ end
 -- Decide each request (reads only; the ledgers as this call changes them).
 local acts, ax, dirty, replays = {}, {}, {}, {}
 local na, nd, held = 0, 0, false
+-- Lists user `u`'s ledger once among those the final HSET writes (limited ledgers).
+local function touch(u)
+  if not dirty[u] then
+    nd = nd + 1
+    dirty[nd] = u
+    dirty[u] = true
+  end
+end
 for _, j in ipairs(js) do
   local u, rid, sp = U[j], R[j], S[j]
   local qty = sp.qty
@@ -283,9 +291,7 @@ for _, j in ipairs(js) do
       st.stock = st.stock - qty
       st.sold = st.sold + qty
       ledgers[u] = fresh_sale(sp, rid)
-      nd = nd + 1
-      dirty[nd] = u
-      dirty[u] = true
+      touch(u)
       na = na + 1
       acts[na] = j
       reply = 'a'
@@ -312,11 +318,7 @@ for _, j in ipairs(js) do
           -- the durability mode's WAIT after it covers the original write too (replication
           -- is in order), without relying on how a WAIT after a read-only call behaves.
           if lim > 0 then
-            if not dirty[u] then
-              nd = nd + 1
-              dirty[nd] = u
-              dirty[u] = true
-            end
+            touch(u)
           else
             replays[#replays + 1] = { l.key, '=' .. rid, rec }
           end
@@ -358,11 +360,7 @@ for _, j in ipairs(js) do
           if l.recs[rid] == nil then l.n = l.n + 1 end
           l.h = l.h + qty
           if sp.resv == 0 then l.f = l.f + qty end
-          if not dirty[u] then
-            nd = nd + 1
-            dirty[nd] = u
-            dirty[u] = true
-          end
+          touch(u)
         end
         l.recs[rid] = val
         na = na + 1
