@@ -5,20 +5,29 @@
 //! user, as far as this process saw, already used up the per-user limit. Either way the request
 //! is turned away locally; otherwise it goes on to the authoritative check in the store.
 //!
-//! Its memory is bounded: entries expire after `ttl` and the map holds at most `cap` entries,
-//! evicting the oldest. Eviction can only make the filter *forget* — the next request of an
-//! evicted user then goes to the store, which still enforces the limit exactly. So the guard
-//! can never let a user exceed the limit; at worst it costs a round trip.
+//! It is a cache, not a ledger: a fixed table of sets of [`WAYS`] entries, each (SKU, user)
+//! hashed to one set, sized once from the cap. Entries expire after `ttl`; a new user whose
+//! set is full takes the place of the least recently touched idle entry of that set (a busy
+//! one is never taken before it expires, and when every entry of the set is busy the attempt
+//! goes to the store unguarded). Forgetting can only cost a round trip — the next request of a
+//! forgotten user goes to the store, which still enforces the limit exactly — so the guard can
+//! never let a user exceed the limit. The table never grows, rehashes or sweeps, and holds no
+//! ids: an entry is known by a 128-bit hash of (SKU, user) under a per-process random key (two
+//! keys meeting is a 2⁻¹²⁸ event), and a request id by a 64-bit hash (two meeting only sends a
+//! request to the store). A request costs one hash, one set lock and a scan of one set's keys
+//! and ages (three cache lines), whatever the number of buyers.
 //!
 //! A retry of a request this process already saw applied is let through (the store replays
 //! it), so the filter never turns "you already bought this" into "limit reached".
 
 use crate::ids::{RequestId, Sku, UserId};
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry as Slot;
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+
+/// Entries per set: a user's entry is one of the eight of its set.
+pub(crate) const WAYS: usize = 8;
 
 /// What the local guard says about an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,37 +40,43 @@ pub(crate) enum Local {
     LimitReached,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default, Clone)]
 struct Entry {
     /// Units this process saw the user get (sold or reserved).
     used: u64,
     /// Units the store said the user holds for good (from a "limit reached"): a floor under
     /// `used`, kept apart because it may include units `used` already counts.
     held_for_good: u64,
-    /// Request ids of those units (a retry of one of them is a replay, not a new purchase).
+    /// Hashes of the request ids of those units (a retry of one of them is a replay, not a
+    /// new purchase).
     applied: Applied,
-    /// An attempt is running in this process.
-    busy: bool,
-    /// Last touched.
-    at: Instant,
     /// The SKU's load generation this knowledge belongs to: a reload starts a fresh ledger.
     generation: u64,
 }
 
-/// The request ids of an entry's units: almost always none or one, kept without an allocation
-/// (one per buyer, on every sale under a per-user limit).
-#[derive(Debug, Default)]
+impl Entry {
+    /// Forgets what was known (the store still knows).
+    fn reset(&mut self) {
+        self.used = 0;
+        self.held_for_good = 0;
+        self.applied.clear();
+    }
+}
+
+/// The request-id hashes of an entry's units: almost always none or one, kept without an
+/// allocation.
+#[derive(Debug, Default, Clone)]
 struct Applied {
-    first: Option<RequestId>,
-    more: Vec<RequestId>,
+    first: Option<u64>,
+    more: Vec<u64>,
 }
 
 impl Applied {
-    fn contains(&self, rid: &RequestId) -> bool {
-        self.first.as_ref() == Some(rid) || self.more.contains(rid)
+    fn contains(&self, rid: u64) -> bool {
+        self.first == Some(rid) || self.more.contains(&rid)
     }
 
-    fn push(&mut self, rid: RequestId) {
+    fn push(&mut self, rid: u64) {
         if self.first.is_none() {
             self.first = Some(rid);
         } else {
@@ -71,7 +86,41 @@ impl Applied {
 
     fn clear(&mut self) {
         self.first = None;
-        self.more.clear();
+        self.more = Vec::new();
+    }
+}
+
+/// One set: up to [`WAYS`] entries, the first `len` in use. What a lookup and the choice of
+/// a victim read (keys, ages, busy marks) sits inline beside the set's lock; the entries, read
+/// once the key matched, are allocated when the set is first used.
+#[derive(Debug, Default)]
+#[repr(C)]
+struct Set {
+    busy: u8,
+    len: u8,
+    keys: [u128; WAYS],
+    /// Last touched, in ns since the guard began.
+    at: [u64; WAYS],
+    entries: Vec<Entry>,
+}
+
+impl Set {
+    fn find(&self, key: u128) -> Option<usize> {
+        self.keys[..usize::from(self.len)]
+            .iter()
+            .position(|&k| k == key)
+    }
+
+    fn is_busy(&self, i: usize) -> bool {
+        self.busy & (1 << i) != 0
+    }
+
+    fn set_busy(&mut self, i: usize, busy: bool) {
+        if busy {
+            self.busy |= 1 << i;
+        } else {
+            self.busy &= !(1 << i);
+        }
     }
 }
 
@@ -82,7 +131,7 @@ pub(crate) struct GuardStats {
     pub(crate) hits: AtomicU64,
     /// Attempts passed on to the store.
     pub(crate) misses: AtomicU64,
-    /// Entries dropped to honour the cap.
+    /// Entries dropped to make room for another user.
     pub(crate) evictions: AtomicU64,
     /// Entries dropped because they expired.
     pub(crate) expirations: AtomicU64,
@@ -91,31 +140,44 @@ pub(crate) struct GuardStats {
 /// The in-process guard. See the module docs.
 #[derive(Debug)]
 pub(crate) struct LocalGuard {
-    /// Hashed with foldhash: every request with a per-user limit hashes its key.
-    map: DashMap<(Sku, UserId), Entry, foldhash::fast::RandomState>,
-    /// Entries in `map`, kept beside it: `DashMap::len` locks every shard, once per request.
+    sets: Box<[Mutex<Set>]>,
+    /// Entries a set holds at most (`WAYS`, or the cap when it is smaller).
+    ways: usize,
+    /// Two independent keys: a (SKU, user) key is both hashes.
+    hashers: [foldhash::fast::RandomState; 2],
+    origin: Instant,
+    /// Entries held.
     size: AtomicUsize,
-    /// Held by the one thread making room.
-    evicting: Mutex<()>,
-    ttl: Duration,
-    cap: usize,
+    ttl_ns: u64,
     stats: GuardStats,
 }
 
+/// Where an attempt's entry is: its set and key.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    set: usize,
+    key: u128,
+}
+
 impl LocalGuard {
-    /// A guard whose entries live `ttl` and which holds at most `cap` entries.
+    /// A guard whose entries live `ttl` and which holds at most `cap` entries (in sets of
+    /// [`WAYS`]: 32 bytes per entry of the cap at once, the entries themselves when their set
+    /// is first used).
     pub(crate) fn new(ttl: Duration, cap: usize) -> Self {
+        let cap = cap.max(1);
+        let ways = cap.min(WAYS);
         Self {
-            map: DashMap::default(),
+            sets: (0..cap / ways).map(|_| Mutex::default()).collect(),
+            ways,
+            hashers: Default::default(),
+            origin: Instant::now(),
             size: AtomicUsize::new(0),
-            evicting: Mutex::new(()),
-            ttl,
-            cap: cap.max(1),
+            ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
             stats: GuardStats::default(),
         }
     }
 
-    /// Entries held now (at most the cap, but for inserts racing on other threads).
+    /// Entries held now (at most the cap).
     pub(crate) fn len(&self) -> usize {
         self.size.load(Relaxed)
     }
@@ -125,16 +187,45 @@ impl LocalGuard {
         &self.stats
     }
 
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn place(&self, sku: &Sku, user: &UserId) -> Place {
+        let ids = (sku.as_str().as_bytes(), user.as_str().as_bytes());
+        let (a, b) = (self.hashers[0].hash_one(ids), self.hashers[1].hash_one(ids));
+        Place {
+            // Lemire's multiply-shift: the high bits pick the set, with no division.
+            set: ((u128::from(a) * self.sets.len() as u128) >> 64) as usize,
+            key: (u128::from(a) << 64) | u128::from(b),
+        }
+    }
+
+    fn rid(&self, rid: &RequestId) -> u64 {
+        self.hashers[0].hash_one(rid.as_str().as_bytes())
+    }
+
+    /// Runs `f` on `p`'s set.
+    fn with_set<R>(&self, p: Place, f: impl FnOnce(&mut Set) -> R) -> R {
+        let mut set = self.sets[p.set].lock().unwrap_or_else(|e| e.into_inner());
+        if set.entries.is_empty() {
+            set.entries = vec![Entry::default(); self.ways];
+        }
+        f(&mut set)
+    }
+
     /// Checks an attempt of `qty` units against `limit` (0 = no limit) and, on `Pass`, marks
     /// the user busy until [`finish`](Self::finish).
     #[cfg(test)]
     fn begin(&self, sku: &Sku, user: &UserId, rid: &RequestId, qty: u64, limit: u64) -> Local {
-        self.begin_in(0, sku, user, rid, qty, limit)
+        self.begin_in(0, sku, user, rid, qty, limit).0
     }
 
     /// [`begin`](Self::begin) for load generation `generation` of the SKU: what the guard
-    /// knew about an older generation is forgotten (a reload starts a fresh ledger).
-    pub(crate) fn begin_in(
+    /// knew about an older generation is forgotten (a reload starts a fresh ledger). With
+    /// `Pass`, where the attempt's entry is (`None`: its set was all busy; the store alone
+    /// decides).
+    fn begin_in(
         &self,
         generation: u64,
         sku: &Sku,
@@ -142,44 +233,37 @@ impl LocalGuard {
         rid: &RequestId,
         qty: u64,
         limit: u64,
-    ) -> Local {
-        let now = Instant::now();
-        let key = (sku.clone(), user.clone());
-        if self.len() >= self.cap && !self.map.contains_key(&key) {
-            // Make room before inserting, so the map stays within its cap (concurrent inserts
-            // on other threads can overshoot it by at most one entry each, momentarily).
-            self.enforce_cap(self.cap - 1);
-        }
-        let decision = {
-            let mut e = match self.map.entry(key) {
-                Slot::Occupied(o) => o.into_ref(),
-                Slot::Vacant(v) => {
-                    self.size.fetch_add(1, Relaxed);
-                    v.insert(Entry {
-                        used: 0,
-                        held_for_good: 0,
-                        applied: Applied::default(),
-                        busy: false,
-                        at: now,
-                        generation,
-                    })
+    ) -> (Local, Option<Place>) {
+        let now = self.now();
+        let p = self.place(sku, user);
+        let rid = self.rid(rid);
+        let decision = self.with_set(p, |set| {
+            let i = match set.find(p.key) {
+                Some(i) => i,
+                None => {
+                    let i = self.make_room(set, now)?;
+                    set.keys[i] = p.key;
+                    set.at[i] = now;
+                    set.set_busy(i, false);
+                    set.entries[i].reset();
+                    set.entries[i].generation = generation;
+                    i
                 }
             };
+            let expired = now.saturating_sub(set.at[i]) >= self.ttl_ns;
+            let e = &mut set.entries[i];
             if e.generation != generation {
                 e.generation = generation;
-                e.used = 0;
-                e.held_for_good = 0;
-                e.applied.clear();
+                e.reset();
             }
-            if now.duration_since(e.at) >= self.ttl {
+            if expired {
                 // Expired: forget what we knew (the store still knows).
                 self.stats.expirations.fetch_add(1, Relaxed);
-                e.used = 0;
-                e.held_for_good = 0;
-                e.applied.clear();
-                e.busy = false;
+                e.reset();
+                set.set_busy(i, false);
             }
-            if e.busy {
+            let e = &set.entries[i];
+            Some(if set.is_busy(i) {
                 // Not touched: a stream of double clicks must not keep an entry alive whose
                 // attempt is gone — it expires `ttl` after the attempt began.
                 Local::InFlight
@@ -187,36 +271,75 @@ impl LocalGuard {
                 && e.used.max(e.held_for_good) + qty > limit
                 && !e.applied.contains(rid)
             {
-                e.at = now;
+                set.at[i] = now;
                 Local::LimitReached
             } else {
-                e.at = now;
-                e.busy = true;
+                set.at[i] = now;
+                set.set_busy(i, true);
                 Local::Pass
-            }
-        };
+            })
+        });
         match decision {
-            Local::Pass => {
+            None => {
                 self.stats.misses.fetch_add(1, Relaxed);
+                (Local::Pass, None)
             }
-            _ => {
+            Some(Local::Pass) => {
+                self.stats.misses.fetch_add(1, Relaxed);
+                (Local::Pass, Some(p))
+            }
+            Some(refused) => {
                 self.stats.hits.fetch_add(1, Relaxed);
+                (refused, Some(p))
             }
         }
-        decision
+    }
+
+    /// A way of `set` for a new entry: a free one, else the least recently touched entry
+    /// that is idle or expired (dropped); `None` when every entry is busy and young.
+    fn make_room(&self, set: &mut Set, now: u64) -> Option<usize> {
+        let len = usize::from(set.len);
+        if len < self.ways {
+            set.len += 1;
+            self.size.fetch_add(1, Relaxed);
+            return Some(len);
+        }
+        let expired = |i: usize| now.saturating_sub(set.at[i]) >= self.ttl_ns;
+        let victim = (0..len)
+            .filter(|&i| !set.is_busy(i) || expired(i))
+            .min_by_key(|&i| set.at[i])?;
+        let counter = if expired(victim) {
+            &self.stats.expirations
+        } else {
+            &self.stats.evictions
+        };
+        counter.fetch_add(1, Relaxed);
+        Some(victim)
     }
 
     /// Ends an attempt that passed: `applied_units` > 0 when the store sold or reserved units
     /// for `rid` (now or in an earlier call), 0 otherwise (the chance is not used up).
-    pub(crate) fn finish(&self, sku: &Sku, user: &UserId, rid: &RequestId, applied_units: u64) {
-        if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
-            e.busy = false;
-            e.at = Instant::now();
-            if applied_units > 0 && !e.applied.contains(rid) {
-                e.used += applied_units;
-                e.applied.push(rid.clone());
+    #[cfg(test)]
+    fn finish(&self, sku: &Sku, user: &UserId, rid: &RequestId, applied_units: u64) {
+        self.finish_at(self.place(sku, user), rid, applied_units);
+    }
+
+    fn finish_at(&self, p: Place, rid: &RequestId, units: u64) {
+        let now = self.now();
+        let rid = (units > 0).then(|| self.rid(rid));
+        self.with_set(p, |set| {
+            if let Some(i) = set.find(p.key) {
+                set.set_busy(i, false);
+                set.at[i] = now;
+                let e = &mut set.entries[i];
+                if let Some(rid) = rid
+                    && !e.applied.contains(rid)
+                {
+                    e.used += units;
+                    e.applied.push(rid);
+                }
             }
-        }
+        });
     }
 
     /// [`begin`](Self::begin), with the busy mark owned by the returned [`Attempt`]: if the
@@ -230,76 +353,56 @@ impl LocalGuard {
         generation: u64,
         sku: &Sku,
         user: &UserId,
-        rid: &RequestId,
+        rid: &'a RequestId,
         qty: u64,
         limit: u64,
     ) -> Result<Attempt<'a>, Local> {
         match self.begin_in(generation, sku, user, rid, qty, limit) {
-            Local::Pass => Ok(Attempt {
+            (Local::Pass, place) => Ok(Attempt {
                 guard: self,
-                key: Some((sku.clone(), user.clone(), rid.clone())),
+                key: place.map(|p| (p, rid)),
             }),
-            refused => Err(refused),
+            (refused, _) => Err(refused),
         }
     }
 
     /// Tells the guard the store answered "limit reached" with `final_units` sold for good to
     /// this user: later attempts that would pass the limit on top of those units are turned
     /// away locally until the entry expires (an attempt for fewer units still goes on).
-    pub(crate) fn saturate(&self, sku: &Sku, user: &UserId, final_units: u64) {
-        if let Some(mut e) = self.map.get_mut(&(sku.clone(), user.clone())) {
-            e.busy = false;
-            e.held_for_good = e.held_for_good.max(final_units);
-        }
+    fn saturate_at(&self, p: Place, final_units: u64) {
+        self.with_set(p, |set| {
+            if let Some(i) = set.find(p.key) {
+                set.set_busy(i, false);
+                let e = &mut set.entries[i];
+                e.held_for_good = e.held_for_good.max(final_units);
+            }
+        });
+    }
+
+    #[cfg(test)]
+    fn saturate(&self, sku: &Sku, user: &UserId, final_units: u64) {
+        self.saturate_at(self.place(sku, user), final_units);
     }
 
     /// Forgets a user (e.g. after a cancelled reservation gave units back).
     pub(crate) fn forget(&self, sku: &Sku, user: &UserId) {
-        if self.map.remove(&(sku.clone(), user.clone())).is_some() {
+        let p = self.place(sku, user);
+        let removed = self.with_set(p, |set| {
+            let i = set.find(p.key)?;
+            let last = usize::from(set.len) - 1;
+            set.keys.swap(i, last);
+            set.at.swap(i, last);
+            set.entries.swap(i, last);
+            let last_busy = set.is_busy(last);
+            set.set_busy(i, last_busy);
+            set.set_busy(last, false);
+            set.entries[last].reset();
+            set.len -= 1;
+            Some(())
+        });
+        if removed.is_some() {
             self.size.fetch_sub(1, Relaxed);
         }
-    }
-
-    /// Drops expired entries, then the oldest idle ones, until at most `keep` remain — and a
-    /// quarter of the cap more, so the two passes over the map are paid once per cap/4 inserts
-    /// (amortised O(1) per insert: no sort, no key copied). One thread at a time: another that
-    /// needs room meanwhile waits, then finds it made.
-    fn enforce_cap(&self, keep: usize) {
-        let _one = self.evicting.lock().unwrap_or_else(|p| p.into_inner());
-        if self.len() <= keep {
-            return;
-        }
-        let now = Instant::now();
-        // Pass 1: the expired go; the ages of the idle ones are noted.
-        let (mut expired, mut ages) = (0, Vec::with_capacity(self.len()));
-        self.map.retain(|_, e| {
-            if e.busy {
-                true
-            } else if now.duration_since(e.at) >= self.ttl {
-                expired += 1;
-                false
-            } else {
-                ages.push(e.at);
-                true
-            }
-        });
-        self.size.fetch_sub(expired, Relaxed);
-        self.stats.expirations.fetch_add(expired as u64, Relaxed);
-        let over = self.len().saturating_sub(keep);
-        if over == 0 || ages.is_empty() {
-            return;
-        }
-        // Pass 2: the idle ones at least as old as the `target`-th oldest go.
-        let target = (over + self.cap / 4).min(ages.len());
-        let (_, &mut cutoff, _) = ages.select_nth_unstable(target - 1);
-        let mut evicted = 0;
-        self.map.retain(|_, e| {
-            let keep = e.busy || e.at > cutoff;
-            evicted += usize::from(!keep);
-            keep
-        });
-        self.size.fetch_sub(evicted, Relaxed);
-        self.stats.evictions.fetch_add(evicted as u64, Relaxed);
     }
 }
 
@@ -308,31 +411,32 @@ impl LocalGuard {
 #[derive(Debug)]
 pub(crate) struct Attempt<'a> {
     guard: &'a LocalGuard,
-    key: Option<(Sku, UserId, RequestId)>,
+    /// `None`: finished, or never had an entry.
+    key: Option<(Place, &'a RequestId)>,
 }
 
 impl Attempt<'_> {
     /// Ends the attempt: `sold_units` > 0 when the store sold units for good for this request
     /// (now or earlier). Reserved units are not remembered here — a reservation may go back.
     pub(crate) fn finish(mut self, sold_units: u64) {
-        if let Some((sku, user, rid)) = self.key.take() {
-            self.guard.finish(&sku, &user, &rid, sold_units);
+        if let Some((p, rid)) = self.key.take() {
+            self.guard.finish_at(p, rid, sold_units);
         }
     }
 
     /// Ends the attempt after the store answered "limit reached" with `final_units` sold for
     /// good to this user.
     pub(crate) fn saturate(mut self, final_units: u64) {
-        if let Some((sku, user, _)) = self.key.take() {
-            self.guard.saturate(&sku, &user, final_units);
+        if let Some((p, _)) = self.key.take() {
+            self.guard.saturate_at(p, final_units);
         }
     }
 }
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if let Some((sku, user, rid)) = self.key.take() {
-            self.guard.finish(&sku, &user, &rid, 0);
+        if let Some((p, rid)) = self.key.take() {
+            self.guard.finish_at(p, rid, 0);
         }
     }
 }
@@ -408,7 +512,7 @@ mod tests {
         std::mem::forget(a);
         let mut asked = 0;
         while before.elapsed() < ttl {
-            let r = g.begin_in(7, &s, &u, &r1, 1, 1);
+            let r = g.begin_in(7, &s, &u, &r1, 1, 1).0;
             if before.elapsed() < ttl {
                 assert_eq!(r, Local::InFlight, "younger than its ttl");
                 asked += 1;
@@ -419,7 +523,7 @@ mod tests {
             (after + ttl + Duration::from_millis(20)).saturating_duration_since(Instant::now()),
         );
         assert_eq!(
-            g.begin_in(7, &s, &u, &r1, 1, 1),
+            g.begin_in(7, &s, &u, &r1, 1, 1).0,
             Local::Pass,
             "expired after {asked} double clicks"
         );
@@ -444,6 +548,33 @@ mod tests {
             Local::InFlight,
             "a busy entry was evicted"
         );
+    }
+
+    #[test]
+    fn a_full_set_of_busy_entries_lets_an_attempt_through_untracked() {
+        let g = LocalGuard::new(Duration::from_secs(60), WAYS);
+        let s = Sku::new("s").unwrap();
+        let r = RequestId::new("r").unwrap();
+        let users: Vec<_> = (0..=WAYS)
+            .map(|i| UserId::new(format!("u{i}")).unwrap())
+            .collect();
+        let held: Vec<_> = users[..WAYS]
+            .iter()
+            .map(|u| g.enter(1, &s, u, &r, 1, 1).unwrap())
+            .collect();
+        assert_eq!(g.len(), WAYS);
+        // No room: the store alone decides, and the busy entries stay.
+        let extra = g.enter(1, &s, &users[WAYS], &r, 1, 1).unwrap();
+        assert_eq!(g.begin(&s, &users[WAYS], &r, 1, 1), Local::Pass);
+        extra.finish(1);
+        for u in &users[..WAYS] {
+            assert_eq!(g.begin(&s, u, &r, 1, 1), Local::InFlight);
+        }
+        drop(held);
+        // Idle now: the least recently touched makes room.
+        assert_eq!(g.begin(&s, &users[WAYS], &r, 1, 1), Local::Pass);
+        assert_eq!(g.len(), WAYS);
+        assert_eq!(g.stats().evictions.load(Relaxed), 1);
     }
 
     #[test]

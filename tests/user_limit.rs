@@ -342,7 +342,7 @@ async fn guard_memory_is_bounded() {
         .map(Result::unwrap)
         .max()
         .unwrap();
-    assert!(max <= cap + 4, "guard held {max} entries with cap {cap}");
+    assert!(max <= cap, "guard held {max} entries with cap {cap}");
     assert_eq!(e.audit(&sku).await.unwrap().sold, 100_000);
 
     // Bytes per entry: what dropping an engine whose guard holds 100,000 entries frees (its
@@ -360,10 +360,13 @@ async fn guard_memory_is_bounded() {
         let d = Deduct::new("crowd2", &format!("user-{i:06}"), 1, &format!("q{i}")).unwrap();
         assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1);
     }
-    assert_eq!(e.guard_len(), 100_000);
+    // A cache of sets of 8: at half its cap, a set that drew more than 8 of the users drops
+    // its least recent idle ones (~1 %).
+    let held = e.guard_len();
+    assert!((98_000..=100_000).contains(&held), "{held} entries held");
     let before = FREED.with(|f| f.get());
     drop(e);
-    let per_entry = (FREED.with(|f| f.get()) - before) as f64 / 100_000.0;
+    let per_entry = (FREED.with(|f| f.get()) - before) as f64 / held as f64;
     eprintln!(
         "in-process guard: {per_entry:.0} bytes per entry (user ids of 11 bytes, one applied request id)"
     );

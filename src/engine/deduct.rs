@@ -187,11 +187,11 @@ impl<S: Store> Engine<S> {
     async fn decide_with(&self, a: &Attempt<'_>, sold: &mut Option<u64>) -> Result<Flow> {
         let l = a.layout;
         let key = a.sold_out_key();
-        if l.sold_out.answers(key) {
+        // Sold out from memory, or else the id is noted as one that may have a record here.
+        if l.sold_out.answers_or_sends(key) {
             crate::metrics::sold_out_from_memory();
             return Ok(Done(Deduction::SoldOut));
         }
-        l.sold_out.sent(key); // sold out from memory: ids with a record here
         a.tried();
         let reply = self.inner.store.sell(a.home_at(), a.sell_args(&[])).await?;
         match reply {

@@ -27,7 +27,6 @@
 
 use crate::ids::{RequestId, UserId};
 use crate::store::{SegmentState, StockWatch, watch::Seen};
-use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -43,10 +42,11 @@ pub(crate) struct SoldOut {
     until_us: AtomicU64,
     flag: Mutex<Option<Seen>>,
     /// Hashes of the request ids sent to the store through this layout (a collision only
-    /// sends an id to its record), in [`SHARDS`] sets by hash: every request adds to one, so
-    /// one lock and one growing table for all would be shared by every task (measured: the
-    /// largest single cost of a coalesced sale in the client once past ~100k ids).
-    sent: Box<[Mutex<IdSet>]>,
+    /// sends an id to its record), in [`SHARDS`] shards by hash: every request adds to one, so
+    /// one lock for all would be shared by every task. A shard appends (a push, no hashing
+    /// into a growing table: measured the largest single cost of a coalesced sale in the
+    /// client once past ~100k ids) and sorts only when asked, i.e. while a flag stands.
+    sent: Box<[Mutex<IdShard>]>,
     /// Ids in `sent`.
     sent_len: AtomicUsize,
     /// Over [`MAX_IDS`]: the sets are dropped and no more flags are set for the layout.
@@ -55,15 +55,37 @@ pub(crate) struct SoldOut {
     applied: AtomicU64,
 }
 
-/// Most request ids a layout remembers for the proof (~16 B each); past it, no more flags for
+/// Most request ids a layout remembers for the proof (8 B each); past it, no more flags for
 /// the layout (its generation).
 const MAX_IDS: usize = 2_000_000;
 
 /// Sets the sent ids are spread over (by the hash's top bits).
 const SHARDS: usize = 64;
 
-/// Already hashes: foldhash mixes them once more (the FNV part's low bits are weak).
-type IdSet = HashSet<u64, foldhash::fast::FixedState>;
+/// One shard of sent ids: `sorted` (ascending, no duplicates) and the ids added since.
+#[derive(Debug, Default)]
+struct IdShard {
+    sorted: Vec<u64>,
+    tail: Vec<u64>,
+}
+
+impl IdShard {
+    fn push(&mut self, h: u64) {
+        self.tail.push(h);
+    }
+
+    /// Whether `h` was pushed. Sorts what was added since the last question into the rest
+    /// (asked only while a flag stands, when nothing is added but by requests it cannot
+    /// answer).
+    fn contains(&mut self, h: u64) -> bool {
+        if !self.tail.is_empty() {
+            self.sorted.append(&mut self.tail);
+            self.sorted.sort_unstable();
+            self.sorted.dedup();
+        }
+        self.sorted.binary_search(&h).is_ok()
+    }
+}
 
 fn shard(h: u64) -> usize {
     // SplitMix64's finaliser spreads FNV's weak bits over the top ones.
@@ -123,23 +145,6 @@ impl SoldOut {
         false
     }
 
-    /// True when `id` may be answered `SoldOut` from memory: a flag stands and `id` was never
-    /// sent to the store through this layout.
-    pub(crate) fn answers(&self, id: Key<'_>) -> bool {
-        if !self.is_set() {
-            return false;
-        }
-        if self.sent_full.load(Relaxed) {
-            return false;
-        }
-        let h = id_hash(id);
-        let set = self.sent[shard(h)]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        // Read again under the lock: a set being dropped answers nothing.
-        !self.sent_full.load(Relaxed) && !set.contains(&h)
-    }
-
     /// Before sending a fresh read of every segment (`None`: no flag can come of it).
     pub(crate) fn before_read(&self) -> Option<Ticket> {
         let seen = self.watch.as_ref()?.seen()?;
@@ -180,26 +185,40 @@ impl SoldOut {
             .store(t.at_us + self.ttl.as_micros() as u64, Relaxed);
     }
 
-    /// Remembers that `id` is about to be sent to a script that may write its record.
-    pub(crate) fn sent(&self, id: Key<'_>) {
-        if self.watch.is_none() {
-            return;
-        }
-        if self.sent_full.load(Relaxed) {
-            return;
+    /// True when `id` may be answered `SoldOut` from memory: a flag stands and `id` was never
+    /// sent to the store through this layout. Otherwise `id` is remembered as about to be sent
+    /// to a script that may write its record (an id found sent is not added twice, so a storm
+    /// of retries while a flag stands adds nothing to sort).
+    pub(crate) fn answers_or_sends(&self, id: Key<'_>) -> bool {
+        if self.watch.is_none() || self.sent_full.load(Relaxed) {
+            return false;
         }
         let h = id_hash(id);
-        let added = self.sent[shard(h)]
+        let flag = self.is_set();
+        let mut ids = self.sent[shard(h)]
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(h);
-        if added && self.sent_len.fetch_add(1, Relaxed) + 1 > MAX_IDS {
+            .unwrap_or_else(|e| e.into_inner());
+        // Read again under the lock: a shard being dropped answers nothing.
+        if self.sent_full.load(Relaxed) {
+            return false;
+        }
+        if flag {
+            if !ids.contains(h) {
+                return true;
+            }
+            return false;
+        }
+        ids.push(h);
+        drop(ids);
+        // A retry sent while no flag stands counts again: the bound is on ids sent.
+        if self.sent_len.fetch_add(1, Relaxed) + 1 > MAX_IDS {
             // No more flags for this layout; the memory goes.
             self.sent_full.store(true, Relaxed);
-            for set in &self.sent {
-                *set.lock().unwrap_or_else(|e| e.into_inner()) = IdSet::default();
+            for ids in &self.sent {
+                *ids.lock().unwrap_or_else(|e| e.into_inner()) = IdShard::default();
             }
         }
+        false
     }
 
     /// Counts an answer given through this layout (the units of an `Applied`; its id was

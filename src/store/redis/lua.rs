@@ -223,6 +223,12 @@ pub(crate) trait Call {
     type Output;
     /// KEYS and ARGV. (`&mut`: a call may hand over strings it owns instead of copying them.)
     fn encode(&mut self) -> (Vec<String>, Vec<String>);
+    /// KEYS and ARGV as sent: [`encode`](Self::encode)'s, unless the call builds its
+    /// arguments as byte buffers itself.
+    fn encode_values(&mut self) -> (Vec<String>, Vec<Value>) {
+        let (keys, args) = self.encode();
+        (keys, args.into_iter().map(Value::from).collect())
+    }
     /// Decodes the script's reply.
     fn decode(&self, reply: Value) -> Result<Self::Output>;
     /// Durability mode: whether this call, having answered `out`, waits for the replicas
@@ -247,7 +253,7 @@ pub(crate) async fn run_durable<C: Call>(
     mut call: C,
     durable: Option<&Arc<Durable>>,
 ) -> Result<C::Output> {
-    let (keys, args) = call.encode();
+    let (keys, args) = call.encode_values();
     let slot = durable.map(|_| Durable::slot(client, keys.first().map(String::as_str)));
     // Boxed: fred's command future, the slot-move retries and the NOSCRIPT reload are
     // kilobytes of state (measured: 7.7 KB for a deduction's call). Inline, every caller's
@@ -287,13 +293,12 @@ pub(crate) async fn eval(
     client: &Client,
     script: Script,
     keys: Vec<String>,
-    args: Vec<String>,
+    args: Vec<Value>,
 ) -> Result<Value> {
     let fred = script.fred();
     // As fred keys/values (byte buffers taken over without copying), cloning for the NOSCRIPT
     // retry costs a reference count per argument, not a copy.
     let keys: Vec<fred::types::Key> = keys.into_iter().map(Into::into).collect();
-    let args: Vec<Value> = args.into_iter().map(Into::into).collect();
     let send = || client.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
     match moving::follow(send).await {
         Err(e) if e.details().starts_with("NOSCRIPT") => {

@@ -3,27 +3,35 @@
 
 use super::{Call, Script, SegmentKeys, argv};
 use crate::error::{Error, Result};
+use crate::ids::{RequestId, UserId};
 use crate::store::{Credit, SellArgs, SellReply};
+use fred::bytes::BytesMut;
 use fred::types::Value;
 
-/// One request of a [`Sell`] call: its three arguments (see the script's header).
+/// One request of a [`Sell`] call: its three arguments (see the script's header), encoded
+/// with the call's others into one buffer when the call is sent.
 pub(crate) struct SellItem {
-    user: String,
-    request_id: String,
-    /// `<qty>:<resv_ttl_ms>:<ttl_ms>`.
-    spec: String,
+    user: UserId,
+    request_id: RequestId,
     qty: u64,
+    resv_ttl_ms: u64,
+    ttl_ms: u64,
 }
 
 impl SellItem {
-    /// `req`'s arguments.
+    /// `req`'s arguments (the ids are shared, not copied).
     pub(crate) fn new(req: &SellArgs<'_>) -> Self {
         Self {
-            user: req.user.to_string(),
-            request_id: req.request_id.to_string(),
-            spec: format!("{}:{}:{}", req.qty, req.resv_ttl_ms, req.ttl_ms),
+            user: req.user.clone(),
+            request_id: req.request_id.clone(),
             qty: req.qty,
+            resv_ttl_ms: req.resv_ttl_ms,
+            ttl_ms: req.ttl_ms,
         }
+    }
+
+    fn spec(&self) -> (u64, u64, u64) {
+        (self.qty, self.resv_ttl_ms, self.ttl_ms)
     }
 }
 
@@ -41,7 +49,21 @@ impl Call for Sell<'_> {
     /// One reply per item, in order.
     type Output = Vec<Result<SellReply>>;
 
+    /// [`encode_values`](Call::encode_values)'s arguments as strings (what is sent is those
+    /// byte slices).
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+        let (keys, args) = self.encode_values();
+        let args = args
+            .into_iter()
+            .map(|v| v.as_string().unwrap_or_default())
+            .collect();
+        (keys, args)
+    }
+
+    /// The requests' arguments are written into one buffer and sent as slices of it: no
+    /// allocation per argument, and a spec shared by consecutive requests is sent as the same
+    /// slice.
+    fn encode_values(&mut self) -> (Vec<String>, Vec<Value>) {
         let n = self.items.len();
         let at = &self.at;
         let keys = vec![
@@ -51,25 +73,56 @@ impl Call for Sell<'_> {
             at.outbox(),
             at.limited_ledgers(),
         ];
-        let mut args = Vec::with_capacity(7 + 3 * self.credits.len());
-        args.extend(argv![
+        let mut args: Vec<Value> = Vec::with_capacity(6 + 3 * (self.credits.len() + n));
+        let head = argv![
             at.generation(),
             crate::segments::HOME_FN,
             at.seg.index,
             self.fence,
             self.credits.len(),
-        ]);
+        ];
+        args.extend(head.into_iter().map(Value::from));
         for c in self.credits {
-            args.extend(argv![c.id, c.donor, c.units]);
+            args.extend(argv![c.id, c.donor, c.units].into_iter().map(Value::from));
         }
-        args.push(n.to_string());
-        args.reserve(3 * n);
-        // The items' strings are handed over, not copied.
-        for it in &mut self.items {
-            args.push(std::mem::take(&mut it.user));
-            args.push(std::mem::take(&mut it.request_id));
-            args.push(std::mem::take(&mut it.spec));
+        args.push(Value::from(n.to_string()));
+        let size: usize = self
+            .items
+            .iter()
+            .map(|it| it.user.as_str().len() + it.request_id.as_str().len() + 3 * 20 + 2)
+            .sum();
+        let mut buf = BytesMut::with_capacity(size);
+        // (start, end) in `buf` of each argument, in order.
+        let mut spans = Vec::with_capacity(3 * n);
+        let mut last_spec = None;
+        let mut num = itoa::Buffer::new();
+        for it in &self.items {
+            for id in [it.user.as_str(), it.request_id.as_str()] {
+                let start = buf.len();
+                buf.extend_from_slice(id.as_bytes());
+                spans.push((start, buf.len()));
+            }
+            match last_spec {
+                Some((spec, span)) if spec == it.spec() => spans.push(span),
+                _ => {
+                    let start = buf.len();
+                    buf.extend_from_slice(num.format(it.qty).as_bytes());
+                    buf.extend_from_slice(b":");
+                    buf.extend_from_slice(num.format(it.resv_ttl_ms).as_bytes());
+                    buf.extend_from_slice(b":");
+                    buf.extend_from_slice(num.format(it.ttl_ms).as_bytes());
+                    let span = (start, buf.len());
+                    spans.push(span);
+                    last_spec = Some((it.spec(), span));
+                }
+            }
         }
+        let buf = buf.freeze();
+        args.extend(
+            spans
+                .into_iter()
+                .map(|(a, b)| Value::Bytes(buf.slice(a..b))),
+        );
         (keys, args)
     }
 
