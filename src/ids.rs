@@ -3,12 +3,15 @@
 //! SKU, user and request ids end up inside Redis key names, and the SKU inside a Redis Cluster
 //! hash tag. Only the text between the first `{` and the next `}` is hashed, so a SKU such as
 //! `a}x{b` would land in SKU `a`'s slot and `{}` would make keys hash whole (CROSSSLOT errors).
-//! Rather than escaping, ids are whitelisted: ASCII letters, digits and `_ . : -` (SKUs also
-//! exclude `:`). Anything else — braces, spaces, control characters, non-ASCII, empty or
-//! over-long ids — is rejected before any I/O; so `#` and `@` (hash-tag separators in key
-//! names, see [`crate::segments`]) and `~` (the separator of a
-//! [`ReservationId`](crate::ReservationId)) never occur in an id.
-
+//!
+//! - **SKUs** are whitelisted: ASCII letters, digits and `_ . -`. A SKU names keys, hash tags,
+//!   metric labels and notification messages, where `#`, `@`, `:` and `~` are separators.
+//! - **User and request ids** are the ids services already have — e-mail addresses, UUIDs,
+//!   ULIDs, `+`, `/`, `@`, `:`, `~`, `%`, non-ASCII letters — up to [`MAX_ID_LEN`] bytes of
+//!   UTF-8. Refused are only what would change a key or a stored text's meaning: `{` and `}`
+//!   (hash tags), whitespace (the stores' field separator) and control characters. They never
+//!   name a hash tag (a user's keys take the segment's tag), and a
+//!   [`ReservationId`](crate::ReservationId) escapes `~` and `%` in them.
 use crate::error::{Error, Result};
 use std::fmt;
 
@@ -23,12 +26,7 @@ pub const MAX_UNITS: u64 = 999_999_999_999;
 pub const MAX_SEGMENTS: u32 = 1024;
 
 fn check(field: &'static str, s: &str, max: usize, extra: &[u8]) -> Result<()> {
-    if s.is_empty() {
-        return Err(Error::invalid(field, "must not be empty"));
-    }
-    if s.len() > max {
-        return Err(Error::invalid(field, format!("longer than {max} bytes")));
-    }
+    check_len(field, s, max)?;
     if let Some(c) = s
         .bytes()
         .find(|b| !(b.is_ascii_alphanumeric() || extra.contains(b)))
@@ -47,8 +45,34 @@ fn check(field: &'static str, s: &str, max: usize, extra: &[u8]) -> Result<()> {
     Ok(())
 }
 
+fn check_len(field: &'static str, s: &str, max: usize) -> Result<()> {
+    if s.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if s.len() > max {
+        return Err(Error::invalid(field, format!("longer than {max} bytes")));
+    }
+    Ok(())
+}
+
+/// A user or request id: any UTF-8 text of 1..=`max` bytes without braces, whitespace or
+/// control characters (see the module docs).
+fn check_external(field: &'static str, s: &str, max: usize, _: &[u8]) -> Result<()> {
+    check_len(field, s, max)?;
+    if let Some(c) = s
+        .chars()
+        .find(|&c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+    {
+        return Err(Error::invalid(
+            field,
+            format!("contains {c:?}; braces, whitespace and control characters are not allowed"),
+        ));
+    }
+    Ok(())
+}
+
 macro_rules! id_type {
-    ($(#[$doc:meta])* $name:ident, $field:literal, $max:expr, $extra:expr) => {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $check:ident, $max:expr, $extra:expr) => {
         $(#[$doc])*
         ///
         /// Cloning is cheap (a shared, reference-counted string): the engine and the
@@ -61,10 +85,10 @@ macro_rules! id_type {
             ///
             /// # Errors
             /// [`Error::InvalidInput`] naming the field when `s` is empty, too long or has a
-            /// character outside the whitelist.
+            /// character the type does not allow (see the type's docs).
             pub fn new(s: impl AsRef<str>) -> Result<Self> {
                 let s = s.as_ref();
-                check($field, s, $max, $extra)?;
+                $check($field, s, $max, $extra)?;
                 Ok(Self(s.into()))
             }
 
@@ -97,15 +121,17 @@ macro_rules! id_type {
 
 id_type!(
     /// A SKU id: `[A-Za-z0-9_.-]{1,64}`.
-    Sku, "sku", MAX_SKU_LEN, b"_.-"
+    Sku, "sku", check, MAX_SKU_LEN, b"_.-"
 );
 id_type!(
-    /// A user id: `[A-Za-z0-9_.:-]{1,128}`.
-    UserId, "user", MAX_ID_LEN, b"_.:-"
+    /// A user id: 1..=128 bytes of UTF-8 without `{`, `}`, whitespace or control characters
+    /// (`alice@example.com`, `0b7e…-uuid`, `Zoë`, `tenant/42`).
+    UserId, "user", check_external, MAX_ID_LEN, b""
 );
 id_type!(
-    /// A request id (idempotency key): `[A-Za-z0-9_.:-]{1,128}`.
-    RequestId, "request_id", MAX_ID_LEN, b"_.:-"
+    /// A request id (idempotency key): 1..=128 bytes of UTF-8 without `{`, `}`, whitespace
+    /// or control characters (UUIDs, ULIDs, `order+1/2`).
+    RequestId, "request_id", check_external, MAX_ID_LEN, b""
 );
 
 /// Validates a key prefix (namespace): same charset as user ids, at most 32 bytes.
@@ -135,6 +161,21 @@ mod tests {
         assert!(RequestId::new("0b7e-12:ab_CD.9").is_ok());
         assert!(Sku::new("a".repeat(MAX_SKU_LEN)).is_ok());
         assert!(RequestId::new("r".repeat(MAX_ID_LEN)).is_ok());
+        for good in [
+            "alice@example.com",
+            "0b7e9a1c-5d2f-4e8a-9b3c-7f1e2d3c4b5a",
+            "01J9Z8K3M4N5P6Q7R8S9T0V1W2",
+            "order+1/2",
+            "tenant/42#7",
+            "Zoë-東京",
+            "a~b%7E",
+        ] {
+            assert!(UserId::new(good).is_ok(), "{good:?}");
+            assert!(RequestId::new(good).is_ok(), "{good:?}");
+        }
+        // A byte bound, not a character one: 42 three-byte characters fit, 43 do not.
+        assert!(UserId::new("東".repeat(42)).is_ok());
+        assert!(UserId::new("東".repeat(43)).is_err());
     }
 
     #[test]
@@ -148,11 +189,27 @@ mod tests {
                 "{bad:?}"
             );
         }
-        for bad in ["", "u{1}", "u}", "u 1", "u\t", "ü", "u\r\n"] {
-            assert!(matches!(
-                UserId::new(bad),
-                Err(Error::InvalidInput { field: "user", .. })
-            ));
+        for bad in [
+            "",
+            "u{1}",
+            "u}",
+            "u 1",
+            "u\t",
+            "u\r\n",
+            "u\0",
+            "u\u{7f}",
+            "u\u{85}",
+            "u\u{a0}",
+            "u\u{2028}",
+            "u\u{3000}",
+        ] {
+            assert!(
+                matches!(
+                    UserId::new(bad),
+                    Err(Error::InvalidInput { field: "user", .. })
+                ),
+                "{bad:?}"
+            );
             assert!(matches!(
                 RequestId::new(bad),
                 Err(Error::InvalidInput {

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// A reservation's id: where its units are held (SKU, load generation, segment) and the
 /// request that made it (user and request id). Its text form,
 /// `<sku>~<generation>~<segment>~<user>~<request id>`, is what the HTTP API and the CLI show and
-/// take; `~` occurs in none of the parts.
+/// take; a `~` or `%` in the user or request id is written `%7E` / `%25`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     sku: Sku,
@@ -93,7 +93,11 @@ impl std::fmt::Display for ReservationId {
         write!(
             f,
             "{}~{}~{}~{}~{}",
-            self.sku, self.generation, self.segment, self.user, self.request_id
+            self.sku,
+            self.generation,
+            self.segment,
+            escape(self.user.as_str()),
+            escape(self.request_id.as_str())
         )
     }
 }
@@ -107,19 +111,56 @@ impl std::str::FromStr for ReservationId {
     /// [`Error::InvalidInput`]: field `sku`, `user` or `request_id` for an invalid id in it,
     /// else field `reservation`.
     fn from_str(s: &str) -> Result<Self> {
-        let mut it = s.splitn(5, '~');
-        let (Some(sku), Some(generation), Some(segment), Some(user), Some(request_id)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
+        // Exactly five parts: the ids' own `~` are escaped.
+        let mut it = s.split('~');
+        let (Some(sku), Some(generation), Some(segment), Some(user), Some(request_id), None) = (
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+        ) else {
             return Err(Self::malformed());
         };
         let sku = Sku::new(sku)?;
-        let user = UserId::new(user)?;
-        let request_id = RequestId::new(request_id)?;
+        let user = UserId::new(unescape(user).ok_or_else(Self::malformed)?)?;
+        let request_id = RequestId::new(unescape(request_id).ok_or_else(Self::malformed)?)?;
         let generation = generation.parse().map_err(|_| Self::malformed())?;
         let segment = segment.parse().map_err(|_| Self::malformed())?;
         Self::new(sku, generation, segment, user, request_id)
     }
+}
+
+/// A user or request id inside a reservation id: `%` as `%25` and `~` (the separator) as
+/// `%7E`, so the five parts split back whatever the ids hold.
+fn escape(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.contains(['%', '~']) {
+        id.replace('%', "%25").replace('~', "%7E").into()
+    } else {
+        id.into()
+    }
+}
+
+/// [`escape`] undone; `None` for a `%` not followed by `25` or `7E`.
+fn unescape(part: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if !part.contains('%') {
+        return Some(part.into());
+    }
+    let mut out = String::with_capacity(part.len());
+    let mut rest = part;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 3)?;
+        out.push(match code {
+            "25" => '%',
+            "7E" | "7e" => '~',
+            _ => return None,
+        });
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Some(out.into())
 }
 
 impl serde::Serialize for ReservationId {
@@ -322,6 +363,22 @@ mod tests {
         let json = serde_json::to_string(&id).unwrap();
         assert_eq!(json, "\"phone-1~1717~3~alice~r:42\"");
         assert_eq!(serde_json::from_str::<ReservationId>(&json).unwrap(), id);
+        // Ids holding the separator or the escape character split back whole.
+        for (user, rid) in [("a~b", "r~1%7E"), ("%", "~"), ("Zoë@x.io", "o+1/2")] {
+            let id = ReservationId::new(
+                Sku::new("s").unwrap(),
+                9,
+                0,
+                UserId::new(user).unwrap(),
+                RequestId::new(rid).unwrap(),
+            )
+            .unwrap();
+            let text = id.to_string();
+            assert_eq!(text.matches('~').count(), 4, "{text}");
+            assert_eq!(text.parse::<ReservationId>().unwrap(), id, "{text}");
+        }
+        assert!("s~9~0~a%41~r".parse::<ReservationId>().is_err());
+        assert!("s~9~0~a%2~r".parse::<ReservationId>().is_err());
     }
 
     #[test]
@@ -337,7 +394,8 @@ mod tests {
         assert_eq!(field(&format!("a~1~{MAX_SEGMENTS}~u~r")), "reservation");
         assert_eq!(field("a{b~1~2~u~r"), "sku");
         assert_eq!(field("a~1~2~u{~r"), "user");
-        assert_eq!(field("a~1~2~u~r~s"), "request_id");
+        assert_eq!(field("a~1~2~u~r~s"), "reservation");
+        assert_eq!(field("a~1~2~u~r s"), "request_id");
         assert!(serde_json::from_str::<ReservationId>("\"nope\"").is_err());
     }
 }

@@ -219,3 +219,115 @@ async fn an_unplaced_sku_stays_unplaced() {
     assert_eq!(a.in_transit, 0, "{a:?}");
     assert!(a.ok && a.sold == 60 && a.remaining == 0, "{a:?}");
 }
+
+/// The ids services have — e-mail addresses, UUIDs, `+ / @ ~ % # =`, non-ASCII letters — as
+/// users and request ids on a 3-master cluster: each sells once and replays, meets the
+/// per-user limit, reserves (the reservation id's text parses back to it) and cancels; no call
+/// fails (no id opens a hash tag of its own: CROSSSLOT would), every key with an id in it
+/// carries its segment's tag first, and both SKUs audit clean.
+#[test]
+fn ids_services_have_sell_and_reserve_on_a_cluster() {
+    use proptest::test_runner::{Config, TestRunner};
+    use shardstock::{Deduction, ReservationId, Reserved};
+    use std::time::Duration;
+
+    let cluster = RedisCluster::start(3, 0);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let e = rt.block_on(engine(&cluster, "ids"));
+    let (open, one) = (Sku::new("open").unwrap(), Sku::new("one").unwrap());
+    rt.block_on(async {
+        e.load(&open, 1_000, LoadOptions::new(8).per_user_limit(0))
+            .await
+            .unwrap();
+        e.load(&one, 1_000, LoadOptions::new(8).per_user_limit(1))
+            .await
+            .unwrap();
+    });
+    let id = "[a-zA-Z0-9@+/~%#=:._ëé東京-]{1,24}";
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let fixed = [
+        "alice@example.com",
+        "0b7e9a1c-5d2f-4e8a-9b3c-7f1e2d3c4b5a",
+        "01J9Z8K3M4N5P6Q7R8S9T0V1W2",
+        "a~b%7E",
+        "Zoë",
+    ];
+    let n = std::sync::atomic::AtomicU32::new(0);
+    let check = |user: &str, rid: &str| {
+        let n = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        // Distinct per case: a generated pair may repeat an earlier one.
+        let (user, r1, r2) = (
+            format!("{user}.{n}"),
+            format!("{rid}/1"),
+            format!("{rid}/2"),
+        );
+        rt.block_on(async {
+            let sale = |sku: &str, r: &str| Deduct::new(sku, &user, 1, r).unwrap();
+            let d = e.deduct(&sale("open", &r1)).await.unwrap();
+            assert!(
+                matches!(d, Deduction::Applied { .. }),
+                "{user:?} {r1:?}: {d:?}"
+            );
+            let d = e.deduct(&sale("open", &r1)).await.unwrap();
+            assert!(matches!(d, Deduction::Replayed { .. }), "{d:?}");
+            let d = e.deduct(&sale("one", &r1)).await.unwrap();
+            assert!(matches!(d, Deduction::Applied { .. }), "{d:?}");
+            let d = e.deduct(&sale("one", &r2)).await.unwrap();
+            assert!(matches!(d, Deduction::LimitReached { .. }), "{d:?}");
+            let d = e.deduct(&sale("one", &r1)).await.unwrap();
+            assert!(matches!(d, Deduction::Replayed { .. }), "{d:?}");
+            let held = e
+                .reserve(&sale("open", &r2), Duration::from_secs(60))
+                .await
+                .unwrap();
+            let Reserved::Held { id, .. } = held else {
+                panic!("{held:?}")
+            };
+            let parsed: ReservationId = id.to_string().parse().unwrap();
+            assert_eq!(parsed, id);
+            assert!(e.cancel(&parsed).await.unwrap().done);
+        });
+        Ok::<(), proptest::test_runner::TestCaseError>(())
+    };
+    for f in fixed {
+        check(f, f).unwrap();
+    }
+    runner
+        .run(&(id, id), |(user, rid)| check(&user, &rid))
+        .unwrap();
+
+    rt.block_on(async {
+        for sku in [&open, &one] {
+            let a = e.audit(sku).await.unwrap();
+            assert!(a.ok, "{a:?}");
+        }
+        let a = e.audit(&one).await.unwrap();
+        assert_eq!(a.sold, u64::from(n.into_inner()));
+    });
+    // Every key naming an id takes the tag of a segment (`{open#3}`, `{one#0.1}`): the first
+    // `{…}` of its name.
+    for port in cluster.master_ports() {
+        let keys = redis_cli(port, &["--scan", "--pattern", "ids:*"]);
+        for key in keys.lines() {
+            if !key.contains('{') {
+                // The instance-wide keys (`ids:skus`, the stock channel's), named by no id.
+                assert!(!key.contains(['@', '/', '~']), "{key:?}");
+                continue;
+            }
+            let tag = key
+                .split_once('{')
+                .and_then(|(_, rest)| rest.split_once('}'))
+                .map(|(tag, _)| tag)
+                .unwrap_or_else(|| panic!("{key:?} has no closed tag"));
+            let (sku, seg) = tag.split_once('#').unwrap_or((tag, ""));
+            assert!(
+                sku == "open" || sku == "one" || seg.is_empty(),
+                "{key:?}: tag {tag:?}"
+            );
+        }
+    }
+}

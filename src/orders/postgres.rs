@@ -50,7 +50,9 @@ const SCHEMA: &str = "
 BEGIN;
 SELECT pg_advisory_xact_lock(7316180414);
 CREATE TABLE IF NOT EXISTS shardstock_orders (
-    request_id text PRIMARY KEY CHECK (request_id ~ '^[A-Za-z0-9_.:-]{1,128}$'),
+    request_id text PRIMARY KEY
+        CONSTRAINT shardstock_orders_request_id_len
+        CHECK (octet_length(request_id) BETWEEN 1 AND 128),
     sku text NOT NULL,
     user_id text NOT NULL,
     units bigint NOT NULL CHECK (units > 0),
@@ -64,6 +66,16 @@ CREATE TABLE IF NOT EXISTS shardstock_orders (
     entry_id text NOT NULL,
     deliveries bigint NOT NULL
 );
+-- A table made when request ids were ASCII only carries the charset check; ids are any UTF-8
+-- without braces, whitespace or control characters now (the engine checks them).
+ALTER TABLE shardstock_orders DROP CONSTRAINT IF EXISTS shardstock_orders_request_id_check;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conname = 'shardstock_orders_request_id_len') THEN
+        ALTER TABLE shardstock_orders ADD CONSTRAINT shardstock_orders_request_id_len
+            CHECK (octet_length(request_id) BETWEEN 1 AND 128);
+    END IF;
+END $$;
 COMMIT;
 ";
 
