@@ -41,13 +41,21 @@ impl Body {
         }
     }
 
+    /// A non-negative integer; JSON writes integers as `2` or `2.0` alike (JSON Schema's
+    /// `integer`), so an integral float is its integer, up to 2^53 where doubles stay exact.
     pub(super) fn u64(&self, field: &str) -> Result<Option<u64>, ApiError> {
+        const EXACT: f64 = (1u64 << 53) as f64;
         match self.0.get(field) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| ApiError::invalid(field, "expected a non-negative integer")),
+            Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
+                (Some(u), _) => Ok(Some(u)),
+                (None, Some(f)) if f >= 0.0 && f.fract() == 0.0 && f <= EXACT => Ok(Some(f as u64)),
+                (None, Some(f)) if f > EXACT && f.fract() == 0.0 => {
+                    Err(ApiError::invalid(field, "too large"))
+                }
+                _ => Err(ApiError::invalid(field, "expected a non-negative integer")),
+            },
+            Some(_) => Err(ApiError::invalid(field, "expected a non-negative integer")),
         }
     }
 
@@ -108,4 +116,36 @@ pub(super) fn need_request_id(headers: &HeaderMap, body: &Body) -> Result<Reques
         )
     })?;
     Ok(RequestId::new(r)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qty(json: &str) -> Result<Option<u64>, u16> {
+        let Value::Object(m) = serde_json::from_str(json).unwrap() else {
+            panic!()
+        };
+        Body(m).u64("qty").map_err(|e| e.status().as_u16())
+    }
+
+    #[test]
+    fn integers_may_be_written_as_integral_floats() {
+        assert_eq!(qty(r#"{"qty": 2}"#), Ok(Some(2)));
+        assert_eq!(qty(r#"{"qty": 2.0}"#), Ok(Some(2)));
+        assert_eq!(qty(r#"{"qty": 0.0}"#), Ok(Some(0)));
+        assert_eq!(qty(r#"{"qty": null}"#), Ok(None));
+        assert_eq!(qty(r#"{}"#), Ok(None));
+        for bad in [
+            "2.5",
+            "-1",
+            "-1.0",
+            "1e30",
+            "\"2\"",
+            "true",
+            "18446744073709551616",
+        ] {
+            assert_eq!(qty(&format!(r#"{{"qty": {bad}}}"#)), Err(400), "{bad}");
+        }
+    }
 }

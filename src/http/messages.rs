@@ -22,7 +22,7 @@ pub(super) const ID_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
 /// A reservation id: `<sku>~<generation>~<segment>~<user>~<request id>`, the segment below
 /// [`MAX_SEGMENTS`](crate::ids::MAX_SEGMENTS).
 #[cfg(test)]
-pub(super) const RESERVATION_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,19}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$";
+pub(super) const RESERVATION_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$";
 
 /// `PUT /skus/{sku}`: load a SKU (a new generation). `null` is the same as an absent field.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -196,7 +196,7 @@ pub(super) enum ReserveReply {
     /// 201: held now; confirm or cancel it with `id` before `ttl_ms` runs out.
     Held {
         /// The reservation's id, `<sku>~<generation>~<segment>~<user>~<request id>`.
-        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,19}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")]
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")]
         id: crate::ReservationId,
         /// Where the units are held.
         parts: Vec<Part>,
@@ -204,7 +204,7 @@ pub(super) enum ReserveReply {
     /// 200: this request id reserved before; the same reservation.
     Replayed {
         /// The reservation's id.
-        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,19}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")]
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")]
         id: crate::ReservationId,
         /// Where the units are held.
         parts: Vec<Part>,
@@ -284,7 +284,7 @@ mod tests {
         );
         let parts = [
             &SKU_PATTERN[1..SKU_PATTERN.len() - 1],
-            "[0-9]{1,19}",
+            "[0-9]{1,15}",
             "([0-9]{1,3}|10[01][0-9]|102[0-3])",
             &ID_PATTERN[1..ID_PATTERN.len() - 1],
             &ID_PATTERN[1..ID_PATTERN.len() - 1],

@@ -150,6 +150,11 @@ pub(super) fn document(engine: &EngineOptions, options: &ApiOptions) -> String {
                     .remove("200");
             }
             let responses = op["responses"].as_object_mut().expect("responses");
+            for reply in responses.values_mut() {
+                if let Some(links) = reply.get_mut("links").and_then(Value::as_object_mut) {
+                    links.values_mut().for_each(camel_case_link);
+                }
+            }
             for (status, reply) in error_replies(&codes) {
                 responses.insert(status, reply);
             }
@@ -196,6 +201,23 @@ fn error_replies(codes: &[ErrorCode]) -> Vec<(String, Value)> {
             (status.to_string(), reply)
         })
         .collect()
+}
+
+/// A Link Object's fields as OpenAPI spells them (`operationId`, ...): utoipa 5 writes them in
+/// snake case.
+fn camel_case_link(link: &mut Value) {
+    let Some(link) = link.as_object_mut() else {
+        return;
+    };
+    for (from, to) in [
+        ("operation_id", "operationId"),
+        ("operation_ref", "operationRef"),
+        ("request_body", "requestBody"),
+    ] {
+        if let Some(v) = link.remove(from) {
+            link.insert(to.to_string(), v);
+        }
+    }
 }
 
 /// Sets `value` at `path` below `v`, which must exist but for its last step.
@@ -326,5 +348,9 @@ mod tests {
         let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(codes, &json!(all));
         assert_eq!(closed["openapi"], "3.1.0");
+        let links =
+            &closed["paths"]["/skus/{sku}/reservations"]["post"]["responses"]["201"]["links"];
+        assert_eq!(links["confirm"]["operationId"], "confirm");
+        assert!(links["confirm"].get("operation_id").is_none());
     }
 }

@@ -211,9 +211,14 @@ async fn openapi(document: Arc<str>) -> Response {
 
 /// Load a SKU: split `stock` over `segments` as a new generation.
 #[utoipa::path(put, path = "/skus/{sku}", operation_id = "load", tag = "admin",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")),
     request_body(content = LoadRequest, content_type = "application/json"),
-    responses((status = 201, description = "Loaded", body = LoadReply)))]
+    responses((status = 201, description = "Loaded", body = LoadReply, links(
+        ("deduct" = (operation_id = "deduct", parameters(("sku" = "$response.body#/sku")))),
+        ("reserve" = (operation_id = "reserve", parameters(("sku" = "$response.body#/sku")))),
+        ("restock" = (operation_id = "restock", parameters(("sku" = "$response.body#/sku")))),
+        ("status" = (operation_id = "status", parameters(("sku" = "$response.body#/sku")))),
+        ("audit" = (operation_id = "audit", parameters(("sku" = "$response.body#/sku"))))))))]
 async fn load<S: Store>(
     State(api): State<Api<S>>,
     Path(sku): Path<String>,
@@ -246,7 +251,7 @@ async fn load<S: Store>(
 
 /// Add `qty` units, once per request id.
 #[utoipa::path(post, path = "/skus/{sku}/restock", operation_id = "restock", tag = "admin",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$"),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[A-Za-z0-9_.:-]{1,128}$",
             description = "The request id, instead of the body's `request_id` (the same id when both are sent)")),
     request_body(content = RestockRequest, content_type = "application/json"),
@@ -297,7 +302,7 @@ fn purchase(sku: &str, headers: &HeaderMap, body: &Body) -> Result<Deduct, ApiEr
 /// Buy `qty` units, exactly once per (user, request id). Sold out, insufficient, limit reached,
 /// user busy, over limit and replayed are outcomes (200), not errors.
 #[utoipa::path(post, path = "/skus/{sku}/deduct", operation_id = "deduct", tag = "buyer",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$"),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[A-Za-z0-9_.:-]{1,128}$",
             description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
     request_body(content = DeductRequest, content_type = "application/json"),
@@ -317,7 +322,7 @@ async fn deduct<S: Store>(
 
 /// Units left, in total and per segment.
 #[utoipa::path(get, path = "/skus/{sku}", operation_id = "status", tag = "admin",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")),
     responses((status = 200, description = "Units left", body = StatusReply)))]
 async fn status<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> ApiResult {
     let sku = Sku::new(&sku)?;
@@ -336,7 +341,7 @@ async fn status<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) ->
 
 /// The conservation check of the SKU. A failed check is `"ok": false`, still 200.
 #[utoipa::path(get, path = "/skus/{sku}/audit", operation_id = "audit", tag = "admin",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")),
     responses((status = 200, description = "The audit", body = Audit)))]
 async fn audit<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> ApiResult {
     let sku = Sku::new(&sku)?;
@@ -347,12 +352,14 @@ async fn audit<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> 
 /// Hold `qty` units for `ttl_ms`, exactly once per (user, request id); confirm or cancel it
 /// with the id of the reply.
 #[utoipa::path(post, path = "/skus/{sku}/reservations", operation_id = "reserve", tag = "buyer",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$"),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[A-Za-z0-9_.:-]{1,128}$",
             description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
     request_body(content = ReserveRequest, content_type = "application/json"),
     responses(
-        (status = 201, description = "Held (`outcome`: `held`)", body = ReserveReply),
+        (status = 201, description = "Held (`outcome`: `held`)", body = ReserveReply, links(
+            ("confirm" = (operation_id = "confirm", parameters(("id" = "$response.body#/id")))),
+            ("cancel" = (operation_id = "cancel", parameters(("id" = "$response.body#/id")))))),
         (status = 200, description = "Replayed or not held (`outcome`: `replayed`, `not_held`)", body = ReserveReply)))]
 async fn reserve<S: Store>(
     State(api): State<Api<S>>,
@@ -409,7 +416,7 @@ fn ended(id: String, r: ReservationEnd) -> ApiResult {
 /// Confirm a reservation: its units are sold (unless it had ended otherwise: `done` false).
 #[utoipa::path(post, path = "/reservations/{id}/confirm", operation_id = "confirm", tag = "buyer",
     params(("id" = String, Path, description = "The reservation id, as the reservation reply gave it",
-        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,19}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")),
+        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")),
     responses((status = 200, description = "The reservation's state", body = EndReply)))]
 async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
     let rid = id.parse::<ReservationId>()?;
@@ -422,7 +429,7 @@ async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) ->
 /// Cancel a reservation: its units go back (unless it had ended otherwise: `done` false).
 #[utoipa::path(post, path = "/reservations/{id}/cancel", operation_id = "cancel", tag = "buyer",
     params(("id" = String, Path, description = "The reservation id, as the reservation reply gave it",
-        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,19}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")),
+        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~[A-Za-z0-9_.:-]{1,128}~[A-Za-z0-9_.:-]{1,128}$")),
     responses((status = 200, description = "The reservation's state", body = EndReply)))]
 async fn cancel<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
     let rid = id.parse::<ReservationId>()?;
