@@ -133,6 +133,13 @@ pub(super) fn document(engine: &EngineOptions, options: &ApiOptions) -> String {
                 .as_str()
                 .expect("an operation id")
                 .to_string();
+            // An optional header is absent or a string, never `null` (utoipa writes an
+            // `Option<String>` parameter as nullable).
+            if let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) {
+                for p in params.iter_mut().filter(|p| p["in"] == "header") {
+                    p["schema"]["type"] = json!("string");
+                }
+            }
             let mut codes = errors(&id);
             if let Some(token) = role(op)
                 && tokens.iter().any(|(n, set)| *n == token && *set)
@@ -351,6 +358,11 @@ mod tests {
         let links =
             &closed["paths"]["/skus/{sku}/reservations"]["post"]["responses"]["201"]["links"];
         assert_eq!(links["confirm"]["operationId"], "confirm");
+        let key = &closed["paths"]["/skus/{sku}/deduct"]["post"]["parameters"][1];
+        assert_eq!(
+            (&key["name"], &key["schema"]["type"]),
+            (&json!("Idempotency-Key"), &json!("string"))
+        );
         assert!(links["confirm"].get("operation_id").is_none());
     }
 }
