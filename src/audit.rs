@@ -5,6 +5,7 @@ use crate::ids::Sku;
 use crate::store::{Meta, SegmentState, Survey};
 
 /// One segment in an [`Audit`].
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SegmentAudit {
     /// Index.
@@ -27,6 +28,7 @@ pub struct SegmentAudit {
 /// moved_out` per segment; every reserved unit is held by a live reservation (per segment, read
 /// atomically with the counters); and the segments' loads add up to what the SKU was loaded
 /// with.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Audit {
     /// The SKU.

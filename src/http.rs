@@ -6,7 +6,8 @@
 //! `PUT /skus/{sku}` load · `POST /skus/{sku}/restock` · `POST /skus/{sku}/deduct` ·
 //! `GET /skus/{sku}` status · `GET /skus/{sku}/audit` · `POST /skus/{sku}/reservations` ·
 //! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz` ·
-//! `GET /metrics` (when [`ApiOptions::metrics`] gives it something to render).
+//! `GET /metrics` (when [`ApiOptions::metrics`] gives it something to render) ·
+//! `GET /openapi.json`.
 //!
 //! **Tokens, limits, timeouts** ([`ApiOptions`]). The admin routes (load, status, restock,
 //! audit) require `Authorization: Bearer <admin token>` when [`ApiOptions::admin_token`] is set,
@@ -23,13 +24,21 @@
 //! the retry exactly-once: the client retries with the same id and gets the one outcome.
 //!
 //! Requests may carry their request id in an `Idempotency-Key` header instead of the body's
-//! `request_id`. Errors are JSON `{"error": "...", "field": "..."?}` with the status
-//! [`status`] gives the error's [`ErrorKind`](crate::error::ErrorKind): 400 invalid input
-//! (naming the field), 404 unknown SKU or reservation, 409 conflicts (already loaded, request id
-//! reused with other parameters, sealed request id), 422 a request the configured strategy cannot
+//! `request_id`. A body must be sent as `Content-Type: application/json` (a charset, if given,
+//! `utf-8`); another type answers 415. Errors are JSON `{"error": "...", "code": "...",
+//! "field": "..."?}`: `code` is an [`ErrorCode`], stable and machine-readable (an engine
+//! error's code is its [`ErrorKind`](crate::error::ErrorKind)'s name), and the status is the
+//! code's: 400 invalid input (naming the field), 401, 404 unknown SKU, reservation or route,
+//! 405 a method the route lacks (naming the ones it has), 409 conflicts (already loaded, request
+//! id reused with other parameters), 413, 415, 422 a request the configured strategy cannot
 //! serve, 503 with `Retry-After` for failures a retry with the same request id may get past
-//! (Redis, lost lock lease, SKU mid-reload). Business outcomes (sold out, limit reached, ...) are
-//! 200 with an `outcome`.
+//! (Redis, lost lock lease, SKU mid-reload, the request timeout). Business outcomes (sold out,
+//! limit reached, ...) are 200 with an `outcome`. Your own routes answer the same way when they
+//! take bodies with [`Json`] and return [`ApiError`].
+//!
+//! `GET /openapi.json` serves the OpenAPI 3.1 document of the API as the server runs it
+//! ([`openapi`]: its bounds, its tokens); `docs/openapi.json` is the one of `shardstock serve`
+//! with default options and both tokens set.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,10 +55,15 @@
 
 mod body;
 mod error;
+mod json;
+mod messages;
+mod openapi;
 mod routes;
 
-pub use error::{ApiError, status};
+pub use error::{ApiError, ErrorCode, json_errors, status};
+pub use json::Json;
 
+use crate::engine::EngineOptions;
 use crate::{Engine, Store};
 use axum::Router;
 use std::future::Future;
@@ -195,7 +209,7 @@ impl ApiOptions {
 }
 
 /// The API's routes over `engine`, to mount in an axum app (`Router::merge` or `nest`).
-/// Unknown paths answer a JSON 404.
+/// Unknown paths answer a JSON 404, other methods on a route a JSON 405.
 pub fn router<S: Store>(engine: Engine<S>) -> Router {
     router_with(engine, &ApiOptions::default())
 }
@@ -203,6 +217,14 @@ pub fn router<S: Store>(engine: Engine<S>) -> Router {
 /// [`router`] with options (the `/metrics` renderer, tokens, body limit, request timeout).
 pub fn router_with<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Router {
     routes::router(engine, options)
+}
+
+/// The OpenAPI 3.1 document (JSON text) of the API over an engine with `engine` options served
+/// with `options`: what [`router_with`] serves at `GET /openapi.json`. The bounds that depend on
+/// the engine (`qty` up to [`EngineOptions::max_qty`], `ttl_ms` up to
+/// [`EngineOptions::request_ttl`]) and the bearer tokens are this server's.
+pub fn openapi(engine: &EngineOptions, options: &ApiOptions) -> String {
+    openapi::document(engine, options)
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then stops accepting connections and

@@ -11,6 +11,10 @@ use crate::segments::Part;
 use crate::store::{ReservationAction, ReserveEnd, ResvState, SegAddr, Store};
 use std::time::Duration;
 
+/// The largest load generation a [`ReservationId`] can name: generations are the Redis clock in
+/// milliseconds, and the scripts take at most 15 digits (past the year 33000).
+pub const MAX_GENERATION: u64 = 999_999_999_999_999;
+
 /// A reservation's id: where its units are held (SKU, load generation, segment) and the
 /// request that made it (user and request id). Its text form,
 /// `<sku>~<generation>~<segment>~<user>~<request id>`, is what the HTTP API and the CLI show and
@@ -30,7 +34,7 @@ impl ReservationId {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (field `reservation`) when `segment` is not below
-    /// [`MAX_SEGMENTS`].
+    /// [`MAX_SEGMENTS`] or `generation` is above [`MAX_GENERATION`].
     pub fn new(
         sku: Sku,
         generation: u64,
@@ -38,7 +42,7 @@ impl ReservationId {
         user: UserId,
         request_id: RequestId,
     ) -> Result<Self> {
-        if segment >= MAX_SEGMENTS {
+        if segment >= MAX_SEGMENTS || generation > MAX_GENERATION {
             return Err(Self::malformed());
         }
         Ok(Self {
@@ -397,5 +401,8 @@ mod tests {
         assert_eq!(field("a~1~2~u~r~s"), "reservation");
         assert_eq!(field("a~1~2~u~r s"), "request_id");
         assert!(serde_json::from_str::<ReservationId>("\"nope\"").is_err());
+        // The scripts take generations of up to 15 digits.
+        assert!("s~999999999999999~0~u~r".parse::<ReservationId>().is_ok());
+        assert!("s~1000000000000000~0~u~r".parse::<ReservationId>().is_err());
     }
 }

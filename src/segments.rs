@@ -87,6 +87,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// One part of an applied deduction: `units` taken from segment `segment`.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Part {
     /// Segment index.

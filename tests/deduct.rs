@@ -454,3 +454,29 @@ async fn core_suites_on_a_cluster() {
     restock_spreads(e("s").await).await;
     restock_by_another_instance(&c).await;
 }
+
+/// One request that needs more donors than one `sell` takes credits (250 units from
+/// one-unit segments): sold in full, conserved, on both stores.
+async fn many_small_donors<S: Store>(e: Engine<S>) {
+    let s = sku("crumbs");
+    e.load(&s, 400, LoadOptions::new(1024).per_user_limit(0))
+        .await
+        .unwrap();
+    let d = e
+        .deduct(&Deduct::new("crumbs", "u1", 250, "r1").unwrap())
+        .await;
+    assert_eq!(
+        d.as_ref().ok().map(Deduction::units_applied),
+        Some(250),
+        "{d:?}"
+    );
+    let (remaining, sold) = conserved(&e, &s, 400, 0).await;
+    assert_eq!((remaining, sold), (150, 250));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_from_many_small_donors_both_stores() {
+    many_small_donors(memory_engine(Engine::builder().per_user_limit(0))).await;
+    let srv = RedisServer::start();
+    many_small_donors(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
+}

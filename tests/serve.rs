@@ -526,15 +526,24 @@ fn redis_failure_is_a_503_with_retry_after() {
     assert_eq!(get(&a, &s.url("/healthz")).status, 200);
 }
 
-/// The routes mounted under a prefix in another axum app, next to a route of its own: both
-/// answer, and the API's JSON 404s stay inside its prefix. Without a metrics renderer,
-/// `/metrics` is a 404 saying so.
+/// A route of the app's own taking its body with `shardstock::http::Json`.
+async fn own_order(
+    shardstock::http::Json(order): shardstock::http::Json<Value>,
+) -> Result<shardstock::http::Json<Value>, shardstock::http::ApiError> {
+    let user = shardstock::UserId::new(order["user"].as_str().unwrap_or_default())?;
+    Ok(shardstock::http::Json(json!({ "user": user.as_str() })))
+}
+
+/// The routes mounted under a prefix in another axum app, next to routes of its own: both
+/// answer, and the API's JSON 404s and 405s stay inside its prefix; the app's own route answers
+/// its errors in the API's shape. Without a metrics renderer, `/metrics` is a 404 saying so.
 #[test]
 fn the_routes_mount_in_another_app() {
     let srv = RedisServer::start();
     let s = Api::start_with(&srv, |listener, engine, stop| async move {
         let app = axum::Router::new()
             .route("/own", axum::routing::get(|| async { "mine" }))
+            .route("/own/order", axum::routing::post(own_order))
             .nest("/api", shardstock::http::router(engine));
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -573,6 +582,27 @@ fn the_routes_mount_in_another_app() {
     let r = get(&a, &s.url("/api/nothing"));
     assert_eq!(r.status, 404, "{r:?}");
     assert_eq!(r.body["error"], "no such route", "{r:?}");
+    assert_eq!(r.body["code"], "not_found", "{r:?}");
+    let r = get(&a, &s.url("/api/skus/mounted/deduct"));
+    assert_eq!(
+        (r.status, &r.body["code"]),
+        (405, &json!("method_not_allowed")),
+        "{r:?}"
+    );
+    // The app's own route: JSON in and out, errors in the API's shape.
+    let r = post(&a, &s.url("/own/order"), json!({"user": "u1"}));
+    assert_eq!((r.status, &r.body["user"]), (200, &json!("u1")), "{r:?}");
+    let r = post(&a, &s.url("/own/order"), json!({"user": "a{b"}));
+    assert_eq!((r.status, &r.body["field"]), (400, &json!("user")), "{r:?}");
+    assert_eq!(r.body["code"], "invalid_input", "{r:?}");
+    let mut form = a
+        .post(&s.url("/own/order"))
+        .header("content-type", "text/plain")
+        .send("{\"user\":\"u1\"}")
+        .unwrap();
+    assert_eq!(form.status().as_u16(), 415);
+    let body: Value = serde_json::from_str(&form.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(body["code"], "unsupported_media_type", "{body}");
 }
 
 /// `serve` returns `Ok` once the shutdown future it was given completes, and the port then

@@ -1,5 +1,6 @@
-//! `serve`'s guards over a real redis-server: 30+ malformed inputs (bodies, paths, headers, ids,
-//! numbers, tokens) each answered with a 4xx whose JSON names the problem, with nothing written
+//! `serve`'s guards over a real redis-server: 60+ malformed inputs (bodies, media types, methods,
+//! paths, headers, ids, numbers, tokens) each answered with a 4xx whose JSON names the problem
+//! and carries its `code`, with nothing written
 //! to Redis (`DBSIZE` and `DEBUG DIGEST` before = after); bearer tokens on the admin and buyer
 //! routes; a call cut by the request timeout during a paused Redis, retried with the same request
 //! id: one effect; admin routes refused on a non-loopback address without a token.
@@ -99,7 +100,12 @@ impl Reply {
     }
 }
 
-/// One HTTP/1.1 request written byte for byte (so headers and paths can be malformed).
+/// Leaves a request without the `Content-Type: application/json` that [`send`] adds to a body.
+const NO_CONTENT_TYPE: &[u8] = b"X-Test: no content type";
+
+/// One HTTP/1.1 request written byte for byte (so headers and paths can be malformed). A body
+/// goes out as `Content-Type: application/json` unless `headers` name another type or hold
+/// [`NO_CONTENT_TYPE`].
 fn send(addr: SocketAddr, method: &str, path: &str, headers: &[&[u8]], body: &[u8]) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -108,6 +114,12 @@ fn send(addr: SocketAddr, method: &str, path: &str, headers: &[&[u8]], body: &[u
         body.len()
     )
     .into_bytes();
+    let typed = headers
+        .iter()
+        .any(|h| *h == NO_CONTENT_TYPE || h.to_ascii_lowercase().starts_with(b"content-type:"));
+    if !body.is_empty() && !typed {
+        req.extend_from_slice(b"Content-Type: application/json\r\n");
+    }
     for h in headers {
         req.extend_from_slice(h);
         req.extend_from_slice(b"\r\n");
@@ -230,7 +242,6 @@ fn malformed_inputs_are_named_4xx_and_write_nothing() {
         ("SKU not UTF-8", "POST", "/skus/%FF/deduct".into(), vec![b], r#"{"user":"u1","request_id":"r1"}"#.into(), 400, "path"),
         ("reservation id not an id", "POST", "/reservations/not-an-id/confirm".into(), vec![b], String::new(), 400, "reservation"),
         ("reservation id too long", "POST", format!("/reservations/{long_id}/cancel"), vec![b], String::new(), 400, "reservation"),
-        ("method not allowed", "DELETE", "/skus/phone".into(), vec![a], String::new(), 405, "method"),
         // Headers.
         ("Idempotency-Key not ASCII", "POST", deduct.into(), vec![b, b"Idempotency-Key: r\xff1"], r#"{"user":"u1"}"#.into(), 400, "Idempotency-Key"),
         ("Idempotency-Key with braces", "POST", deduct.into(), vec![b, b"Idempotency-Key: {r1}"], r#"{"user":"u1"}"#.into(), 400, "request_id"),
@@ -244,6 +255,18 @@ fn malformed_inputs_are_named_4xx_and_write_nothing() {
         ("no token (restock)", "POST", "/skus/phone/restock".into(), vec![], r#"{"qty":1000}"#.into(), 401, "Authorization"),
         ("no token (audit)", "GET", "/skus/phone/audit".into(), vec![], String::new(), 401, "Authorization"),
         ("no token (cancel)", "POST", "/reservations/x/cancel".into(), vec![], String::new(), 401, "Authorization"),
+        // Media types: a body is JSON, declared as such.
+        ("a text/plain body", "POST", deduct.into(), vec![b, b"Content-Type: text/plain"], r#"{"user":"u1","request_id":"r1"}"#.into(), 415, "Content-Type"),
+        ("a form body", "POST", deduct.into(), vec![b, b"Content-Type: application/x-www-form-urlencoded"], "user=u1&request_id=r1".into(), 415, "Content-Type"),
+        ("a body without Content-Type", "POST", deduct.into(), vec![b, NO_CONTENT_TYPE], r#"{"user":"u1","request_id":"r1"}"#.into(), 415, "Content-Type"),
+        ("JSON in latin1", "POST", deduct.into(), vec![b, b"Content-Type: application/json; charset=latin1"], r#"{"user":"u1","request_id":"r1"}"#.into(), 415, "Content-Type"),
+        ("a text/plain load", "PUT", "/skus/new1".into(), vec![a, b"Content-Type: text/plain"], r#"{"stock":5,"segments":1}"#.into(), 415, "Content-Type"),
+        ("a text/plain restock", "POST", "/skus/phone/restock".into(), vec![a, b"Content-Type: text/plain"], r#"{"qty":5}"#.into(), 415, "Content-Type"),
+        ("a text/plain reservation", "POST", reserve.into(), vec![b, b"Content-Type: text/plain"], r#"{"user":"u1","request_id":"r2","ttl_ms":1000}"#.into(), 415, "Content-Type"),
+        // Methods: a route's other methods.
+        ("GET on a POST route", "GET", deduct.into(), vec![b], String::new(), 405, "method"),
+        ("DELETE on a GET and PUT route", "DELETE", "/skus/phone".into(), vec![a], String::new(), 405, "method"),
+        ("PUT on a POST route", "PUT", "/skus/phone/restock".into(), vec![a], r#"{"qty":5}"#.into(), 405, "method"),
     ];
     assert!(cases.len() >= 30, "{} cases", cases.len());
     let before = snapshot(&redis);
@@ -254,11 +277,28 @@ fn malformed_inputs_are_named_4xx_and_write_nothing() {
         let json: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
         let named = json["field"].as_str();
         let error = json["error"].as_str().unwrap_or("");
-        if r.status != *status || named != Some(field) || error.is_empty() {
+        let code = match status {
+            400 => "invalid_input",
+            401 => "unauthorized",
+            405 => "method_not_allowed",
+            413 => "payload_too_large",
+            415 => "unsupported_media_type",
+            _ => unreachable!("{status}"),
+        };
+        if r.status != *status
+            || named != Some(field)
+            || error.is_empty()
+            || json["code"].as_str() != Some(code)
+        {
             wrong.push(format!(
-                "{what}: {method} {path}: expected {status} naming {field}, got {} {}",
+                "{what}: {method} {path}: expected {status} {code} naming {field}, got {} {}",
                 r.status, r.body
             ));
+        }
+        // A 405 names the route's methods, in the message and in `Allow`.
+        let allow = r.header("allow").unwrap_or("");
+        if r.status == 405 && (allow.is_empty() || !error.contains(allow)) {
+            wrong.push(format!("{what}: 405 not naming {allow:?}: {}", r.body));
         }
         if r.status == 401 {
             let challenge = r.header("www-authenticate").unwrap_or("");

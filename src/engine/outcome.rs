@@ -8,6 +8,7 @@ use crate::segments::Part;
 /// asking again later may succeed) and *never* ([`OverLimit`](Self::OverLimit): the request as
 /// asked cannot be served until the SKU is reloaded with a higher limit; ask for fewer units).
 /// [`is_final`](Self::is_final) tells them apart.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]

@@ -33,6 +33,11 @@ use crate::store::{Credit, SellReply, TransferArgs, TransferId, TransferReply};
 /// Rounds of transfers (and surveys) before a request gives up with the last survey's answer.
 pub const MAX_ROUNDS: u32 = 6;
 
+/// Most credits one `sell` call takes (`sell.lua` refuses a call with more). A request that
+/// debits more transfers than this (many small donors) sells with the credits it holds, then
+/// goes on with the same round's donors.
+pub const MAX_CREDITS: usize = 64;
+
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Step {
@@ -116,6 +121,9 @@ pub struct Machine {
     tried: Vec<bool>,
     /// Debited for this request, not yet credited.
     credits: Vec<Credit>,
+    /// The last `sell` carried [`MAX_CREDITS`] credits before they covered `need`: a short
+    /// answer continues the round instead of starting another.
+    partial: bool,
     /// Credited by a `sell` that used them: marked done at the end.
     used: Vec<(u32, TransferId)>,
     /// Units still needed at home beyond its stock.
@@ -139,6 +147,7 @@ impl Machine {
             hints,
             tried: vec![false; n],
             credits: Vec::new(),
+            partial: false,
             used: Vec::new(),
             need: 0,
             round: 0,
@@ -202,6 +211,10 @@ impl Machine {
             SellReply::Short { stock } => {
                 self.hints[self.home as usize] = stock;
                 self.need = self.qty.saturating_sub(stock).max(1);
+                if std::mem::take(&mut self.partial) {
+                    // Only part of this round's credits were sold with: its donors go on.
+                    return self.next_transfer();
+                }
                 if !sent.is_empty() || self.round > 0 {
                     self.round += 1;
                     self.tried.iter_mut().for_each(|t| *t = false);
@@ -250,7 +263,8 @@ impl Machine {
 
     fn next_transfer(&mut self) -> Step {
         let collected: u64 = self.credits.iter().map(|c| c.units).sum();
-        if collected >= self.need {
+        if collected >= self.need || self.credits.len() >= MAX_CREDITS {
+            self.partial = collected < self.need;
             return Step::Sell {
                 credits: self.credits.clone(),
             };
@@ -392,6 +406,77 @@ mod tests {
                 done: vec![(2, 7)],
                 answer: Answer::Applied
             }
+        );
+    }
+
+    /// Drives a machine against segments holding `stock` (home first, no other traffic) to its
+    /// answer; every `sell` carries at most `MAX_CREDITS` credits.
+    fn drive(m: &mut Machine, stock: &mut [u64], qty: u64) -> (Answer, usize) {
+        let home = m.home() as usize;
+        let (mut step, mut sells) = (m.start(), 0);
+        loop {
+            step = match step {
+                Step::Sell { credits } => {
+                    assert!(credits.len() <= MAX_CREDITS, "{} credits", credits.len());
+                    sells += 1;
+                    stock[home] += credits.iter().map(|c| c.units).sum::<u64>();
+                    if stock[home] >= qty {
+                        stock[home] -= qty;
+                        m.on_sell(&SellReply::Applied {
+                            stock_after: stock[home],
+                        })
+                    } else {
+                        m.on_sell(&SellReply::Short { stock: stock[home] })
+                    }
+                }
+                Step::Transfer { donor, args } => {
+                    let d = donor as usize;
+                    let units = stock[d].saturating_sub(args.floor).min(args.want);
+                    if units == 0 {
+                        m.on_transfer(donor, args.id, &TransferReply::Short { stock: stock[d] })
+                    } else {
+                        stock[d] -= units;
+                        let debited = TransferReply::Debited {
+                            units,
+                            stock_after: stock[d],
+                        };
+                        m.on_transfer(donor, args.id, &debited)
+                    }
+                }
+                Step::Survey => {
+                    let seen: Vec<Option<Seen>> = stock
+                        .iter()
+                        .map(|&s| {
+                            Some(Seen {
+                                stock: s,
+                                moved_out: 0,
+                                moved_in: 0,
+                            })
+                        })
+                        .collect();
+                    m.on_survey(&seen)
+                }
+                Step::Drain => m.on_drained(),
+                Step::Finish { answer, .. } => return (answer, sells),
+            }
+        }
+    }
+
+    #[test]
+    fn many_small_donors_are_sold_with_in_batches_of_max_credits() {
+        // 1,024 segments of one unit, an empty home: 250 units come from 250 donors.
+        let n = 1024;
+        let mut stock = vec![1u64; n];
+        stock[0] = 0;
+        let mut m = Machine::new(0, 250, stock.clone(), 100, 1);
+        let (answer, sells) = drive(&mut m, &mut stock, 250);
+        assert_eq!(answer, Answer::Applied);
+        assert_eq!(sells, 1 + 250usize.div_ceil(MAX_CREDITS), "{sells} sells");
+        assert_eq!(stock.iter().sum::<u64>(), (n as u64 - 1) - 250);
+        assert!(
+            include_str!("../scripts/sell.lua")
+                .contains(&format!("if c > {MAX_CREDITS} then bad('credits') end")),
+            "sell.lua's credit cap is MAX_CREDITS"
         );
     }
 

@@ -1,21 +1,26 @@
-//! The routes and their handlers: path, headers and body in, engine call, JSON out.
+//! The routes and their handlers: path, headers and body in, engine call, JSON out. Each
+//! handler's `#[utoipa::path]` is its entry in the OpenAPI document ([`super::openapi`], which
+//! adds the error replies, security and engine-dependent bounds).
 
 use super::body::{Body, need_request_id, request_id};
-use super::{ApiError, ApiOptions, Render, Token};
+use super::messages::{
+    DeductRequest, EndReply, HealthReply, LoadReply, LoadRequest, ReserveReply, ReserveRequest,
+    RestockReply, RestockRequest, StatusReply, fields,
+};
+use super::{ApiError, ApiOptions, ErrorCode, Json, Render, Token, json_errors};
 use crate::{
-    Deduct, Deduction, Engine, Error, LoadOptions, RequestId, ReservationEnd, ReservationId,
+    Audit, Deduct, Deduction, Engine, Error, LoadOptions, RequestId, ReservationEnd, ReservationId,
     Reserved, Sku, Store, UserId,
 };
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Serialize;
-use serde_json::json;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What the handlers share: the engine and the per-call timeout.
@@ -62,6 +67,7 @@ impl<S: Store> Api<S> {
 /// The API's routes over `engine` with `options` (metrics, tokens, body limit, timeout).
 pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Router {
     let metrics = options.metrics.clone();
+    let document: Arc<str> = super::openapi::document(engine.options(), options).into();
     let admin = guarded(
         Router::new()
             .route("/skus/{sku}", put(load::<S>).get(status::<S>))
@@ -79,20 +85,23 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
         options.buyer_token.clone(),
         "buyer",
     );
-    Router::new()
+    let api = Router::new()
         .route("/healthz", get(healthz::<S>))
         .route("/metrics", get(move || render_metrics(metrics)))
+        .route("/openapi.json", get(move || openapi(document)))
         .merge(admin)
         .merge(buyer)
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "no such route", None).into_response()
-        })
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route").into_response() })
         .layer(DefaultBodyLimit::max(options.body_limit))
-        .layer(middleware::map_response(json_errors))
         .with_state(Api {
             engine,
             timeout: options.request_timeout,
-        })
+        });
+    // Around the whole router, not each route: a 405's `Allow` header is set by the route's
+    // method router after the route's layers have run.
+    Router::new()
+        .fallback_service(api)
+        .layer(middleware::map_response(json_errors))
 }
 
 /// `routes` behind `Authorization: Bearer <token>` when there is a token.
@@ -142,45 +151,10 @@ fn bearer(headers: &HeaderMap, token: &Token, role: &str) -> Result<(), ApiError
     }
 }
 
-/// Replies axum makes itself (a body over the limit, a path that does not decode, a method the
-/// route lacks) in the API's JSON error shape, naming what was wrong.
-async fn json_errors(r: Response) -> Response {
-    let status = r.status();
-    let is_json = r
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if is_json || !(status.is_client_error() || status.is_server_error()) {
-        return r;
-    }
-    let (parts, body) = r.into_parts();
-    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    let field = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "body",
-        StatusCode::METHOD_NOT_ALLOWED => "method",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "Content-Type",
-        _ => "path",
-    };
-    let mut a = ApiError::new(
-        status,
-        format!("invalid {field}: {}", text.trim()),
-        Some(field),
-    )
-    .into_response();
-    // Keep what axum said besides the body (e.g. `Allow` on a 405).
-    for (k, v) in parts.headers.iter() {
-        if k != header::CONTENT_TYPE && k != header::CONTENT_LENGTH {
-            a.headers_mut().insert(k.clone(), v.clone());
-        }
-    }
-    a
-}
-
 type ApiResult = Result<Response, ApiError>;
 
 fn ok<T: Serialize>(status: StatusCode, value: &T) -> ApiResult {
-    Ok((status, axum::Json(value)).into_response())
+    Ok((status, Json(value)).into_response())
 }
 
 /// A request id no other process or call makes: `<prefix>-<process id>-<nanoseconds>`.
@@ -192,17 +166,25 @@ fn fresh_request_id(prefix: &str) -> Result<RequestId, Error> {
     RequestId::new(format!("{prefix}-{}-{nanos}", std::process::id()))
 }
 
+/// Is the process up? Asks nothing of the store.
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "open",
+    responses((status = 200, description = "The process answers", body = HealthReply)))]
 async fn healthz<S: Store>(State(api): State<Api<S>>) -> ApiResult {
     ok(
         StatusCode::OK,
-        &json!({
-            "status": "ok",
-            "store": api.engine.store().name(),
-            "strategy": api.engine.store().strategy().name(),
-        }),
+        &HealthReply {
+            status: "ok",
+            store: api.engine.store().name(),
+            strategy: api.engine.store().strategy().name(),
+        },
     )
 }
 
+/// The metrics in the Prometheus text format (404 `not_found` unless the server was given a
+/// metrics renderer).
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "open",
+    responses((status = 200, description = "Prometheus exposition", body = String,
+        content_type = "text/plain")))]
 async fn render_metrics(metrics: Option<Render>) -> Response {
     match metrics {
         Some(render) => (
@@ -210,59 +192,77 @@ async fn render_metrics(metrics: Option<Render>) -> Response {
             render(),
         )
             .into_response(),
-        None => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "metrics recorder not installed",
-            None,
-        )
-        .into_response(),
+        None => {
+            ApiError::new(ErrorCode::NotFound, "metrics recorder not installed").into_response()
+        }
     }
 }
 
+/// This document: the API as this server runs it (its bounds, its tokens).
+#[utoipa::path(get, path = "/openapi.json", operation_id = "openapi", tag = "open",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+async fn openapi(document: Arc<str>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document.to_string(),
+    )
+        .into_response()
+}
+
+/// Load a SKU: split `stock` over `segments` as a new generation.
+#[utoipa::path(put, path = "/skus/{sku}", operation_id = "load", tag = "admin",
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")),
+    request_body(content = LoadRequest, content_type = "application/json"),
+    responses((status = 201, description = "Loaded", body = LoadReply, links(
+        ("deduct" = (operation_id = "deduct", parameters(("sku" = "$response.body#/sku")))),
+        ("reserve" = (operation_id = "reserve", parameters(("sku" = "$response.body#/sku")))),
+        ("restock" = (operation_id = "restock", parameters(("sku" = "$response.body#/sku")))),
+        ("status" = (operation_id = "status", parameters(("sku" = "$response.body#/sku")))),
+        ("audit" = (operation_id = "audit", parameters(("sku" = "$response.body#/sku"))))))))]
 async fn load<S: Store>(
     State(api): State<Api<S>>,
     Path(sku): Path<String>,
-    bytes: Bytes,
+    body: Body,
 ) -> ApiResult {
-    let body = Body::parse(
-        &bytes,
-        &["stock", "segments", "per_user_limit", "replace", "outbox"],
-    )?;
+    let req = LoadRequest::read(&body)?;
     let sku = Sku::new(&sku)?;
-    let stock = body.need_u64("stock")?;
-    let segments = u32::try_from(body.need_u64("segments")?)
-        .map_err(|_| ApiError::bad("segments", "too large"))?;
-    let limit = body
-        .u64("per_user_limit")?
+    let limit = req
+        .per_user_limit
         .unwrap_or(api.engine.options().per_user_limit);
-    let replace = body.bool("replace")?.unwrap_or(false);
-    let outbox = body.bool("outbox")?.unwrap_or(api.engine.options().outbox);
-    let options = LoadOptions::new(segments)
-        .replace(replace)
+    let outbox = req.outbox.unwrap_or(api.engine.options().outbox);
+    let options = LoadOptions::new(req.segments)
+        .replace(req.replace.unwrap_or(false))
         .per_user_limit(limit)
         .outbox(outbox);
-    let loading = api.engine.load(&sku, stock, options);
+    let loading = api.engine.load(&sku, req.stock, options);
     let generation = api.call(Some(("sku", sku.as_str())), loading).await??;
     ok(
         StatusCode::CREATED,
-        &json!({
-            "sku": sku.as_str(),
-            "generation": generation,
-            "stock": stock,
-            "segments": segments,
-            "per_user_limit": limit,
-            "outbox": outbox,
-        }),
+        &LoadReply {
+            sku: sku.as_str().to_string(),
+            generation,
+            stock: req.stock,
+            segments: req.segments,
+            per_user_limit: limit,
+            outbox,
+        },
     )
 }
 
+/// Add `qty` units, once per request id.
+#[utoipa::path(post, path = "/skus/{sku}/restock", operation_id = "restock", tag = "admin",
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
+            description = "The request id, instead of the body's `request_id` (the same id when both are sent)")),
+    request_body(content = RestockRequest, content_type = "application/json"),
+    responses((status = 200, description = "Restocked, or replayed", body = RestockReply)))]
 async fn restock<S: Store>(
     State(api): State<Api<S>>,
     Path(sku): Path<String>,
     headers: HeaderMap,
-    bytes: Bytes,
+    body: Body,
 ) -> ApiResult {
-    let body = Body::parse(&bytes, &["qty", "request_id"])?;
+    body.allow(fields::RESTOCK)?;
     let sku = Sku::new(&sku)?;
     let qty = body.need_u64("qty")?;
     let request_id = match request_id(&headers, &body)? {
@@ -275,13 +275,13 @@ async fn restock<S: Store>(
         .await??;
     ok(
         StatusCode::OK,
-        &json!({
-            "sku": sku.as_str(),
-            "request_id": request_id.as_str(),
-            "qty": qty,
-            "added": r.added,
-            "replayed": r.replayed,
-        }),
+        &RestockReply {
+            sku: sku.as_str().to_string(),
+            request_id: request_id.as_str().to_string(),
+            qty,
+            added: r.added,
+            replayed: r.replayed,
+        },
     )
 }
 
@@ -299,87 +299,125 @@ fn purchase(sku: &str, headers: &HeaderMap, body: &Body) -> Result<Deduct, ApiEr
     })
 }
 
+/// Buy `qty` units, exactly once per (user, request id). Sold out, insufficient, limit reached,
+/// user busy, over limit and replayed are outcomes (200), not errors.
+#[utoipa::path(post, path = "/skus/{sku}/deduct", operation_id = "deduct", tag = "buyer",
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
+            description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
+    request_body(content = DeductRequest, content_type = "application/json"),
+    responses((status = 200, description = "The outcome", body = Deduction)))]
 async fn deduct<S: Store>(
     State(api): State<Api<S>>,
     Path(sku): Path<String>,
     headers: HeaderMap,
-    bytes: Bytes,
+    body: Body,
 ) -> ApiResult {
-    let body = Body::parse(&bytes, &["user", "qty", "request_id"])?;
+    body.allow(fields::DEDUCT)?;
     let req = purchase(&sku, &headers, &body)?;
     let id = Some(("request_id", req.request_id.as_str()));
     let d: Deduction = api.call(id, api.engine.deduct(&req)).await??;
     ok(StatusCode::OK, &d)
 }
 
+/// Units left, in total and per segment.
+#[utoipa::path(get, path = "/skus/{sku}", operation_id = "status", tag = "admin",
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")),
+    responses((status = 200, description = "Units left", body = StatusReply)))]
 async fn status<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> ApiResult {
     let sku = Sku::new(&sku)?;
     let r = api.call(None, api.engine.remaining(&sku)).await??;
     ok(
         StatusCode::OK,
-        &json!({
-            "sku": sku.as_str(),
-            "remaining": r.total,
-            "in_transit": r.in_transit,
-            "segments": r.per_segment.len(),
-            "per_segment": r.per_segment,
-        }),
+        &StatusReply {
+            sku: sku.as_str().to_string(),
+            remaining: r.total,
+            in_transit: r.in_transit,
+            segments: r.per_segment.len() as u64,
+            per_segment: r.per_segment,
+        },
     )
 }
 
+/// The conservation check of the SKU. A failed check is `"ok": false`, still 200.
+#[utoipa::path(get, path = "/skus/{sku}/audit", operation_id = "audit", tag = "admin",
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")),
+    responses((status = 200, description = "The audit", body = Audit)))]
 async fn audit<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> ApiResult {
     let sku = Sku::new(&sku)?;
     let a = api.call(None, api.engine.audit(&sku)).await??;
     ok(StatusCode::OK, &a)
 }
 
+/// Hold `qty` units for `ttl_ms`, exactly once per (user, request id); confirm or cancel it
+/// with the id of the reply.
+#[utoipa::path(post, path = "/skus/{sku}/reservations", operation_id = "reserve", tag = "buyer",
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
+            description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
+    request_body(content = ReserveRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Held (`outcome`: `held`)", body = ReserveReply, links(
+            ("confirm" = (operation_id = "confirm", parameters(("id" = "$response.body#/id")))),
+            ("cancel" = (operation_id = "cancel", parameters(("id" = "$response.body#/id")))))),
+        (status = 200, description = "Replayed or not held (`outcome`: `replayed`, `not_held`)", body = ReserveReply)))]
 async fn reserve<S: Store>(
     State(api): State<Api<S>>,
     Path(sku): Path<String>,
     headers: HeaderMap,
-    bytes: Bytes,
+    body: Body,
 ) -> ApiResult {
-    let body = Body::parse(&bytes, &["user", "qty", "request_id", "ttl_ms"])?;
+    body.allow(fields::RESERVE)?;
     let req = purchase(&sku, &headers, &body)?;
     let ttl = Duration::from_millis(body.need_u64("ttl_ms")?);
     let id = Some(("request_id", req.request_id.as_str()));
     match api.call(id, api.engine.reserve(&req, ttl)).await? {
-        Ok(Reserved::Held { id, parts }) => ok(
-            StatusCode::CREATED,
-            &json!({ "outcome": "held", "id": id, "parts": parts }),
-        ),
-        Ok(Reserved::Replayed { id, parts }) => ok(
-            StatusCode::OK,
-            &json!({ "outcome": "replayed", "id": id, "parts": parts }),
-        ),
+        Ok(Reserved::Held { id, parts }) => {
+            ok(StatusCode::CREATED, &ReserveReply::Held { id, parts })
+        }
+        Ok(Reserved::Replayed { id, parts }) => {
+            ok(StatusCode::OK, &ReserveReply::Replayed { id, parts })
+        }
         Ok(Reserved::NotHeld(d)) => ok(
             StatusCode::OK,
-            &json!({ "outcome": "not_held", "reason": d.kind(), "deduction": d }),
+            &ReserveReply::NotHeld {
+                reason: d.kind(),
+                deduction: d,
+            },
         ),
         // `ttl` is the body's `ttl_ms`.
         Err(Error::InvalidInput {
             field: "ttl",
             reason,
-        }) => Err(ApiError::bad("ttl_ms", reason)),
+        }) => Err(ApiError::invalid("ttl_ms", reason)),
         Err(e) => Err(e.into()),
     }
 }
 
 /// The reply to a confirm or cancel of reservation `id`: 404 when there is no such reservation.
 fn ended(id: String, r: ReservationEnd) -> ApiResult {
-    if r.state.is_none() {
+    let Some(state) = r.state else {
         return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
+            ErrorCode::UnknownReservation,
             format!("no reservation {id:?}"),
-            Some("reservation"),
-        ));
-    }
+        )
+        .with_field("reservation"));
+    };
     ok(
         StatusCode::OK,
-        &json!({ "id": id, "state": r.state, "done": r.done }),
+        &EndReply {
+            id,
+            state,
+            done: r.done,
+        },
     )
 }
 
+/// Confirm a reservation: its units are sold (unless it had ended otherwise: `done` false).
+#[utoipa::path(post, path = "/reservations/{id}/confirm", operation_id = "confirm", tag = "buyer",
+    params(("id" = String, Path, description = "The reservation id, as the reservation reply gave it",
+        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}$")),
+    responses((status = 200, description = "The reservation's state", body = EndReply)))]
 async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
     let rid = id.parse::<ReservationId>()?;
     let r = api
@@ -388,6 +426,11 @@ async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) ->
     ended(id, r)
 }
 
+/// Cancel a reservation: its units go back (unless it had ended otherwise: `done` false).
+#[utoipa::path(post, path = "/reservations/{id}/cancel", operation_id = "cancel", tag = "buyer",
+    params(("id" = String, Path, description = "The reservation id, as the reservation reply gave it",
+        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}$")),
+    responses((status = 200, description = "The reservation's state", body = EndReply)))]
 async fn cancel<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
     let rid = id.parse::<ReservationId>()?;
     let r = api

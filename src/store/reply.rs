@@ -58,6 +58,7 @@ pub enum TransferReply {
 }
 
 /// A reservation's state.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -166,6 +167,7 @@ pub struct Meta {
 
 /// One segment's counters. Invariant: `loaded + restocked + moved_in = stock + reserved + sold
 /// + moved_out`; over a SKU, units in transit are `Σ moved_out − Σ moved_in`.
+#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 pub struct SegmentState {
     /// Units left.

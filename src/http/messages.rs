@@ -1,0 +1,304 @@
+//! The request and reply bodies of the routes, as types: the handlers read and answer these,
+//! and their schemas are the OpenAPI document's ([`super::openapi`]). Bounds that depend on the
+//! engine's options (`qty` up to `max_qty`, `ttl_ms` up to the request TTL) are written for the
+//! defaults here and set from the engine when the document is made. The id patterns below are
+//! the ones the attributes spell out; the tests check them against the ids' own validation.
+
+use super::ApiError;
+use super::body::Body;
+use crate::store::ResvState;
+use crate::{Deduction, Part};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A SKU: ASCII letters, digits and `_ . -`, 1 to [`MAX_SKU_LEN`](crate::ids::MAX_SKU_LEN)
+/// bytes.
+#[cfg(test)]
+pub(super) const SKU_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+/// A user or request id: no brace, whitespace or control character, 1 to
+/// [`MAX_ID_LEN`](crate::ids::MAX_ID_LEN) characters — and bytes of UTF-8, which a pattern
+/// cannot say (the descriptions do).
+#[cfg(test)]
+pub(super) const ID_PATTERN: &str = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$";
+/// A request id in the `Idempotency-Key` header: visible ASCII but braces (a header value is
+/// ASCII).
+#[cfg(test)]
+pub(super) const HEADER_ID_PATTERN: &str = "^[!-z|~]{1,128}$";
+/// A reservation id: `<sku>~<generation>~<segment>~<user>~<request id>`, the segment below
+/// [`MAX_SEGMENTS`](crate::ids::MAX_SEGMENTS), `~` and `%` in the ids escaped (`%7E`, `%25`).
+#[cfg(test)]
+pub(super) const RESERVATION_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}$";
+
+/// `PUT /skus/{sku}`: load a SKU (a new generation). `null` is the same as an absent field.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LoadRequest {
+    /// Units to sell.
+    #[schema(minimum = 0, maximum = 999_999_999_999_i64)]
+    pub stock: u64,
+    /// Segments to split the stock over.
+    #[schema(minimum = 1, maximum = 1024)]
+    pub segments: u32,
+    /// Units one user may hold (sold or reserved); 0: no limit. Absent or `null`: the
+    /// engine's default (`engine.per_user_limit`, 1).
+    #[schema(minimum = 0, maximum = 999_999_999_999_i64)]
+    pub per_user_limit: Option<u64>,
+    /// `true` reloads a SKU that is already loaded (a new generation; its sales, reservations
+    /// and request ids start over); absent, `null` or `false`: a loaded SKU answers 409
+    /// `already_loaded`.
+    pub replace: Option<bool>,
+    /// Append an order event per sale to the SKU's outbox streams. Absent or `null`: the
+    /// engine's default (`engine.outbox`, false).
+    pub outbox: Option<bool>,
+}
+
+/// `POST /skus/{sku}/restock`: add units. `null` is the same as an absent field.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // The schema of the body the handler reads field by field.
+pub(super) struct RestockRequest {
+    /// Units to add.
+    #[schema(minimum = 1, maximum = 999_999_999_999_i64)]
+    pub qty: u64,
+    /// Makes the restock exactly-once: a re-send with the same id answers `"replayed": true`
+    /// and adds nothing. Absent or `null` (and no `Idempotency-Key`): a fresh id, returned in
+    /// the reply (such a restock is not safe to retry).
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub request_id: Option<String>,
+}
+
+/// `POST /skus/{sku}/deduct`: buy. `null` is the same as an absent field.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // The schema of the body the handler reads field by field.
+pub(super) struct DeductRequest {
+    /// The buyer.
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub user: String,
+    /// Units to buy, at most the engine's `max_qty`. Absent or `null`: 1.
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub qty: Option<u64>,
+    /// The request id that makes the sale exactly-once, scoped per (SKU, user): a retry with
+    /// the same id answers `replayed`. Required here or in the `Idempotency-Key` header (the
+    /// same id when both are sent).
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub request_id: Option<String>,
+}
+
+/// `POST /skus/{sku}/reservations`: hold units for a while. `null` is the same as an absent
+/// field.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // The schema of the body the handler reads field by field.
+pub(super) struct ReserveRequest {
+    /// The buyer.
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub user: String,
+    /// Units to hold, at most the engine's `max_qty`. Absent or `null`: 1.
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub qty: Option<u64>,
+    /// As for a sale: required here or in the `Idempotency-Key` header.
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub request_id: Option<String>,
+    /// How long the units are held, in milliseconds on the Redis clock: at least 1 and at most
+    /// the engine's request TTL (`engine.request_ttl_ms`).
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub ttl_ms: u64,
+}
+
+/// The fields each request body may have (anything else is a 400 naming the field).
+pub(super) mod fields {
+    pub(in crate::http) const LOAD: &[&str] =
+        &["stock", "segments", "per_user_limit", "replace", "outbox"];
+    pub(in crate::http) const RESTOCK: &[&str] = &["qty", "request_id"];
+    pub(in crate::http) const DEDUCT: &[&str] = &["user", "qty", "request_id"];
+    pub(in crate::http) const RESERVE: &[&str] = &["user", "qty", "request_id", "ttl_ms"];
+}
+
+impl LoadRequest {
+    /// Reads the body field by field; `segments` must fit a `u32`.
+    pub(super) fn read(body: &Body) -> Result<Self, ApiError> {
+        body.allow(fields::LOAD)?;
+        Ok(Self {
+            stock: body.need_u64("stock")?,
+            segments: u32::try_from(body.need_u64("segments")?)
+                .map_err(|_| ApiError::invalid("segments", "too large"))?,
+            per_user_limit: body.u64("per_user_limit")?,
+            replace: body.bool("replace")?,
+            outbox: body.bool("outbox")?,
+        })
+    }
+}
+
+/// 201 to `PUT /skus/{sku}`: what was loaded.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct LoadReply {
+    /// The SKU.
+    pub sku: String,
+    /// The new load generation (the Redis clock in milliseconds at the load).
+    pub generation: u64,
+    /// Units loaded.
+    pub stock: u64,
+    /// Segments.
+    pub segments: u32,
+    /// The per-user limit in force (0: none).
+    pub per_user_limit: u64,
+    /// Whether sales append order events to the outbox.
+    pub outbox: bool,
+}
+
+/// 200 to `POST /skus/{sku}/restock`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct RestockReply {
+    /// The SKU.
+    pub sku: String,
+    /// The request id used (the one sent, or a fresh one).
+    pub request_id: String,
+    /// Units asked for.
+    pub qty: u64,
+    /// Units added by this call (0 when it replayed).
+    pub added: u64,
+    /// True when this request id had restocked before: nothing was added.
+    pub replayed: bool,
+}
+
+/// 200 to `GET /skus/{sku}`: units left.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StatusReply {
+    /// The SKU.
+    pub sku: String,
+    /// Units left over all segments (sellable now).
+    pub remaining: u64,
+    /// Units moving between segments: not in `remaining`, sellable once credited.
+    pub in_transit: u64,
+    /// Segments.
+    pub segments: u64,
+    /// Units left per segment, by index.
+    pub per_segment: Vec<u64>,
+}
+
+/// Why a reservation held nothing: the `outcome` of the deduction it would have been.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // The schema of `ReserveReply::NotHeld::reason` (a `Deduction::kind`).
+pub(super) enum NotHeldReason {
+    /// No units left.
+    SoldOut,
+    /// Fewer units left than asked for.
+    Insufficient,
+    /// The user holds the per-user limit.
+    LimitReached,
+    /// The user has another attempt running in this process.
+    UserBusy,
+    /// The quantity alone is above the per-user limit (final).
+    OverLimit,
+}
+
+/// 201 (`held`) or 200 (`replayed`, `not_held`) to `POST /skus/{sku}/reservations`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub(super) enum ReserveReply {
+    /// 201: held now; confirm or cancel it with `id` before `ttl_ms` runs out.
+    Held {
+        /// The reservation's id, `<sku>~<generation>~<segment>~<user>~<request id>`.
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}$")]
+        id: crate::ReservationId,
+        /// Where the units are held.
+        parts: Vec<Part>,
+    },
+    /// 200: this request id reserved before; the same reservation.
+    Replayed {
+        /// The reservation's id.
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%]|%25|%7[Ee]){1,128}$")]
+        id: crate::ReservationId,
+        /// Where the units are held.
+        parts: Vec<Part>,
+    },
+    /// 200: nothing held.
+    NotHeld {
+        /// Why (the deduction's `outcome`).
+        #[schema(value_type = NotHeldReason)]
+        reason: &'static str,
+        /// The refusal, as a deduction would answer it.
+        deduction: Deduction,
+    },
+}
+
+/// 200 to `POST /reservations/{id}/confirm` and `/cancel`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EndReply {
+    /// The reservation's id.
+    pub id: String,
+    /// Its state now.
+    pub state: ResvState,
+    /// True when this call (or an earlier one with the same intent) brought it there; false
+    /// when it had ended otherwise (e.g. confirming an expired reservation: nothing sold).
+    pub done: bool,
+}
+
+/// 200 to `GET /healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct HealthReply {
+    /// Always `ok`: the process answers (the store is not asked).
+    #[schema(example = "ok")]
+    pub status: &'static str,
+    /// `redis` or `memory`.
+    #[schema(example = "redis")]
+    pub store: &'static str,
+    /// The deduction strategy (`lua`, `lock`, `redlock`, ...).
+    #[schema(example = "lua")]
+    pub strategy: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{MAX_ID_LEN, MAX_SEGMENTS, MAX_SKU_LEN};
+    use crate::{RequestId, Sku, UserId};
+
+    /// Whether `c` is in ID_PATTERN's class as a JSON Schema validator (and schemathesis,
+    /// through Python's `re`) reads it: `\s` is Unicode whitespace there.
+    fn in_id_class(c: char) -> bool {
+        let ws = matches!(
+            c,
+            '\t'..='\r' | ' ' | '\u{1c}'..='\u{1f}' | '\u{85}' | '\u{a0}' | '\u{1680}'
+                | '\u{2000}'..='\u{200a}' | '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}'
+                | '\u{3000}'
+        );
+        !(c == '{' || c == '}' || ws || c <= '\u{1f}' || ('\u{7f}'..='\u{9f}').contains(&c))
+    }
+
+    #[test]
+    fn id_patterns_are_what_the_ids_accept() {
+        assert_eq!(ID_PATTERN, "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$");
+        for c in (0u32..0x3100).filter_map(char::from_u32) {
+            let s = c.to_string();
+            let sku = c.is_ascii_alphanumeric() || "_.-".contains(c);
+            assert_eq!(Sku::new(&s).is_ok(), sku, "sku {s:?}");
+            assert_eq!(UserId::new(&s).is_ok(), in_id_class(c), "user {s:?}");
+            assert_eq!(RequestId::new(&s).is_ok(), in_id_class(c), "{s:?}");
+            // The header's class: visible ASCII but braces.
+            let header = ('!'..='~').contains(&c) && c != '{' && c != '}';
+            assert_eq!(header, c.is_ascii_graphic() && in_id_class(c), "{s:?}");
+        }
+        assert!(SKU_PATTERN.ends_with(&format!("{{1,{MAX_SKU_LEN}}}$")));
+        assert!(ID_PATTERN.ends_with(&format!("{{1,{MAX_ID_LEN}}}$")));
+        assert!(HEADER_ID_PATTERN.ends_with(&format!("{{1,{MAX_ID_LEN}}}$")));
+        assert_eq!(
+            MAX_SEGMENTS, 1024,
+            "RESERVATION_PATTERN's segment is 0..=1023"
+        );
+        let part = format!(
+            "(?:{}~%]|%25|%7[Ee]){{1,{MAX_ID_LEN}}}",
+            &ID_PATTERN[1..ID_PATTERN.find(']').unwrap()]
+        );
+        let parts = [
+            &SKU_PATTERN[1..SKU_PATTERN.len() - 1],
+            "[0-9]{1,15}",
+            "([0-9]{1,3}|10[01][0-9]|102[0-3])",
+            &part,
+            &part,
+        ];
+        assert_eq!(RESERVATION_PATTERN, format!("^{}$", parts.join("~")));
+    }
+}
