@@ -11,7 +11,7 @@
 //!   UTF-8. Refused are only what would change a key or a stored text's meaning: `{` and `}`
 //!   (hash tags), whitespace (the stores' field separator) and control characters. They never
 //!   name a hash tag (a user's keys take the segment's tag), and a
-//!   [`ReservationId`](crate::ReservationId) escapes `~` and `%` in them.
+//!   [`ReservationId`](crate::ReservationId) escapes `!`, `~` and `%` in them.
 use crate::error::{Error, Result};
 use std::fmt;
 

@@ -18,7 +18,7 @@ pub const MAX_GENERATION: u64 = 999_999_999_999_999;
 /// A reservation's id: where its units are held (SKU, load generation, segment) and the
 /// request that made it (user and request id). Its text form,
 /// `<sku>~<generation>~<segment>~<user>~<request id>`, is what the HTTP API and the CLI show and
-/// take; a `~` or `%` in the user or request id is written `%7E` / `%25`.
+/// take; a `!`, `~` or `%` in the user or request id is written `!!`, `!t`, `!p`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReservationId {
     sku: Sku,
@@ -136,34 +136,46 @@ impl std::str::FromStr for ReservationId {
     }
 }
 
-/// A user or request id inside a reservation id: `%` as `%25` and `~` (the separator) as
-/// `%7E`, so the five parts split back whatever the ids hold.
+/// A user or request id inside a reservation id: `!` as `!!`, `~` (the separator) as `!t` and
+/// `%` as `!p`, so the five parts split back whatever the ids hold, and the id has no `%` (a
+/// client pasting it into a URL path without encoding it still sends the same id).
 fn escape(id: &str) -> std::borrow::Cow<'_, str> {
-    if id.contains(['%', '~']) {
-        id.replace('%', "%25").replace('~', "%7E").into()
-    } else {
-        id.into()
+    if !id.contains(['!', '~', '%']) {
+        return id.into();
     }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        match c {
+            '!' => out.push_str("!!"),
+            '~' => out.push_str("!t"),
+            '%' => out.push_str("!p"),
+            c => out.push(c),
+        }
+    }
+    out.into()
 }
 
-/// [`escape`] undone; `None` for a `%` not followed by `25` or `7E`.
+/// [`escape`] undone; `None` for a `!` not followed by `!`, `t` or `p`, or a `%`.
 fn unescape(part: &str) -> Option<std::borrow::Cow<'_, str>> {
-    if !part.contains('%') {
+    if part.contains('%') {
+        return None;
+    }
+    if !part.contains('!') {
         return Some(part.into());
     }
     let mut out = String::with_capacity(part.len());
-    let mut rest = part;
-    while let Some(i) = rest.find('%') {
-        out.push_str(&rest[..i]);
-        let code = rest.get(i + 1..i + 3)?;
-        out.push(match code {
-            "25" => '%',
-            "7E" | "7e" => '~',
-            _ => return None,
+    let mut chars = part.chars();
+    while let Some(c) = chars.next() {
+        out.push(match c {
+            '!' => match chars.next()? {
+                '!' => '!',
+                't' => '~',
+                'p' => '%',
+                _ => return None,
+            },
+            c => c,
         });
-        rest = &rest[i + 3..];
     }
-    out.push_str(rest);
     Some(out.into())
 }
 
@@ -368,7 +380,12 @@ mod tests {
         assert_eq!(json, "\"phone-1~1717~3~alice~r:42\"");
         assert_eq!(serde_json::from_str::<ReservationId>(&json).unwrap(), id);
         // Ids holding the separator or the escape character split back whole.
-        for (user, rid) in [("a~b", "r~1%7E"), ("%", "~"), ("Zoë@x.io", "o+1/2")] {
+        for (user, rid) in [
+            ("a~b", "r~1%7E"),
+            ("%", "~!"),
+            ("!t", "!"),
+            ("Zoë@x.io", "o+1/2"),
+        ] {
             let id = ReservationId::new(
                 Sku::new("s").unwrap(),
                 9,
@@ -379,10 +396,12 @@ mod tests {
             .unwrap();
             let text = id.to_string();
             assert_eq!(text.matches('~').count(), 4, "{text}");
+            assert!(!text.contains('%'), "{text}");
             assert_eq!(text.parse::<ReservationId>().unwrap(), id, "{text}");
         }
-        assert!("s~9~0~a%41~r".parse::<ReservationId>().is_err());
-        assert!("s~9~0~a%2~r".parse::<ReservationId>().is_err());
+        for bad in ["s~9~0~a!x~r", "s~9~0~a!~r", "s~9~0~a%41~r", "s~9~0~a~r%25"] {
+            assert!(bad.parse::<ReservationId>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@ The one rule of the API that OpenAPI cannot state: a request id may come in the 
 `request_id` or in the `Idempotency-Key` header, and when both are sent they must be the same id
 (deduct and reservations also need one of them). The document says so in words; a schema-valid
 request that breaks the rule gets a 400, which schemathesis would report as valid data rejected.
-So, for positive cases only: a header next to a body id takes the body's id, and a deduct or
+So, for positive cases only: a header next to a body id takes the body's id (or goes, when the
+id is not visible ASCII, which a header cannot carry), and a deduct or
 reservation with neither gets a fresh body id. Negative cases are left as generated.
 
 And one bound a pattern cannot state: a user or request id is at most 128 *bytes* of UTF-8
@@ -38,12 +39,12 @@ def _cut(text, limit=MAX_ID_BYTES):
 
 
 def _cut_escaped(part):
-    """A reservation id's user or request id part (`~` and `%` escaped as %7E / %25), cut so
-    that it stands for at most 128 bytes, without splitting an escape."""
+    """A reservation id's user or request id part (`!`, `~`, `%` escaped as !! / !t / !p), cut
+    so that it stands for at most 128 bytes, without splitting an escape."""
     out, size, i = [], 0, 0
     while i < len(part):
-        unit = part[i : i + 3] if part[i] == "%" else part[i]
-        width = 1 if unit.startswith("%") else len(unit.encode())
+        unit = part[i : i + 2] if part[i] == "!" else part[i]
+        width = 1 if unit.startswith("!") else len(unit.encode())
         if size + width > MAX_ID_BYTES:
             break
         out.append(unit)
@@ -75,7 +76,11 @@ def _one_id(case):
     key = next((k for k in headers if k.lower() == "idempotency-key"), None)
     body_id = case.body.get("request_id")
     if key is not None and body_id is not None:
-        headers[key] = body_id
+        if all("!" <= ch <= "~" for ch in body_id):
+            headers[key] = body_id
+        else:
+            # A body id a header cannot carry (not visible ASCII): the body's alone.
+            del headers[key]
         case.headers = headers
     elif key is None and body_id is None and case.operation.path in NEEDS_ONE:
         case.body["request_id"] = f"st-{next(_fresh)}"
