@@ -113,8 +113,8 @@ mod shared_read;
 pub use audit::{Audit, SegmentAudit};
 pub use config::Config;
 pub use engine::{
-    Deduct, Deduction, Engine, EngineBuilder, EngineOptions, LoadOptions, Remaining, Restocked,
-    Sweeper,
+    Background, BackgroundOptions, Deduct, Deduction, Engine, EngineBuilder, EngineOptions,
+    LoadOptions, Remaining, Restocked, Sweeper,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RequestId, Sku, UserId};
