@@ -130,7 +130,9 @@ impl std::fmt::Debug for ApiOptions {
 impl ApiOptions {
     /// `GET /metrics` answers `render()` as Prometheus text. The library never installs a
     /// metrics recorder (see [`crate::metrics`]); whoever installs one passes its renderer here,
-    /// e.g. `move || handle.render()` for a `metrics-exporter-prometheus` handle.
+    /// e.g. for the handle of `metrics_exporter_prometheus::PrometheusBuilder::install_recorder`
+    /// (which starts no upkeep task) `move || { handle.run_upkeep(); handle.render() }`, as
+    /// `examples/embed_axum.rs` does.
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
         self.metrics = Some(Arc::new(render));
         self
