@@ -6,7 +6,7 @@
 //! # a PostgreSQL you may write to, e.g. a throwaway one:
 //! #   runuser -u postgres -- /usr/lib/postgresql/15/bin/initdb -D /tmp/pg -A trust
 //! #   runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D /tmp/pg -o "-p 5433" start
-//! cargo run --example orders_postgres -- redis://127.0.0.1:6379 postgres://postgres@127.0.0.1:5433/postgres
+//! cargo run --features postgres --example orders_postgres -- redis://127.0.0.1:6379 postgres://postgres@127.0.0.1:5433/postgres
 //! ```
 //!
 //! The lesson: the sale and its event are one atomic script in Redis, so there is no window

@@ -39,7 +39,7 @@ PG_SECONDS=${PG_SECONDS:-10}
 for b in redis-server redis-cli redis-benchmark python3; do
   command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }
 done
-cargo build --release --quiet --bins --example bare_script --example embedded_rate
+cargo build --release --quiet --features cli --bins --example bare_script --example embedded_rate
 BIN=target/release/shardstock
 BARE=target/release/examples/bare_script
 LIB=target/release/examples/embedded_rate
@@ -194,7 +194,7 @@ for c in "${CONFIGS[@]}"; do
     coalesce=off
     case $name in lua-coalesced | storm) coalesce=on ;; esac
     u0=$(redis_usec)
-    out=$(measure "$BIN" --redis "$URL" --coalesce "$coalesce" "${args[@]}" --strategy "$strategy")
+    out=$(measure "$BIN" --redis "$URL" "${args[@]}" --coalesce "$coalesce" --strategy "$strategy")
     add_row "$out" "$name" "$conc" $(($(redis_usec) - u0))
     "${CLI[@]}" FLUSHALL >/dev/null # records of the last run would only cost memory
   fi

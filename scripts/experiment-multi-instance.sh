@@ -30,7 +30,7 @@ STRATEGIES=("$@")
 for tool in redis-server redis-cli wrk python3 curl; do
   command -v "$tool" >/dev/null || { echo "$tool missing (apt-get install redis-server wrk curl python3)" >&2; exit 1; }
 done
-cargo build --release --quiet --bin shardstock
+cargo build --release --quiet --features cli --bin shardstock
 BIN=target/release/shardstock
 DIR=$(mktemp -d)
 PIDS=()

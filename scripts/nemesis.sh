@@ -24,14 +24,14 @@ out=target/nemesis
 mkdir -p "$out"
 : >"$out/lines"
 suites=(nemesis nemesis_empty nemesis_serve nemesis_cluster "history history_connection_kills")
-cargo build --tests --quiet
+cargo build --tests --quiet --all-features
 start=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
     for s in "${suites[@]}"; do
         set -- $s
         [ -f "tests/$1.rs" ] || continue
         log="$out/$1-round$r.log"
-        if ! cargo test --quiet --test "$1" -- ${2:-} --test-threads 1 --nocapture >"$log" 2>&1; then
+        if ! cargo test --quiet --all-features --test "$1" -- ${2:-} --test-threads 1 --nocapture >"$log" 2>&1; then
             echo "FAILED: round $r, cargo test --test $s (log: $log)" >&2
             grep -E "VIOLATIONS|history check failed|panicked" -A12 "$log" | head -60 >&2
             exit 1

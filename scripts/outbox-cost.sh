@@ -46,7 +46,7 @@ PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ "$PG" = 1 ] && [ ! -x "$PGBIN/initdb" ]; then
   echo "PostgreSQL missing (scripts/test.sh installs postgresql); PG=0 skips that part"; exit 1
 fi
-cargo build --release --quiet
+cargo build --release --quiet --features cli
 BIN=${CARGO_TARGET_DIR:-target}/release/shardstock
 DIR=$(mktemp -d)
 chmod 755 "$DIR"
@@ -103,7 +103,7 @@ for rep in $(seq "$REPS"); do
         --per-user-limit 0 "${ob[@]}" >/dev/null
       "${CLI[@]}" CONFIG RESETSTAT >/dev/null
       cpu0=$(redis_cpu)
-      out=$("${SS[@]}" --coalesce "$coalesce" sim --skip-load --sku cost --requests "$REQUESTS" \
+      out=$("${SS[@]}" sim --coalesce "$coalesce" --skip-load --sku cost --requests "$REQUESTS" \
         --users "$REQUESTS" --concurrency "$CONCURRENCY" --json)
       cpu1=$(redis_cpu)
       read -r _ es_usec < <(cmdstat evalsha)

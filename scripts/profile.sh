@@ -118,7 +118,7 @@ elif [ "${SKIP_BUILD:-0}" != 1 ]; then
     rm -f "$STAMP"
     (cd "$SRC" && cargo clean --release -p shardstock --quiet)
   fi
-  (cd "$SRC" && cargo build --release --quiet --bin shardstock)
+  (cd "$SRC" && cargo build --release --quiet --features cli --bin shardstock)
   echo "$WANT" > "$STAMP"
   T_BUILD=$(($(date +%s) - t0))
 else

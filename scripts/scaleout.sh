@@ -12,7 +12,7 @@
 #     load_segment.lua under a hash tag that master serves), and their sum: the projected
 #     capacity when every master has a core of its own.
 # The sale: shardstock sim --stock 100000 --segments 16 --users 200000 --requests 200000
-# --concurrency 64 --coalesce on (SIM_ARGS overrides).
+# --per-user-limit 0 --concurrency 64 --coalesce on (SIM_ARGS overrides).
 #
 # Usage: scripts/scaleout.sh [MASTER COUNTS...]   (default: 1 2 3; ports from 7300 + 10 × masters,
 #        or the next free block of ports when those, or their cluster bus ports, are taken)
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNTS=("${@:-1 2 3}")
 read -r -a COUNTS <<< "${COUNTS[*]}"
-SIM_ARGS=${SIM_ARGS:-"--stock 100000 --segments 16 --users 200000 --requests 200000 --concurrency 64 --coalesce on"}
+SIM_ARGS=${SIM_ARGS:-"--stock 100000 --segments 16 --users 200000 --requests 200000 --per-user-limit 0 --concurrency 64 --coalesce on"}
 CEILING_REQUESTS=${CEILING_REQUESTS:-500000}
 for b in redis-server redis-cli redis-benchmark python3; do
   command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }

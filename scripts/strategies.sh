@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 STOCK=${1:-2000}
 REQUESTS=${2:-6000}
 command -v redis-server >/dev/null || { echo "redis-server missing (scripts/test.sh installs it)"; exit 1; }
-cargo build --release --quiet
+cargo build --release --quiet --features cli
 BIN=target/release/shardstock
 DIR=$(mktemp -d)
 PIDS=()
@@ -37,7 +37,8 @@ for s in lua lock redlock decr-compensate local-mutex naive; do
     extra=()
     [ "$s" = redlock ] && extra=(--lock-nodes "$LOCK_NODES")
     out=$("$BIN" sim --redis "redis://127.0.0.1:$MAIN" --strategy "$s" "${extra[@]}" --sku "cmp-$s-$k" \
-      --stock "$STOCK" --segments "$k" --users "$REQUESTS" --requests "$REQUESTS" --concurrency 64 --json || true)
+      --stock "$STOCK" --segments "$k" --users "$REQUESTS" --requests "$REQUESTS" --per-user-limit 0 \
+      --concurrency 64 --json || true)
     python3 - "$s" "$k" "$out" <<'PY'
 import json, sys
 s, k, out = sys.argv[1], sys.argv[2], sys.argv[3]

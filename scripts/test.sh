@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (redis-server, prometheus, docker-compose,
-# postgresql), then format, lints, tests, docs, benches compile.
+# postgresql), then format, lints (every feature, the default ones, none), the default
+# dependency set, tests, docs, benches compile.
 # Usage: scripts/test.sh [--acl-tls [SUITE...]]
 #   --acl-tls  instead: the tests only (every suite, or the SUITEs named, e.g. deduct safety),
 #              with the engines logged in as the least-privilege user scripts/acl.sh describes
@@ -54,7 +55,17 @@ fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --all-targets --locked --all-features -- -D warnings
+# The library as a service embeds it (default features) and bare: no cfg left behind.
+echo "== cargo clippy --lib: default features, none"
+cargo clippy --lib --examples --locked -- -D warnings
+cargo clippy --lib --locked --no-default-features -- -D warnings
+echo "== the default features stay lean"
+heavy='^(clap|indicatif|hdrhistogram|metrics-exporter-prometheus|tracing-subscriber|tokio-postgres|figment|yansi) '
+if cargo tree --locked -e normal --prefix none | grep -E "$heavy"; then
+  echo "the default features pull the crates above (the binary's, PostgreSQL's or figment's)" >&2
+  exit 1
+fi
 echo "== cargo test"
 cargo test --locked --all-features
 echo "== cargo doc"

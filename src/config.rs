@@ -2,7 +2,9 @@
 //!
 //! Precedence: defaults < `config/*.toml` file < environment. Environment variables are
 //! `SHARDSTOCK_<SECTION>__<KEY>`, e.g. `SHARDSTOCK_STORE__REDIS_URL=redis://127.0.0.1:6379`
-//! or `SHARDSTOCK_ENGINE__MAX_QTY=5`.
+//! or `SHARDSTOCK_ENGINE__MAX_QTY=5`. Reading them is `Config::load` (feature `config`,
+//! which brings figment); the structs are plain serde, so a service may instead deserialize a
+//! [`Config`] (or one section) from its own configuration.
 //!
 //! [`Config::build_store`] connects the Redis store the `[store]` section describes;
 //! [`EngineConfig::options`] gives the engine's options.
@@ -11,10 +13,8 @@ use crate::engine::EngineOptions;
 use crate::error::{Error, Result};
 use crate::lock::LockOptions;
 use crate::store::redis::{RedisStore, RedisStoreBuilder};
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Where stock lives.
@@ -198,11 +198,13 @@ impl EngineConfig {
     }
 }
 
-/// `shardstock serve`'s HTTP settings (see [`crate::http::ApiOptions`]).
+/// `shardstock serve`'s HTTP settings (see `shardstock::http::ApiOptions`, feature `http`).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ServeConfig {
+    /// Address `serve` listens on (port 0: any free port). Default `127.0.0.1:8080`.
+    pub listen: SocketAddr,
     /// Bearer token the admin routes (load, status, restock, audit) require; empty = none,
     /// which `serve` allows only on a loopback address. Prefer the environment
     /// (`SHARDSTOCK_SERVE__ADMIN_TOKEN`) to a file.
@@ -221,6 +223,7 @@ pub struct ServeConfig {
 impl Default for ServeConfig {
     fn default() -> Self {
         Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_token: String::new(),
             buyer_token: String::new(),
             body_limit_bytes: 16 * 1024,
@@ -249,12 +252,24 @@ impl std::fmt::Debug for ServeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let set = |t: &str| if t.trim().is_empty() { "" } else { "<set>" };
         f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
             .field("admin_token", &set(&self.admin_token))
             .field("buyer_token", &set(&self.buyer_token))
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .finish()
     }
+}
+
+/// Where the binary serves Prometheus metrics. The library itself never installs a recorder
+/// (see [`crate::metrics`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct MetricsConfig {
+    /// Serve `/metrics` on this address while `sim`, `serve` or `orders` runs (e.g.
+    /// `127.0.0.1:9898`); unset: no metrics listener.
+    pub addr: Option<SocketAddr>,
 }
 
 /// The whole configuration.
@@ -268,6 +283,8 @@ pub struct Config {
     pub engine: EngineConfig,
     /// `serve` settings.
     pub serve: ServeConfig,
+    /// Metrics settings of the binary.
+    pub metrics: MetricsConfig,
 }
 
 impl Config {
@@ -291,12 +308,15 @@ impl Config {
     }
 
     /// Reads defaults, then `file` (when given), then `SHARDSTOCK_*` environment variables,
-    /// and validates the result.
+    /// and validates the result. Feature `config`.
     ///
     /// # Errors
-    /// [`Error::Config`] for an unreadable file, unknown keys, wrong types or contradictory
-    /// values.
-    pub fn load(file: Option<&Path>) -> Result<Self> {
+    /// [`Error::Config`] for an unreadable file, unknown keys (naming the closest known one),
+    /// wrong types or contradictory values.
+    #[cfg(feature = "config")]
+    pub fn load(file: Option<&std::path::Path>) -> Result<Self> {
+        use figment::Figment;
+        use figment::providers::{Env, Format, Serialized, Toml};
         let mut fig = Figment::from(Serialized::defaults(Config::default()));
         if let Some(f) = file {
             if !f.exists() {
@@ -308,12 +328,12 @@ impl Config {
             // Only SECTION__KEY variables are settings: SHARDSTOCK_CONFIG and the like, used
             // by wrappers, must not break loading. A typo in a sectioned name is an error.
             .merge(
-                Env::prefixed("SHARDSTOCK_")
+                Env::prefixed(ENV_PREFIX)
                     .filter(|k| k.as_str().contains("__"))
                     .split("__"),
             )
             .extract()
-            .map_err(|e| Error::Config(e.to_string()))?;
+            .map_err(load_error)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -350,11 +370,79 @@ impl Config {
     }
 }
 
+/// The prefix of every environment variable [`Config::load`] reads:
+/// `SHARDSTOCK_<SECTION>__<KEY>`.
+#[cfg(feature = "config")]
+const ENV_PREFIX: &str = "SHARDSTOCK_";
+
+/// A figment error as one message; an unknown key names the closest known one.
+#[cfg(feature = "config")]
+fn load_error(e: figment::Error) -> Error {
+    let messages: Vec<String> = e
+        .into_iter()
+        .map(|e| match &e.kind {
+            figment::error::Kind::UnknownField(field, expected) => {
+                let mut path: Vec<&str> = e.path.iter().map(String::as_str).collect();
+                // The path ends with the unknown key itself.
+                if path.last() == Some(&field.as_str()) {
+                    path.pop();
+                }
+                let setting = path
+                    .iter()
+                    .copied()
+                    .chain([field.as_str()])
+                    .collect::<Vec<_>>()
+                    .join(".");
+                let env = |key: &str| {
+                    let section = path.iter().map(|p| format!("{p}__")).collect::<String>();
+                    format!("{ENV_PREFIX}{section}{key}").to_ascii_uppercase()
+                };
+                let from_env = e
+                    .metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name.contains("environment"));
+                let source = match &e.metadata {
+                    _ if from_env => format!(" (environment variable {})", env(field)),
+                    Some(m) => match &m.source {
+                        Some(src) => format!(" ({} {src})", m.name),
+                        None => format!(" ({})", m.name),
+                    },
+                    None => String::new(),
+                };
+                let hint = match did_you_mean(field, expected) {
+                    Some(known) if from_env => format!("did you mean `{known}` ({})?", env(known)),
+                    Some(known) => format!("did you mean `{known}`?"),
+                    None => format!("known keys here: {}", expected.join(", ")),
+                };
+                format!("unknown setting `{setting}`{source}: {hint}")
+            }
+            _ => e.to_string(),
+        })
+        .collect();
+    Error::Config(messages.join("; "))
+}
+
+/// The known name closest to `unknown` when it is close enough to be a typo: at most two
+/// edits, or a third of the name.
+#[cfg(feature = "config")]
+fn did_you_mean<'a>(unknown: &str, known: &[&'a str]) -> Option<&'a str> {
+    let unknown = unknown.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(&unknown, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
 #[cfg(test)]
 #[allow(clippy::result_large_err)] // figment::Jail's closure signature, not ours
 mod tests {
     use super::*;
+    #[cfg(feature = "config")]
+    use std::path::Path;
 
+    #[cfg(feature = "config")]
     #[test]
     fn file_then_env_override() {
         figment::Jail::expect_with(|jail| {
@@ -376,6 +464,7 @@ mod tests {
         });
     }
 
+    #[cfg(feature = "config")]
     #[test]
     fn contradictions_and_typos_are_named() {
         figment::Jail::expect_with(|jail| {
@@ -437,6 +526,67 @@ mod tests {
         assert!(e.to_string().contains("only used by the redlock"), "{e}");
     }
 
+    #[cfg(feature = "config")]
+    #[test]
+    fn unknown_keys_name_the_closest_known_one() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[store]\npool_sise = 8\n")?;
+            let e = Config::load(Some(Path::new("c.toml"))).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains("`store.pool_sise`"), "{msg}");
+            assert!(msg.contains("did you mean `pool_size`?"), "{msg}");
+            assert!(msg.contains("c.toml"), "the file is named: {msg}");
+            jail.create_file("s.toml", "[stor]\nredis_url = \"\"\n")?;
+            let msg = Config::load(Some(Path::new("s.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains("did you mean `store`?"), "{msg}");
+            jail.create_file("far.toml", "[engine]\nwhatever = 1\n")?;
+            let msg = Config::load(Some(Path::new("far.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(!msg.contains("did you mean"), "{msg}");
+            assert!(msg.contains("max_qty"), "the known keys are listed: {msg}");
+            jail.set_env("SHARDSTOCK_ENGINE__PER_USER_LIMT", "2");
+            let msg = Config::load(None).unwrap_err().to_string();
+            assert!(
+                msg.contains("did you mean `per_user_limit` (SHARDSTOCK_ENGINE__PER_USER_LIMIT)?"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("SHARDSTOCK_ENGINE__PER_USER_LIMT"),
+                "the variable is named: {msg}"
+            );
+            Ok(())
+        });
+    }
+
+    #[cfg(feature = "config")]
+    #[test]
+    fn listen_and_metrics_addresses_are_settings() {
+        figment::Jail::expect_with(|jail| {
+            let c = Config::load(None).unwrap();
+            assert_eq!(c.serve.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+            assert_eq!(c.metrics.addr, None);
+            jail.set_env("SHARDSTOCK_SERVE__LISTEN", "127.0.0.1:0");
+            jail.set_env("SHARDSTOCK_METRICS__ADDR", "127.0.0.1:9898");
+            let c = Config::load(None).unwrap();
+            assert_eq!(c.serve.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
+            assert_eq!(
+                c.metrics.addr,
+                Some(SocketAddr::from(([127, 0, 0, 1], 9898)))
+            );
+            jail.set_env("SHARDSTOCK_METRICS__ADDR", "nowhere");
+            let msg = Config::load(None).unwrap_err().to_string();
+            assert!(
+                msg.contains("metrics.addr") || msg.contains("addr"),
+                "{msg}"
+            );
+            Ok(())
+        });
+    }
+
+    #[cfg(feature = "config")]
     #[test]
     fn shipped_config_parses() {
         // Inside a Jail: it holds the lock the other tests take to set `SHARDSTOCK_*`
@@ -446,6 +596,7 @@ mod tests {
             let c = Config::load(Some(&p)).unwrap();
             assert_eq!(c.engine, EngineConfig::default());
             assert_eq!(c.serve, ServeConfig::default());
+            assert_eq!(c.metrics, MetricsConfig::default());
             Ok(())
         });
     }

@@ -27,6 +27,7 @@ use crate::store::{SegAddr, Store};
 use dashmap::DashMap;
 use std::sync::Arc;
 
+mod background;
 mod deduct;
 mod layout;
 mod options;
@@ -37,6 +38,7 @@ mod sold_out;
 mod stock;
 mod sweeper;
 
+pub use background::{Background, BackgroundOptions};
 pub(crate) use layout::Layout;
 pub use options::{EngineBuilder, EngineOptions, LoadOptions, MAX_DURATION, MAX_GUARD_CAP};
 pub use outcome::{Deduction, Remaining, Restocked};

@@ -6,8 +6,10 @@
 //! `PUT /skus/{sku}` load · `POST /skus/{sku}/restock` · `POST /skus/{sku}/deduct` ·
 //! `GET /skus/{sku}` status · `GET /skus/{sku}/audit` · `POST /skus/{sku}/reservations` ·
 //! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz` ·
-//! `GET /metrics` (when [`ApiOptions::metrics`] gives it something to render) ·
-//! `GET /openapi.json`.
+//! `GET /openapi.json` · `GET /metrics` (when [`ApiOptions::metrics`] gives it something to
+//! render: the library never installs a metrics recorder; the service passes the renderer of
+//! the one it installed, e.g. a `metrics-exporter-prometheus` handle, as
+//! `examples/embed_axum.rs` shows).
 //!
 //! **Tokens, limits, timeouts** ([`ApiOptions`]). The admin routes (load, status, restock,
 //! audit) require `Authorization: Bearer <admin token>` when [`ApiOptions::admin_token`] is set,
@@ -142,7 +144,9 @@ impl std::fmt::Debug for ApiOptions {
 impl ApiOptions {
     /// `GET /metrics` answers `render()` as Prometheus text. The library never installs a
     /// metrics recorder (see [`crate::metrics`]); whoever installs one passes its renderer here,
-    /// e.g. `move || handle.render()` for a `metrics-exporter-prometheus` handle.
+    /// e.g. for the handle of `metrics_exporter_prometheus::PrometheusBuilder::install_recorder`
+    /// (which starts no upkeep task) `move || { handle.run_upkeep(); handle.render() }`, as
+    /// `examples/embed_axum.rs` does.
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
         self.metrics = Some(Arc::new(render));
         self
@@ -151,7 +155,7 @@ impl ApiOptions {
     /// How often [`serve_with`] runs the reservation sweeper, which returns the units of expired
     /// reservations ([`Engine::start_sweeper`]); `None` runs none (sweep elsewhere, e.g. in
     /// one instance of many). Default: every second. [`router`] never starts one: an app that
-    /// mounts the routes owns its sweeper.
+    /// mounts the routes starts it with [`Engine::start_background`].
     pub fn sweep_every(mut self, every: Option<Duration>) -> Self {
         self.sweep_every = every;
         self

@@ -13,8 +13,8 @@
 //! # Example
 //!
 //! ```no_run
-//! use shardstock::{Coalescing, Deduct, Deduction, Engine, LoadOptions, RedisStore, Sku};
-//! use std::time::Duration;
+//! use shardstock::{BackgroundOptions, Coalescing, Deduct, Deduction, Engine, LoadOptions};
+//! use shardstock::{RedisStore, Sku};
 //!
 //! # async fn demo() -> shardstock::Result<()> {
 //! let store = RedisStore::builder("redis://127.0.0.1:6379")
@@ -22,8 +22,9 @@
 //!     .connect()
 //!     .await?;
 //! let engine = Engine::builder().per_user_limit(1).build(store)?;
-//! // Expired reservations go back to stock in the background; dropping the handle stops it.
-//! let _sweeper = engine.start_sweeper(Duration::from_secs(1));
+//! // Expired reservations go back to stock, conservation is audited as a metric; dropping the
+//! // handle stops both.
+//! let _background = engine.start_background(BackgroundOptions::default());
 //!
 //! let sku = Sku::new("phone")?;
 //! let generation = engine.load(&sku, 100, LoadOptions::new(10)).await?;
@@ -57,20 +58,30 @@
 //!
 //! # In a service
 //!
-//! - Start the reservation sweeper ([`Engine::start_sweeper`]) and, to watch conservation as a
-//!   metric, the live audit ([`Engine::start_live_audit`]); both stop when their handle drops.
+//! - [`Engine::start_background`] starts what runs beside the engine: the reservation sweeper
+//!   ([`Engine::start_sweeper`]) and the live audit, conservation as a metric
+//!   ([`Engine::start_live_audit`]); the [`Background`] handle stops both when dropped.
 //! - Metrics go through the `metrics` facade ([`mod@crate::metrics`] names them all); the
-//!   library installs no recorder, your service does.
-//! - The HTTP/JSON API is the module `shardstock::http` (feature `http`): mount
-//!   `shardstock::http::router(engine)` in an axum app, or run `shardstock::http::serve`.
+//!   library never installs a recorder, your service does.
+//! - The HTTP/JSON API is the module `shardstock::http` (feature `http`, on by default): mount
+//!   `shardstock::http::router(engine)` in an axum app, or run `shardstock::http::serve`. Its
+//!   `/metrics` renders your recorder: `ApiOptions::metrics(move || handle.render())` with a
+//!   `metrics-exporter-prometheus` handle (`examples/embed_axum.rs`).
 //! - Orders leave through the outbox ([`orders`]): load a SKU with [`LoadOptions::outbox`] and
 //!   consume the events with [`orders::Orders`] (PostgreSQL handler with feature `postgres`).
+//!
+//! # Features
+//!
+//! The default features are what a service embeds: the engine, both stores, the metrics facade
+//! and `http`. `postgres` adds the PostgreSQL order handler, `config` adds `Config::load`
+//! (a TOML file and `SHARDSTOCK_*` variables, read with figment), `cli` the `shardstock`
+//! binary and everything it needs.
 //!
 //! # Layout
 //!
 //! | module | what lives there |
 //! |---|---|
-//! | [`engine`] | [`Engine`] and its builder and options: load, deduct, restock, status, audit, sweeper |
+//! | [`engine`] | [`Engine`] and its builder and options: load, deduct, restock, status, audit, sweeper, background tasks |
 //! | [`reservation`] | reserve, confirm, cancel: [`ReservationId`], [`Reserved`], [`ReservationEnd`] |
 //! | [`store`] | the [`Store`] trait; [`store::redis`] ([`RedisStore`]: Lua scripts, coalescing, cluster redirections, durability mode) and [`store::memory`] ([`MemoryStore`], the reference semantics) |
 //! | [`audit`], [`live_audit`] | the conservation check, once or every few seconds as metrics |
@@ -78,7 +89,7 @@
 //! | [`ids`], [`error`] | validated [`Sku`], [`UserId`], [`RequestId`] and bounds; the one [`Error`] |
 //! | [`segments`], [`placement`] | pure maths: splitting stock, home segments, key names, hash-tag placement on a cluster |
 //! | [`strategy`], [`lock`] | the deduction strategies ([`Strategy`]) and the distributed locks behind `lock` and `redlock` |
-//! | [`config`] | the serde configuration the binary reads (TOML and `SHARDSTOCK_*` variables) |
+//! | [`config`] | the serde configuration (TOML and `SHARDSTOCK_*` variables with feature `config`) |
 //! | [`mod@crate::metrics`] | every metric name, help text and unit |
 //!
 //! In the repository, `docs/` goes deeper: `design.md` (guarantees, what is atomic, the
@@ -113,8 +124,8 @@ mod shared_read;
 pub use audit::{Audit, SegmentAudit};
 pub use config::Config;
 pub use engine::{
-    Deduct, Deduction, Engine, EngineBuilder, EngineOptions, LoadOptions, Remaining, Restocked,
-    Sweeper,
+    Background, BackgroundOptions, Deduct, Deduction, Engine, EngineBuilder, EngineOptions,
+    LoadOptions, Remaining, Restocked, Sweeper,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RequestId, Sku, UserId};

@@ -10,7 +10,8 @@
 //! consumer group and hands the events to a [`Handler`]. The contract a handler keeps is
 //! **idempotent by request id**: an event can be delivered more than once (a consumer that died
 //! after handling and before acknowledging), never zero times. The PostgreSQL handler
-//! ([`postgres`]) inserts one row per request id, so redelivery inserts nothing twice.
+//! (module `postgres`, feature `postgres`) inserts one row per request id, so redelivery
+//! inserts nothing twice.
 
 use std::future::Future;
 

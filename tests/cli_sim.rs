@@ -34,7 +34,14 @@ fn sim_on_the_embedded_store_sells_exactly_the_stock() {
     assert_eq!(u(&v, "replayed"), 0);
     assert!(v["first_error"].is_null(), "{v}");
     outcomes_add_up(&v);
-    assert_eq!(u(&v, "sold_out") + u(&v, "insufficient"), 1900, "{v}");
+    // One unit per user (the engine's default limit): a buyer's second request answers
+    // "limit reached" (or sold out, whichever the script sees first).
+    assert_eq!(u(&v, "max_units_per_user"), 1, "{v}");
+    assert_eq!(
+        u(&v, "sold_out") + u(&v, "insufficient") + u(&v, "limit_reached"),
+        1900,
+        "{v}"
+    );
 
     assert_eq!(u(&v, "remaining"), 0);
     assert_eq!(
@@ -100,7 +107,7 @@ fn sim_on_redis_sells_exactly_the_stock() {
     assert!(b(&a, "ok"), "{a}");
 }
 
-/// `naive` in one process oversells and `sim` says so (exit 3, oversold > 0).
+/// `naive` in one process oversells and `sim` says so (exit 1, oversold > 0).
 #[test]
 fn naive_sim_reports_its_oversell() {
     let srv = RedisServer::start();
@@ -109,13 +116,14 @@ fn naive_sim_reports_its_oversell() {
         "sim --redis {url} --strategy naive --critical-pause-ms 1 --stock 100 --segments 1 \
          --requests 400 --users 400 --json"
     ));
-    r.expect_code(3);
+    r.expect_code(1);
     let v = r.json();
     assert_eq!(s(&v, "strategy"), "naive");
     assert!(u(&v, "oversold") > 0 && !b(&v, "audit_ok"), "{v}");
-    // The embedded store refuses non-atomic strategies instead of pretending.
+    // The embedded store refuses non-atomic strategies instead of pretending (a configuration
+    // error).
     let r = run(&["sim", "--strategy", "lock"]);
-    assert_eq!(r.status.code(), Some(1));
+    r.expect_code(4);
     assert!(r.stderr.contains("--redis"), "{}", r.stderr);
 }
 
@@ -139,4 +147,22 @@ fn sim_with_reservations_returns_every_unconfirmed_unit() {
     assert_eq!(u(&v, "remaining") + u(&v, "sold"), 3000, "{v}");
     assert_eq!(u(&v, "sold"), u(&v, "sold_units"), "{v}");
     assert!(b(&v, "audit_ok") && u(&v, "oversold") == 0, "{v}");
+}
+
+/// `sim` loads with the engine's default per-user limit (1) unless told otherwise: 10 buyers
+/// of 100 units buy 10; with `--per-user-limit 0` they buy all 100.
+#[test]
+fn sim_sells_one_unit_per_user_by_default() {
+    let r = run_line("sim --users 10 --requests 300 --json");
+    r.expect_code(0);
+    let v = r.json();
+    assert_eq!(u(&v, "sold_units"), 10, "{v}");
+    assert_eq!(u(&v, "max_units_per_user"), 1, "{v}");
+    assert!(u(&v, "limit_reached") > 0, "{v}");
+    outcomes_add_up(&v);
+    let r = run_line("sim --users 10 --requests 300 --per-user-limit 0 --json");
+    r.expect_code(0);
+    let v = r.json();
+    assert_eq!(u(&v, "sold_units"), 100, "{v}");
+    assert!(u(&v, "max_units_per_user") > 1, "{v}");
 }

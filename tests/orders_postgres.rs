@@ -278,7 +278,7 @@ async fn concurrent_migrations_create_the_table_once() {
 }
 
 /// Throughput into PostgreSQL, batches of 100 and 1000 (a figure, not an assertion):
-/// `cargo test --release --test orders_postgres -- --ignored --nocapture throughput`.
+/// `cargo test --release --features postgres --test orders_postgres -- --ignored --nocapture throughput`.
 #[tokio::test]
 #[ignore]
 async fn throughput() {

@@ -282,6 +282,6 @@ fn orders_jsonl_prints_one_line_per_sale() {
         "",
         "acknowledged events are not printed again"
     );
-    // Without Redis there is no outbox.
-    run_line("orders --jsonl --until-idle").expect_code(1);
+    // Without Redis there is no outbox: a configuration error.
+    run_line("orders --jsonl --until-idle").expect_code(4);
 }

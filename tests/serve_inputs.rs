@@ -462,7 +462,7 @@ fn admin_routes_are_refused_beyond_loopback_without_a_token() {
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
     assert!(e.to_string().contains("without an admin token"), "{e}");
     let run = common::binary::run(&["serve", "--listen", "0.0.0.0:0"]);
-    run.expect_code(1);
+    run.expect_code(4);
     assert!(
         run.stderr.contains("SHARDSTOCK_SERVE__ADMIN_TOKEN"),
         "{}",

@@ -70,7 +70,12 @@ impl Run {
 /// `store.tls_ca_file` when an argument holds a `rediss://` URL; stdin closed, stdout and
 /// stderr piped.
 pub fn shardstock(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardstock"));
+    // Set when the suite is built with the binary (feature `cli`); the suites that run it
+    // require that feature (Cargo.toml).
+    let Some(bin) = option_env!("CARGO_BIN_EXE_shardstock") else {
+        panic!("the shardstock binary is built with feature `cli`: cargo test --features cli")
+    };
+    let mut cmd = Command::new(bin);
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("SHARDSTOCK_") {
             cmd.env_remove(&k);

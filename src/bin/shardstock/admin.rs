@@ -6,9 +6,6 @@ use serde::Serialize;
 use shardstock::{Engine, RequestId, Sku, Store};
 use std::process::ExitCode;
 
-/// Exit code of `audit` when a check failed.
-pub(crate) const EXIT_AUDIT_FAILED: u8 = 2;
-
 #[derive(Debug, Args)]
 pub(crate) struct LoadArgs {
     /// SKU id (ASCII letters, digits, '_', '.', '-'; at most 64 bytes).
@@ -50,8 +47,9 @@ pub(crate) struct RestockArgs {
     request_id: Option<String>,
 }
 
+/// The one argument of the read-only commands (`audit`, `status`).
 #[derive(Debug, Args)]
-pub(crate) struct AuditArgs {
+pub(crate) struct SkuArgs {
     /// SKU id.
     #[arg(long)]
     sku: String,
@@ -147,7 +145,7 @@ pub(crate) async fn run_restock<S: Store>(
 
 pub(crate) async fn run_status<S: Store>(
     engine: Engine<S>,
-    a: AuditArgs,
+    a: SkuArgs,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let sku = Sku::new(&a.sku)?;
@@ -228,7 +226,7 @@ pub(crate) async fn run_status<S: Store>(
 
 pub(crate) async fn run_audit<S: Store>(
     engine: Engine<S>,
-    a: AuditArgs,
+    a: SkuArgs,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let sku = Sku::new(&a.sku)?;
@@ -278,6 +276,6 @@ pub(crate) async fn run_audit<S: Store>(
     Ok(if audit.ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(EXIT_AUDIT_FAILED)
+        ExitCode::from(crate::failure::CHECK_FAILED)
     })
 }

@@ -1,26 +1,27 @@
 //! `shardstock`: command-line front end of the sharded inventory engine.
 //!
 //! Commands: `load`, `restock`, `status`, `audit` (`admin.rs`), `sim` (a flash-sale load
-//! generator, `sim.rs`) and `serve` (the HTTP API of [`shardstock::http`], `serve.rs`); the
-//! Prometheus recorder they share is set up in `exporter.rs`. This file reads the command line
-//! and the configuration, builds the store and the engine, and dispatches. The store is Redis
-//! when a URL is given (`--redis`, `store.redis_url` in the config file, or
+//! generator, `sim.rs`), `serve` (the HTTP API of [`shardstock::http`], `serve.rs`) and
+//! `orders` (the outbox consumer, `orders.rs`); the Prometheus recorder they share is set up in
+//! `exporter.rs`, the failures and their exit codes are in `failure.rs`. This file reads the
+//! command line and the configuration, builds the store and the engine, and dispatches. The
+//! store is Redis when a URL is given (`--redis`, `store.redis_url` in the config file, or
 //! `SHARDSTOCK_STORE__REDIS_URL`), else the embedded in-memory store, which lives only as long
 //! as the process.
-//!
-//! Exit codes: 0 success; 1 error (message on stderr); 2 `audit` found a conservation problem
-//! (also clap's code for a usage error); 3 `sim` saw overselling or a failed audit.
 
 mod admin;
 mod exporter;
+mod failure;
 mod orders;
 mod serve;
 mod sim;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+pub(crate) use failure::Failure;
 use serde::Serialize;
-use shardstock::{Config, Engine, EngineBuilder, ErrorKind, MemoryStore, Store};
+use shardstock::{Config, Engine, EngineBuilder, MemoryStore, Store};
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -34,89 +35,124 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// or the SHARDSTOCK_STORE__REDIS_URL environment variable); otherwise in an embedded
 /// in-memory store that is discarded when the process exits.
 ///
-/// Configuration precedence: built-in defaults < --config FILE < SHARDSTOCK_<SECTION>__<KEY>
-/// environment variables < --redis. Log level: RUST_LOG (default "warn"), logs go to stderr.
-///
-/// Exit codes: 0 ok; 1 error; 2 audit found a problem (or invalid command line); 3 the
-/// simulation oversold or its audit failed.
+/// Every setting of the configuration file is also an environment variable
+/// SHARDSTOCK_<SECTION>__<KEY> (e.g. SHARDSTOCK_STORE__REDIS_URL, SHARDSTOCK_SERVE__LISTEN,
+/// SHARDSTOCK_METRICS__ADDR). Precedence: built-in defaults < --config FILE < environment <
+/// flags. Log level: RUST_LOG (default "warn"), logs go to stderr.
 #[derive(Debug, Parser)]
-#[command(name = "shardstock", version, propagate_version = true)]
+#[command(
+    name = "shardstock",
+    version,
+    propagate_version = true,
+    after_long_help = failure::EXIT_CODES
+)]
 struct Cli {
-    /// TOML configuration file (sections [store] and [engine]; see config/shardstock.toml).
-    #[arg(
-        long,
-        global = true,
-        value_name = "FILE",
-        help_heading = "Global options"
-    )]
+    #[command(flatten)]
+    global: GlobalArgs,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The options every command takes (before or after the command's name).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
+struct GlobalArgs {
+    /// TOML configuration file (sections [store], [engine], [serve], [metrics]; see
+    /// config/shardstock.toml).
+    #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
 
     /// Redis URL, e.g. redis://127.0.0.1:6379/0. Overrides store.redis_url from the config
     /// file and SHARDSTOCK_STORE__REDIS_URL. Without any URL the embedded in-memory store is
     /// used.
-    #[arg(
-        long,
-        global = true,
-        value_name = "URL",
-        help_heading = "Global options"
-    )]
+    #[arg(long, global = true, value_name = "URL")]
     redis: Option<String>,
 
+    /// Print machine-readable JSON on stdout instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+/// How the Redis store sells: the flags of the commands that deduct (`sim`, `serve`). Each
+/// overrides its `[store]` setting.
+#[derive(Debug, Args, Default)]
+#[command(next_help_heading = "Store tuning")]
+pub(crate) struct StoreTuning {
     /// Deduction strategy (Redis only): lua (default), lock, redlock (exactly-once), or the UNSAFE
     /// baselines naive, local-mutex, decr-compensate. Overrides store.strategy.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, value_name = "NAME")]
     strategy: Option<shardstock::Strategy>,
 
     /// Independent Redis nodes for --strategy redlock, comma-separated (3 or 5).
-    #[arg(long, global = true, value_name = "URL,URL,URL", value_delimiter = ',')]
+    #[arg(long, value_name = "URL,URL,URL", value_delimiter = ',')]
     lock_nodes: Vec<String>,
 
     /// Lock lease in milliseconds for lock/redlock (renewed every lease/3 while held).
-    #[arg(long, global = true, value_name = "MS")]
+    #[arg(long, value_name = "MS")]
     lease_ms: Option<u64>,
 
     /// Request coalescing for --strategy lua: concurrent deductions bound for one segment go to
     /// Redis as one script call (on|off). Overrides store.coalesce.
-    #[arg(long, global = true, value_name = "on|off", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     coalesce: Option<bool>,
 
     /// Most requests in one coalesced script call. Overrides store.coalesce_max_batch.
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, value_name = "N")]
     coalesce_max_batch: Option<usize>,
 
     /// Microseconds a segment's queue may wait for more requests before sending (0 = send at
     /// once). Overrides store.coalesce_window_us.
-    #[arg(long, global = true, value_name = "US")]
+    #[arg(long, value_name = "US")]
     coalesce_window_us: Option<u64>,
 
     /// Coalesced calls one segment may have in flight. Overrides store.coalesce_max_in_flight.
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, value_name = "N")]
     coalesce_in_flight: Option<usize>,
 
     /// Pause this many milliseconds inside every critical section (lock strategies: between
     /// the read and the fenced write; naive baselines: between read and write-back), like the
-    /// slow downstream call in the seed articles. A demonstration knob; default 0.
-    #[arg(long, global = true, value_name = "MS", default_value_t = 0)]
+    /// slow downstream call in the seed articles. A demonstration knob.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
     critical_pause_ms: u64,
+}
 
+impl StoreTuning {
+    /// Writes the flags given over their settings.
+    fn apply(&self, store: &mut shardstock::config::StoreConfig) {
+        if let Some(s) = self.strategy {
+            store.strategy = s;
+        }
+        if !self.lock_nodes.is_empty() {
+            store.lock_nodes = self.lock_nodes.clone();
+        }
+        if let Some(ms) = self.lease_ms {
+            store.lock_lease_ms = ms;
+        }
+        if let Some(on) = self.coalesce {
+            store.coalesce = on;
+        }
+        if let Some(n) = self.coalesce_max_batch {
+            store.coalesce_max_batch = n;
+        }
+        if let Some(us) = self.coalesce_window_us {
+            store.coalesce_window_us = us;
+        }
+        if let Some(n) = self.coalesce_in_flight {
+            store.coalesce_max_in_flight = n;
+        }
+    }
+}
+
+/// Where the commands that run for a while (`sim`, `serve`, `orders`) serve metrics.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Metrics")]
+pub(crate) struct MetricsArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9898; any path answers,
-    /// conventionally /metrics) while `sim`, `serve` or `orders` runs. Pair with `sim --duration` to
-    /// watch a sale; `serve` also answers GET /metrics on its own address.
-    #[arg(
-        long,
-        global = true,
-        value_name = "ADDR",
-        env = "SHARDSTOCK_METRICS_ADDR",
-        help_heading = "Global options"
-    )]
-    metrics_addr: Option<std::net::SocketAddr>,
-
-    /// Print machine-readable JSON on stdout instead of text.
-    #[arg(long, global = true, help_heading = "Global options")]
-    json: bool,
-
-    #[command(subcommand)]
-    command: Command,
+    /// conventionally /metrics). Overrides metrics.addr (SHARDSTOCK_METRICS__ADDR). Pair with
+    /// `sim --duration` to watch a sale; `serve` also answers GET /metrics on its own address.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,17 +167,17 @@ enum Command {
     Restock(admin::RestockArgs),
     /// Check a SKU's books: loaded + restocked = remaining + reserved + sold.
     ///
-    /// Prints totals and one row per segment. Exits with code 2 when a check fails.
-    Audit(admin::AuditArgs),
+    /// Prints totals and one row per segment. Exits with code 1 when a check fails.
+    Audit(admin::SkuArgs),
     /// Show a SKU's stock: remaining in total and per segment, reserved and sold.
-    Status(admin::AuditArgs),
+    Status(admin::SkuArgs),
     /// Simulate a flash sale: many concurrent buyers against one SKU.
     ///
     /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests (or sells for
-    /// --duration seconds, restocking as it goes) from --concurrency workers, then reports outcomes, latency percentiles, remaining stock and
-    /// an audit. Several processes may run with --skip-load against the same Redis SKU; each
-    /// uses its own request ids. Exits with code 3 when units were oversold or the audit
-    /// failed.
+    /// --duration seconds, restocking as it goes) from --concurrency workers, then reports
+    /// outcomes, latency percentiles, remaining stock and an audit. Several processes may run
+    /// with --skip-load against the same Redis SKU; each uses its own request ids. Exits with
+    /// code 1 when units were oversold or the audit failed.
     Sim(sim::SimArgs),
     /// Serve the engine over HTTP/JSON until SIGTERM or ctrl-c.
     ///
@@ -160,28 +196,24 @@ enum Command {
     Orders(orders::OrdersArgs),
 }
 
-/// A failure to report: the message goes to stderr, the process exits with code 1.
-#[derive(Debug)]
-pub(crate) struct Failure(String);
-
-impl Failure {
-    pub(crate) fn new(msg: impl Into<String>) -> Self {
-        Self(msg.into())
+impl Command {
+    /// The store tuning flags, for the commands that take them.
+    fn store_tuning(&self) -> Option<&StoreTuning> {
+        match self {
+            Command::Sim(a) => Some(&a.store),
+            Command::Serve(a) => Some(&a.store),
+            _ => None,
+        }
     }
-}
 
-impl From<shardstock::Error> for Failure {
-    fn from(e: shardstock::Error) -> Self {
-        let hint = match e.kind() {
-            ErrorKind::AlreadyLoaded => {
-                " (the old stock, counters and request records then stop counting)"
-            }
-            ErrorKind::NotLoaded => {
-                "; load it first with `shardstock load --sku ... --stock ... --segments ...`"
-            }
-            _ => "",
-        };
-        Self(format!("{e}{hint}"))
+    /// `--metrics-addr`, for the commands that take it.
+    fn metrics_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Command::Sim(a) => a.metrics.metrics_addr,
+            Command::Serve(a) => a.metrics.metrics_addr,
+            Command::Orders(a) => a.metrics.metrics_addr,
+            _ => None,
+        }
     }
 }
 
@@ -192,14 +224,6 @@ pub(crate) fn unique_stem() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     format!("{}-{}", std::process::id(), nanos)
-}
-
-/// Shows a Redis URL without its password.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s + 3 => format!("{}://***@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
-    }
 }
 
 fn init_logging() {
@@ -227,9 +251,9 @@ async fn main() -> ExitCode {
     init_logging();
     match run(cli).await {
         Ok(code) => code,
-        Err(Failure(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::FAILURE
+        Err(f) => {
+            eprintln!("error: {}", f.msg);
+            f.exit_code()
         }
     }
 }
@@ -242,43 +266,61 @@ pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
-async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
-    let mut config = Config::load(cli.config.as_deref())?;
-    if let Command::Serve(a) = &mut cli.command {
-        a.config = config.serve.clone();
+/// Environment variables of earlier releases, outside the `SHARDSTOCK_<SECTION>__<KEY>`
+/// pattern: still read (with a warning) when the setting's own variable is not set.
+const DEPRECATED_ENV: [(&str, &str); 2] = [
+    ("SHARDSTOCK_METRICS_ADDR", "SHARDSTOCK_METRICS__ADDR"),
+    ("SHARDSTOCK_LISTEN", "SHARDSTOCK_SERVE__LISTEN"),
+];
+
+/// Applies the deprecated variables that are set (see [`DEPRECATED_ENV`]).
+fn deprecated_env(config: &mut Config) -> Result<(), Failure> {
+    for (old, new) in DEPRECATED_ENV {
+        let Ok(value) = std::env::var(old) else {
+            continue;
+        };
+        if std::env::var_os(new).is_some() {
+            eprintln!("warning: {old} is deprecated and ignored: {new} is set");
+            continue;
+        }
+        eprintln!("warning: {old} is deprecated: set {new} instead");
+        let addr: SocketAddr = value
+            .trim()
+            .parse()
+            .map_err(|e| Failure::config(format!("{old}={value:?}: {e}")))?;
+        match old {
+            "SHARDSTOCK_LISTEN" => config.serve.listen = addr,
+            _ => config.metrics.addr = Some(addr),
+        }
     }
-    if let Some(url) = cli.redis {
+    Ok(())
+}
+
+async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
+    let mut config = Config::load(cli.global.config.as_deref())?;
+    deprecated_env(&mut config)?;
+    if let Some(url) = cli.global.redis.take() {
         config.store.redis_url = url;
     }
-    if let Some(s) = cli.strategy {
-        config.store.strategy = s;
+    if let Some(t) = cli.command.store_tuning() {
+        t.apply(&mut config.store);
     }
-    if !cli.lock_nodes.is_empty() {
-        config.store.lock_nodes = cli.lock_nodes.clone();
+    if let Some(addr) = cli.command.metrics_addr() {
+        config.metrics.addr = Some(addr);
     }
-    if let Some(ms) = cli.lease_ms {
-        config.store.lock_lease_ms = ms;
-    }
-    if let Some(on) = cli.coalesce {
-        config.store.coalesce = on;
-    }
-    if let Some(n) = cli.coalesce_max_batch {
-        config.store.coalesce_max_batch = n;
-    }
-    if let Some(us) = cli.coalesce_window_us {
-        config.store.coalesce_window_us = us;
-    }
-    if let Some(n) = cli.coalesce_in_flight {
-        config.store.coalesce_max_in_flight = n;
+    if let Command::Serve(a) = &mut cli.command {
+        a.apply(&mut config.serve);
     }
     config.validate()?;
-    // Only commands that run for a while serve metrics (`sim` here; `serve` below).
-    if let (Some(addr), Command::Sim(_) | Command::Orders(_)) = (cli.metrics_addr, &cli.command) {
+    // Only commands that run for a while serve metrics (`sim`, `orders` here; `serve` below).
+    if let (Some(addr), Command::Sim(_) | Command::Orders(_)) = (config.metrics.addr, &cli.command)
+    {
         exporter::install(addr, config.store.strategy)?;
     }
     if let Command::Serve(_) = &cli.command {
-        serve::install_metrics(cli.metrics_addr, config.store.strategy).await?;
+        serve::install_metrics(config.metrics.addr, config.store.strategy).await?;
     }
+    let json = cli.global.json;
     let builder = EngineBuilder::with_options(config.engine.options());
     let url = config.store.redis_url.trim();
     if url.is_empty() {
@@ -289,27 +331,29 @@ async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
             );
         }
         if let Command::Orders(_) = cli.command {
-            return Err(Failure::new(
+            return Err(Failure::config(
                 "orders needs Redis (--redis URL): the outbox is Redis streams",
             ));
         }
         if config.store.strategy != shardstock::Strategy::Lua {
-            return Err(Failure::new(format!(
+            return Err(Failure::config(format!(
                 "--strategy {} needs Redis (--redis URL); the embedded store is atomic by construction",
                 config.store.strategy
             )));
         }
         let engine = builder.build(MemoryStore::new())?;
-        dispatch(engine, cli.command, cli.json).await
+        dispatch(engine, cli.command, json).await
     } else {
-        let store = config.build_store().await.map_err(|e| match e {
-            e @ shardstock::Error::Redis(_) => {
-                Failure::new(format!("cannot use Redis at {}: {e}", redact(url)))
-            }
-            e => Failure::from(e),
-        })?;
-        store.set_critical_section_pause(std::time::Duration::from_millis(cli.critical_pause_ms));
-        if !config.store.strategy.exactly_once() && !cli.json {
+        let store = config
+            .build_store()
+            .await
+            .map_err(|e| Failure::connect(url, e))?;
+        let pause = cli
+            .command
+            .store_tuning()
+            .map_or(0, |t| t.critical_pause_ms);
+        store.set_critical_section_pause(std::time::Duration::from_millis(pause));
+        if !config.store.strategy.exactly_once() && !json {
             eprintln!(
                 "warning: strategy {} is an UNSAFE baseline: {}",
                 config.store.strategy,
@@ -317,10 +361,10 @@ async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
             );
         }
         let result = match cli.command {
-            Command::Orders(a) => orders::run_orders(store.clone(), a, cli.json).await,
+            Command::Orders(a) => orders::run_orders(store.clone(), a, json).await,
             command => {
                 let engine = builder.build(store.clone())?;
-                dispatch(engine, command, cli.json).await
+                dispatch(engine, command, json).await
             }
         };
         store.quit().await;
@@ -340,7 +384,7 @@ async fn dispatch<S: Store>(
         Command::Status(a) => admin::run_status(engine, a, json).await,
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
         Command::Serve(a) => serve::run_serve(engine, a).await,
-        Command::Orders(_) => Err(Failure::new("orders needs Redis (--redis URL)")),
+        Command::Orders(_) => Err(Failure::config("orders needs Redis (--redis URL)")),
     }
 }
 

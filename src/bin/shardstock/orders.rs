@@ -46,9 +46,11 @@ pub(crate) struct OrdersArgs {
     /// Exit once nothing is pending or undelivered (and print a summary).
     #[arg(long)]
     until_idle: bool,
-    /// With --until-idle: give up (exit 1) after this many seconds.
+    /// With --until-idle: give up (exit 5) after this many seconds.
     #[arg(long, value_name = "S", default_value_t = 600)]
     timeout_s: u64,
+    #[command(flatten)]
+    pub(crate) metrics: crate::MetricsArgs,
 }
 
 /// Events as JSON lines on stdout.

@@ -7,7 +7,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use clap::Args;
 use metrics_exporter_prometheus::PrometheusHandle;
-use shardstock::{Engine, Store};
+use shardstock::{BackgroundOptions, Engine, Store};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -17,14 +17,10 @@ use std::time::Duration;
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// Address to listen on (port 0: any free port; the bound address is printed on stdout
-    /// as `listening on http://ADDR`).
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:8080",
-        env = "SHARDSTOCK_LISTEN"
-    )]
-    listen: SocketAddr,
+    /// as `listening on http://ADDR`). Overrides serve.listen (SHARDSTOCK_SERVE__LISTEN;
+    /// default 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
     /// How often the sweeper returns expired reservations, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     sweep_ms: u64,
@@ -35,15 +31,35 @@ pub(crate) struct ServeArgs {
     /// (overrides serve.request_timeout_ms; 0 = no limit).
     #[arg(long, value_name = "MS")]
     request_timeout_ms: Option<u64>,
-    /// The `[serve]` settings (tokens come only from there: the configuration file or
-    /// SHARDSTOCK_SERVE__ADMIN_TOKEN / SHARDSTOCK_SERVE__BUYER_TOKEN, never argv, which `ps`
-    /// shows). Set by `main` from the loaded configuration.
-    #[arg(skip)]
-    pub(crate) config: shardstock::config::ServeConfig,
     /// How often the live audit checks conservation of the SKUs this process has used and
     /// exports `shardstock_audit_*`, in milliseconds (0: no live audit).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     audit_every_ms: u64,
+    #[command(flatten)]
+    pub(crate) store: crate::StoreTuning,
+    #[command(flatten)]
+    pub(crate) metrics: crate::MetricsArgs,
+    /// The `[serve]` settings with these flags applied (tokens come only from there: the
+    /// configuration file or SHARDSTOCK_SERVE__ADMIN_TOKEN / SHARDSTOCK_SERVE__BUYER_TOKEN,
+    /// never argv, which `ps` shows). Set by [`ServeArgs::apply`].
+    #[arg(skip)]
+    config: shardstock::config::ServeConfig,
+}
+
+impl ServeArgs {
+    /// Writes the flags given over the `[serve]` settings, and keeps the result.
+    pub(crate) fn apply(&mut self, serve: &mut shardstock::config::ServeConfig) {
+        if let Some(addr) = self.listen {
+            serve.listen = addr;
+        }
+        if let Some(b) = self.body_limit {
+            serve.body_limit_bytes = b.max(1);
+        }
+        if let Some(ms) = self.request_timeout_ms {
+            serve.request_timeout_ms = ms;
+        }
+        self.config = serve.clone();
+    }
 }
 
 /// The recorder's handle, rendered by `GET /metrics`. Set by [`install_metrics`], which runs
@@ -91,31 +107,28 @@ pub(crate) async fn run_serve<S: Store>(
     engine: Engine<S>,
     a: ServeArgs,
 ) -> Result<ExitCode, Failure> {
-    let mut config = a.config.clone();
-    if let Some(b) = a.body_limit {
-        config.body_limit_bytes = b.max(1);
-    }
-    if let Some(ms) = a.request_timeout_ms {
-        config.request_timeout_ms = ms;
-    }
-    let mut options = config
-        .api_options()
-        .sweep_every(Some(Duration::from_millis(a.sweep_ms.max(1))));
+    let listen = a.config.listen;
+    // The background tasks are started here, with the engine's own call; not by `serve_with`.
+    let mut options = a.config.api_options().sweep_every(None);
     // Before binding: no admin routes without a token beyond this machine.
     options
-        .check_listen(a.listen)
-        .map_err(|e| Failure::new(e.to_string()))?;
-    let listener = tokio::net::TcpListener::bind(a.listen)
+        .check_listen(listen)
+        .map_err(|e| Failure::config(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", a.listen)))?;
+        .map_err(|e| Failure::new(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| Failure::new(format!("cannot listen on {}: {e}", a.listen)))?;
+        .map_err(|e| Failure::new(format!("cannot listen on {listen}: {e}")))?;
     if let Some(handle) = METRICS.get().cloned() {
         options = options.metrics(move || handle.render());
     }
-    let _audit = (a.audit_every_ms > 0)
-        .then(|| engine.start_live_audit(Duration::from_millis(a.audit_every_ms), Vec::new()));
+    let every = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
+    let _background = engine.start_background(
+        BackgroundOptions::default()
+            .sweep_every(every(a.sweep_ms.max(1)))
+            .audit_every(every(a.audit_every_ms)),
+    );
     println!("listening on http://{addr}");
     tracing::info!(%addr, "serving");
     shardstock::http::serve_with(listener, engine, options, shutdown_signal())

@@ -13,9 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Exit code when units were oversold or the audit failed.
-const EXIT_OVERSOLD: u8 = 3;
-
 /// Largest latency the histograms track (one hour, in microseconds); larger values saturate.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
 
@@ -47,9 +44,11 @@ pub(crate) struct SimArgs {
     /// share one sale in Redis (with the in-memory store there is nothing loaded).
     #[arg(long)]
     skip_load: bool,
-    /// Units one user may buy (0 = no limit; applies when this run loads the SKU).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    per_user_limit: u64,
+    /// Units one user may buy (0 = no limit; applies when this run loads the SKU). Default:
+    /// engine.per_user_limit from the configuration (1 = one unit per user), or 0 for the
+    /// unsafe baselines (naive, local-mutex, decr-compensate), which keep no ledgers.
+    #[arg(long, value_name = "N")]
+    per_user_limit: Option<u64>,
     /// Load the SKU with the outbox on (Redis only): every sale, reservation, confirmation,
     /// cancellation and expiry leaves an event for `shardstock orders` to consume. Default:
     /// engine.outbox from the configuration.
@@ -77,6 +76,10 @@ pub(crate) struct SimArgs {
     /// With --duration: restock --stock units every this many seconds (0 = never).
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0, requires = "duration", value_parser = non_negative_seconds)]
     restock_every: f64,
+    #[command(flatten)]
+    pub(crate) store: crate::StoreTuning,
+    #[command(flatten)]
+    pub(crate) metrics: crate::MetricsArgs,
 }
 
 fn seconds(s: &str) -> Result<f64, String> {
@@ -196,6 +199,11 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
 }
 
+/// The progress bar's rate as a whole number of requests per second: `241,980/s`.
+fn rate(state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write) {
+    let _ = write!(w, "{}/s", indicatif::HumanCount(state.per_sec() as u64));
+}
+
 fn round(x: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (x * f).round() / f
@@ -224,7 +232,7 @@ pub(crate) async fn run_sim<S: Store>(
         engine.remaining(&sku).await.map_err(|e| {
             let mut f = Failure::from(e);
             if engine.store().name() == "memory" {
-                f.0.push_str(
+                f.msg.push_str(
                     "; --skip-load sells stock already in the store, but the embedded in-memory \
                      store starts empty in every process: pass --redis URL or drop --skip-load",
                 );
@@ -232,13 +240,20 @@ pub(crate) async fn run_sim<S: Store>(
             f
         })?;
     } else {
+        let per_user_limit = a.per_user_limit.unwrap_or_else(|| {
+            if engine.store().strategy().exactly_once() {
+                engine.options().per_user_limit
+            } else {
+                0
+            }
+        });
         engine
             .load(
                 &sku,
                 a.stock,
                 shardstock::LoadOptions::new(a.segments)
                     .replace(true)
-                    .per_user_limit(a.per_user_limit)
+                    .per_user_limit(per_user_limit)
                     .outbox(a.outbox.unwrap_or(engine.options().outbox)),
             )
             .await?;
@@ -264,9 +279,10 @@ pub(crate) async fn run_sim<S: Store>(
         };
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec})",
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({rate})",
             )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .with_key("rate", rate),
         );
         let (b, n) = (bar.clone(), Arc::clone(&next));
         let task = tokio::spawn(async move {
@@ -422,8 +438,7 @@ pub(crate) async fn run_sim<S: Store>(
         Until::Deadline(_) => tally.sent,
     };
 
-    let after =
-        |e: shardstock::Error| Failure::new(format!("after the sale: {}", Failure::from(e).0));
+    let after = |e: shardstock::Error| Failure::from(e).context("after the sale");
     if tally.left_to_expire > 0 {
         // Let the unconfirmed reservations run out, then return them (the sweeper's job).
         tokio::time::sleep(Duration::from_millis(a.ttl_ms + 50)).await;
@@ -498,7 +513,7 @@ pub(crate) async fn run_sim<S: Store>(
         print_human(&report);
     }
     Ok(if report.oversold > 0 || !report.audit_ok {
-        ExitCode::from(EXIT_OVERSOLD)
+        ExitCode::from(crate::failure::CHECK_FAILED)
     } else {
         ExitCode::SUCCESS
     })
