@@ -11,7 +11,7 @@
 //! is reported in deductions per second (`Throughput::Elements(1)` per iteration). A deduction
 //! that does not apply (e.g. a lock wait timeout) is counted and reported on stderr.
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use common::RedisServer;

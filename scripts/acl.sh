@@ -6,7 +6,7 @@
 # Usage: scripts/acl.sh PREFIX [USER] [PASSWORD] [--redlock]
 #   --redlock  a RedLock node's user instead: the lock scripts and the quarantine marker
 #              (`shardstock:redlock:quarantine`) besides the prefix (lock keys live under it).
-# tests/acl.rs applies this very line (and checks a missing command is named in the error).
+# tests/it/acl.rs applies this very line (and checks a missing command is named in the error).
 set -euo pipefail
 prefix=${1:?usage: scripts/acl.sh PREFIX [USER] [PASSWORD] [--redlock]}
 user=${2:-shardstock}

@@ -7,10 +7,10 @@
 # Each test prints lines `nemesis <fault>: struck N, ops M, anomalies A[, ...]`; this script
 # sums them per fault (every number that follows a word), stops at the first failing run
 # (its output is kept under target/nemesis/), and prints the totals as a Markdown table.
-# The suites: tests/nemesis.rs (Redis killed / paused, a partitioned engine),
-# tests/nemesis_empty.rs (Redis restarted empty), tests/nemesis_serve.rs (serve processes
-# paused / partitioned), tests/nemesis_cluster.rs (cluster masters killed), and the
-# connection-kill variant of tests/history.rs.
+# The suites: tests/it/nemesis.rs (Redis killed / paused, a partitioned engine),
+# tests/it/nemesis_empty.rs (Redis restarted empty), tests/it/nemesis_serve.rs (serve processes
+# paused / partitioned), tests/it/nemesis_cluster.rs (cluster masters killed), and the
+# connection-kill variant of tests/it/history.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -29,10 +29,12 @@ start=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do
     for s in "${suites[@]}"; do
         set -- $s
-        [ -f "tests/$1.rs" ] || continue
+        [ -f "tests/it/$1.rs" ] || continue
         log="$out/$1-round$r.log"
-        if ! cargo test --quiet --all-features --test "$1" -- ${2:-} --test-threads 1 --nocapture >"$log" 2>&1; then
-            echo "FAILED: round $r, cargo test --test $s (log: $log)" >&2
+        # One test binary, a module per suite: `SUITE::[TEST]` picks the suite (or one test).
+        if ! cargo test --quiet --all-features --test it -- "$1::${2:-}" --test-threads 1 --nocapture \
+            >"$log" 2>&1; then
+            echo "FAILED: round $r, cargo test --all-features --test it -- $1::${2:-} (log: $log)" >&2
             grep -E "VIOLATIONS|history check failed|panicked" -A12 "$log" | head -60 >&2
             exit 1
         fi

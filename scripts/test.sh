@@ -6,7 +6,7 @@
 #   --acl-tls  instead: the tests only (every suite, or the SUITEs named, e.g. deduct safety),
 #              with the engines logged in as the least-privilege user scripts/acl.sh describes
 #              and every single-node redis-server speaking TLS only (SHARDSTOCK_TEST_ACL=1
-#              SHARDSTOCK_TEST_TLS=1, see tests/common/mod.rs). Cluster nodes and RedLock lock
+#              SHARDSTOCK_TEST_TLS=1, see tests/it/common/mod.rs). Cluster nodes and RedLock lock
 #              nodes stay plain; the CLI tests log in as the default user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,10 +23,10 @@ fi
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
-# tests/metrics.rs: a real Prometheus scraping a live sim, promtool, docker-compose config -q.
+# tests/it/metrics.rs: a real Prometheus scraping a live sim, promtool, docker-compose config -q.
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
-# tests/common/postgres.rs: throwaway clusters with initdb (as the postgres OS user when root).
+# tests/it/common/postgres.rs: throwaway clusters with initdb (as the postgres OS user when root).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing ${need_apt[*]}"
@@ -40,14 +40,28 @@ fi
 # starts it where a service manager runs; the tests never use it.)
 
 if $acl_tls; then
+  # The integration tests are one binary (tests/it/main.rs), a module per suite: a test's name
+  # starts with `SUITE::`. Name filters are substrings (`cluster::` would also pick
+  # `nemesis_cluster::`), so a named suite's tests are listed and passed by exact name.
   targets=(--tests)
+  filters=()
   if [ $# -gt 0 ]; then
-    targets=()
-    for suite in "$@"; do targets+=(--test "$suite"); done
+    targets=(--test it)
+    names=$(cargo test --locked --all-features --test it -- --list | sed -n 's/: test$//p')
+    for suite in "$@"; do
+      picked=$(grep -E "^${suite}::" <<<"$names" || true)
+      if [ -z "$picked" ]; then
+        echo "no suite $suite (tests/it/$suite.rs)" >&2
+        exit 2
+      fi
+      mapfile -t -O "${#filters[@]}" filters <<<"$picked"
+    done
+    filters=(--exact "${filters[@]}")
   fi
   echo "== cargo test as the ACL user over TLS: ${*:-every suite}"
   # Same features as the default run: its test binaries are reused, nothing is rebuilt.
-  SHARDSTOCK_TEST_ACL=1 SHARDSTOCK_TEST_TLS=1 cargo test --locked --all-features "${targets[@]}"
+  SHARDSTOCK_TEST_ACL=1 SHARDSTOCK_TEST_TLS=1 cargo test --locked --all-features "${targets[@]}" \
+    -- "${filters[@]}"
   echo "== green as the ACL user over TLS"
   exit 0
 fi

@@ -1,6 +1,6 @@
 //! The request protocol: what an engine does between store calls for one sale or reservation,
 //! as a pure state machine (no I/O, no clock, no randomness). The engine drives it against a
-//! store (`engine/deduct.rs`); the model checker (`tests/model.rs`) drives the very same machine
+//! store (`engine/deduct.rs`); the model checker (`tests/it/model.rs`) drives the very same machine
 //! against [`crate::store::memory::Segment`]s, interleaving it with other engines, the sweeper,
 //! crashes and re-sent calls.
 //!

@@ -51,8 +51,9 @@ BEGIN;
 SELECT pg_advisory_xact_lock(7316180414);
 CREATE TABLE IF NOT EXISTS shardstock_orders (
     request_id text PRIMARY KEY
-        CONSTRAINT shardstock_orders_request_id_len
-        CHECK (octet_length(request_id) BETWEEN 1 AND 128),
+        CONSTRAINT shardstock_orders_request_id_ok
+        CHECK (octet_length(request_id) BETWEEN 1 AND 128
+               AND request_id !~ '[[:space:][:cntrl:]{}]'),
     sku text NOT NULL,
     user_id text NOT NULL,
     units bigint NOT NULL CHECK (units > 0),
@@ -66,14 +67,15 @@ CREATE TABLE IF NOT EXISTS shardstock_orders (
     entry_id text NOT NULL,
     deliveries bigint NOT NULL
 );
--- A table made when request ids were ASCII only carries the charset check; ids are any UTF-8
--- without braces, whitespace or control characters now (the engine checks them).
+-- A table made when request ids were ASCII only carries that charset check; ids are any UTF-8
+-- of 1..=128 bytes without whitespace, control characters or braces now (as the engine checks).
 ALTER TABLE shardstock_orders DROP CONSTRAINT IF EXISTS shardstock_orders_request_id_check;
 DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_constraint
-                   WHERE conname = 'shardstock_orders_request_id_len') THEN
-        ALTER TABLE shardstock_orders ADD CONSTRAINT shardstock_orders_request_id_len
-            CHECK (octet_length(request_id) BETWEEN 1 AND 128);
+                   WHERE conname = 'shardstock_orders_request_id_ok') THEN
+        ALTER TABLE shardstock_orders ADD CONSTRAINT shardstock_orders_request_id_ok
+            CHECK (octet_length(request_id) BETWEEN 1 AND 128
+                   AND request_id !~ '[[:space:][:cntrl:]{}]');
     END IF;
 END $$;
 COMMIT;

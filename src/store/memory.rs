@@ -2,7 +2,7 @@
 //!
 //! Same observable semantics as the Lua scripts, step for step: every step is a method of
 //! [`Segment`] (pure, over a logical clock and ordered maps), which also serves as the oracle of
-//! the differential tests and as the steps of the model checker (`tests/model.rs`). One
+//! the differential tests and as the steps of the model checker (`tests/it/model.rs`). One
 //! `std::sync::Mutex` per segment makes each step atomic, just as one script is atomic inside
 //! Redis; it is never held across an `.await` (every step is synchronous).
 

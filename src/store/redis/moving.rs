@@ -6,7 +6,7 @@
 //! as `ASKING`'s, while other commands are in flight there. Replies then go to the wrong
 //! callers (a sale answered with another request's reply, or with `ASKING`'s `+OK`) and the
 //! client stalls (`Routing: Max attempts reached`, then timeouts for good). Found by
-//! `tests/cluster.rs` (`resharding_with_requests_in_flight`, `fred_follows_an_ask_redirection`).
+//! `tests/it/cluster.rs` (`resharding_with_requests_in_flight`, `fred_follows_an_ask_redirection`).
 //!
 //! So the store's clients follow no redirection themselves (`max_redirections = 0`): on `MOVED`
 //! fred still refreshes its slot map and then answers "Too many redirections"; on `ASK` it
