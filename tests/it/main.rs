@@ -33,13 +33,13 @@ mod coalescing;
 mod deduct;
 mod differential;
 mod durability;
-#[cfg(feature = "http")]
-mod embed_example;
 mod edges_dropped_calls;
 mod edges_generations;
 mod edges_options;
 mod edges_request_ids;
 mod edges_reservations;
+#[cfg(feature = "http")]
+mod embed_example;
 mod history;
 #[cfg(feature = "cli")]
 mod metrics;

@@ -682,12 +682,15 @@ fn three_lua_instances_sell_exactly_the_stock() {
     );
 }
 
+/// The unsafe baseline's demonstration: three processes, each with its own lock, oversell. The
+/// critical section is 20 ms so that the three overlap at the last units however loaded the
+/// machine is (a 2 ms one sold exactly 100 once, beside other suites).
 #[test]
 fn three_local_mutex_instances_oversell() {
     let srv = RedisServer::start();
     let inst = three(
         &srv,
-        &["--strategy", "local-mutex", "--critical-pause-ms", "2"],
+        &["--strategy", "local-mutex", "--critical-pause-ms", "20"],
     );
     let a = agent();
     let r = put(
