@@ -1,4 +1,4 @@
-//! Deduction throughput matrix against a real redis-server started here (issue 7):
+//! Deduction throughput matrix against a real redis-server started here:
 //! strategies {lua, lua with request coalescing, lock} × segments {1, 4, 16, 64} × concurrency
 //! {1, 16, 64, 256}, plus the embedded store (same segments × concurrency). Single key = 1
 //! segment.

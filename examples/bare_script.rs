@@ -1,4 +1,4 @@
-//! The peer shardstock is weighed against (issue 16): the articles' bare check-and-DECRBY Lua
+//! The peer shardstock is weighed against: the usual bare check-and-DECRBY Lua
 //! script on ONE key, called through fred with EVALSHA — no request ids, no fallback, no
 //! audit — with the client set up as `shardstock sim --redis` sets up its `RedisStore`
 //! (a pool of 4 clients, 5 s command timeout, 3 command attempts, the same reconnect policy).

@@ -8,7 +8,7 @@
 #    random user and request id per call (__rand_int__ in the ledger key; the user argument is
 #    taken from it by scripts/lib/fresh_user.lua, see scripts/lib/sell_bench.sh), so every call
 #    is a new buyer's one-unit sale, not a replay.
-# 3. Peer: the articles' bare check-and-DECRBY script on one key through fred
+# 3. Peer: the usual bare check-and-DECRBY script on one key through fred
 #    (examples/bare_script.rs, the engine's client settings), 64 and 256 tasks.
 #    Then the library alone (examples/embedded_rate.rs, no harness either): coalesced on Redis,
 #    one segment, 64 and 256 tasks; and the embedded store at 1 and 16 segments.

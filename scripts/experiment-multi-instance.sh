@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The articles' multi-instance experiment with real processes: one redis-server, three
+# The classic multi-instance experiment with real processes: one redis-server, three
 # `shardstock serve` instances on different ports sharing it, and HTTP load from `wrk` (one wrk
 # per instance, all at once) POSTing deducts with unique users and request ids. Afterwards the
 # SKU is audited. Per strategy it runs two phases:

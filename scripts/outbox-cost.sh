@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the outbox costs (issue 14), in one run.
+# What the outbox costs, in one run.
 #
 # 1. Starts its own redis-server (no persistence) on a free loopback port.
 # 2. Redis side: for coalescing off and on, with and without the outbox, loads a SKU that never

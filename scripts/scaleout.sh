@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale-out figures (issue 13): the same sale on 1, 2 and 3 masters, measured where it scales.
+# Scale-out figures: the same sale on 1, 2 and 3 masters, measured where it scales.
 #
 # On a 2-core box more masters cannot add throughput (client and servers share the cores), so
 # this measures what does scale, per master count:

@@ -2,7 +2,7 @@
 //! default): mount [`router`] in your own axum app, or run the whole service with [`serve`].
 //! `shardstock serve` is [`serve_with`] plus configuration, a metrics recorder and signals.
 //!
-//! Routes (see the README's "HTTP API" section for bodies and replies):
+//! Routes (docs/http.md has the bodies and replies; `GET /openapi.json` the contract):
 //! `PUT /skus/{sku}` load · `POST /skus/{sku}/restock` · `POST /skus/{sku}/deduct` ·
 //! `GET /skus/{sku}` status · `GET /skus/{sku}/audit` · `POST /skus/{sku}/reservations` ·
 //! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz` ·
@@ -20,7 +20,7 @@
 //! ([`ApiOptions::check_listen`]). Bodies above [`ApiOptions::body_limit`] (16 KiB) answer 413.
 //! An engine call that has not answered after [`ApiOptions::request_timeout`] (10 s) is dropped
 //! and answers 503 + `Retry-After` naming the request id. Why this is safe: dropping an engine
-//! call is cancellation-safe (README, "What is atomic": each Redis step is one script that ran
+//! call is cancellation-safe (docs/design.md, "What is atomic": each Redis step is one script that ran
 //! whole or not at all, a dropped transfer leaves units in transit that the sweeper credits, a
 //! dropped load leaves the SKU "not ready" until the load is retried), and the request id makes
 //! the retry exactly-once: the client retries with the same id and gets the one outcome.

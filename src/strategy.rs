@@ -1,4 +1,4 @@
-//! Deduction strategies: the rungs of the ladder the seed articles climb, all selectable over
+//! Deduction strategies: the rungs of the ladder common flash-sale write-ups climb, all selectable over
 //! the same segments, router, request ids and audit, so they can be compared side by side.
 //!
 //! | strategy | safe? | how one segment is deducted |

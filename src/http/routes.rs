@@ -40,7 +40,7 @@ impl<S: Store> Clone for Api<S> {
 
 impl<S: Store> Api<S> {
     /// Runs an engine call, dropping it after the timeout: the reply then names `id` (what to
-    /// retry with). Dropping is safe: the engine's calls are cancellation-safe (README, "What
+    /// retry with). Dropping is safe: the engine's calls are cancellation-safe (docs/design.md, "What
     /// is atomic"), and a retry with the same request id is exactly-once.
     async fn call<T>(
         &self,

@@ -111,7 +111,7 @@ impl RedisStore {
 
     /// Makes every critical section (lock strategies: between read and fenced write; naive
     /// baselines: between read and write-back) pause for `d` — the slow downstream call of the
-    /// seed articles. For tests and demonstrations; affects every clone of this store.
+    /// read-then-write designs. For tests and demonstrations; affects every clone of this store.
     pub fn set_critical_section_pause(&self, d: std::time::Duration) {
         self.runner.set_pause(d);
     }

@@ -121,7 +121,7 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
     }
 }
 
-/// `local-mutex` across three processes oversells, as the articles' three-instance
+/// `local-mutex` across three processes oversells, as the classic three-instance
 /// experiment found; the audit catches it.
 #[test]
 fn local_mutex_across_three_processes_oversells() {

@@ -7,7 +7,7 @@
 //! and a last-units storm over 16 segments are checked with the audit (units in transit
 //! included).
 //!
-//! Under change (issue 13): slots holding the SKU's segments move to another master while a
+//! Under change: slots holding the SKU's segments move to another master while a
 //! sale runs (MIGRATING / IMPORTING, keys moved batch by batch: clients get `ASK`, `TRYAGAIN`
 //! and `MOVED`), a master holding segments fails over mid-sale (the promoted replica's script
 //! cache is empty: `NOSCRIPT`, reloaded and counted), and after `SCRIPT FLUSH` on every master
@@ -1190,4 +1190,75 @@ fn fred_follows_an_ask_redirection() {
         "GET a, b after each step of the move:\n{}",
         seen.join("\n")
     );
+}
+
+/// A new process given a multi-node cluster URL whose first node is dead: it connects through
+/// the other seeds and sells (once the dead master's replica took over its slots).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_starts_with_the_first_seed_dead() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let sku = Sku::new("seeds").unwrap();
+    let first = prefixed_engine(&cluster, Engine::builder().per_user_limit(0), "seeds").await;
+    first
+        .load(&sku, 1_000, LoadOptions::new(6).per_user_limit(0))
+        .await
+        .unwrap();
+    drop(first);
+    let url = cluster.url();
+    assert!(url.starts_with(&format!(
+        "redis-cluster://127.0.0.1:{}",
+        cluster.nodes[0].port
+    )));
+    cluster.nodes[0].stop();
+    assert_ne!(
+        redis_cli(cluster.nodes[0].port, &["PING"]),
+        "PONG",
+        "the first seed is down"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut sold = 0u64;
+    let mut last = String::new();
+    while sold < 20 && Instant::now() < deadline {
+        // A process starting now: a store built from the URL whose first seed is down.
+        let store = RedisStore::builder(url.as_str())
+            .key_prefix("seeds")
+            .connect()
+            .await;
+        let engine = match store.map(|s| Engine::builder().per_user_limit(0).build(s)) {
+            Ok(Ok(e)) => e,
+            Ok(Err(e)) | Err(e) => {
+                last = e.to_string();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        for i in sold..20 {
+            let d = Deduct::new("seeds", &format!("u{i}"), 1, &format!("r{i}")).unwrap();
+            match engine.deduct(&d).await {
+                // A retry of a request whose answer was lost replays it.
+                Ok(Deduction::Applied { .. } | Deduction::Replayed { .. }) => sold += 1,
+                Ok(d) => panic!("{d:?}"),
+                // The dead master's slots until its replica takes over: retried with its id.
+                Err(e) => {
+                    last = e.to_string();
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(sold, 20, "last error: {last}");
+    let store = RedisStore::builder(url.as_str())
+        .key_prefix("seeds")
+        .connect()
+        .await
+        .unwrap();
+    let audit = Engine::builder()
+        .build(store)
+        .unwrap()
+        .audit(&sku)
+        .await
+        .unwrap();
+    assert!(audit.ok, "{audit:?}");
+    assert_eq!(audit.sold, 20);
 }

@@ -1,4 +1,4 @@
-//! History checker (issue 11, "make the suite find the next ones").
+//! History checker ("make the suite find the next ones").
 //!
 //! The randomized workload of `common/history/workload.rs` (deductions, reservations with
 //! short TTLs, confirms, cancels and restocks; request ids reused; futures dropped at random

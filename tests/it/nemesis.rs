@@ -1,4 +1,4 @@
-//! Nemesis suite (issue 15): the checked workload of `tests/it/history.rs` (several engines, one
+//! Nemesis suite: the checked workload of `tests/it/history.rs` (several engines, one
 //! SKU, reservations, retries, reused request ids, dropped futures, a per-user limit) runs
 //! while a fault breaks Redis or the network, again and again, and heals it; the history is
 //! checked as in `tests/it/history.rs` (one effect per request id, unknown outcomes all or

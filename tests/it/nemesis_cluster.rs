@@ -1,5 +1,5 @@
 //! Nemesis: `kill -9` of Redis Cluster masters in the middle of a sale, replicas promoted
-//! (issue 15), with and without durability mode (`store.wait_replicas`).
+//!, with and without durability mode (`store.wait_replicas`).
 //!
 //! A 3-master cluster with one replica each; one SKU in 12 segments, placed over the three
 //! masters; four engines (two of them coalesced), each its own connection pool, selling

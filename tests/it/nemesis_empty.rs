@@ -1,4 +1,4 @@
-//! Nemesis: Redis restarted **empty** (no persistence) in the middle of a sale (issue 15).
+//! Nemesis: Redis restarted **empty** (no persistence) in the middle of a sale.
 //!
 //! Engines — plain, with request coalescing, and with the `lock` strategy — keep their cached
 //! layouts (generation, segment count, per-user limit) while the server loses everything.

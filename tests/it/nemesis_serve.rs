@@ -1,4 +1,4 @@
-//! Nemesis suite (issue 15), `serve` processes: the checked workload of `tests/it/nemesis.rs`
+//! Nemesis suite, `serve` processes: the checked workload of `tests/it/nemesis.rs`
 //! sent over HTTP to three `shardstock serve` processes on one redis-server (each configured
 //! like the workload's engines: per-user limit 2, claim lease 300 ms, user claim TTL 600 ms,
 //! pending wait 300 ms, max qty 4, a 400 ms store command timeout), while a fault breaks one of

@@ -396,7 +396,7 @@ async fn majority_down_5_nodes() {
     bounded(Duration::from_secs(30), majority_down(5, 3, "rl:majority5")).await;
 }
 
-/// The scenario: holder 1 holds A and B (C is down); C comes back empty and B restarts
+/// The scenario: holder 1 holds A and B (C is down); C comes back empty and B restarts
 /// empty. Without the quarantine, B and C would grant holder 2 a quorum while holder 1 still
 /// holds A within its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

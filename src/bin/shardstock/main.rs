@@ -112,7 +112,7 @@ pub(crate) struct StoreTuning {
 
     /// Pause this many milliseconds inside every critical section (lock strategies: between
     /// the read and the fenced write; naive baselines: between read and write-back), like the
-    /// slow downstream call in the seed articles. A demonstration knob.
+    /// slow downstream call of the read-then-write designs. A demonstration knob.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     critical_pause_ms: u64,
 }

@@ -8,7 +8,7 @@
 //!   lapsed (a pause, a partition) writes nothing once a newer holder exists (`lock_lost`).
 //!   The decision itself is `sell.lua`'s, exactly as under `lua`: the lock adds mutual
 //!   exclusion (and its costs), not different answers.
-//! - The unsafe baselines reproduce the seed articles' designs, failures included, with plain
+//! - The unsafe baselines reproduce the common flash-sale designs, failures included, with plain
 //!   commands on the segment hash and no request records at all (no exactly-once: a re-sent
 //!   request sells again; a `Replay` never happens for them). They sell only: a reservation,
 //!   or a segment with a per-user limit, is refused with [`Error::Config`] (both live in the
@@ -60,7 +60,7 @@ pub(super) struct Runner {
     mode: Mode,
     /// Test and demo hook: a pause inside each critical section (lock strategies: between the
     /// fence read and the fenced write; naive baselines: between the read and the write), like
-    /// the slow downstream call of the seed articles. Microseconds; 0 = none.
+    /// the slow downstream call of those designs. Microseconds; 0 = none.
     pause_us: AtomicU64,
 }
 

@@ -234,7 +234,7 @@ impl RedisCluster {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Resharding and script caches (the issue 13 tests of `tests/it/cluster.rs`): a slot moved to
+// Resharding and script caches (the tests of `tests/it/cluster.rs`): a slot moved to
 // another master while clients use it, and every master's script cache emptied.
 // ---------------------------------------------------------------------------------------------
 
@@ -489,7 +489,7 @@ fn signal(pid: &str, sig: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Nemesis (issue 15, `tests/it/nemesis_cluster.rs`): `kill -9` of a master, its replica promoted,
+// Nemesis (`tests/it/nemesis_cluster.rs`): `kill -9` of a master, its replica promoted,
 // the killed node back as a replica.
 // ---------------------------------------------------------------------------------------------
 

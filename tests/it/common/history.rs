@@ -1,5 +1,5 @@
 //! History checking: operations recorded as invoke → ok / fail / unknown, store facts read
-//! from Redis at the end, and the checks of issue 11 ("make the suite find the next ones").
+//! from Redis at the end, and the history checks.
 //!
 //! Pure logic apart from [`workload`]: the workload records [`Op`]s and reads [`Facts`]; [`check`]
 //! turns them into [`Violation`]s and [`report`] prints each with the operations of the

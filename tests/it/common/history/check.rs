@@ -1,4 +1,4 @@
-//! The checks: each promise of issue 11 in its own file, run in order over one indexed history
+//! The checks: each promise in its own file, run in order over one indexed history
 //! ([`Ctx`]); each broken promise is a [`Violation`] of a check (`C0`..`C7`) and a class.
 //!
 //! A request is a (user, request id) pair ([`Key`]): request ids are scoped per user, so the

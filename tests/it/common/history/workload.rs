@@ -1,5 +1,5 @@
-//! The randomized workload the history checks run over (issue 11), and the hook the nemesis
-//! suite (issue 15) injects its faults through.
+//! The randomized workload the history checks run over, and the hook the nemesis
+//! suite injects its faults through.
 //!
 //! Many tasks send deductions, reservations (short TTLs), confirms, cancels and restocks to
 //! several [`Target`]s (engines with their own connection pools, or `serve` processes over
