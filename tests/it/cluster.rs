@@ -1232,7 +1232,8 @@ async fn a_new_process_starts_with_the_first_seed_dead() {
                 continue;
             }
         };
-        for i in sold..20 {
+        while sold < 20 {
+            let i = sold;
             let d = Deduct::new("seeds", &format!("u{i}"), 1, &format!("r{i}")).unwrap();
             match engine.deduct(&d).await {
                 // A retry of a request whose answer was lost replays it.
