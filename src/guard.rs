@@ -152,11 +152,12 @@ pub(crate) struct LocalGuard {
     stats: GuardStats,
 }
 
-/// Where an attempt's entry is: its set and key.
+/// Where an attempt's entry is: its set and key, and the load generation it ran in.
 #[derive(Debug, Clone, Copy)]
 struct Place {
     set: usize,
     key: u128,
+    generation: u64,
 }
 
 impl LocalGuard {
@@ -198,6 +199,7 @@ impl LocalGuard {
             // Lemire's multiply-shift: the high bits pick the set, with no division.
             set: ((u128::from(a) * self.sets.len() as u128) >> 64) as usize,
             key: (u128::from(a) << 64) | u128::from(b),
+            generation: 0,
         }
     }
 
@@ -235,7 +237,10 @@ impl LocalGuard {
         limit: u64,
     ) -> (Local, Option<Place>) {
         let now = self.now();
-        let p = self.place(sku, user);
+        let p = Place {
+            generation,
+            ..self.place(sku, user)
+        };
         let rid = self.rid(rid);
         let decision = self.with_set(p, |set| {
             let i = match set.find(p.key) {
@@ -332,7 +337,10 @@ impl LocalGuard {
                 set.set_busy(i, false);
                 set.at[i] = now;
                 let e = &mut set.entries[i];
+                // An attempt of an earlier load's generation only stops being busy: its units
+                // are not the new generation's (a reload starts a fresh ledger).
                 if let Some(rid) = rid
+                    && e.generation == p.generation
                     && !e.applied.contains(rid)
                 {
                     e.used += units;
@@ -374,7 +382,9 @@ impl LocalGuard {
             if let Some(i) = set.find(p.key) {
                 set.set_busy(i, false);
                 let e = &mut set.entries[i];
-                e.held_for_good = e.held_for_good.max(final_units);
+                if e.generation == p.generation {
+                    e.held_for_good = e.held_for_good.max(final_units);
+                }
             }
         });
     }
@@ -575,6 +585,22 @@ mod tests {
         assert_eq!(g.begin(&s, &users[WAYS], &r, 1, 1), Local::Pass);
         assert_eq!(g.len(), WAYS);
         assert_eq!(g.stats().evictions.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn an_attempt_of_an_earlier_generation_does_not_count_in_the_next() {
+        let g = LocalGuard::new(Duration::from_secs(60), 100);
+        let (s, u, r1) = ids("u", "r1");
+        let r2 = RequestId::new("r2").unwrap();
+        // Sold in generation 1, finished after a reload began generation 2 for this user.
+        let a = g.enter(1, &s, &u, &r1, 1, 1).unwrap();
+        assert_eq!(g.begin_in(2, &s, &u, &r2, 1, 1).0, Local::InFlight);
+        a.finish(1);
+        assert_eq!(
+            g.begin_in(2, &s, &u, &r2, 1, 1).0,
+            Local::Pass,
+            "generation 2's ledger is fresh"
+        );
     }
 
     #[test]

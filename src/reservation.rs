@@ -137,8 +137,9 @@ impl std::str::FromStr for ReservationId {
 }
 
 /// A user or request id inside a reservation id: `!` as `!!`, `~` (the separator) as `!t` and
-/// `%` as `!p`, so the five parts split back whatever the ids hold, and the id has no `%` (a
-/// client pasting it into a URL path without encoding it still sends the same id).
+/// `%` as `!p`, so the five parts split back whatever the ids hold, and the id has no `%`
+/// (percent-encoding it for a URL path, as for any path segment, never meets an escape of
+/// ours; ids holding `/`, `?` or `#` must be percent-encoded there).
 fn escape(id: &str) -> std::borrow::Cow<'_, str> {
     if !id.contains(['!', '~', '%']) {
         return id.into();
