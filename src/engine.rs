@@ -126,7 +126,9 @@ impl<S: Store> Engine<S> {
     pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
         for _ in 0..deduct::STALE_RETRIES {
             let l = self.layout(sku).await?;
-            let segs = self.survey_all(&l).await?;
+            let pass = self.survey_all(&l).await?;
+            pass.all_answered(sku)?;
+            let segs = pass.segs;
             if segs.iter().all(Option::is_some) {
                 let per_segment: Vec<u64> = segs.iter().flatten().map(|s| s.stock).collect();
                 let (out, inn) = segs

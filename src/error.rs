@@ -84,6 +84,17 @@ pub enum Error {
         /// Replicas asked for (`store.wait_replicas`).
         wanted: u32,
     },
+    /// Redis refused the call before running it: the master of the segment cannot currently
+    /// reach the replicas its `min-replicas-to-write` setting requires (`NOREPLICAS`; a replica
+    /// is down or lagging past `min-replicas-max-lag`, or the master was just promoted and has
+    /// none yet). **Nothing was written**: unlike [`Error::NotDurable`] the outcome is known.
+    /// Only this segment is affected; a sale whose home segment lives on a healthy master goes
+    /// on, taking units from healthy donors. Retry with the same request id once a replica is
+    /// back.
+    #[error(
+        "no replicas: the segment's master refused the write before running it ({0}); nothing was written, retry later"
+    )]
+    NoReplicas(String),
     /// The store answered something this version does not understand (a bug or a foreign
     /// writer on our keys).
     #[error("unexpected store reply: {0}")]
@@ -98,11 +109,23 @@ pub enum Error {
 impl From<fred::error::Error> for Error {
     /// A Redis error; an ACL refusal becomes [`Error::Permission`] naming what is missing.
     fn from(e: fred::error::Error) -> Self {
+        if let Some(detail) = no_replicas_detail(e.details()) {
+            return Error::NoReplicas(detail);
+        }
         match permission_detail(e.details()) {
             Some(detail) => Error::Permission(detail),
             None => Error::Redis(e),
         }
     }
+}
+
+/// Redis's `NOREPLICAS` refusal (`min-replicas-to-write` not met), without its prefix; `None`
+/// for any other error. The scripts declare `#!lua` (no `no-writes` flag), so Redis refuses
+/// them before they run (a flagless script would be refused at its first write, also before
+/// anything is applied).
+fn no_replicas_detail(details: &str) -> Option<String> {
+    let rest = details.strip_prefix("NOREPLICAS")?;
+    Some(rest.trim().trim_end_matches('.').to_string())
 }
 
 /// What an ACL refusal denied, or `None` when `details` is no ACL refusal. Redis names the
@@ -176,6 +199,7 @@ impl Error {
             Error::Redis(_) => ErrorKind::Redis,
             Error::Permission(_) => ErrorKind::Permission,
             Error::NotDurable { .. } => ErrorKind::NotDurable,
+            Error::NoReplicas(_) => ErrorKind::NoReplicas,
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Postgres(_) => ErrorKind::Postgres,
         }
@@ -236,6 +260,9 @@ pub enum ErrorKind {
     /// [`Error::NotDurable`]: the write ran but too few replicas acknowledged it in time.
     /// Retryable with the same request id (exactly-once replay).
     NotDurable,
+    /// [`Error::NoReplicas`]: the segment's master refused the call before running it (too few
+    /// replicas); nothing was written. Retryable with the same request id once a replica is back.
+    NoReplicas,
     /// [`Error::Protocol`]: the store answered something this version does not understand (a
     /// bug, or a foreign writer on our keys). Not retryable: the same answer would come back.
     Protocol,
@@ -246,7 +273,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 12] = [
+    pub const ALL: [ErrorKind; 13] = [
         ErrorKind::InvalidInput,
         ErrorKind::NotLoaded,
         ErrorKind::AlreadyLoaded,
@@ -257,6 +284,7 @@ impl ErrorKind {
         ErrorKind::Redis,
         ErrorKind::Permission,
         ErrorKind::NotDurable,
+        ErrorKind::NoReplicas,
         ErrorKind::Protocol,
         ErrorKind::Postgres,
     ];
@@ -274,6 +302,7 @@ impl ErrorKind {
             ErrorKind::Redis => "redis",
             ErrorKind::Permission => "permission",
             ErrorKind::NotDurable => "not_durable",
+            ErrorKind::NoReplicas => "no_replicas",
             ErrorKind::Protocol => "protocol",
             ErrorKind::Postgres => "postgres",
         }
@@ -289,6 +318,7 @@ impl ErrorKind {
             | ErrorKind::LeaseLost
             | ErrorKind::Redis
             | ErrorKind::NotDurable
+            | ErrorKind::NoReplicas
             | ErrorKind::Postgres => true,
             ErrorKind::InvalidInput
             | ErrorKind::NotLoaded
@@ -332,6 +362,7 @@ mod tests {
                 ErrorKind::LeaseLost,
                 ErrorKind::Redis,
                 ErrorKind::NotDurable,
+                ErrorKind::NoReplicas,
                 ErrorKind::Postgres
             ]
         );

@@ -418,9 +418,10 @@ pub(crate) fn deduction(
 }
 
 /// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).
-pub const ERROR_KINDS: [&str; 6] = [
+pub const ERROR_KINDS: [&str; 7] = [
     "redis",
     "not_durable",
+    "no_replicas",
     "lease_lost",
     "conflict",
     "invalid",
@@ -436,6 +437,7 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
     match kind {
         K::Redis => "redis",
         K::NotDurable => "not_durable",
+        K::NoReplicas => "no_replicas",
         K::LeaseLost => "lease_lost",
         K::RequestIdConflict => "conflict",
         K::InvalidInput => "invalid",

@@ -8,7 +8,7 @@
 //!    one round trip, the per-user limit included — and, when home is short, the transfers
 //!    of [`super::protocol`] driven against the store ([`moved`](Engine::moved)).
 
-use super::protocol::{Answer, Machine, Seen, Step};
+use super::protocol::{Answer, Look, Machine, Seen, Step};
 use super::{Attempt, Deduct, Deduction, Engine, Intent, Layout};
 use crate::error::{Error, Result};
 use crate::guard::Local;
@@ -44,9 +44,12 @@ pub(super) enum Flow {
     /// Refused: the request id belongs to another request (qty or kind differ). This request
     /// can never apply under this id; the error is the answer.
     Refused(Error),
+    /// Nothing was decided now (segments refused: their masters cannot replicate); the error
+    /// is the answer, and the same request may apply later.
+    Unavailable(Error),
 }
 
-pub(super) use Flow::{Done, Refused, Stale};
+pub(super) use Flow::{Done, Refused, Stale, Unavailable};
 
 impl<S: Store> Engine<S> {
     /// Layer 1, metrics: runs the request (a sale or a reservation) and records its outcome,
@@ -91,7 +94,7 @@ impl<S: Store> Engine<S> {
                     self.maybe_gauges(&layout);
                     return Ok((d, layout.generation));
                 }
-                Refused(e) => return Err(e),
+                Refused(e) | Unavailable(e) => return Err(e),
                 Stale => self.forget(&layout),
             }
         }
@@ -253,7 +256,14 @@ impl<S: Store> Engine<S> {
                 Step::Transfer { donor, args } => {
                     a.tried();
                     crate::metrics::transfer();
-                    let reply = store.transfer(a.at(donor), args).await?;
+                    let reply = match store.transfer(a.at(donor), args).await {
+                        // Refused before it ran: nothing debited, another donor serves.
+                        Err(Error::NoReplicas(_)) => {
+                            step = m.on_refused(donor);
+                            continue;
+                        }
+                        r => r?,
+                    };
                     match reply {
                         TransferReply::Debited { stock_after, .. } => {
                             l.hints.observe(donor, stock_after)
@@ -265,16 +275,20 @@ impl<S: Store> Engine<S> {
                 }
                 Step::Survey => {
                     let ticket = l.sold_out.before_read();
-                    let segs = self.survey_all(l).await?;
-                    l.sold_out.after_read(ticket, l.generation, &segs); // sold out from memory
-                    let seen: Vec<Option<Seen>> = segs
+                    let pass = self.survey_all(l).await?;
+                    l.sold_out.after_read(ticket, l.generation, &pass.segs); // sold out from memory
+                    let seen: Vec<Look> = pass
+                        .segs
                         .iter()
-                        .map(|s| {
-                            s.map(|s| Seen {
+                        .zip(&pass.down)
+                        .map(|(s, &down)| match s {
+                            _ if down => Look::Down,
+                            Some(s) => Look::Seen(Seen {
                                 stock: s.stock,
                                 moved_out: s.moved_out,
                                 moved_in: s.moved_in,
-                            })
+                            }),
+                            None => Look::Gone,
                         })
                         .collect();
                     m.on_survey(&seen)
@@ -316,11 +330,16 @@ impl<S: Store> Engine<S> {
                 "segment {} of {}",
                 a.home, a.req.sku
             ))),
+            // Not a refusal of the request id: the request may apply once the segments answer.
+            Answer::Unavailable => Unavailable(Error::NoReplicas(format!(
+                "units of {} may remain at segments whose masters cannot reach their replicas",
+                a.req.sku
+            ))),
         }
     }
 
     /// Every segment surveyed (returning expired reservations): each segment's counters
-    /// (`None`: missing or of another generation).
+    /// (`None`: missing or of another generation, or refused: see [`Surveyed::down`]).
     ///
     /// Segments are read one by one, so a transfer may run between two reads. Debits happen
     /// before credits, and a unit is counted wherever it is read: a pass can count a moving
@@ -333,7 +352,7 @@ impl<S: Store> Engine<S> {
     /// Concurrent callers share one survey that starts after they asked (as fresh as a survey
     /// of their own); a caller whose shared survey failed surveys alone, so errors come back
     /// typed.
-    pub(crate) async fn survey_all(&self, l: &Layout) -> Result<Vec<Option<SegmentState>>> {
+    pub(crate) async fn survey_all(&self, l: &Layout) -> Result<Surveyed> {
         let (inner, sku) = (Arc::clone(&self.inner), l.sku.clone());
         let (generation, segments, placement) = (l.generation, l.segments, l.placement.clone());
         let shared = l
@@ -350,7 +369,7 @@ impl<S: Store> Engine<S> {
             Some(v) => v.as_ref().clone(),
             None => survey_pass(&self.inner.store, l.segments, |i| l.seg(i)).await?,
         };
-        for (i, s) in last.iter().enumerate() {
+        for (i, s) in last.segs.iter().enumerate() {
             if let Some(s) = s {
                 l.hints.observe(i as u32, s.stock);
             }
@@ -362,11 +381,17 @@ impl<S: Store> Engine<S> {
     /// when `due_only`; crediting earlier is safe: a credit applies once per id), and marks
     /// each done at its donor. Re-sends the debit first, so that with the durability mode the
     /// donor's debit is replicated before any home credits it. Returns the units credited.
+    ///
+    /// A segment whose master refuses ([`Error::NoReplicas`]: nothing ran) is passed over: its
+    /// transfers stay due, for a later drain.
     pub(crate) async fn drain(&self, l: &Layout, due_only: bool) -> Result<u64> {
         let store = &self.inner.store;
         let mut credited = 0;
         for donor in 0..l.segments {
-            let due = store.transfers_due(l.seg(donor), 256).await?;
+            let due = match store.transfers_due(l.seg(donor), 256).await {
+                Err(Error::NoReplicas(_)) => continue,
+                r => r?,
+            };
             for t in due {
                 if due_only && t.lease_left_ms > 0 {
                     continue;
@@ -381,9 +406,11 @@ impl<S: Store> Engine<S> {
                     floor: 0,
                     lease_ms: self.transfer_lease_ms(),
                 };
-                let TransferReply::Debited { units, .. } =
-                    store.transfer(l.seg(donor), again).await?
-                else {
+                let reply = match store.transfer(l.seg(donor), again).await {
+                    Err(Error::NoReplicas(_)) => break,
+                    r => r?,
+                };
+                let TransferReply::Debited { units, .. } = reply else {
                     continue;
                 };
                 let credit = [Credit {
@@ -400,7 +427,11 @@ impl<S: Store> Engine<S> {
                     credits: &credit,
                     fence: 0,
                 };
-                if let SellReply::Applied { stock_after } = store.sell(l.seg(t.dest), args).await? {
+                let reply = match store.sell(l.seg(t.dest), args).await {
+                    Err(Error::NoReplicas(_)) => continue,
+                    r => r?,
+                };
+                if let SellReply::Applied { stock_after } = reply {
                     l.hints.observe(t.dest, stock_after);
                     store.transfer_done(l.seg(donor), t.id).await?;
                     credited += units;
@@ -442,22 +473,52 @@ impl Answer {
     }
 }
 
+/// A survey pass over every segment of a SKU.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Surveyed {
+    /// Each segment's counters; `None` when missing, of another generation, or refused.
+    pub(crate) segs: Vec<Option<SegmentState>>,
+    /// Segments whose master refused the survey before it ran ([`Error::NoReplicas`]: it
+    /// cannot reach its replicas); their counters are unknown.
+    pub(crate) down: Vec<bool>,
+}
+
+impl Surveyed {
+    /// The segments that refused, as an error naming them; `Ok` when every segment answered.
+    pub(crate) fn all_answered(&self, sku: &crate::ids::Sku) -> Result<()> {
+        let down: Vec<usize> = (0..self.down.len()).filter(|&i| self.down[i]).collect();
+        if down.is_empty() {
+            return Ok(());
+        }
+        Err(Error::NoReplicas(format!(
+            "segments {down:?} of {sku}: their masters cannot reach their replicas"
+        )))
+    }
+}
+
 /// [`Engine::survey_all`]'s read: every segment (`at(i)`), one pass, another while credits
-/// outrun debits (at most 8).
+/// outrun debits (at most 8). A segment refused with [`Error::NoReplicas`] is marked down (no
+/// other error is tolerated).
 async fn survey_pass<'a, S: Store>(
     store: &S,
     segments: u32,
     at: impl Fn(u32) -> crate::store::SegAddr<'a>,
-) -> Result<Vec<Option<SegmentState>>> {
-    let mut last = Vec::new();
+) -> Result<Surveyed> {
+    let mut last = Surveyed::default();
     for _ in 0..8 {
-        let reads = (0..segments).map(|i| store.survey(at(i), false));
+        let reads = (0..segments).map(|i| {
+            let seg = at(i);
+            async move {
+                match store.survey(seg, false).await {
+                    Err(Error::NoReplicas(_)) => Ok((None, true)),
+                    r => r.map(|s| (s.map(|s| s.state), false)),
+                }
+            }
+        });
         let all = futures::future::try_join_all(reads).await?;
-        last = all
-            .into_iter()
-            .map(|s| s.map(|s| s.state))
-            .collect::<Vec<_>>();
+        (last.segs, last.down) = all.into_iter().unzip();
         let (out, inn) = last
+            .segs
             .iter()
             .flatten()
             .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));

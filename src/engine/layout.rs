@@ -26,8 +26,7 @@ pub(crate) struct Layout {
     pub(crate) sold_out: super::sold_out::SoldOut,
     /// Shares "survey every segment" between concurrent callers (see [`crate::shared_read`]):
     /// a sold-out storm costs one survey per round trip, not one per request.
-    pub(super) surveys:
-        Arc<crate::shared_read::SharedRead<Vec<Option<crate::store::SegmentState>>>>,
+    pub(super) surveys: Arc<crate::shared_read::SharedRead<super::deduct::Surveyed>>,
     /// One gather at a time in this process: a request still short after its first rounds of
     /// transfers (others took what it moved home) goes on holding this, so requests of one
     /// process do not pull the last units back and forth between their homes.

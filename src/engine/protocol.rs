@@ -27,6 +27,15 @@
 //!    when the SKU holds fewer units than asked.
 //! 5. Credits used: each transfer is marked done at its donor (best effort: the sweeper marks
 //!    what is left once it finds the credit applied).
+//!
+//! A segment whose master refuses writes (Redis's `min-replicas-to-write`: it cannot reach
+//! its replicas, [`crate::Error::NoReplicas`]) refuses every call before running it, so a
+//! refusal wrote nothing. As a donor it is passed over for the rest of the request
+//! ([`Machine::on_refused`]); in a survey its stock is unknown ([`Look::Down`]): the request
+//! gathers from the segments that answer when they hold enough, and otherwise ends
+//! [`Answer::Unavailable`] — never `sold out` or `insufficient` while units may sit behind a
+//! master that cannot replicate. Home refusing ends the request with the error itself: the
+//! request's records live there, so nothing else may decide it.
 
 use crate::store::{Credit, SellReply, TransferArgs, TransferId, TransferReply};
 
@@ -96,6 +105,21 @@ pub enum Answer {
     Stale,
     /// Lock strategies: the lock was lost.
     LockLost,
+    /// Not enough units at the segments that answered, and some segment refused (its master
+    /// cannot replicate): its units are unknown and cannot move now. Nothing was decided;
+    /// retry later.
+    Unavailable,
+}
+
+/// What a survey learnt of one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Look {
+    /// Its counters.
+    Seen(Seen),
+    /// Missing, or of another generation (a reload).
+    Gone,
+    /// Its master refused the read-and-reclaim (cannot reach its replicas): stock unknown.
+    Down,
 }
 
 /// What a survey of one segment tells the machine.
@@ -119,6 +143,9 @@ pub struct Machine {
     hints: Vec<u64>,
     /// Donors tried in this round.
     tried: Vec<bool>,
+    /// Segments that refused a call of this request (their master cannot replicate): no
+    /// donors for the rest of it.
+    down: Vec<bool>,
     /// Debited for this request, not yet credited.
     credits: Vec<Credit>,
     /// The last `sell` carried [`MAX_CREDITS`] credits before they covered `need`: a short
@@ -146,6 +173,7 @@ impl Machine {
             lease_ms,
             hints,
             tried: vec![false; n],
+            down: vec![false; n],
             credits: Vec::new(),
             partial: false,
             used: Vec::new(),
@@ -254,7 +282,9 @@ impl Machine {
             _ => i < self.home,
         };
         (0..n as u32)
-            .filter(|&i| i != self.home && !self.tried[i as usize] && directed(i))
+            .filter(|&i| {
+                i != self.home && !self.tried[i as usize] && !self.down[i as usize] && directed(i)
+            })
             .filter(|&i| known[i as usize] > floor)
             // Fullest first; ties by index: deterministic.
             .max_by_key(|&i| (known[i as usize], std::cmp::Reverse(i)))
@@ -323,18 +353,44 @@ impl Machine {
         }
     }
 
-    /// After a survey of every segment (`None`: a segment missing or of another generation).
-    pub fn on_survey(&mut self, seen: &[Option<Seen>]) -> Step {
+    /// After a transfer debit at `donor` was refused before it ran (its master cannot reach
+    /// its replicas): nothing was debited; the donor is passed over for the rest of the request.
+    pub fn on_refused(&mut self, donor: u32) -> Step {
+        self.down[donor as usize] = true;
+        self.tried[donor as usize] = true;
+        self.next_transfer()
+    }
+
+    /// After a survey of every segment.
+    pub fn on_survey(&mut self, seen: &[Look]) -> Step {
         let mut total = 0u64;
         let (mut out, mut inn) = (0u64, 0u64);
+        let mut down = false;
         for (i, s) in seen.iter().enumerate() {
-            let Some(s) = s else {
-                return self.finish(Answer::Stale);
+            let s = match s {
+                Look::Seen(s) => s,
+                Look::Gone => return self.finish(Answer::Stale),
+                Look::Down => {
+                    self.down[i] = true;
+                    down = true;
+                    continue;
+                }
             };
+            // It answered: a donor again (its master reaches its replicas once more).
+            self.down[i] = false;
             self.hints[i] = s.stock;
             total = total.saturating_add(s.stock);
             out = out.saturating_add(s.moved_out);
             inn = inn.saturating_add(s.moved_in);
+        }
+        if down {
+            // What moved to or from a silent segment is unknown, and a drain could not reach
+            // it: gather from the segments that answered when they hold enough (the sweeper
+            // credits units in transit), else nothing can be decided now.
+            if total < self.qty || self.round > MAX_ROUNDS || self.down[self.home as usize] {
+                return self.finish(Answer::Unavailable);
+            }
+            return self.gather();
         }
         let in_transit = out.saturating_sub(inn);
         if in_transit > 0 && self.drains < MAX_ROUNDS {
@@ -348,7 +404,11 @@ impl Machine {
         if total.saturating_add(in_transit) < self.qty || self.round > MAX_ROUNDS {
             return self.finish(Answer::Insufficient { available: total });
         }
-        // Enough exists: gather it, taking everything from each donor.
+        self.gather()
+    }
+
+    /// Enough exists: gather it, taking everything from each donor.
+    fn gather(&mut self) -> Step {
         self.round = self.round.max(1) + 1;
         self.tried.iter_mut().for_each(|t| *t = false);
         self.need = self.qty.saturating_sub(self.hints[self.home as usize]);
@@ -444,10 +504,10 @@ mod tests {
                     }
                 }
                 Step::Survey => {
-                    let seen: Vec<Option<Seen>> = stock
+                    let seen: Vec<Look> = stock
                         .iter()
                         .map(|&s| {
-                            Some(Seen {
+                            Look::Seen(Seen {
                                 stock: s,
                                 moved_out: 0,
                                 moved_in: 0,
@@ -505,6 +565,52 @@ mod tests {
     }
 
     #[test]
+    fn a_refusing_donor_is_passed_over_and_never_hides_units_as_sold_out() {
+        let seen = |stock| {
+            Look::Seen(Seen {
+                stock,
+                moved_out: 0,
+                moved_in: 0,
+            })
+        };
+        // Home 0 empty; donor 2 is the fullest but refuses: donor 1 serves.
+        let mut m = Machine::new(0, 1, vec![0, 3, 9], 100, 1);
+        let Step::Transfer { donor: 2, .. } = m.on_sell(&SellReply::Short { stock: 0 }) else {
+            panic!()
+        };
+        let Step::Transfer { donor: 1, .. } = m.on_refused(2) else {
+            panic!("the next donor is asked")
+        };
+        // Only the refusing segment holds units: neither sold out nor insufficient.
+        let mut m = Machine::new(0, 1, vec![0, 0, 9], 100, 1);
+        let Step::Transfer { donor: 2, .. } = m.on_sell(&SellReply::Short { stock: 0 }) else {
+            panic!()
+        };
+        assert_eq!(m.on_refused(2), Step::Survey);
+        assert_eq!(
+            m.on_survey(&[seen(0), seen(0), Look::Down]),
+            Step::Finish {
+                done: Vec::new(),
+                answer: Answer::Unavailable
+            }
+        );
+        // Enough at the segments that answer: gathered from them, the silent one left alone.
+        let mut m = Machine::new(0, 2, vec![0, 0, 0], 100, 1);
+        assert_eq!(m.on_sell(&SellReply::Short { stock: 0 }), Step::Survey);
+        let Step::Transfer { donor: 1, .. } = m.on_survey(&[seen(0), seen(5), Look::Down]) else {
+            panic!("gathers from the segment that answered")
+        };
+        // A segment that answers again is a donor again.
+        let mut m = Machine::new(0, 1, vec![0, 4], 100, 1);
+        m.on_sell(&SellReply::Short { stock: 0 });
+        assert_eq!(m.on_refused(1), Step::Survey);
+        assert!(matches!(
+            m.on_survey(&[seen(0), seen(4)]),
+            Step::Transfer { donor: 1, .. }
+        ));
+    }
+
+    #[test]
     fn contended_rounds_pull_one_way() {
         // Home 1, round 2: only higher-indexed donors; round 3: only lower.
         let mut m = Machine::new(1, 1, vec![9, 0, 9], 100, 1);
@@ -528,7 +634,10 @@ mod tests {
             moved_out: 0,
             moved_in: 0,
         };
-        assert_eq!(m.on_survey(&[Some(empty), Some(moving)]), Step::Drain);
+        assert_eq!(
+            m.on_survey(&[Look::Seen(empty), Look::Seen(moving)]),
+            Step::Drain
+        );
         assert_eq!(m.on_drained(), Step::Survey);
         let credited = Seen {
             stock: 2,
@@ -536,11 +645,11 @@ mod tests {
             moved_in: 2,
         };
         assert!(matches!(
-            m.on_survey(&[Some(credited), Some(moving)]),
+            m.on_survey(&[Look::Seen(credited), Look::Seen(moving)]),
             Step::Sell { .. }
         ));
         assert_eq!(
-            Machine::new(0, 1, vec![0, 0], 1, 1).on_survey(&[Some(empty), Some(empty)]),
+            Machine::new(0, 1, vec![0, 0], 1, 1).on_survey(&[Look::Seen(empty), Look::Seen(empty)]),
             Step::Finish {
                 done: Vec::new(),
                 answer: Answer::SoldOut

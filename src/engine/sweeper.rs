@@ -3,7 +3,7 @@
 //! between a transfer's debit and its credit.
 
 use super::{Engine, Layout};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +89,12 @@ impl<S: Store> Engine<S> {
     async fn sweep_layout(&self, l: &Layout) -> Result<(u64, u64)> {
         let (mut back, mut reserved) = (0, 0);
         for index in 0..l.segments {
-            if let Some(s) = self.inner.store.survey(l.seg(index), false).await? {
+            let survey = match self.inner.store.survey(l.seg(index), false).await {
+                // Its master cannot replicate: nothing ran; the next sweep tries again.
+                Err(Error::NoReplicas(_)) => continue,
+                r => r?,
+            };
+            if let Some(s) = survey {
                 back += s.reclaimed;
                 reserved += s.state.reserved;
             }

@@ -63,6 +63,9 @@ pub enum ErrorCode {
     /// 503 + `Retry-After`: durability mode: too few replicas acknowledged the write. Retry
     /// with the same request id.
     NotDurable,
+    /// 503 + `Retry-After`: durability: the segment's master refused the write before running
+    /// it (too few replicas reachable); nothing was written. Retry with the same request id.
+    NoReplicas,
     /// 503 + `Retry-After`: the orders database failed. Retry.
     Postgres,
     /// 503 + `Retry-After`: the engine call was cut by the request timeout; its outcome is
@@ -78,7 +81,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::InvalidInput,
         ErrorCode::Unauthorized,
         ErrorCode::NotLoaded,
@@ -94,6 +97,7 @@ impl ErrorCode {
         ErrorCode::LeaseLost,
         ErrorCode::Redis,
         ErrorCode::NotDurable,
+        ErrorCode::NoReplicas,
         ErrorCode::Postgres,
         ErrorCode::Timeout,
         ErrorCode::Permission,
@@ -119,6 +123,7 @@ impl ErrorCode {
             ErrorCode::LeaseLost => ErrorKind::LeaseLost.as_str(),
             ErrorCode::Redis => ErrorKind::Redis.as_str(),
             ErrorCode::NotDurable => ErrorKind::NotDurable.as_str(),
+            ErrorCode::NoReplicas => ErrorKind::NoReplicas.as_str(),
             ErrorCode::Postgres => ErrorKind::Postgres.as_str(),
             ErrorCode::Timeout => "timeout",
             ErrorCode::Permission => ErrorKind::Permission.as_str(),
@@ -144,6 +149,7 @@ impl ErrorCode {
             | ErrorCode::LeaseLost
             | ErrorCode::Redis
             | ErrorCode::NotDurable
+            | ErrorCode::NoReplicas
             | ErrorCode::Postgres
             | ErrorCode::Timeout => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Permission | ErrorCode::Protocol | ErrorCode::Internal => {
@@ -172,6 +178,7 @@ impl From<ErrorKind> for ErrorCode {
             ErrorKind::Redis => ErrorCode::Redis,
             ErrorKind::Permission => ErrorCode::Permission,
             ErrorKind::NotDurable => ErrorCode::NotDurable,
+            ErrorKind::NoReplicas => ErrorCode::NoReplicas,
             ErrorKind::Protocol => ErrorCode::Protocol,
             ErrorKind::Postgres => ErrorCode::Postgres,
         }

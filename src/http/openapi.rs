@@ -78,7 +78,7 @@ fn errors(operation: &str) -> Vec<ErrorCode> {
     }
     if engine {
         codes.extend([
-            NotReady, LeaseLost, Redis, NotDurable, Timeout, Permission, Protocol,
+            NotReady, LeaseLost, Redis, NotDurable, NoReplicas, Timeout, Permission, Protocol,
         ]);
     }
     codes

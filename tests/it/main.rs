@@ -40,6 +40,7 @@ mod edges_request_ids;
 mod edges_reservations;
 #[cfg(feature = "http")]
 mod embed_example;
+mod failover;
 mod history;
 #[cfg(feature = "cli")]
 mod metrics;

@@ -46,7 +46,7 @@
 //! Each `mutation_*` test breaks one step in the model only (never `src/`) and asserts that the
 //! checker finds a counterexample, printing the shortest trace (BFS).
 
-use shardstock::engine::protocol::{Answer, Machine, Seen, Step};
+use shardstock::engine::protocol::{Answer, Look, Machine, Seen, Step};
 use shardstock::ids::{RequestId, UserId};
 use shardstock::segments::home;
 use shardstock::store::memory::Segment;
@@ -1013,14 +1013,14 @@ impl Protocol {
                 for (i, s) in read.iter().enumerate() {
                     st.engines[e].hints[i] = s.stock;
                 }
-                let seen: Vec<Option<Seen>> = read
+                let seen: Vec<Look> = read
                     .iter()
                     .map(|s| {
                         let mut s = *s;
                         if self.world.mutation == Mutation::HideTransit {
                             s.moved_in = s.moved_out;
                         }
-                        Some(s)
+                        Look::Seen(s)
                     })
                     .collect();
                 run.m.on_survey(&seen)

@@ -65,10 +65,18 @@ const BETWEEN_MS: u64 = 1000;
 const TAIL_MS: u64 = 8000;
 const TRANSFER_LEASE_MS: u64 = 600;
 const WAIT_MS: u64 = 300;
+/// The Redis side of durability mode: a master refuses writes (`NOREPLICAS`, before a script
+/// runs) while fewer than one replica acknowledged it within 2 s.
+pub(crate) const MIN_REPLICAS: &[&str] = &[
+    "--min-replicas-to-write",
+    "1",
+    "--min-replicas-max-lag",
+    "2",
+];
 
 /// One cluster at a time: the two modes would share two cores, and a starved node misses its
 /// cluster heartbeats.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
 fn builder() -> EngineBuilder {
     Engine::builder()
@@ -116,7 +124,9 @@ fn classify(r: Result<shardstock::Result<Deduction>, tokio::time::error::Elapsed
         Err(_) => Out::Unknown("timeout (future dropped)".into()),
         Ok(Ok(d)) => Out::Ok(Val::Ded(d)),
         Ok(Err(e)) => match e {
-            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } => {
+            // NoReplicas: Redis refused the script before running it (min-replicas-to-write);
+            // the history checker holds it to "no effect".
+            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } | Error::NoReplicas(_) => {
                 Out::Fail(format!("{e:?}"))
             }
             Error::Redis(_) | Error::NotDurable { .. } => Out::Unknown(e.to_string()),
@@ -403,7 +413,13 @@ async fn run(durable: bool) -> Outcome {
     let mode = if durable { "on" } else { "off" };
     let seed = env_knob("NEMESIS_SEED").unwrap_or_else(|| fastrand::u64(..));
     eprintln!("[{mode}] NEMESIS_SEED={seed}");
-    let mut cluster = RedisCluster::start(3, 1);
+    // Durability mode as documented: every master refuses writes while it cannot reach a
+    // replica (a promoted master until the killed node rejoined as its replica and synced).
+    let mut cluster = if durable {
+        RedisCluster::start_with(3, 1, MIN_REPLICAS)
+    } else {
+        RedisCluster::start(3, 1)
+    };
     let url = cluster.url();
     let mut engines = Vec::new();
     for coalesce in [false, false, true, true] {

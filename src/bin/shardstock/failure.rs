@@ -88,6 +88,7 @@ impl From<shardstock::Error> for Failure {
             ErrorKind::Redis
             | ErrorKind::Permission
             | ErrorKind::NotDurable
+            | ErrorKind::NoReplicas
             | ErrorKind::LeaseLost
             | ErrorKind::Protocol
             | ErrorKind::Postgres => STORE,

@@ -307,6 +307,8 @@ impl Batcher {
                         let err = match &e {
                             Error::Redis(r) => Error::Redis(r.clone()),
                             Error::Permission(p) => Error::Permission(p.clone()),
+                            // Refused before running: nothing written for any of them.
+                            Error::NoReplicas(d) => Error::NoReplicas(d.clone()),
                             Error::NotDurable { acked, wanted } => Error::NotDurable {
                                 acked: *acked,
                                 wanted: *wanted,

@@ -88,10 +88,20 @@ pub(crate) mod segment;
 pub(crate) mod sell;
 pub(crate) mod transfer;
 
-/// Declares the scripts: `Variant "name" [after "shared.lua", ...]` runs `prelude.lua`, the
-/// shared parts, then `name.lua`; `name` is also the `script` label of the reload counter.
+/// Declares the scripts: `Variant "name" [flags "..."] [after "shared.lua", ...]` runs
+/// `prelude.lua`, the shared parts, then `name.lua`; `name` is also the `script` label of the
+/// reload counter.
+///
+/// Every script starts with a `#!lua` line (Redis 7 script flags). A script without the
+/// `no-writes` flag is one Redis refuses *before running it* when the master cannot reach the
+/// replicas its `min-replicas-to-write` asks for (`NOREPLICAS`, [`crate::Error::NoReplicas`]):
+/// whatever the script would have answered — a sale, a replay, "short", a record read — the
+/// call fails fast with nothing written, instead of running on a master that cannot replicate
+/// and then waiting out the durability `WAIT`. Only scripts that never need their answer to be
+/// durable say `flags "no-writes"`. Redis keeps the shebang's line feed, so `@user_script:<n>`
+/// line numbers still count from the top of [`Script::source`].
 macro_rules! scripts {
-    ($( $(#[$doc:meta])* $id:ident $name:literal $(after [$($shared:literal),+])? ),+ $(,)?) => {
+    ($( $(#[$doc:meta])* $id:ident $name:literal $(flags $flags:literal)? $(after [$($shared:literal),+])? ),+ $(,)?) => {
         /// A script, by name.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub(crate) enum Script {
@@ -113,6 +123,7 @@ macro_rules! scripts {
             fn source(self) -> &'static str {
                 match self {
                     $(Script::$id => concat!(
+                        "#!lua", $(" flags=", $flags,)? "\n",
                         include_str!("../../scripts/prelude.lua"),
                         $($(include_str!(concat!("../../scripts/", $shared)),)+)?
                         include_str!(concat!("../../scripts/", $name, ".lua"))
@@ -159,7 +170,7 @@ scripts! {
     /// Drops outbox events every consumer group acknowledged.
     OutboxTrim "outbox_trim",
     /// A consumer group's standing on an outbox stream (read only).
-    OutboxLag "outbox_lag",
+    OutboxLag "outbox_lag" flags "no-writes",
 }
 
 /// The scripts with their SHA1s, computed once per process.
@@ -491,7 +502,19 @@ mod tests {
         assert_eq!(names.len(), REGISTRY.len());
         for (i, s) in Script::ALL.iter().enumerate() {
             assert_eq!(*s as usize, i);
-            assert!(s.source().starts_with("-- prelude.lua"), "{}", s.name());
+            let (shebang, rest) = s.source().split_once('\n').unwrap();
+            let read_only = matches!(s, Script::OutboxLag);
+            assert_eq!(
+                shebang,
+                if read_only {
+                    "#!lua flags=no-writes"
+                } else {
+                    "#!lua"
+                },
+                "{}: only read-only scripts may run on a master that cannot replicate",
+                s.name()
+            );
+            assert!(rest.starts_with("-- prelude.lua"), "{}", s.name());
             assert!(
                 s.source().contains(&format!("-- {}.lua", s.name())),
                 "{} does not end with its own file",

@@ -35,6 +35,12 @@ impl RedisCluster {
     /// Starts `masters` masters with `replicas_per_master` replicas each and waits until the
     /// cluster is ready (state ok on every node, every replica in sync).
     pub fn start(masters: usize, replicas_per_master: usize) -> Self {
+        Self::start_with(masters, replicas_per_master, &[])
+    }
+
+    /// [`start`](Self::start), every node with these extra `--flag value` arguments (kept when a
+    /// node is started again), e.g. `--min-replicas-to-write 1`.
+    pub fn start_with(masters: usize, replicas_per_master: usize, extra: &[&str]) -> Self {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters"
@@ -44,17 +50,16 @@ impl RedisCluster {
         while nodes.len() < total {
             let port = cluster_port();
             let conf = format!("nodes-{port}.conf");
-            if let Some(node) = RedisServer::start_on(
-                port,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    "2000",
-                ],
-            ) {
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-node-timeout",
+                "2000",
+            ];
+            args.extend_from_slice(extra);
+            if let Some(node) = RedisServer::start_on(port, &args) {
                 nodes.push(node);
             }
         }
@@ -520,6 +525,18 @@ fn now_us() -> u64 {
 }
 
 impl RedisCluster {
+    /// `kill -9` of the master `nodes[victim]`, and nothing more: its replica is promoted once
+    /// the other masters flag it failed, and the killed node stays down, so the promoted master
+    /// has no replica. Returns (the replica promoted, when killed, when promoted), times in µs.
+    /// Blocking (seconds).
+    pub fn kill_master_for_good(&mut self, victim: usize) -> (usize, u64, u64) {
+        let promoted = self.replica_of(victim);
+        self.nodes[victim].stop();
+        let killed_us = now_us();
+        self.wait_role(promoted, "role:master");
+        (promoted, killed_us, now_us())
+    }
+
     /// The indexes (into `nodes`) of the running nodes that are masters now.
     pub fn master_nodes(&self) -> Vec<usize> {
         let masters = self.master_ports();

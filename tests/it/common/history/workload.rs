@@ -107,9 +107,11 @@ pub fn classify<T>(
         Ok(Ok(v)) => Out::Ok(wrap(v)),
         Ok(Err(e)) => match e {
             // A lock lost (or not got in time) before the write: nothing was written.
-            Error::RequestIdConflict { .. } | Error::InvalidInput { .. } | Error::LeaseLost(_) => {
-                Out::Fail(format!("{e:?}"))
-            }
+            // A master that cannot replicate refused the script before it ran (NoReplicas).
+            Error::RequestIdConflict { .. }
+            | Error::InvalidInput { .. }
+            | Error::LeaseLost(_)
+            | Error::NoReplicas(_) => Out::Fail(format!("{e:?}")),
             Error::Redis(_) => Out::Unknown(format!("redis: {e}")),
             // The write may be on the master and lost with it, or kept: unknown.
             Error::NotDurable { .. } => Out::Unknown(format!("not durable: {e}")),

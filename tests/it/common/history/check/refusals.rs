@@ -195,10 +195,11 @@ pub(super) fn check(cx: &Ctx<'_>, held: &Holdings, out: &mut Vec<Violation>) {
             if bought.is_some_and(|b| b.seq == o.seq) {
                 continue;
             }
-            // A lock strategy's "not now, nothing written" (the lock lost or not got in time)
-            // is no refusal of a user who then bought.
+            // A lock strategy's "not now, nothing written" (the lock lost or not got in time),
+            // or a master that could not replicate refusing the script, is no refusal of a
+            // user who then bought.
             if bought.is_some()
-                && matches!(&o.out, Out::Fail(e) if e.contains("LeaseLost") || e.contains("nothing was written"))
+                && matches!(&o.out, Out::Fail(e) if e.contains("LeaseLost") || e.contains("NoReplicas") || e.contains("nothing was written"))
             {
                 continue;
             }
