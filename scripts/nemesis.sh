@@ -9,7 +9,8 @@
 # (its output is kept under target/nemesis/), and prints the totals as a Markdown table.
 # The suites: tests/it/nemesis.rs (Redis killed / paused, a partitioned engine),
 # tests/it/nemesis_empty.rs (Redis restarted empty), tests/it/nemesis_serve.rs (serve processes
-# paused / partitioned), tests/it/nemesis_cluster.rs (cluster masters killed), and the
+# paused / partitioned), tests/it/nemesis_cluster.rs (cluster masters killed),
+# tests/it/failover.rs (a master killed for good mid-sale: recovery figures), and the
 # connection-kill variant of tests/it/history.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ fi
 out=target/nemesis
 mkdir -p "$out"
 : >"$out/lines"
-suites=(nemesis nemesis_empty nemesis_serve nemesis_cluster "history history_connection_kills")
+suites=(nemesis nemesis_empty nemesis_serve nemesis_cluster failover "history history_connection_kills")
 cargo build --tests --quiet --all-features
 start=$(date +%s)
 for r in $(seq 1 "$ROUNDS"); do

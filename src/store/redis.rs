@@ -99,6 +99,17 @@ impl RedisStore {
         lua::load(self.conn.pool.next(), lua::Script::ALL).await
     }
 
+    /// Durability mode (`store.wait_replicas` > 0): what is missing on the Redis side, one
+    /// line per master whose `min-replicas-to-write` is below the replicas waited for (or that
+    /// refused to say). Empty when the mode is off or every master is set up. `connect` logs
+    /// these as warnings.
+    pub async fn durability_warnings(&self) -> Vec<String> {
+        match &self.conn.durable {
+            Some(d) => wait::setup_warnings(self.conn.pool.next(), d.replicas()).await,
+            None => Vec::new(),
+        }
+    }
+
     /// The underlying fred pool (for tests and tools).
     pub fn pool(&self) -> &Pool {
         &self.conn.pool

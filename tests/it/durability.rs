@@ -123,6 +123,113 @@ async fn a_write_the_replica_did_not_acknowledge_is_a_typed_retryable_error() {
     }
 }
 
+/// Durability mode with Redis's half of it (`min-replicas-to-write 1`): once the master's only
+/// replica is gone, the master refuses every script before it runs, so each call answers the
+/// typed, retryable [`Error::NoReplicas`] at once — a new sale, a replay (its answer would rest
+/// on a master that cannot replicate), a coalesced batch, a survey — and nothing was written
+/// (`DEBUG DIGEST` unchanged). Without the setting the store warns at connect. With the replica
+/// back, the refused request id sells once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_below_min_replicas_refuses_every_call_before_it_runs() {
+    let master = RedisServer::start();
+    let port = master.port.to_string();
+    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_in_sync(&replica);
+    let connect = |prefix: &'static str, coalescing: Option<Coalescing>| {
+        let builder = store_builder(&master, prefix);
+        async move {
+            builder
+                .coalescing(coalescing)
+                .wait_replicas(1)
+                .wait_timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap()
+        }
+    };
+    // Not set up yet: the store says what is missing.
+    let store = connect("nr", None).await;
+    let warnings = store.durability_warnings().await;
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("min-replicas-to-write 0"),
+        "{warnings:?}"
+    );
+    master.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    master.cli(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
+    assert_eq!(store.durability_warnings().await, Vec::<String>::new());
+    let lone = Engine::builder().per_user_limit(1).build(store).unwrap();
+    let batched = Engine::builder()
+        .per_user_limit(1)
+        .build(connect("nr", Some(Coalescing::default().max_batch(8))).await)
+        .unwrap();
+    let sku = Sku::new("nr").unwrap();
+    lone.load(&sku, 40, LoadOptions::new(4).per_user_limit(1))
+        .await
+        .unwrap();
+    let sale = |user: &str, rid: &str| Deduct::new("nr", user, 1, rid).unwrap();
+    let first = lone.deduct(&sale("u0", "r0")).await.unwrap();
+    assert!(matches!(first, Deduction::Applied { .. }), "{first:?}");
+
+    replica.stop();
+    // The master counts a replica good until it was silent for min-replicas-max-lag (1 s).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !master
+        .cli(&["INFO", "replication"])
+        .contains("min_slaves_good_slaves:0")
+    {
+        assert!(Instant::now() < deadline, "the master never noticed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let digest = master.cli(&["DEBUG", "DIGEST"]);
+    let t = Instant::now();
+    let err = lone.deduct(&sale("u1", "r1")).await.unwrap_err();
+    eprintln!(
+        "below min-replicas: a sale answered after {:?}: {err}",
+        t.elapsed()
+    );
+    assert!(matches!(err, Error::NoReplicas(_)), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::NoReplicas);
+    assert!(err.is_retryable());
+    // A replay writes nothing, yet its answer would come from a master that cannot replicate.
+    let err = lone.deduct(&sale("u0", "r0")).await.unwrap_err();
+    assert!(matches!(err, Error::NoReplicas(_)), "replay: {err:?}");
+    let batch = (0..8).map(|i| {
+        let e = batched.clone();
+        let d = sale(&format!("b{i}"), &format!("b{i}"));
+        tokio::spawn(async move { e.deduct(&d).await })
+    });
+    for r in futures::future::join_all(batch).await {
+        match r.unwrap() {
+            Err(Error::NoReplicas(_)) => {}
+            other => panic!("coalesced sale below min-replicas: {other:?}"),
+        }
+    }
+    match lone.remaining(&sku).await {
+        Err(Error::NoReplicas(m)) => assert!(m.contains("segments [0, 1, 2, 3]"), "{m}"),
+        other => panic!("remaining below min-replicas: {other:?}"),
+    }
+    assert_eq!(
+        master.cli(&["DEBUG", "DIGEST"]),
+        digest,
+        "a refused call wrote something"
+    );
+
+    replica.boot();
+    wait_in_sync(&replica);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        match lone.deduct(&sale("u1", "r1")).await {
+            Err(Error::NoReplicas(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            r => break r.unwrap(),
+        }
+    };
+    assert!(matches!(again, Deduction::Applied { .. }), "{again:?}");
+    let a = lone.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 2 && a.remaining == 38, "{a:?}");
+}
+
 /// What one sale through a `kill -9` failover ended with (reported through `Debug`).
 #[derive(Debug)]
 #[allow(dead_code)]

@@ -286,6 +286,16 @@ async fn run(durable: bool) -> Figures {
         f.sold,
         f.effects
     );
+    // The nemesis suite's line (`scripts/nemesis.sh` sums it per fault).
+    println!(
+        "nemesis master killed for good (durability {mode}): struck 1, ops {REQUESTS}, \
+         anomalies {}, recovered ms {}, unknown {}, refused {}, lost {}",
+        u64::from(!f.audit_ok) + u64::from(f.sold != f.effects),
+        f.recovered_s.map_or(0, |s| (s * 1000.0) as u64),
+        f.classes.get(&Class::Unknown).copied().unwrap_or(0),
+        f.classes.get(&Class::NoReplicas).copied().unwrap_or(0),
+        f.lost
+    );
     f
 }
 

@@ -195,6 +195,11 @@ impl RedisStoreBuilder {
             }
         })?;
         lua::load(pool.next(), lua::Script::ALL).await?;
+        if self.wait_replicas > 0 {
+            for w in wait::setup_warnings(pool.next(), self.wait_replicas).await {
+                tracing::warn!("{w}");
+            }
+        }
         let runner = Runner::new(
             self.strategy,
             &pool,

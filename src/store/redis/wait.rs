@@ -59,6 +59,46 @@ pub(crate) fn check(replicas: u32, timeout: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Durability mode's Redis side, checked on every master `client` knows: a master that cannot
+/// reach `replicas` replicas should refuse writes (`min-replicas-to-write` ≥ `replicas`), so a
+/// call there fails fast with nothing written ([`Error::NoReplicas`]) instead of running and
+/// then waiting out the `WAIT` timeout for an answer that is only "not durable". One warning
+/// per node that falls short or cannot be asked (an ACL without `CONFIG GET`); none when every
+/// master is set up. Replicas are not reachable from here: set them up alike, they become
+/// masters on failover.
+pub(crate) async fn setup_warnings(client: &Client, replicas: u32) -> Vec<String> {
+    use fred::types::CustomCommand;
+    let nodes: Vec<Option<Server>> = match client.cached_cluster_state() {
+        Some(state) if client.is_clustered() => {
+            state.unique_primary_nodes().into_iter().map(Some).collect()
+        }
+        _ => vec![None],
+    };
+    let mut out = Vec::new();
+    for node in nodes {
+        let cmd = CustomCommand::new_static("CONFIG", ClusterHash::Random, false);
+        let args = vec!["GET", "min-replicas-to-write"];
+        let got: std::result::Result<Vec<String>, fred::error::Error> = match &node {
+            Some(n) => client.with_cluster_node(n.clone()).custom(cmd, args).await,
+            None => client.custom(cmd, args).await,
+        };
+        let name = node.map_or_else(|| "the Redis server".to_string(), |n| format!("node {n}"));
+        match got.as_deref() {
+            Ok([_, v]) if v.parse::<u32>().is_ok_and(|v| v >= replicas) => {}
+            Ok([_, v]) => out.push(format!(
+                "durability mode waits for {replicas} replica(s) but {name} has                  min-replicas-to-write {v}: a master that lost its replicas (or a replica                  promoted without one) runs each call, then answers not_durable after                  store.wait_timeout_ms; set min-replicas-to-write {replicas} and                  min-replicas-max-lag on every node, replicas included, so it refuses at once                  with nothing written (docs/operations.md)"
+            )),
+            Ok(other) => out.push(format!(
+                "durability mode: {name} answered CONFIG GET min-replicas-to-write with {other:?}"
+            )),
+            Err(e) => out.push(format!(
+                "durability mode: cannot check min-replicas-to-write on {name} ({e}); make sure                  it is at least {replicas} on every node (docs/operations.md)"
+            )),
+        }
+    }
+    out
+}
+
 /// What a `WAIT` answered: the replicas that acknowledged.
 type Acks = std::result::Result<i64, fred::error::Error>;
 
@@ -129,6 +169,11 @@ impl Durable {
                 lanes: DashMap::new(),
             })
         })
+    }
+
+    /// The replicas each write waits for.
+    pub(crate) fn replicas(&self) -> u32 {
+        self.replicas
     }
 
     /// The slot whose node holds `key` (0 when `client` is not clustered).
