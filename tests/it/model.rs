@@ -34,6 +34,10 @@
 //! - `Sweep`: a sweeper round: per donor the due list, then per due transfer the debit re-sent,
 //!   a credit-only `sell` at its destination and `transfer_done`, each a separate call;
 //! - `EndReservation`: the client confirms or cancels its reservation (`reserve_end`);
+//! - `Refuse`: a call reaches a segment whose master cannot reach its replicas
+//!   (`min-replicas-to-write`): Redis refuses it before it runs — nothing changes — and its
+//!   caller gets `NoReplicas`: a request whose home refused ends with that error, a refusing
+//!   donor is passed over, a survey sees the segment [`Look::Down`], a drain skips it;
 //! - `Failover`: a segment's replica takes over: the segment goes back to its state before its
 //!   last write. With durability on, a caller uses a reply only after a `WAIT`, which covers
 //!   every write its master made so far: once a reply is used, nothing written before it at
@@ -87,10 +91,12 @@ struct Budget {
     dups: u8,
     timeouts: u8,
     failovers: u8,
+    /// Calls refused before they run (their master cannot replicate).
+    refusals: u8,
     retries: u8,
     sweeps: u8,
     ends: u8,
-    /// Faults in all (crashes, re-sends, timeouts, failovers, retries).
+    /// Faults in all (crashes, re-sends, timeouts, failovers, refusals, retries).
     faults: u8,
 }
 
@@ -120,6 +126,8 @@ enum Mutation {
     SkipResend,
     /// An expired reservation still counts in its user's ledger when `sell` decides.
     ExpiredStillCounts,
+    /// The engine takes a segment whose survey was refused as empty.
+    DownIsEmpty,
 }
 
 /// A request of the world: user index, request id, reservation or sale (qty 1).
@@ -175,6 +183,7 @@ const NONE: Budget = Budget {
     dups: 0,
     timeouts: 0,
     failovers: 0,
+    refusals: 0,
     retries: 0,
     sweeps: 0,
     ends: 0,
@@ -182,8 +191,8 @@ const NONE: Budget = Budget {
 };
 
 /// The main world: 2 segments, the last unit at user 1's home (seg1); user 0 (homed at seg0)
-/// must move it home: `a` and `b` race for it. One tick, one sweeper round, one fault: a crash
-/// or a failover (lost replies are in the other worlds: they double this one).
+/// must move it home: `a` and `b` race for it. One tick, one sweeper round, one fault: a crash,
+/// a failover or a refused call (lost replies are in the other worlds: they double this one).
 const WORLD: World = World {
     name: "two buyers",
     loaded: &[0, 1],
@@ -195,6 +204,7 @@ const WORLD: World = World {
         sweeps: 1,
         crashes: 1,
         failovers: 1,
+        refusals: 1,
         faults: 1,
         ..NONE
     },
@@ -238,7 +248,7 @@ const ONE_USER_FAULTS: World = World {
 };
 
 /// One request (`a`) and two faults of any kind: a crash and a retry, a lost reply and a
-/// failover, a re-sent call and a retry running beside the first run...
+/// failover, a re-sent call and a retry running beside the first run, a refused call...
 const ONE_REQUEST: World = World {
     name: "one request, faults",
     requests: &[A],
@@ -248,6 +258,7 @@ const ONE_REQUEST: World = World {
         crashes: 1,
         timeouts: 1,
         failovers: 1,
+        refusals: 1,
         dups: 1,
         retries: 1,
         faults: 2,
@@ -283,6 +294,7 @@ fn named(name: &str) -> World {
         dups: b("DUPS", x.dups),
         timeouts: b("TIMEOUTS", x.timeouts),
         failovers: b("FAILOVERS", x.failovers),
+        refusals: b("REFUSALS", x.refusals),
         retries: b("RETRIES", x.retries),
         sweeps: b("SWEEPS", x.sweeps),
         ends: b("ENDS", x.ends),
@@ -469,7 +481,7 @@ enum Wait {
     /// `survey_all`: a pass reads every segment (all at once); another pass while the pass
     /// saw more credited than debited.
     Survey {
-        got: Vec<Option<Seen>>,
+        got: Vec<Option<Look>>,
         passes: u8,
     },
     Drain(Drain),
@@ -572,6 +584,8 @@ enum Action {
         confirm: bool,
     },
     Failover(u8),
+    /// The call is refused before it runs (its segment's master cannot replicate).
+    Refuse(Msg),
 }
 
 /// The model: a world and its ids.
@@ -994,36 +1008,8 @@ impl Protocol {
                 run.m.on_transfer(donor, id, &r)
             }
             (Wait::Survey { mut got, passes }, Reply::Survey(seen)) => {
-                got[seg] = Some(seen);
-                if got.iter().any(Option::is_none) {
-                    run.wait = Wait::Survey { got, passes };
-                    st.engines[e].run = Some(run);
-                    return;
-                }
-                let read: Vec<Seen> = got.iter().map(|s| s.expect("all read")).collect();
-                let out: u64 = read.iter().map(|s| s.moved_out).sum();
-                let inn: u64 = read.iter().map(|s| s.moved_in).sum();
-                // `survey_all`: a pass that saw more credited than debited counted a moving
-                // unit twice: another pass (at most 8 in all); the last one counts.
-                if inn > out && passes + 1 < SURVEY_PASSES {
-                    st.engines[e].run = Some(run);
-                    self.survey_pass(st, e, passes + 1);
-                    return;
-                }
-                for (i, s) in read.iter().enumerate() {
-                    st.engines[e].hints[i] = s.stock;
-                }
-                let seen: Vec<Look> = read
-                    .iter()
-                    .map(|s| {
-                        let mut s = *s;
-                        if self.world.mutation == Mutation::HideTransit {
-                            s.moved_in = s.moved_out;
-                        }
-                        Look::Seen(s)
-                    })
-                    .collect();
-                run.m.on_survey(&seen)
+                got[seg] = Some(Look::Seen(seen));
+                return self.survey_got(st, e, run, got, passes);
             }
             (Wait::Drain(mut d), r) => {
                 let tag = bump(&mut st.engines[e].seq);
@@ -1036,10 +1022,124 @@ impl Protocol {
                     return;
                 }
             }
-            (w, r) => panic!("engine {e} waits {w:?}, got {r:?}"),
+            (w, r) => panic!("engine waiting {w:?} got {r:?}"),
         };
         st.engines[e].run = Some(run);
         self.drive(st, e, step);
+    }
+
+    /// Engine `e`'s call to segment `seg` was refused before it ran (`NoReplicas`), as
+    /// `src/engine/deduct.rs` takes it.
+    fn engine_refused(&self, st: &mut State, e: usize, seg: usize) {
+        let mut run = st.engines[e].run.take().expect("a run");
+        let wait = std::mem::replace(&mut run.wait, Wait::Sell { credits: false });
+        let step = match wait {
+            // Home refused: the request ends with the error (nothing ran).
+            Wait::Sell { .. } => {
+                st.history[run.req as usize].push(Outcome::Error);
+                return;
+            }
+            Wait::Transfer { donor, .. } => run.m.on_refused(donor),
+            Wait::Survey { mut got, passes } => {
+                got[seg] = Some(Look::Down);
+                return self.survey_got(st, e, run, got, passes);
+            }
+            Wait::Drain(mut d) => {
+                let tag = bump(&mut st.engines[e].seq);
+                if self.drain_refused(st, Who::Engine(e as u8), tag, &mut d) {
+                    run.m.on_drained()
+                } else {
+                    run.tag = tag;
+                    run.wait = Wait::Drain(d);
+                    st.engines[e].run = Some(run);
+                    return;
+                }
+            }
+        };
+        st.engines[e].run = Some(run);
+        self.drive(st, e, step);
+    }
+
+    /// A survey pass got segment answers `got` (`None`: not yet): once all are in, the pass
+    /// ends as `survey_all` ends it.
+    fn survey_got(
+        &self,
+        st: &mut State,
+        e: usize,
+        mut run: Run,
+        got: Vec<Option<Look>>,
+        passes: u8,
+    ) {
+        if got.iter().any(Option::is_none) {
+            run.wait = Wait::Survey { got, passes };
+            st.engines[e].run = Some(run);
+            return;
+        }
+        let looks: Vec<Look> = got.iter().map(|s| s.expect("all read")).collect();
+        let read = looks.iter().filter_map(|l| match l {
+            Look::Seen(s) => Some(*s),
+            _ => None,
+        });
+        let (out, inn) = read.fold((0, 0), |(o, i), s| (o + s.moved_out, i + s.moved_in));
+        // `survey_all`: a pass that saw more credited than debited counted a moving unit
+        // twice: another pass (at most 8 in all); the last one counts.
+        if inn > out && passes + 1 < SURVEY_PASSES {
+            st.engines[e].run = Some(run);
+            self.survey_pass(st, e, passes + 1);
+            return;
+        }
+        for (i, l) in looks.iter().enumerate() {
+            if let Look::Seen(s) = l {
+                st.engines[e].hints[i] = s.stock;
+            }
+        }
+        let seen: Vec<Look> = looks
+            .iter()
+            .map(|l| match *l {
+                Look::Seen(mut s) => {
+                    if self.world.mutation == Mutation::HideTransit {
+                        s.moved_in = s.moved_out;
+                    }
+                    Look::Seen(s)
+                }
+                Look::Down if self.world.mutation == Mutation::DownIsEmpty => Look::Seen(Seen {
+                    stock: 0,
+                    moved_out: 0,
+                    moved_in: 0,
+                }),
+                other => other,
+            })
+            .collect();
+        let step = run.m.on_survey(&seen);
+        st.engines[e].run = Some(run);
+        self.drive(st, e, step);
+    }
+
+    /// The drain's next call after its call was refused before it ran, as `Engine::drain`
+    /// goes on: a donor whose due list or re-sent debit is refused is skipped (its transfers
+    /// stay due), a refused credit leaves that transfer due, a refused mark is best effort.
+    fn drain_refused(&self, st: &mut State, who: Who, tag: u8, d: &mut Drain) -> bool {
+        let next = match d.stage {
+            Stage::Due => Reply::Due(Vec::new()),
+            Stage::Debit(_) => {
+                d.queue.clear();
+                Reply::Ack
+            }
+            Stage::Credit(_) | Stage::Done => Reply::Ack,
+        };
+        self.drain_reply(st, who, tag, d, next)
+    }
+
+    fn sweeper_refused(&self, st: &mut State) {
+        let mut d = st.sweeper.job.take().expect("a round");
+        let tag = bump(&mut st.sweeper.seq);
+        if self.drain_refused(st, Who::Sweeper, tag, &mut d) {
+            st.sweeper.clean = false;
+            st.sweeper.credited = 0;
+        } else {
+            st.sweeper.tag = tag;
+            st.sweeper.job = Some(d);
+        }
     }
 
     // ---- the drain (`Engine::drain`), shared by the sweeper and a request ----
@@ -1287,6 +1387,9 @@ impl Model for Protocol {
             }
             last = Some(m);
             actions.push(Action::Deliver(m.clone()));
+            if left.may(left.refusals) {
+                actions.push(Action::Refuse(m.clone()));
+            }
             // Reads and marks re-sent change nothing: not worth the states.
             if left.may(left.dups) && !matches!(m.call, Call::Due | Call::Survey | Call::Done(_)) {
                 actions.push(if self.world.late_copies {
@@ -1478,6 +1581,19 @@ impl Model for Protocol {
                 st.ended[req as usize] = true;
                 let home = self.homes[req as usize];
                 Self::send(&mut st, Who::Nobody, 0, home, Call::End { req, confirm });
+            }
+            Action::Refuse(m) => {
+                st.left.refusals -= 1;
+                st.left.faults -= 1;
+                let at = st.net.iter().position(|x| *x == m)?;
+                st.net.remove(at);
+                if Self::awaits(&st, m.peer, m.tag) {
+                    match m.peer {
+                        Who::Engine(e) => self.engine_refused(&mut st, e as usize, m.seg as usize),
+                        Who::Sweeper => self.sweeper_refused(&mut st),
+                        Who::Nobody => {}
+                    }
+                }
             }
             Action::Failover(i) => {
                 st.left.failovers -= 1;
@@ -1996,6 +2112,23 @@ fn mutation_forget_credited_is_caught() {
 fn mutation_hide_transit_is_caught() {
     caught(
         mutant(ONE_USER, Mutation::HideTransit),
+        "no sold out while a unit is free",
+    );
+}
+
+#[test]
+fn mutation_down_is_empty_is_caught() {
+    // The last unit sits at a segment whose survey is refused: taken as empty, it is "sold out".
+    let world = World {
+        budget: Budget {
+            refusals: 1,
+            faults: 1,
+            ..ONE_USER.budget
+        },
+        ..ONE_USER
+    };
+    caught(
+        mutant(world, Mutation::DownIsEmpty),
         "no sold out while a unit is free",
     );
 }
