@@ -130,10 +130,17 @@ impl std::str::FromStr for ReservationId {
         let sku = Sku::new(sku)?;
         let user = UserId::new(unescape(user).ok_or_else(Self::malformed)?)?;
         let request_id = RequestId::new(unescape(request_id).ok_or_else(Self::malformed)?)?;
-        let generation = generation.parse().map_err(|_| Self::malformed())?;
-        let segment = segment.parse().map_err(|_| Self::malformed())?;
+        let generation = canonical(generation).ok_or_else(Self::malformed)?;
+        let segment = canonical(segment).ok_or_else(Self::malformed)?;
         Self::new(sku, generation, segment, user, request_id)
     }
+}
+
+/// A number as `Display` writes it (digits, no sign, no leading zero), so that one reservation
+/// has one text form: `+9` or `009` are no generation or segment.
+fn canonical<T: std::str::FromStr + ToString>(s: &str) -> Option<T> {
+    let n: T = s.parse().ok()?;
+    (n.to_string() == s).then_some(n)
 }
 
 /// A user or request id inside a reservation id: `!` as `!!`, `~` (the separator) as `!t` and
@@ -415,6 +422,11 @@ mod tests {
         assert_eq!(field("a~1~2~u"), "reservation");
         assert_eq!(field("a~x~2~u~r"), "reservation");
         assert_eq!(field("a~1~-2~u~r"), "reservation");
+        // One text form per reservation: no sign, no leading zero.
+        for other_form in ["a~+1~2~u~r", "a~01~2~u~r", "a~1~+2~u~r", "a~1~02~u~r", "a~1~ 2~u~r"] {
+            assert_eq!(field(other_form), "reservation", "{other_form}");
+        }
+        assert!("a~0~0~u~r".parse::<ReservationId>().is_ok());
         assert_eq!(field(&format!("a~1~{MAX_SEGMENTS}~u~r")), "reservation");
         assert_eq!(field("a{b~1~2~u~r"), "sku");
         assert_eq!(field("a~1~2~u{~r"), "user");

@@ -28,7 +28,7 @@ pub(super) const HEADER_ID_PATTERN: &str = "^[!-z|~]{1,128}$";
 /// [`MAX_SEGMENTS`](crate::ids::MAX_SEGMENTS), `!`, `~` and `%` in the ids escaped (`!!`,
 /// `!t`, `!p`).
 #[cfg(test)]
-pub(super) const RESERVATION_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$";
+pub(super) const RESERVATION_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$";
 
 /// `PUT /skus/{sku}`: load a SKU (a new generation). `null` is the same as an absent field.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -202,7 +202,7 @@ pub(super) enum ReserveReply {
     /// 201: held now; confirm or cancel it with `id` before `ttl_ms` runs out.
     Held {
         /// The reservation's id, `<sku>~<generation>~<segment>~<user>~<request id>`.
-        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")]
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")]
         id: crate::ReservationId,
         /// Where the units are held.
         parts: Vec<Part>,
@@ -210,7 +210,7 @@ pub(super) enum ReserveReply {
     /// 200: this request id reserved before; the same reservation.
     Replayed {
         /// The reservation's id.
-        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")]
+        #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")]
         id: crate::ReservationId,
         /// Where the units are held.
         parts: Vec<Part>,
@@ -295,8 +295,8 @@ mod tests {
         );
         let parts = [
             &SKU_PATTERN[1..SKU_PATTERN.len() - 1],
-            "[0-9]{1,15}",
-            "([0-9]{1,3}|10[01][0-9]|102[0-3])",
+            "(0|[1-9][0-9]{0,14})",
+            "([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])",
             &part,
             &part,
         ];

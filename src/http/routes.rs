@@ -416,7 +416,7 @@ fn ended(id: String, r: ReservationEnd) -> ApiResult {
 /// Confirm a reservation: its units are sold (unless it had ended otherwise: `done` false).
 #[utoipa::path(post, path = "/reservations/{id}/confirm", operation_id = "confirm", tag = "buyer",
     params(("id" = String, Path, description = "The reservation id, as the reservation reply gave it",
-        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")),
+        pattern = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")),
     responses((status = 200, description = "The reservation's state", body = EndReply)))]
 async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
     let rid = id.parse::<ReservationId>()?;
@@ -429,7 +429,7 @@ async fn confirm<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) ->
 /// Cancel a reservation: its units go back (unless it had ended otherwise: `done` false).
 #[utoipa::path(post, path = "/reservations/{id}/cancel", operation_id = "cancel", tag = "buyer",
     params(("id" = String, Path, description = "The reservation id, as the reservation reply gave it",
-        pattern = "^[A-Za-z0-9_.-]{1,64}~[0-9]{1,15}~([0-9]{1,3}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")),
+        pattern = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")),
     responses((status = 200, description = "The reservation's state", body = EndReply)))]
 async fn cancel<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
     let rid = id.parse::<ReservationId>()?;
