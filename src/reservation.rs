@@ -423,7 +423,13 @@ mod tests {
         assert_eq!(field("a~x~2~u~r"), "reservation");
         assert_eq!(field("a~1~-2~u~r"), "reservation");
         // One text form per reservation: no sign, no leading zero.
-        for other_form in ["a~+1~2~u~r", "a~01~2~u~r", "a~1~+2~u~r", "a~1~02~u~r", "a~1~ 2~u~r"] {
+        for other_form in [
+            "a~+1~2~u~r",
+            "a~01~2~u~r",
+            "a~1~+2~u~r",
+            "a~1~02~u~r",
+            "a~1~ 2~u~r",
+        ] {
             assert_eq!(field(other_form), "reservation", "{other_form}");
         }
         assert!("a~0~0~u~r".parse::<ReservationId>().is_ok());
