@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::RedisServer;
-use common::binary::{run, run_line};
+use common::binary::{finish, run, run_line, shardstock};
 use common::cli::{audit, load, sim_report_is_complete};
 use common::json::{b, s, u};
 
@@ -479,4 +479,27 @@ fn listen_and_metrics_addresses_follow_the_variable_pattern() {
     });
     r.expect_code(4);
     assert!(r.stderr.contains("addr"), "{}", r.stderr);
+}
+
+/// Durability mode on a Redis that does not refuse writes without replicas
+/// (`min-replicas-to-write` 0): every command warns at start, naming the setting; once it is
+/// set, no warning.
+#[test]
+fn durability_mode_without_min_replicas_to_write_warns() {
+    let srv = RedisServer::start();
+    let url = srv.url();
+    let status = || {
+        let mut cmd = shardstock(&["status", "--redis", &url, "--sku", "none"]);
+        cmd.env("SHARDSTOCK_STORE__WAIT_REPLICAS", "1")
+            .env("SHARDSTOCK_STORE__WAIT_TIMEOUT_MS", "50");
+        finish((cmd.spawn().unwrap(), "status, durability mode".into()))
+    };
+    let r = status();
+    assert!(
+        r.stderr.contains("min-replicas-to-write 0") && r.stderr.contains("WARN"),
+        "{r:?}"
+    );
+    srv.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    let r = status();
+    assert!(!r.stderr.contains("min-replicas-to-write"), "{r:?}");
 }
