@@ -87,7 +87,9 @@ pub enum Error {
     /// Redis refused the call before running it: the master of the segment cannot currently
     /// reach the replicas its `min-replicas-to-write` setting requires (`NOREPLICAS`; a replica
     /// is down or lagging past `min-replicas-max-lag`, or the master was just promoted and has
-    /// none yet). **Nothing was written**: unlike [`Error::NotDurable`] the outcome is known.
+    /// none yet). **Nothing was written**: unlike [`Error::NotDurable`] the outcome is known
+    /// (this error comes only in durability mode, where each call is sent once; elsewhere a
+    /// `NOREPLICAS` answer may be a re-sent call's and is [`Error::Redis`]).
     /// Only this segment is affected; a sale whose home segment lives on a healthy master goes
     /// on, taking units from healthy donors. Retry with the same request id once a replica is
     /// back.

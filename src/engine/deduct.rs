@@ -259,6 +259,8 @@ impl<S: Store> Engine<S> {
                     let reply = match store.transfer(a.at(donor), args).await {
                         // Refused before it ran: nothing debited, another donor serves.
                         Err(Error::NoReplicas(_)) => {
+                            // Other requests pass it over too until a survey sees it again.
+                            l.hints.observe(donor, 0);
                             step = m.on_refused(donor);
                             continue;
                         }
@@ -526,7 +528,9 @@ async fn survey_pass<'a, S: Store>(
             .iter()
             .flatten()
             .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));
-        if inn <= out {
+        // With a segment down its transfers are missing from the sums: another pass would
+        // see the same, for as long as the outage lasts.
+        if inn <= out || last.down.contains(&true) {
             break;
         }
     }

@@ -146,6 +146,9 @@ pub struct Machine {
     /// Segments that refused a call of this request (their master cannot replicate): no
     /// donors for the rest of it.
     down: Vec<bool>,
+    /// Some segment refused a call of this request: giving up after the last round is
+    /// "unavailable", not "insufficient" (the units may sit behind a master that flapped).
+    refused: bool,
     /// Debited for this request, not yet credited.
     credits: Vec<Credit>,
     /// The last `sell` carried [`MAX_CREDITS`] credits before they covered `need`: a short
@@ -174,6 +177,7 @@ impl Machine {
             hints,
             tried: vec![false; n],
             down: vec![false; n],
+            refused: false,
             credits: Vec::new(),
             partial: false,
             used: Vec::new(),
@@ -357,6 +361,7 @@ impl Machine {
     /// its replicas): nothing was debited; the donor is passed over for the rest of the request.
     pub fn on_refused(&mut self, donor: u32) -> Step {
         self.down[donor as usize] = true;
+        self.refused = true;
         self.tried[donor as usize] = true;
         self.next_transfer()
     }
@@ -372,6 +377,7 @@ impl Machine {
                 Look::Gone => return self.finish(Answer::Stale),
                 Look::Down => {
                     self.down[i] = true;
+                    self.refused = true;
                     down = true;
                     continue;
                 }
@@ -383,16 +389,21 @@ impl Machine {
             out = out.saturating_add(s.moved_out);
             inn = inn.saturating_add(s.moved_in);
         }
-        if down {
-            // What moved to or from a silent segment is unknown, and a drain could not reach
-            // it: gather from the segments that answered when they hold enough (the sweeper
-            // credits units in transit), else nothing can be decided now.
-            if total < self.qty || self.round > MAX_ROUNDS || self.down[self.home as usize] {
-                return self.finish(Answer::Unavailable);
-            }
-            return self.gather();
-        }
         let in_transit = out.saturating_sub(inn);
+        if down {
+            // What moved to or from a silent segment is unknown: gather from the segments that
+            // answered when they hold enough; else credit what is in transit between them (the
+            // drain passes over silent segments) and look again; else nothing can be decided
+            // now.
+            if total >= self.qty && self.round <= MAX_ROUNDS && !self.down[self.home as usize] {
+                return self.gather();
+            }
+            if in_transit > 0 && self.drains < MAX_ROUNDS && self.round <= MAX_ROUNDS {
+                self.drains += 1;
+                return Step::Drain;
+            }
+            return self.finish(Answer::Unavailable);
+        }
         if in_transit > 0 && self.drains < MAX_ROUNDS {
             // Units on their way somewhere: credit them first, then look again.
             self.drains += 1;
@@ -400,6 +411,9 @@ impl Machine {
         }
         if total == 0 && in_transit == 0 {
             return self.finish(Answer::SoldOut);
+        }
+        if self.round > MAX_ROUNDS && self.refused {
+            return self.finish(Answer::Unavailable);
         }
         if total.saturating_add(in_transit) < self.qty || self.round > MAX_ROUNDS {
             return self.finish(Answer::Insufficient { available: total });
@@ -600,6 +614,28 @@ mod tests {
         let Step::Transfer { donor: 1, .. } = m.on_survey(&[seen(0), seen(5), Look::Down]) else {
             panic!("gathers from the segment that answered")
         };
+        // A master that flaps (answers surveys, refuses transfers) until the rounds run out:
+        // "unavailable", never "insufficient" over the units it holds.
+        let mut m = Machine::new(0, 1, vec![0, 4], 100, 1);
+        m.on_sell(&SellReply::Short { stock: 0 });
+        assert_eq!(m.on_refused(1), Step::Survey);
+        m.round = MAX_ROUNDS + 1;
+        assert_eq!(
+            m.on_survey(&[seen(0), seen(4)]),
+            Step::Finish {
+                done: Vec::new(),
+                answer: Answer::Unavailable
+            }
+        );
+        // Units in transit between segments that answer are credited before giving up.
+        let mut m = Machine::new(0, 2, vec![0, 0, 0], 100, 1);
+        m.on_sell(&SellReply::Short { stock: 0 });
+        let moving = Look::Seen(Seen {
+            stock: 0,
+            moved_out: 2,
+            moved_in: 0,
+        });
+        assert_eq!(m.on_survey(&[seen(0), moving, Look::Down]), Step::Drain);
         // A segment that answers again is a donor again.
         let mut m = Machine::new(0, 1, vec![0, 4], 100, 1);
         m.on_sell(&SellReply::Short { stock: 0 });

@@ -155,6 +155,12 @@ async fn a_master_below_min_replicas_refuses_every_call_before_it_runs() {
         "{warnings:?}"
     );
     master.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    master.cli(&["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    let warnings = store.durability_warnings().await;
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("min-replicas-max-lag 0"),
+        "a lag of 0 turns the setting off: {warnings:?}"
+    );
     master.cli(&["CONFIG", "SET", "min-replicas-max-lag", "1"]);
     assert_eq!(store.durability_warnings().await, Vec::<String>::new());
     let lone = Engine::builder().per_user_limit(1).build(store).unwrap();

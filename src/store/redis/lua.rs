@@ -271,7 +271,7 @@ pub(crate) async fn run_durable<C: Call>(
     // future grows by that and is built and moved again at each layer, per request: memmove
     // took 12.7 % of the client's CPU in a coalesced sale (3.7 % boxed). One allocation per
     // call is cheaper.
-    let reply = Box::pin(eval(client, C::SCRIPT, keys, args)).await?;
+    let reply = Box::pin(eval(client, C::SCRIPT, keys, args, durable.is_some())).await?;
     let out = call.decode(reply)?;
     if let (Some(d), Some(slot)) = (durable, slot)
         && call.waits(&out)
@@ -300,26 +300,58 @@ impl Script {
 
 /// `EVALSHA`; on `NOSCRIPT`, `SCRIPT LOAD` (counted in `shardstock_script_reloads_total`) and
 /// once more. Argument errors of the scripts come back as [`Error::InvalidInput`].
+///
+/// `once` (durability mode): fred does not send the call again on a new connection after the
+/// one it went out on dropped (it would by default, up to the client's command attempts). Only
+/// then is a `NOREPLICAS` answer ([`Error::NoReplicas`]) the fate of the only run: a re-sent
+/// call refused by a master without replicas says nothing of the first send, which may have
+/// applied before its master died and was replicated to the one now refusing. Without `once`
+/// such an answer is an unknown outcome ([`Error::Redis`]). (A call re-sent after `MOVED`,
+/// `ASK`, `TRYAGAIN` or `NOSCRIPT` never ran the first time.)
 pub(crate) async fn eval(
     client: &Client,
     script: Script,
     keys: Vec<String>,
     args: Vec<Value>,
+    once: bool,
 ) -> Result<Value> {
     let fred = script.fred();
     // As fred keys/values (byte buffers taken over without copying), cloning for the NOSCRIPT
     // retry costs a reference count per argument, not a copy.
     let keys: Vec<fred::types::Key> = keys.into_iter().map(Into::into).collect();
-    let send = || client.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
-    match moving::follow(send).await {
-        Err(e) if e.details().starts_with("NOSCRIPT") => {
-            crate::metrics::script_reload(script.name());
-            fred.load(client).await.map_err(script_error)?;
-            moving::follow(send).await
+    let r = if once {
+        let options = fred::types::config::Options {
+            max_attempts: Some(1),
+            ..Default::default()
+        };
+        let c = fred::interfaces::ClientLike::with_options(client, &options);
+        let send = || c.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
+        match moving::follow(send).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                crate::metrics::script_reload(script.name());
+                fred.load(client).await.map_err(script_error)?;
+                moving::follow(send).await
+            }
+            r => r,
         }
-        r => r,
-    }
-    .map_err(script_error)
+    } else {
+        let send = || client.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
+        match moving::follow(send).await {
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                crate::metrics::script_reload(script.name());
+                fred.load(client).await.map_err(script_error)?;
+                moving::follow(send).await
+            }
+            r => r,
+        }
+    };
+    r.map_err(|e| match script_error(e) {
+        Error::NoReplicas(d) if !once => Error::Redis(fred::error::Error::new(
+            fred::error::ErrorKind::Unknown,
+            format!("NOREPLICAS {d} (perhaps a re-sent call: outcome unknown)"),
+        )),
+        e => e,
+    })
 }
 
 /// `SCRIPT LOAD`s `scripts` on `client` (otherwise done on the first `NOSCRIPT`).

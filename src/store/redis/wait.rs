@@ -77,22 +77,46 @@ pub(crate) async fn setup_warnings(client: &Client, replicas: u32) -> Vec<String
     let mut out = Vec::new();
     for node in nodes {
         let cmd = CustomCommand::new_static("CONFIG", ClusterHash::Random, false);
-        let args = vec!["GET", "min-replicas-to-write"];
+        let args = vec!["GET", "min-replicas-to-write", "min-replicas-max-lag"];
         let got: std::result::Result<Vec<String>, fred::error::Error> = match &node {
             Some(n) => client.with_cluster_node(n.clone()).custom(cmd, args).await,
             None => client.custom(cmd, args).await,
         };
         let name = node.map_or_else(|| "the Redis server".to_string(), |n| format!("node {n}"));
-        match got.as_deref() {
-            Ok([_, v]) if v.parse::<u32>().is_ok_and(|v| v >= replicas) => {}
-            Ok([_, v]) => out.push(format!(
-                "durability mode waits for {replicas} replica(s) but {name} has                  min-replicas-to-write {v}: a master that lost its replicas (or a replica                  promoted without one) runs each call, then answers not_durable after                  store.wait_timeout_ms; set min-replicas-to-write {replicas} and                  min-replicas-max-lag on every node, replicas included, so it refuses at once                  with nothing written (docs/operations.md)"
-            )),
-            Ok(other) => out.push(format!(
-                "durability mode: {name} answered CONFIG GET min-replicas-to-write with {other:?}"
-            )),
+        let setting = |pairs: &[String], key: &str| -> Option<u64> {
+            pairs
+                .chunks(2)
+                .find(|p| p[0] == key)
+                .and_then(|p| p.get(1)?.parse().ok())
+        };
+        let hint = format!(
+            "set min-replicas-to-write {replicas} and min-replicas-max-lag (e.g. 2) on every \
+             node, replicas included, so a master without its replicas refuses at once with \
+             nothing written (docs/operations.md)"
+        );
+        match got {
+            Ok(pairs) => {
+                let (to_write, max_lag) = (
+                    setting(&pairs, "min-replicas-to-write"),
+                    setting(&pairs, "min-replicas-max-lag"),
+                );
+                if to_write.is_none_or(|v| v < u64::from(replicas)) {
+                    out.push(format!(
+                        "durability mode waits for {replicas} replica(s) but {name} has \
+                         min-replicas-to-write {}: a master that lost its replicas (or a \
+                         replica promoted without one) runs each call, then answers \
+                         not_durable after store.wait_timeout_ms; {hint}",
+                        to_write.map_or("(unknown)".to_string(), |v| v.to_string())
+                    ));
+                } else if max_lag == Some(0) {
+                    out.push(format!(
+                        "durability mode: {name} has min-replicas-max-lag 0, which turns \
+                         min-replicas-to-write off; {hint}"
+                    ));
+                }
+            }
             Err(e) => out.push(format!(
-                "durability mode: cannot check min-replicas-to-write on {name} ({e}); make sure                  it is at least {replicas} on every node (docs/operations.md)"
+                "durability mode: cannot check min-replicas-to-write on {name} ({e}); {hint}"
             )),
         }
     }
