@@ -57,6 +57,7 @@ mod orders_postgres;
 mod orders_processes;
 mod reconnect;
 mod redlock;
+mod refusals;
 mod reservations;
 mod safety;
 #[cfg(feature = "cli")]

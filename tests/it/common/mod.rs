@@ -46,6 +46,7 @@ pub mod process;
 pub mod prometheus;
 pub mod proxy;
 pub mod redis_server;
+pub mod refusing;
 pub mod serve_process;
 pub mod tls;
 
