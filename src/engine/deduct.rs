@@ -41,15 +41,13 @@ pub(super) enum Flow {
     Done(Deduction),
     /// The layout changed under us: read it again and start over.
     Stale,
-    /// Refused: the request id belongs to another request (qty or kind differ). This request
-    /// can never apply under this id; the error is the answer.
+    /// Refused: the error is the answer. The request id belongs to another request (qty or
+    /// kind differ: it can never apply under this id), or nothing could be decided now (a
+    /// lock lost; segments whose masters cannot replicate): the same request may apply later.
     Refused(Error),
-    /// Nothing was decided now (segments refused: their masters cannot replicate); the error
-    /// is the answer, and the same request may apply later.
-    Unavailable(Error),
 }
 
-pub(super) use Flow::{Done, Refused, Stale, Unavailable};
+pub(super) use Flow::{Done, Refused, Stale};
 
 impl<S: Store> Engine<S> {
     /// Layer 1, metrics: runs the request (a sale or a reservation) and records its outcome,
@@ -94,7 +92,7 @@ impl<S: Store> Engine<S> {
                     self.maybe_gauges(&layout);
                     return Ok((d, layout.generation));
                 }
-                Refused(e) | Unavailable(e) => return Err(e),
+                Refused(e) => return Err(e),
                 Stale => self.forget(&layout),
             }
         }
@@ -332,8 +330,8 @@ impl<S: Store> Engine<S> {
                 "segment {} of {}",
                 a.home, a.req.sku
             ))),
-            // Not a refusal of the request id: the request may apply once the segments answer.
-            Answer::Unavailable => Unavailable(Error::NoReplicas(format!(
+            // The request may apply once the segments answer.
+            Answer::Unavailable => Refused(Error::NoReplicas(format!(
                 "units of {} may remain at segments whose masters cannot reach their replicas",
                 a.req.sku
             ))),

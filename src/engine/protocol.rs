@@ -390,24 +390,20 @@ impl Machine {
             inn = inn.saturating_add(s.moved_in);
         }
         let in_transit = out.saturating_sub(inn);
-        if down {
-            // What moved to or from a silent segment is unknown: gather from the segments that
-            // answered when they hold enough; else credit what is in transit between them (the
-            // drain passes over silent segments) and look again; else nothing can be decided
-            // now.
-            if total >= self.qty && self.round <= MAX_ROUNDS && !self.down[self.home as usize] {
-                return self.gather();
-            }
-            if in_transit > 0 && self.drains < MAX_ROUNDS && self.round <= MAX_ROUNDS {
-                self.drains += 1;
-                return Step::Drain;
-            }
-            return self.finish(Answer::Unavailable);
+        // With a segment silent, what moved to or from it is unknown: gather from the segments
+        // that answered when they hold enough.
+        if down && total >= self.qty && self.round <= MAX_ROUNDS && !self.down[self.home as usize] {
+            return self.gather();
         }
         if in_transit > 0 && self.drains < MAX_ROUNDS {
-            // Units on their way somewhere: credit them first, then look again.
+            // Units on their way somewhere: credit them first (a drain passes over silent
+            // segments), then look again.
             self.drains += 1;
             return Step::Drain;
+        }
+        if down {
+            // Not enough where segments answer: nothing can be decided now.
+            return self.finish(Answer::Unavailable);
         }
         if total == 0 && in_transit == 0 {
             return self.finish(Answer::SoldOut);

@@ -31,6 +31,31 @@ fn wait_in_sync(replica: &RedisServer) {
     }
 }
 
+/// A master with one replica in sync.
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_in_sync(&replica);
+    (master, replica)
+}
+
+/// A store on `master` in durability mode: one replica, `WAIT` up to `wait`.
+async fn durable_store(
+    master: &RedisServer,
+    prefix: &str,
+    coalescing: Option<Coalescing>,
+    wait: Duration,
+) -> RedisStore {
+    store_builder(master, prefix)
+        .coalescing(coalescing)
+        .wait_replicas(1)
+        .wait_timeout(wait)
+        .connect()
+        .await
+        .unwrap()
+}
+
 fn units(parts: &[shardstock::Part]) -> u64 {
     parts.iter().map(|p| p.units).sum()
 }
@@ -41,21 +66,14 @@ fn units(parts: &[shardstock::Part]) -> u64 {
 /// the master made, and the audit counts each sale once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_the_replica_did_not_acknowledge_is_a_typed_retryable_error() {
-    let master = RedisServer::start();
-    let port = master.port.to_string();
-    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_in_sync(&replica);
+    let (master, mut replica) = master_and_replica();
     let engine = |prefix: &'static str, coalescing: Option<Coalescing>| {
-        let builder = store_builder(&master, prefix);
+        let store = durable_store(&master, prefix, coalescing, Duration::from_millis(300));
         async move {
-            let store = builder
-                .coalescing(coalescing)
-                .wait_replicas(1)
-                .wait_timeout(Duration::from_millis(300))
-                .connect()
-                .await
-                .unwrap();
-            Engine::builder().per_user_limit(0).build(store).unwrap()
+            Engine::builder()
+                .per_user_limit(0)
+                .build(store.await)
+                .unwrap()
         }
     };
     let lone = engine("lone", None).await;
@@ -131,21 +149,9 @@ async fn a_write_the_replica_did_not_acknowledge_is_a_typed_retryable_error() {
 /// back, the refused request id sells once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_below_min_replicas_refuses_every_call_before_it_runs() {
-    let master = RedisServer::start();
-    let port = master.port.to_string();
-    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_in_sync(&replica);
+    let (master, mut replica) = master_and_replica();
     let connect = |prefix: &'static str, coalescing: Option<Coalescing>| {
-        let builder = store_builder(&master, prefix);
-        async move {
-            builder
-                .coalescing(coalescing)
-                .wait_replicas(1)
-                .wait_timeout(Duration::from_secs(2))
-                .connect()
-                .await
-                .unwrap()
-        }
+        durable_store(&master, prefix, coalescing, Duration::from_secs(2))
     };
     // Not set up yet: the store says what is missing.
     let store = connect("nr", None).await;
@@ -459,10 +465,7 @@ async fn acknowledged_sales_survive_a_kill_9_failover_in_durability_mode() {
 /// replica is back, the same retry replays the sale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_read_from_the_record_waits_for_the_replica_too() {
-    let master = RedisServer::start();
-    let port = master.port.to_string();
-    let mut replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    wait_in_sync(&replica);
+    let (master, mut replica) = master_and_replica();
     let store = store_builder(&master, "rec")
         .pool_size(1)
         .wait_replicas(1)

@@ -22,7 +22,7 @@
 //! connection errors, `NotDurable`) in that window, refusals, acknowledged sales lost.
 
 use crate::common;
-use crate::nemesis_cluster::{MIN_REPLICAS, SERIAL};
+use crate::nemesis_cluster::MIN_REPLICAS;
 
 use common::cluster::RedisCluster;
 use common::history::workload::{ms, now_us};
@@ -300,13 +300,7 @@ async fn run(durable: bool) -> Figures {
 }
 
 fn run_mode(durable: bool) -> Figures {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(run(durable))
+    common::cluster::one_sale_at_a_time(run(durable))
 }
 
 /// Durability mode on: the sale goes on through the kill — 40,000 requests in well under

@@ -75,10 +75,6 @@ pub(crate) const MIN_REPLICAS: &[&str] = &[
     "2",
 ];
 
-/// One cluster at a time: the two modes would share two cores, and a starved node misses its
-/// cluster heartbeats.
-pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
-
 fn builder() -> EngineBuilder {
     Engine::builder()
         .per_user_limit(LIMIT)
@@ -754,13 +750,7 @@ async fn run(durable: bool) -> Outcome {
 }
 
 fn run_mode(durable: bool) -> Outcome {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(run(durable))
+    common::cluster::one_sale_at_a_time(run(durable))
 }
 
 /// Durability mode on: three `kill -9` failovers during the sale, not one anomaly — every

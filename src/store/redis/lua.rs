@@ -325,33 +325,41 @@ pub(crate) async fn eval(
             ..Default::default()
         };
         let c = fred::interfaces::ClientLike::with_options(client, &options);
-        let send = || c.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
-        match moving::follow(send).await {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                crate::metrics::script_reload(script.name());
-                fred.load(client).await.map_err(script_error)?;
-                moving::follow(send).await
-            }
-            r => r,
-        }
+        reloading(client, script, || {
+            c.evalsha(fred.sha1().clone(), keys.clone(), args.clone())
+        })
+        .await
     } else {
-        let send = || client.evalsha(fred.sha1().clone(), keys.clone(), args.clone());
-        match moving::follow(send).await {
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                crate::metrics::script_reload(script.name());
-                fred.load(client).await.map_err(script_error)?;
-                moving::follow(send).await
-            }
-            r => r,
-        }
+        reloading(client, script, || {
+            client.evalsha(fred.sha1().clone(), keys.clone(), args.clone())
+        })
+        .await
     };
-    r.map_err(|e| match script_error(e) {
+    r.map_err(|e| match e {
         Error::NoReplicas(d) if !once => Error::Redis(fred::error::Error::new(
             fred::error::ErrorKind::Unknown,
             format!("NOREPLICAS {d} (perhaps a re-sent call: outcome unknown)"),
         )),
         e => e,
     })
+}
+
+/// `send` (an `EVALSHA` of `script`), following slot moves; on `NOSCRIPT`, `SCRIPT LOAD` on
+/// `client` and `send` once more.
+async fn reloading<F, Fut>(client: &Client, script: Script, mut send: F) -> Result<Value>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<Value, fred::error::Error>>,
+{
+    match moving::follow(&mut send).await {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            crate::metrics::script_reload(script.name());
+            script.fred().load(client).await.map_err(script_error)?;
+            moving::follow(send).await
+        }
+        r => r,
+    }
+    .map_err(script_error)
 }
 
 /// `SCRIPT LOAD`s `scripts` on `client` (otherwise done on the first `NOSCRIPT`).

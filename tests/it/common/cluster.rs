@@ -13,6 +13,22 @@ use std::time::{Duration, Instant};
 
 use super::redis_server::{RedisServer, redis_cli};
 
+/// One cluster sale at a time across the suites that kill masters mid-sale: two at once would
+/// share two cores, and a starved node misses its cluster heartbeats.
+static ONE_SALE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `sale` (which starts its own cluster) on a 4-thread runtime of its own, after any
+/// other such sale has ended.
+pub fn one_sale_at_a_time<T>(sale: impl std::future::Future<Output = T>) -> T {
+    let _one = ONE_SALE.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(sale)
+}
+
 /// A running cluster; `nodes[..masters]` were created as masters, the rest as their replicas
 /// (roles change after a failover: ask the nodes, not this order).
 pub struct RedisCluster {

@@ -46,13 +46,23 @@ impl<S: Store> Refusing<S> {
         *self.refused.lock().unwrap()
     }
 
-    fn gate(&self, seg: &SegAddr<'_>) -> Result<()> {
-        if self.down.lock().unwrap().contains(&seg.index) {
+    /// `call` at segment `index`, unless it refuses: then `NoReplicas` and `call` never runs.
+    fn gated<T>(
+        &self,
+        index: u32,
+        call: impl Future<Output = Result<T>> + Send,
+    ) -> impl Future<Output = Result<T>> + Send {
+        let gate = self.gate(index);
+        async move {
+            gate?;
+            call.await
+        }
+    }
+
+    fn gate(&self, index: u32) -> Result<()> {
+        if self.down.lock().unwrap().contains(&index) {
             *self.refused.lock().unwrap() += 1;
-            return Err(Error::NoReplicas(format!(
-                "segment {} refused (test)",
-                seg.index
-            )));
+            return Err(Error::NoReplicas(format!("segment {index} refused (test)")));
         }
         Ok(())
     }
@@ -85,12 +95,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         seg: SegAddr<'_>,
         load: SegmentLoad,
     ) -> impl Future<Output = Result<bool>> + Send {
-        let gate = self.gate(&seg);
-        let f = self.inner.load_segment(seg, load);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(seg.index, self.inner.load_segment(seg, load))
     }
 
     fn drop_segment(
@@ -98,12 +103,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         seg: SegAddr<'_>,
         replaces: u64,
     ) -> impl Future<Output = Result<()>> + Send {
-        let gate = self.gate(&seg);
-        let f = self.inner.drop_segment(seg, replaces);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(seg.index, self.inner.drop_segment(seg, replaces))
     }
 
     fn load_commit(&self, sku: &Sku, generation: u64) -> impl Future<Output = Result<bool>> + Send {
@@ -123,12 +123,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         home: SegAddr<'_>,
         req: SellArgs<'_>,
     ) -> impl Future<Output = Result<SellReply>> + Send {
-        let gate = self.gate(&home);
-        let f = self.inner.sell(home, req);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(home.index, self.inner.sell(home, req))
     }
 
     fn transfer(
@@ -136,12 +131,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         donor: SegAddr<'_>,
         t: TransferArgs,
     ) -> impl Future<Output = Result<TransferReply>> + Send {
-        let gate = self.gate(&donor);
-        let f = self.inner.transfer(donor, t);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(donor.index, self.inner.transfer(donor, t))
     }
 
     fn transfer_done(
@@ -149,12 +139,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         donor: SegAddr<'_>,
         id: TransferId,
     ) -> impl Future<Output = Result<()>> + Send {
-        let gate = self.gate(&donor);
-        let f = self.inner.transfer_done(donor, id);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(donor.index, self.inner.transfer_done(donor, id))
     }
 
     fn transfers_due(
@@ -162,12 +147,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         donor: SegAddr<'_>,
         max: usize,
     ) -> impl Future<Output = Result<Vec<DueTransfer>>> + Send {
-        let gate = self.gate(&donor);
-        let f = self.inner.transfers_due(donor, max);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(donor.index, self.inner.transfers_due(donor, max))
     }
 
     fn restock(
@@ -178,12 +158,10 @@ impl<S: Store + Clone> Store for Refusing<S> {
         total: u64,
         ttl_ms: u64,
     ) -> impl Future<Output = Result<RestockReply>> + Send {
-        let gate = self.gate(&seg);
-        let f = self.inner.restock(seg, request_id, qty, total, ttl_ms);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(
+            seg.index,
+            self.inner.restock(seg, request_id, qty, total, ttl_ms),
+        )
     }
 
     fn reserve_end(
@@ -193,12 +171,10 @@ impl<S: Store + Clone> Store for Refusing<S> {
         request_id: &RequestId,
         action: ReservationAction,
     ) -> impl Future<Output = Result<ReserveEnd>> + Send {
-        let gate = self.gate(&home);
-        let f = self.inner.reserve_end(home, user, request_id, action);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(
+            home.index,
+            self.inner.reserve_end(home, user, request_id, action),
+        )
     }
 
     fn survey(
@@ -206,12 +182,7 @@ impl<S: Store + Clone> Store for Refusing<S> {
         seg: SegAddr<'_>,
         detail: bool,
     ) -> impl Future<Output = Result<Option<Survey>>> + Send {
-        let gate = self.gate(&seg);
-        let f = self.inner.survey(seg, detail);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(seg.index, self.inner.survey(seg, detail))
     }
 
     fn record(
@@ -220,11 +191,6 @@ impl<S: Store + Clone> Store for Refusing<S> {
         user: &UserId,
         request_id: &RequestId,
     ) -> impl Future<Output = Result<Option<HomeRecord>>> + Send {
-        let gate = self.gate(&home);
-        let f = self.inner.record(home, user, request_id);
-        async move {
-            gate?;
-            f.await
-        }
+        self.gated(home.index, self.inner.record(home, user, request_id))
     }
 }
