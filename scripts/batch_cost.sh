@@ -94,6 +94,7 @@ PY
 }
 desc() {
   case $1 in
+    runs) echo "prelude + sell.lua, runs of one spec: two arguments per request" ;;
     spec) echo "prelude + sell.lua, three arguments per request" ;;
     sell) echo "prelude + sell.lua, five arguments and a ledger key per request" ;;
     *) echo "prelude + deduct_core + deduct_batch.lua" ;;
@@ -107,10 +108,8 @@ done
 # LADDER=1: where the tree's call spends its time — the real script cut short after each of its
 # steps (everything up to the step's first line, then `return '1'`), cumulative, same calls.
 if [ "${LADDER:-0}" = 1 ]; then
-  cuts=("local v = redis.call('HMGET', KEYS[1]" "-- The ledgers the requests need" "-- Decide each request"
-    "-- Counters once, then the records" "-- The writes each applied request needs beyond its ledger")
-  labels=("arguments split and checked" "+ segment read, credits, reclaim" "+ ledgers read (HMGET) and parsed"
-    "+ every request decided" "+ counters and ledgers written")
+  cuts=("${SELL_CUTS[@]}")
+  labels=("${SELL_STEPS[@]}")
   for k in "${!cuts[@]}"; do
     awk -v pat="${cuts[$k]}" 'index($0, pat) == 1 { found = 1; exit } { print } END { exit !found }' \
       "$DIR/tree.lua" > "$DIR/cut.lua" || { echo "step marker not in sell.lua: ${cuts[$k]}" >&2; exit 1; }

@@ -50,7 +50,7 @@ CLI=(redis-cli -p "$PORT")
 SEG='fc:{fc#0}:seg'
 
 sell_compose "$ROOT" "$DIR/sell.lua"
-[ "$SELL_KIND" = spec ] || { echo "sell.lua's contract is not the one this script sends" >&2; exit 1; }
+[ "$SELL_KIND" = runs ] || { echo "sell.lua's contract is not the one this script sends" >&2; exit 1; }
 sell_load_lua "$ROOT" "$DIR/load.lua"
 HF=$(sell_home_fn "$ROOT")
 {
@@ -83,7 +83,7 @@ run() {
   local label=$1 n=$2 probe=$3 calls; shift 3
   if [ "$CALLGRIND" = 1 ]; then calls=${CALLS:-$((2000 / n > 200 ? 2000 / n : 200))}
   else calls=${CALLS:-$((30000 / n > 3000 ? 30000 / n : 3000))}; fi
-  sell_keys_args "$SEG" "$HF" "$n" 600000 spec
+  sell_keys_args "$SEG" "$HF" "$n" 600000 runs
   "${CLI[@]}" FLUSHALL >/dev/null; load_seg
   if [ "$probe" = 1 ]; then
     local r
@@ -139,10 +139,8 @@ for _ in $(seq "$ROUNDS"); do
 done
 # LADDER=1 (callgrind): the EVALSHA script cut after each of sell.lua's steps, cumulative.
 if [ "$CALLGRIND" = 1 ] && [ "${LADDER:-0}" = 1 ]; then
-  cuts=("local v = redis.call('HMGET', KEYS[1]" "-- The ledgers the requests need" "-- Decide each request"
-    "-- Counters once, then the records" "-- The writes each applied request needs beyond its ledger")
-  labels=("+ arguments checked" "+ segment read, credits, reclaim" "+ ledgers read (HMGET)"
-    "+ every request decided" "+ counters and ledgers written")
+  cuts=("${SELL_CUTS[@]}")
+  labels=("${SELL_STEPS[@]}")
   for n in $NS; do
     run "EVALSHA return '1'" "$n" 0 EVALSHA "$SHA_NOP"
     run "prelude" "$n" 0 EVALSHA "$SHA_PNOP"

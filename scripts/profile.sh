@@ -2,12 +2,11 @@
 # Where does the time of a deduction (a sale) go? Measurements, printed as a Markdown report on
 # stdout (progress goes to stderr). Not part of CI: run it by hand.
 #
-# 1. Lua cost ladder: cumulative variants of the selling script (sell.lua, a lone request: a
-#    batch of one), each driven by redis-benchmark (EVALSHA, 50 clients, -P 64, a random user and
-#    request id per call) against a private redis-server; the time per call inside Redis comes
-#    from INFO commandstats (CONFIG RESETSTAT before each variant), the inner commands' figures
-#    and the residual (Lua interpreter + script call) too. One variant passes pre-formatted
-#    strings instead of Lua numbers to redis.call.
+# 1. Lua cost ladder: variants of the selling script (sell.lua, a lone request: a batch of one),
+#    each driven by redis-benchmark (EVALSHA, 50 clients, -P 64, a random user and request id
+#    per call) against a private redis-server; the time per call inside Redis comes from INFO
+#    commandstats (CONFIG RESETSTAT before each variant), the inner commands' figures and the
+#    residual (Lua interpreter + script call) too.
 # 2. perf profile of redis-server while the real selling script runs, in buckets (keyspace dict,
 #    number formatting, malloc, Lua VM, kernel, other) plus the top symbols.
 # 3. perf profile of the client: `shardstock sim` against that redis (strategy lua), and the
@@ -15,23 +14,19 @@
 #    crate/module, top symbols, a per-deduction cost breakdown from the call chains (DWARF
 #    unwinding, inlined frames included) and a timeline check for stalls (records-map rehash).
 #
-# Steps 1-5 of the ladder are written here, as one inline single-request path of sell.lua's
-# shape for a sale without a per-user limit (segment read, ledger read, clock, counters and
-# record written), on top of the measured ref's own prelude.lua and the argument validation
-# block copied verbatim from its sell.lua (everything before its segment read: credits, n, key
-# names, the requests parsed under pcall); step 6 is the real script as the build composes it
-# (prelude.lua + sell.lua). If 6 drifts far from 5, the script changed shape: update the steps.
-# Fresh buyers: the request line carries redis-benchmark's __rand_int__ as user and request id
-# (scripts/lib/sell_bench.sh); the segment is written by the real load_segment.lua. The
-# coalesced call's cost, step by step inside the real script, is scripts/batch_cost.sh's
-# LADDER=1.
+# The ladder's rows: the call alone (`return 1`), the prelude, the bare check-and-decrement,
+# and the real script (prelude.lua + sell.lua as the build composes it). Where the real
+# script's own instructions go, step by step, is scripts/fcall_cost.sh's LADDER=1 (callgrind:
+# the script cut after each step; repeatable to < 1 %), for batches of any size.
+# Fresh buyers: the request carries redis-benchmark's __rand_int__ as user and request id
+# (scripts/lib/sell_bench.sh); the segment is written by the real load_segment.lua.
 #
 # Which code: SRC_REF=HEAD (default) exports that commit with `git archive` into
 # target/profile/src-<sha> and builds/reads the Lua scripts from there, so edits in progress in
 # the working tree neither break nor skew the run. SRC_REF=worktree uses the working tree as it
 # is. The binary is built with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only into
 # CARGO_TARGET_DIR=target/profile (never the main target dir). The ladder needs sell.lua at
-# SRC_REF; an older commit's script can still be measured as the "6b" row (LADDER_BASE_REF).
+# SRC_REF; an older commit's script can still be measured as the "2b" row (LADDER_BASE_REF).
 #
 # Usage: scripts/profile.sh > report.md
 #   QUICK=1         smaller counts, shorter perf windows (about a minute after the build)
@@ -42,7 +37,7 @@
 #   PROFILE_BIN=<path>  use that binary as it is (no build; e.g. target/release/shardstock when it
 #                   is fresh: it has symbols but no line tables, so the client's call chains lose
 #                   inlined frames and attribute more to their callers)
-#   LADDER_BASE_REF=<ref>  also measure the real selling script of that commit (a "6b" row):
+#   LADDER_BASE_REF=<ref>  also measure the real selling script of that commit (a "2b" row):
 #                   prelude + sell.lua, or, for a commit from before sell.lua, prelude +
 #                   deduct_core.lua + deduct.lua with that script's own KEYS/ARGV
 #   KEEP=1          keep the temporary directory (perf data, sim JSON) and print its path
@@ -143,9 +138,8 @@ URL="redis://127.0.0.1:$PORT"
 PRELUDE="$SRC/src/scripts/prelude.lua"
 SELL="$SRC/src/scripts/sell.lua"
 [ -f "$SELL" ] || { echo "$SELL missing: the ladder is written for sell.lua (SRC_REF=$SRC_REF predates it; measure an older script with LADDER_BASE_REF)" >&2; exit 1; }
-SHIM="$ROOT/scripts/lib/fresh_user.lua"
 HF=$(sell_home_fn "$SRC")
-# The real script, composed like the build does, with the fresh-user shim after the prelude.
+# The real script, composed like the build does.
 sell_compose "$SRC" "$DIR/real.lua"
 REAL_DESC="prelude.lua + sell.lua"
 sell_load_lua "$SRC" "$DIR/load.lua"
@@ -163,65 +157,6 @@ if [ -n "$LADDER_BASE_REF" ]; then
     BASE_DESC="prelude.lua + deduct_core.lua + deduct.lua, its own KEYS/ARGV"
   fi
 fi
-# sell.lua's own strict argument validation block, verbatim: from its first line of code to its
-# segment read (it defines gen, hf, index, fence, credits, n, the key names, and `rs`, `out`: the
-# requests parsed, the replies of refused ones).
-VALIDATION=$(awk '/^local gen = ARGV\[1\]/{on=1} /^local v = redis.call\(.HMGET., KEYS\[1\]/{on=0} on' "$SELL")
-grep -q 'parse(' <<<"$VALIDATION" || { echo "cannot find the argument validation block in $SELL" >&2; exit 1; }
-
-# After the validation: the segment read as sell.lua does it (stale / lock_lost refuse), open().
-LUA_SEGMENT=$(cat <<'LUA'
-local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence')
-if not v[1] or v[1] ~= gen or v[7] ~= hf then return { { 'stale' } } end
-if fence ~= '0' and (v[9] or '0') ~= fence then return { { 'lock_lost' } } end
-local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out' }, v)
-local lim = st.lim
-local ob = outbox(KEYS[1], KEYS[4], st.out)
-outbox_ready(ob)
-local r = rs[1]
-if not r then return out end
-LUA
-)
-# The request's record in its user's ledger (absent for a fresh buyer) and the decisions.
-LUA_LEDGER=$(cat <<'LUA'
-local f = '=' .. r.rid
-local lk = gbase .. ':u:' .. r.u
-local rec = redis.call('HGET', lk, f)
-if rec then
-  local s, q, u = rec_parse(rec)
-  if s and live(u, u ~= 0 and clock(st) or 0) then
-    if q ~= r.qty then return { { 'mismatch', 'qty' } } end
-    if (s == 'A') ~= (r.resv == 0) then return { { 'mismatch', 'kind' } } end
-    return { { 'replay' } }
-  end
-end
-if lim > 0 and r.qty > lim then return { { 'limit', lim, 0, 0 } } end
-LUA
-)
-# The record's lifetime: a sale without a limit reads the server clock (TIME).
-LUA_CLOCK=$(cat <<'LUA'
-local untl = clock(st) + r.ttl
-local val = 'A:' .. r.q .. ':' .. int(untl) .. ':0'
-LUA
-)
-lua_sell_tail() { # $1 = writes (0/1), $2 = strings (0/1)
-  echo "if st.stock < r.qty then return { { 'short', st.stock } } end"
-  if [ "$1" = 1 ]; then
-    local stock='st.stock' sold='st.sold' untl='untl'
-    [ "$2" = 1 ] && { stock='int(st.stock)'; sold='int(st.sold)'; untl='int(untl)'; }
-    echo "st.stock = st.stock - r.qty"
-    echo "st.sold = st.sold + r.qty"
-    echo "redis.call('HSET', KEYS[1], 'stock', $stock, 'sold', $sold)"
-    echo "local had = redis.call('HLEN', lk)"
-    echo "redis.call('HSET', lk, f, val)"
-    echo "if had == 0 then redis.call('PEXPIREAT', lk, $untl)"
-    echo "else redis.call('PEXPIREAT', lk, $untl, 'GT') end"
-    echo "return { st.stock }"
-  else
-    echo "redis.call('HINCRBY', KEYS[1], 'stock', -r.qty)"
-    echo "return { st.stock - r.qty }"
-  fi
-}
 make_variant() { # $1 = id
   case $1 in
     v0) echo "return 1" ;;
@@ -237,38 +172,20 @@ end
 return { { 'short', stock } }
 LUA
       ;;
-    v2 | v3 | v4 | v5 | v5s)
-      cat "$PRELUDE"
-      [ "$SELL_KIND" = sell ] && cat "$SHIM"
-      echo "$VALIDATION"
-      echo "$LUA_SEGMENT"
-      case $1 in v3 | v4 | v5 | v5s) echo "$LUA_LEDGER" ;; esac
-      case $1 in v4 | v5 | v5s) echo "$LUA_CLOCK" ;; esac
-      case $1 in
-        v2 | v3 | v4) lua_sell_tail 0 0 ;;
-        v5) lua_sell_tail 1 0 ;;
-        v5s) lua_sell_tail 1 1 ;;
-      esac
-      ;;
     v6) cat "$DIR/real.lua" ;;
     base) cat "$DIR/base-src.lua" ;;
   esac
 }
-VARIANTS=(v0 v0p v1 v2 v3 v4 v5 v5s v6)
+VARIANTS=(v0 v0p v1 v6)
 [ -n "$LADDER_BASE_REF" ] && VARIANTS+=(base)
 declare -A VDESC=(
   [v0]="\`return 1\` (EVALSHA with the same keys and args as the real script)"
   [v0p]="prelude.lua prepended (its local functions are created on every call), then \`return 1\`"
   [v1]="bare check-and-decrement: HGET stock, HINCRBY stock -1 (no prelude)"
-  [v2]="+ prelude + sell.lua's strict argument validation (the request line split and checked under pcall) + the segment read (HMGET of 9 fields, generation/hf/fence checks, open)"
-  [v3]="+ the ledger read (HGET of the request's record in the buyer's ledger, absent) + replay/mismatch/limit checks"
-  [v4]="+ clock() (TIME) for the record's lifetime, the record text built"
-  [v5]="+ the writes: HSET stock and sold, HLEN ledger, HSET record, PEXPIREAT ledger (the real script's commands, inline; Lua numbers passed)"
-  [v5s]="as (5), but every number passed to redis.call pre-formatted as a string (int(), as the real script does)"
   [v6]="the real script: $REAL_DESC"
   [base]="the real script at ${BASE_SHA:-?} (LADDER_BASE_REF=$LADDER_BASE_REF): ${BASE_DESC:-?}"
 )
-declare -A VSTEP=([v0]=0 [v0p]=0p [v1]=1 [v2]=2 [v3]=3 [v4]=4 [v5]=5 [v5s]=5s [v6]=6 [base]=6b)
+declare -A VSTEP=([v0]=0 [v0p]=0p [v1]=1 [v6]=2 [base]=2b)
 for v in "${VARIANTS[@]}"; do make_variant "$v" > "$DIR/$v.lua"; done
 
 SEG='prof:{prof#0}:seg'
@@ -287,7 +204,9 @@ variant_call() {
   if [ "$1" = base ] && [ "$BASE_KIND" = deduct ]; then
     CALL=("${DEDUCT_CALL[@]}"); KIND=deduct; LOAD=; VHF=
   elif [ "$1" = base ]; then
-    CALL=("${SELL_CALL[@]}"); KIND=sell; LOAD="$DIR/base-load.lua"; VHF=$BASE_HF
+    # That commit's own contract (runs, spec or sell).
+    sell_keys_args "$SEG" "$BASE_HF" 1 600000 "$BASE_KIND"
+    CALL=("${#SELL_KEYS[@]}" "${SELL_KEYS[@]}" "${SELL_ARGS[@]}"); KIND=sell; LOAD="$DIR/base-load.lua"; VHF=$BASE_HF
   else
     CALL=("${SELL_CALL[@]}"); KIND=sell; LOAD="$DIR/load.lua"; VHF=$HF
   fi
@@ -733,13 +652,9 @@ for v in ORDER:
                / r["cmds"]["evalsha"]["calls"] for r in ok])
     rps = med([r["rps"] for r in ok])
     summary[v] = (upc, inn)
-    d = "" if prev is None or v in ("v5s",) else f"{upc - prev:+.2f}"
-    if v == "v5s":
-        d = f"{upc - summary['v5'][0]:+.2f} vs (5)" if "v5" in summary else ""
-    if v in ("v6", "base"):
-        d = f"{upc - summary['v5'][0]:+.2f} vs (5)" if "v5" in summary else d
+    d = "" if prev is None else f"{upc - prev:+.2f}"
     print(f"| {STEP[v]} | {VDESC[v]} | **{upc:.2f}** | {d} | {inn:.2f} | {upc - inn:.2f} | {rps:,.0f} |")
-    if v not in ("v0p", "v5s", "v6", "base"):  # (0p) and (1) are both measured against (0)
+    if v not in ("v0p", "v6", "base"):  # (0p), (1) and (2) are measured against (0)
         prev = upc
 print()
 if len(ORDER) and all(len(by.get(v, [])) > 1 for v in ORDER):
@@ -751,7 +666,7 @@ real = [r for r in by.get("v6", []) if "error" not in r]
 if real:
     r = real[len(real) // 2]
     n = r["cmds"]["evalsha"]["calls"]
-    print(f"Inner commands of the real script (step 6, one round, {n:,} EVALSHA calls):\n")
+    print(f"Inner commands of the real script (step 2, one round, {n:,} EVALSHA calls):\n")
     print("| command | calls per EVALSHA | µs per call | µs per EVALSHA |")
     print("|---|---:|---:|---:|")
     tot = 0.0

@@ -3,8 +3,11 @@
 #
 # Every sale is decided by src/scripts/sell.lua (prelude.lua prepended, as
 # src/store/redis/lua.rs composes it; a lone request is a batch of one). Its contract has had
-# three forms, each named by a kind scripts compare across git refs with:
-#   spec    (today) KEYS segment, reservations, credits, outbox, limited ledgers; three ARGV per request: user,
+# four forms, each named by a kind scripts compare across git refs with:
+#   runs    (today) KEYS as `spec`; the requests as runs of one spec: the spec, the run's length
+#           m, its m users, then their m request ids. N fresh requests are one run
+#           `1:0:<ttl> N u__rand_int__ … r__rand_int__ …`.
+#   spec    KEYS segment, reservations, credits, outbox, limited ledgers; three ARGV per request: user,
 #           request id, `<qty>:<resv_ttl_ms>:<ttl_ms>`; one string as the reply. A fresh request
 #           per call: `u__rand_int__ r__rand_int__ 1:0:<ttl>` (each __rand_int__ gets its own
 #           random number: a new buyer, a new request id).
@@ -26,16 +29,18 @@ sell_home_fn() {
   echo "${v:-1}"
 }
 
-# sell_kind FILE: the contract of the sell.lua in FILE (spec or sell).
+# sell_kind FILE: the contract of the sell.lua in FILE (runs, spec or sell).
 sell_kind() {
-  if grep -q 'request j: user, request id, spec' "$1"; then echo spec; else echo sell; fi
+  if grep -q 'as runs of one spec' "$1"; then echo runs
+  elif grep -q 'request j: user, request id, spec' "$1"; then echo spec
+  else echo sell; fi
 }
 
 # sell_compose DIR OUT: prelude (+ the fresh_user shim for the `sell` contract) + sell.lua from
 # the source tree DIR into OUT; sets SELL_KIND to its contract.
 sell_compose() {
   SELL_KIND=$(sell_kind "$1/src/scripts/sell.lua")
-  if [ "$SELL_KIND" = spec ]; then
+  if [ "$SELL_KIND" != sell ]; then
     cat "$1/src/scripts/prelude.lua" "$1/src/scripts/sell.lua" > "$2"
   else
     cat "$1/src/scripts/prelude.lua" "$SELL_BENCH_LIB/fresh_user.lua" "$1/src/scripts/sell.lua" > "$2"
@@ -99,14 +104,19 @@ sell_load_lua() {
 # sell_keys_args SEG HF N TTL_MS [KIND]: fills the arrays SELL_KEYS and SELL_ARGS with an
 # EVALSHA's KEYS and ARGV for sell.lua (without the key count): N fresh one-unit sales (no
 # reservation, record TTL TTL_MS) at segment SEG (index 0, generation 1, no fence, no credits),
-# in contract KIND (default $SELL_KIND, else spec).
+# in contract KIND (default $SELL_KIND, else runs).
 sell_keys_args() {
-  local seg=$1 hf=$2 n=$3 ttl=$4 kind=${5:-${SELL_KIND:-spec}} base g j
+  local seg=$1 hf=$2 n=$3 ttl=$4 kind=${5:-${SELL_KIND:-runs}} base g j
   base=${seg%seg}
   g="${base}g1"
   SELL_KEYS=("$seg" "$g:resv" "$g:in" "${base}out")
   SELL_ARGS=(1 "$hf" 0 0 0 "$n")
-  if [ "$kind" = spec ]; then
+  if [ "$kind" = runs ]; then
+    SELL_KEYS+=("$g:led")
+    SELL_ARGS+=("1:0:$ttl" "$n")
+    for ((j = 0; j < n; j++)); do SELL_ARGS+=(u__rand_int__); done
+    for ((j = 0; j < n; j++)); do SELL_ARGS+=(r__rand_int__); done
+  elif [ "$kind" = spec ]; then
     SELL_KEYS+=("$g:led")
     for ((j = 0; j < n; j++)); do
       SELL_ARGS+=(u__rand_int__ r__rand_int__ "1:0:$ttl")
@@ -125,3 +135,14 @@ sell_keys_args() {
 sell_probe_ok() {
   [[ "$1" =~ ^[0-9]+( a|$) ]] || [ "$1" = applied ]
 }
+
+# The steps of today's sell.lua, for the ladders (scripts/batch_cost.sh, scripts/fcall_cost.sh):
+# SELL_CUTS[k] is the first line of the step after step k (the script is cut there and returns
+# '1'), SELL_STEPS[k] what the cut so far has done, cumulative.
+SELL_CUTS=("local v = redis.call('HMGET', KEYS[1]" "-- Each run's spec" "-- out[j]: request j's answer"
+  "-- Decide each request" "-- Counters once, then the records" "-- Every ledger written"
+  "-- The writes each applied request needs beyond its ledger")
+SELL_STEPS=("header checked (generation, credits, keys, runs)" "+ segment read"
+  "+ specs parsed, ids scanned" "+ counters opened, credits, reclaim"
+  "+ ledgers read (one HMGET per run), every request decided" "+ counters written (HSET)"
+  "+ ledgers written (HSET)")

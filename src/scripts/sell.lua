@@ -59,11 +59,14 @@
 -- ARGV[5]     c          credits (0..64)
 -- ARGV[5+3(i-1)+1..3]    credit i: transfer id (decimal u64, kept as text), donor index, units (> 0)
 -- ARGV[6+3c]  n          requests (1..1000)
--- ARGV[6+3c+3(j-1)+1..3] request j: user, request id, spec `<qty>:<resv_ttl_ms>:<ttl_ms>`:
+-- ARGV[7+3c..] the requests in order, as runs of one spec: each run is its spec
+--                        `<qty>:<resv_ttl_ms>:<ttl_ms>`, its length m (>= 1), its m users, then
+--                        their m request ids (2 + 2m arguments; the runs' lengths add up to n):
 --                        qty 0 is no request (the call only credits and reclaims); resv_ttl_ms
 --                        0 a sale, > 0 a reservation held this long; ttl_ms the record's
 --                        lifetime without a per-user limit, and how long an ended reservation's
---                        record outlives its expiry
+--                        record outlives its expiry. A coalesced batch of sales is one run, and
+--                        its users are the fields of the run's one HMGET of ledgers as sent.
 --
 -- Publishes: `R <gen> <segment key>` on <prefix>:stock when expired reservations came back,
 -- `M …` when credits added units (stock_event).
@@ -81,135 +84,178 @@
 --   b<name>                request refused: argument <name> is bad; nothing written for it
 -- Errors (whole call, before any write): a bad gen, hf, index, fence, credit or n, or KEYS or
 -- an ARGV count that do not match.
-local gen = ARGV[1]
-uint('gen', gen)
-local hf = ARGV[2]
-uint('hf', hf)
-local index = ARGV[3]
+local ARGV = ARGV
+local gen, hf, index, fence = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 uint('index', index)
-local fence = ARGV[4]
-uint('fence', fence)
-local c = uint('credits', ARGV[5])
-if c > 64 then bad('credits') end
-local credits = {}
-for i = 1, c do
-  local b = 5 + 3 * (i - 1)
-  uint('donor', ARGV[b + 2])
-  credits[i] = { id = txid('transfer_id', ARGV[b + 1]), units = posint('units', ARGV[b + 3]), us = ARGV[b + 3] }
+local c, credits = 0, nil
+if ARGV[5] ~= '0' then
+  c = uint('credits', ARGV[5])
+  if c > 64 then bad('credits') end
+  credits = {}
+  for i = 1, c do
+    local b = 5 + 3 * (i - 1)
+    uint('donor', ARGV[b + 2])
+    credits[i] = { id = txid('transfer_id', ARGV[b + 1]), units = posint('units', ARGV[b + 3]), us = ARGV[b + 3] }
+  end
 end
 local nb = 6 + 3 * c
 local n = posint('n', ARGV[nb])
-if n > 1000 or #KEYS ~= 5 or #ARGV ~= nb + 3 * n then bad('n') end
+if n > 1000 or #KEYS ~= 5 then bad('n') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':in'
     or KEYS[4] ~= base .. 'out' or KEYS[5] ~= gbase .. ':led' then
   bad('keys')
 end
-
--- The requests. Every id's characters at once: the requests' arguments joined by ':' and
--- searched for each byte ident() refuses (whitespace, braces) with plain finds — a pattern with
--- a character class costs ~20 ns per byte here, a plain find ~1. Only when one is found is
--- each id checked on its own (naming the bad one); else each id's length alone. Each distinct
--- spec is parsed once per call.
-local strict = false
+-- The runs, flat (no table per run or request: allocations are most of what Lua costs here):
+-- run r is RUN[o + 1 .. o + 10], o = 10(r - 1): the place of its spec in ARGV, its first and
+-- last request, then the spec parsed: qty, qty as text, resv_ttl_ms, ttl_ms, a new buyer's sale
+-- ledger text before and after the request id, and `b<name>` when the spec is bad (every
+-- request of the run is refused with it). Request j of run r: user ARGV[p + 2 + j - j0],
+-- request id m places after it (p the spec's place, j0 the run's first request). The runs
+-- must add up to n, and to the arguments sent.
+local RUN, nr = {}, 0
 do
-  local all, find = table.concat(ARGV, ':', nb + 1), string.find
-  for _, ch in ipairs({ ' ', '{', '}', '\n', '\r', '\t', '\v', '\f' }) do
-    if find(all, ch, 1, true) then
-      strict = true
-      break
-    end
+  local p, j = nb + 1, 0
+  while j < n do
+    local m = posint('n', ARGV[p + 1] or '')
+    if j + m > n then bad('n') end
+    local o = 10 * nr
+    nr = nr + 1
+    RUN[o + 1], RUN[o + 2], RUN[o + 3] = p, j + 1, j + m
+    j = j + m
+    p = p + 2 + 2 * m
   end
+  if p ~= #ARGV + 1 then bad('n') end
 end
-local specs = {}
-local function spec(v)
-  local x = specs[v]
-  if x then return x end
-  local q, rv, tt = string.match(v, '^([^:]*):([^:]*):([^:]*)$')
-  if not q then bad('qty') end
-  x = { qty = uint('qty', q), q = q, resv = uint('resv_ttl_ms', rv), ttl = uint('ttl_ms', tt) }
-  specs[v] = x
-  return x
-end
-local U, R, S = {}, {}, {}
-local function check(j)
-  local b = nb + 3 * (j - 1)
-  local u, rid = ARGV[b + 1], ARGV[b + 2]
-  if strict then
-    ident('user', u)
-    ident('request_id', rid)
-  else
-    local lu, lr = #u, #rid
-    if lu == 0 or lu > 128 then bad('user') end
-    if lr == 0 or lr > 128 then bad('request_id') end
-  end
-  S[j] = spec(ARGV[b + 3])
-  U[j], R[j] = u, rid
-end
-
--- out[j]: request j's answer (see the header); js: the requests to decide, in order.
-local out, js = {}, {}
--- Every request checked under one pcall; only when one is refused, each under its own.
-if pcall(function() for j = 1, n do check(j) end end) then
-  for j = 1, n do js[j] = j end
-else
-  for j = 1, n do
-    local ok, e = pcall(check, j)
-    if ok then
-      js[#js + 1] = j
-    else
-      U[j] = nil
-      local msg = type(e) == 'table' and e.err or tostring(e)
-      out[j] = 'b' .. (string.match(msg, 'bad argument: (%S+)') or 'request')
-    end
-  end
-end
+-- The generation, the home function and the fence are compared with the segment's own (below):
+-- checked as numbers only when they differ, since a value equal to the segment's is canonical.
 
 local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence')
+local lim = tonumber(v[6] or '0')
+local lkey = KEYS[5]
 local refuse
 if not v[1] or v[1] ~= gen or v[7] ~= hf then
+  uint('gen', gen)
+  uint('hf', hf)
   refuse = 't'
 elseif fence ~= '0' and (v[9] or '0') ~= fence then
+  uint('fence', fence)
   refuse = 'o'
 end
+
+-- Each run's spec: the common canonical form in one match, else part by part (naming the bad
+-- part).
+for r = 1, nr do
+  local o = 10 * (r - 1)
+  local sv = ARGV[RUN[o + 1]]
+  local q, rv, tt = string.match(sv, '^(%d+):(%d+):(%d+)$')
+  if not q or #q > 15 or #rv > 15 or #tt > 15 or (#q > 1 and string.byte(q) == 48)
+      or (#rv > 1 and string.byte(rv) == 48) or (#tt > 1 and string.byte(tt) == 48) then
+    local ok, e = pcall(function()
+      q, rv, tt = string.match(sv, '^([^:]*):([^:]*):([^:]*)$')
+      if not q then bad('qty') end
+      uint('qty', q)
+      uint('resv_ttl_ms', rv)
+      uint('ttl_ms', tt)
+    end)
+    if not ok then
+      local msg = type(e) == 'table' and e.err or tostring(e)
+      RUN[o + 10] = 'b' .. (string.match(msg, 'bad argument: (%S+)') or 'qty')
+    end
+  end
+  if not RUN[o + 10] then
+    RUN[o + 4], RUN[o + 5], RUN[o + 6], RUN[o + 7] = tonumber(q), q, tonumber(rv), tonumber(tt)
+    RUN[o + 8], RUN[o + 9] = q .. ' ' .. q .. ' ', ' A:' .. q .. ':0:0'
+  end
+end
+
+-- Every id's characters at once: the requests' arguments joined by ':' and searched for each
+-- byte an id may not hold (whitespace, braces) with plain finds — a pattern with a character
+-- class costs ~20 ns per byte here, a plain find far less. Only when one is found is each id
+-- searched on its own; else each id's length alone is checked.
+local strict
+do
+  local all, find = table.concat(ARGV, ':', nb + 1), string.find
+  strict = find(all, ' ', 1, true) or find(all, '{', 1, true) or find(all, '}', 1, true)
+    or find(all, '\n', 1, true) or find(all, '\r', 1, true) or find(all, '\t', 1, true)
+    or find(all, '\v', 1, true) or find(all, '\f', 1, true)
+end
+-- The refusal a request's own arguments earn (`b<name>`), or nil.
+local function refused(u, rid, e)
+  local lu, lr = #u, #rid
+  if lu == 0 or lu > 128 or strict and string.find(u, '[%s{}]') then return 'buser' end
+  if lr == 0 or lr > 128 or strict and string.find(rid, '[%s{}]') then return 'brequest_id' end
+  return e
+end
+
+-- out[j]: request j's answer (see the header).
+local out = {}
 if refuse then
-  for _, j in ipairs(js) do out[j] = refuse end
+  for r = 1, nr do
+    local o = 10 * (r - 1)
+    local p, j0, j1 = RUN[o + 1], RUN[o + 2], RUN[o + 3]
+    for j = j0, j1 do
+      local k = p + 2 + j - j0
+      out[j] = refused(ARGV[k], ARGV[k + j1 - j0 + 1], RUN[o + 10]) or refuse
+    end
+  end
   return '0 ' .. table.concat(out, ' ')
 end
-local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out' }, v)
-local lim = st.lim
-local ob = outbox(KEYS[1], KEYS[4], st.out)
-outbox_ready(ob)
 
--- ledgers[user]: false (none: a new buyer), a text (as stored, or written by this call for a
--- new buyer's sale; parsed when next needed) or a parsed ledger.
+-- ledgers[user]: with a limit, the user's ledger as this call changed it: the place in W
+-- (below) of the text written for a new buyer's sale, or a parsed ledger (absent: as the run's
+-- HMGET read it). Without a limit, the user's own ledger (own_rec).
 local ledgers = {}
-local lkey = KEYS[5]
 
 -- Without a limit: the user's own ledger, and the record of `rid` in it (read once per call).
-local function own_rec(u, rid)
-  local l = ledgers[u]
-  if not l then
-    l = { key = gbase .. ':u:' .. u, user = u, lim = 0, recs = {} }
-    ledgers[u] = l
-  end
-  local rec = l.recs[rid]
-  if rec == nil then
-    rec = redis.call('HGET', l.key, '=' .. rid) or false
-    l.recs[rid] = rec
-  end
-  return l, rec
-end
+-- rej[j]: the refusal of request j (its own arguments). Every request is checked and its record read before the first write, so a key Redis refuses
+-- fails the call before it wrote anything.
+local own_rec, rej
 if lim == 0 then
-  for _, j in ipairs(js) do
-    if S[j].qty > 0 then own_rec(U[j], R[j]) end
+  own_rec = function(u, rid)
+    local l = ledgers[u]
+    if not l then
+      l = { key = gbase .. ':u:' .. u, user = u, lim = 0, recs = {} }
+      ledgers[u] = l
+    end
+    local rec = l.recs[rid]
+    if rec == nil then
+      rec = redis.call('HGET', l.key, '=' .. rid) or false
+      l.recs[rid] = rec
+    end
+    return l, rec
+  end
+  for r = 1, nr do
+    local o = 10 * (r - 1)
+    local p, j0, j1, e = RUN[o + 1], RUN[o + 2], RUN[o + 3], RUN[o + 10]
+    for j = j0, j1 do
+      local k = p + 2 + j - j0
+      local u, rid = ARGV[k], ARGV[k + j1 - j0 + 1]
+      local x = refused(u, rid, e)
+      if x then
+        rej = rej or {}
+        rej[j] = x
+      elseif RUN[o + 4] > 0 then
+        own_rec(u, rid)
+      end
+    end
   end
 end
+
+local st = {
+  seg = KEYS[1], lim = lim, hfv = tonumber(v[7] or '0'),
+  stock = tonumber(v[2] or '0'), sold = tonumber(v[3] or '0'), reserved = tonumber(v[4] or '0'),
+  tin = tonumber(v[5] or '0'),
+}
+st.was = { stock = st.stock, sold = st.sold, reserved = st.reserved, tin = st.tin }
+local ob = outbox(KEYS[1], KEYS[4], v[8])
+outbox_ready(ob)
 
 -- Credits, once per transfer id and generation.
 local credited = 0
-for _, cr in ipairs(credits) do
+for i = 1, c do
+  local cr = credits[i]
   if redis.call('HSETNX', KEYS[3], cr.id, cr.us) == 1 then
     st.stock = st.stock + cr.units
     st.tin = st.tin + cr.units
@@ -224,179 +270,199 @@ if st.reserved > 0 then back = reclaim(st, gen, KEYS[2], ob) end
 if back > 0 and lim == 0 then ledgers = {} end
 local stock0 = st.stock
 
--- The ledgers the requests need. Limited: every one in one HMGET.
-if lim > 0 then
-  local users, nu = {}, 0
-  for _, j in ipairs(js) do
-    local u = U[j]
-    if ledgers[u] == nil and S[j].qty > 0 then
-      ledgers[u] = false
-      nu = nu + 1
-      users[nu] = u
-    end
+-- Decide each request (reads only; the ledgers as this call changes them). With a limit, each
+-- run's ledgers are read first, in one HMGET of its users as sent. A new buyer's sale under a
+-- limit (the hot path) is decided inline; any other request by `decide`, made on first use.
+-- W: the one HSET of every limited ledger written (user, text). A: the applied requests that
+-- need writes beyond their ledger (reservations, sales without a limit, every one with the
+-- outbox), flat: A[o + 1 .. o + 8] = user, request id, qty text, resv_ttl_ms, ledger (without a
+-- limit), record, until, expiry.
+-- (out and W are made at their full size at once, filled with arguments that each request
+-- then overwrites: a table grown one slot at a time is rebuilt at every power of two.)
+out = { unpack(ARGV, nb + 1, nb + n) }
+local W, nw = { 'HSET', lkey, unpack(ARGV, nb + 1, nb + 2 * n) }, 2
+local A, na = nil, 0
+local replays
+local stock, sold, reserved = st.stock, st.sold, st.reserved
+local decide
+local track = ob.on or lim == 0
+for r = 1, nr do
+  local o = 10 * (r - 1)
+  local p, j0, j1, e = RUN[o + 1], RUN[o + 2], RUN[o + 3], RUN[o + 10]
+  local qty, q, resv, ttl = RUN[o + 4], RUN[o + 5], RUN[o + 6], RUN[o + 7]
+  local hot, pre, suf = lim > 0 and resv == 0, RUN[o + 8], RUN[o + 9]
+  local m = j1 - j0 + 1
+  local texts
+  if lim > 0 and not e and qty > 0 then
+    texts = redis.call('HMGET', lkey, unpack(ARGV, p + 2, p + 1 + m))
   end
-  if nu > 0 then
-    local texts = redis.call('HMGET', lkey, unpack(users))
-    for k = 1, nu do ledgers[users[k]] = texts[k] end
-  end
-end
-
--- The ledger of `u`, parsed (lim > 0).
-local function parsed(u)
-  local l = ledgers[u]
-  if type(l) ~= 'table' then
-    l = led_parse(l or nil)
-    l.key, l.user, l.lim = lkey, u, lim
-    ledgers[u] = l
-  end
-  return l
-end
-
--- A new buyer's one sale, as a ledger text: `<q> <q> <request id> A:<q>:0:0`.
-local fresh_pre, fresh_suf = {}, {}
-local function fresh_sale(sp, rid)
-  local pre = fresh_pre[sp.q]
-  if not pre then
-    pre = sp.q .. ' ' .. sp.q .. ' '
-    fresh_pre[sp.q], fresh_suf[sp.q] = pre, ' A:' .. sp.q .. ':0:0'
-  end
-  return pre .. rid .. fresh_suf[sp.q]
-end
-
--- Decide each request (reads only; the ledgers as this call changes them).
-local acts, ax, dirty, replays = {}, {}, {}, {}
-local na, nd, held = 0, 0, false
--- Lists user `u`'s ledger once among those the final HSET writes (limited ledgers).
-local function touch(u)
-  if not dirty[u] then
-    nd = nd + 1
-    dirty[nd] = u
-    dirty[u] = true
-  end
-end
-for _, j in ipairs(js) do
-  local u, rid, sp = U[j], R[j], S[j]
-  local qty = sp.qty
-  local reply
-  if qty == 0 then
-    -- No request: the call only credits (and reclaims); the stock after.
-    reply = 'a'
-  elseif lim > 0 and ledgers[u] == false and sp.resv == 0 then
-    -- The hot path: a new buyer's sale. No record, nothing held.
-    if qty > lim then
-      reply = 'l' .. int(lim) .. '/0/0'
-    elseif st.stock < qty then
-      reply = 's'
-    else
-      st.stock = st.stock - qty
-      st.sold = st.sold + qty
-      ledgers[u] = fresh_sale(sp, rid)
-      touch(u)
-      na = na + 1
-      acts[na] = j
-      reply = 'a'
-    end
-  else
-    local l
-    local rec
+  for j = j0, j1 do
+    local k = p + 2 + j - j0
+    local u, rid = ARGV[k], ARGV[k + m]
+    local x
     if lim > 0 then
-      l = parsed(u)
-      rec = l.recs[rid]
+      local lu, lr = #u, #rid
+      if lu == 0 or lu > 128 or lr == 0 or lr > 128 or e or strict then x = refused(u, rid, e) end
+    elseif rej then
+      x = rej[j]
+    end
+    if x then
+      out[j] = x
+    elseif qty == 0 then
+      -- No request: the call only credits (and reclaims); the stock after.
+      out[j] = 'a'
     else
-      l, rec = own_rec(u, rid)
-    end
-    if rec then
-      local s, q, un = rec_parse(rec)
-      if s and live(un, un ~= 0 and clock(st) or 0) then
-        if q ~= qty then
-          reply = 'mq'
-        elseif (s == 'A') ~= (sp.resv == 0) then
-          reply = 'mk'
+      local l = ledgers[u]
+      if l == nil and texts then l = texts[j - j0 + 1] end
+      if hot and l == false then
+        -- The hot path: a new buyer's sale under a limit. No record, nothing held.
+        if qty > lim then
+          out[j] = 'l' .. int(lim) .. '/0/0'
+        elseif stock < qty then
+          out[j] = 's'
         else
-          reply = 'p'
-          -- A replay rewrites its record as it is: the call then has a write of its own, so
-          -- the durability mode's WAIT after it covers the original write too (replication
-          -- is in order), without relying on how a WAIT after a read-only call behaves.
-          if lim > 0 then
-            touch(u)
-          else
-            replays[#replays + 1] = { l.key, '=' .. rid, rec }
+          stock, sold = stock - qty, sold + qty
+          nw = nw + 2
+          W[nw - 1], W[nw] = u, pre .. rid .. suf
+          ledgers[u] = nw
+          if track then
+            A = A or {}
+            local a = 8 * na
+            na = na + 1
+            A[a + 1], A[a + 2], A[a + 3], A[a + 4] = u, rid, q, 0
           end
+          out[j] = 'a'
         end
-      end
-    end
-    if not reply then
-      if lim > 0 and l.h + qty > lim then
-        reply = 'l' .. int(lim) .. '/' .. int(l.h) .. '/' .. int(l.f)
-      elseif st.stock < qty then
-        reply = 's'
       else
-        st.stock = st.stock - qty
-        local val
-        if sp.resv == 0 then
-          st.sold = st.sold + qty
-          l.untl = lim > 0 and 0 or clock(st) + sp.ttl
-          val = 'A:' .. sp.q .. ':' .. int(l.untl) .. ':0'
-        else
-          st.reserved = st.reserved + qty
-          held = true
-          l.exp = clock(st) + sp.resv
-          l.untl = l.exp + sp.ttl
-          val = 'R:' .. sp.q .. ':' .. int(l.untl) .. ':' .. int(l.exp)
-        end
-        if lim > 0 then
-          -- The ledger forgets its records past `until` first when it holds 32, 64, 128, …
-          -- of them (prunes_at); a dead record of this very id is then replaced.
-          if prunes_at(l.n) then
-            local now = clock(st)
-            for id, x in pairs(l.recs) do
-              local _, _, xu = rec_parse(x)
-              if not live(xu, now) then
-                l.recs[id] = nil
-                l.n = l.n - 1
-              end
+        if not decide then
+          -- at[u]: the place of u's text in W; pw: the places holding a parsed ledger, made
+          -- text once, at the end.
+          local at, pw, npw = {}, {}, 0
+          -- The ledger of `u` (`l` as ledgers[] or the HMGET has it), parsed (lim > 0).
+          local function parsed(u, l)
+            if type(l) ~= 'table' then
+              local k
+              if type(l) == 'number' then k, l = l, W[l] end
+              l = led_parse(l or nil)
+              l.key, l.user, l.lim = lkey, u, lim
+              ledgers[u] = l
+              if k then at[u] = k end
+            end
+            return l
+          end
+          -- Lists user `u`'s parsed ledger `l` among those the final HSET writes.
+          local function touch(u, l)
+            local k = at[u]
+            if not k then
+              nw = nw + 2
+              W[nw - 1], k = u, nw
+              at[u] = k
+            end
+            if W[k] ~= l then
+              W[k] = l
+              npw = npw + 1
+              pw[npw] = k
             end
           end
-          if l.recs[rid] == nil then l.n = l.n + 1 end
-          l.h = l.h + qty
-          if sp.resv == 0 then l.f = l.f + qty end
-          touch(u)
+          decide = function(u, rid, l, qty, q, resv, ttl)
+            if not u then
+              -- The end: every parsed ledger written as text.
+              for k = 1, npw do
+                local x = W[pw[k]]
+                if type(x) == 'table' then W[pw[k]] = led_text(x) end
+              end
+              return
+            end
+            local rec
+            if lim > 0 then
+              l = parsed(u, l)
+              rec = l.recs[rid]
+            else
+              l, rec = own_rec(u, rid)
+            end
+            if rec then
+              local s, rq, un = rec_parse(rec)
+              if s and live(un, un ~= 0 and clock(st) or 0) then
+                if rq ~= qty then return 'mq' end
+                if (s == 'A') ~= (resv == 0) then return 'mk' end
+                -- A replay rewrites its record as it is: the call then has a write of its own,
+                -- so the durability mode's WAIT after it covers the original write too
+                -- (replication is in order), without relying on how a WAIT after a read-only
+                -- call behaves.
+                if lim > 0 then
+                  touch(u, l)
+                else
+                  replays = replays or {}
+                  replays[#replays + 1] = { l.key, '=' .. rid, rec }
+                end
+                return 'p'
+              end
+            end
+            if lim > 0 and l.h + qty > lim then
+              return 'l' .. int(lim) .. '/' .. int(l.h) .. '/' .. int(l.f)
+            end
+            if stock < qty then return 's' end
+            stock = stock - qty
+            local val
+            if resv == 0 then
+              sold = sold + qty
+              l.untl = lim > 0 and 0 or clock(st) + ttl
+              val = 'A:' .. q .. ':' .. int(l.untl) .. ':0'
+            else
+              reserved = reserved + qty
+              l.exp = clock(st) + resv
+              l.untl = l.exp + ttl
+              val = 'R:' .. q .. ':' .. int(l.untl) .. ':' .. int(l.exp)
+            end
+            if lim > 0 then
+              -- The ledger forgets its records past `until` first when it holds 32, 64, 128,
+              -- … of them (prunes_at); a dead record of this very id is then replaced.
+              if prunes_at(l.n) then
+                local now = clock(st)
+                for id, x in pairs(l.recs) do
+                  local _, _, xu = rec_parse(x)
+                  if not live(xu, now) then
+                    l.recs[id] = nil
+                    l.n = l.n - 1
+                  end
+                end
+              end
+              if l.recs[rid] == nil then l.n = l.n + 1 end
+              l.h = l.h + qty
+              if resv == 0 then l.f = l.f + qty end
+              touch(u, l)
+            end
+            l.recs[rid] = val
+            if track or resv > 0 then
+              A = A or {}
+              local a = 8 * na
+              na = na + 1
+              A[a + 1], A[a + 2], A[a + 3], A[a + 4] = u, rid, q, resv
+              A[a + 5], A[a + 6], A[a + 7], A[a + 8] = lim == 0 and l, val, l.untl, l.exp
+            end
+            return 'a'
+          end
         end
-        l.recs[rid] = val
-        na = na + 1
-        acts[na] = j
-        -- What the writes below need, by request.
-        if lim == 0 then
-          ax[j] = { l = l, val = val, untl = l.untl, exp = l.exp }
-        elseif sp.resv > 0 then
-          ax[j] = { exp = l.exp }
-        end
-        reply = 'a'
+        out[j] = decide(u, rid, l, qty, q, resv, ttl)
       end
     end
   end
-  out[j] = reply
 end
+st.stock, st.sold, st.reserved = stock, sold, reserved
+if decide then decide() end
 
 -- Counters once, then the records.
 flush(st)
-if lim > 0 then
-  -- Every ledger written (and every replayed one rewritten as it is) in one HSET.
-  local args, k = { 'HSET', lkey }, 2
-  for _, u in ipairs(dirty) do
-    local l = ledgers[u]
-    args[k + 1], args[k + 2], k = u, type(l) == 'table' and led_text(l) or l, k + 2
-  end
-  if k > 2 then redis.call(unpack(args)) end
-end
+-- Every ledger written (and every replayed one rewritten as it is) in one HSET.
+if nw > 2 then redis.call(unpack(W, 1, nw)) end
 -- The writes each applied request needs beyond its ledger: none for a sale under a limit
 -- without the outbox (the hot path).
-if lim > 0 and not ob.on and not held then na = 0 end
 for i = 1, na do
-  local j = acts[i]
-  local u, rid, sp, a = U[j], R[j], S[j], ax[j]
-  if lim == 0 then
-    local lk = a.l.key
+  local a = 8 * (i - 1)
+  local u, rid, q, resv = A[a + 1], A[a + 2], A[a + 3], A[a + 4]
+  local l = A[a + 5]
+  if l then
+    local lk = l.key
     local had = redis.call('HLEN', lk)
     if prunes_at(had) then
       -- Forget the records past their `until` before taking another (prunes_at).
@@ -409,26 +475,28 @@ for i = 1, na do
         redis.call('HDEL', lk, unpack(gone, k, math.min(k + 999, #gone)))
       end
     end
-    redis.call('HSET', lk, '=' .. rid, a.val)
-    if sp.resv > 0 then
+    redis.call('HSET', lk, '=' .. rid, A[a + 6])
+    if resv > 0 then
       -- A ledger holding a reservation keeps no TTL from now on (as with a limit: it goes with
       -- the generation): its record must be there when the reclaim returns the units, however
       -- late that runs (Segment::reclaim never misses one).
       if had > 0 then redis.call('PERSIST', lk) end
     elseif had == 0 then
       -- The ledger lives as long as its latest record: a fresh key gets the record's `until`,
-      redis.call('PEXPIREAT', lk, int(a.untl))
+      redis.call('PEXPIREAT', lk, int(A[a + 7]))
     else
       -- an older one the later of the two (GT: a ledger without a TTL keeps none).
-      redis.call('PEXPIREAT', lk, int(a.untl), 'GT')
+      redis.call('PEXPIREAT', lk, int(A[a + 7]), 'GT')
     end
   end
-  if sp.resv > 0 then redis.call('ZADD', KEYS[2], int(a.exp), u .. ' ' .. rid) end
-  if ob.on then emit(ob, sp.resv > 0 and 'reserved' or 'sold', gen, rid, u, sp.q, index .. ':' .. sp.q) end
+  if resv > 0 then redis.call('ZADD', KEYS[2], int(A[a + 8]), u .. ' ' .. rid) end
+  if ob.on then emit(ob, resv > 0 and 'reserved' or 'sold', gen, rid, u, q, index .. ':' .. q) end
 end
 -- Without a limit, replays rewrite their records last: a twin's replay written before its
 -- twin's ledger write would count as a record already there (no TTL for a fresh ledger).
-for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
+if replays then
+  for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
+end
 if back > 0 then
   stock_event('R', gen, KEYS[1])
 elseif credited > 0 then

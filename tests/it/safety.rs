@@ -154,14 +154,14 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         args.push(n.to_string());
         (keys, args)
     };
-    // A request's three arguments: user, request id, `<qty>:<resv_ttl_ms>:<ttl_ms>`.
-    let req = |user: &str, rid: &str, qty: &str| -> [String; 3] {
-        [user.into(), rid.into(), format!("{qty}:0:1000")]
+    // A request: user, request id, `<qty>:<resv_ttl_ms>:<ttl_ms>`.
+    let req = |user: &str, rid: &str, qty: &str| -> (String, String, String) {
+        (user.into(), rid.into(), format!("{qty}:0:1000"))
     };
     // One request: (user, request id, qty).
     let one = |user: &str, rid: &str, qty: &str| -> (Vec<String>, Vec<String>) {
         let (keys, mut args) = head(&[], 1);
-        args.extend(req(user, rid, qty));
+        args.extend(sell_runs(&[req(user, rid, qty)]));
         (keys, args)
     };
     // The reply: the stock before the requests, then `a` per applied one, `b<argument>` per
@@ -224,9 +224,8 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         ("u4", "b4", "2"),
     ];
     let (keys, mut args) = head(&[], reqs.len());
-    for (user, rid, qty) in reqs {
-        args.extend(req(user, rid, qty));
-    }
+    let sent: Vec<_> = reqs.iter().map(|(u, r, q)| req(u, r, q)).collect();
+    args.extend(sell_runs(&sent));
     let v: Value = client.eval(sell, keys.clone(), args.clone()).await.unwrap();
     assert_eq!(answers(&v), ["9", "a", "bqty", "buser", "a"], "{v:?}");
     for (user, present) in [("u1", "1"), ("u2", "0"), ("a{b}", "0"), ("u4", "1")] {
@@ -253,23 +252,37 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         ["5", "1", "2.5"],
     ] {
         let (k, mut a) = head(&[bad], 1);
-        a.extend(req("u9", "c2", "1"));
+        a.extend(sell_runs(&[req("u9", "c2", "1")]));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "credit {bad:?}: {r:?}");
     }
     for (n, extra) in [(2, 0), (1, 1), (1, 2)] {
         // A count that does not match the arguments sent.
         let (k, mut a) = head(&[credit], n);
-        a.extend(req("u9", "c3", "1"));
+        a.extend(sell_runs(&[req("u9", "c3", "1")]));
         a.extend((0..extra).map(|_| "x".to_string()));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "n {n}, {extra} more: {r:?}");
+    }
+    for (n, runs) in [
+        // A run of length 0, a run past n, runs that do not add up to n, a length that is
+        // not a whole number.
+        (1, vec![vec!["1:0:1000", "0"], vec!["1:0:1000", "1", "u9", "c4"]]),
+        (1, vec![vec!["1:0:1000", "2", "u9", "u8", "c4", "c5"]]),
+        (3, vec![vec!["1:0:1000", "1", "u9", "c4"], vec!["2:0:1000", "1", "u8", "c5"]]),
+        (1, vec![vec!["1:0:1000", "1.0", "u9", "c4"]]),
+        (1, vec![vec!["1:0:1000", "x", "u9", "c4"]]),
+    ] {
+        let (k, mut a) = head(&[credit], n);
+        a.extend(runs.concat().into_iter().map(String::from));
+        let r = client.eval::<Value, _, _, _>(sell, k, a.clone()).await;
+        assert!(r.is_err(), "runs {a:?}: {r:?}");
     }
     {
         // A key more than the five.
         let (mut k, mut a) = head(&[credit], 1);
         k.push(ledger("u9"));
-        a.extend(req("u9", "c3", "1"));
+        a.extend(sell_runs(&[req("u9", "c3", "1")]));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "keys: {r:?}");
     }
@@ -355,6 +368,19 @@ fn sell_call(sku: &str, g: u64, n: usize) -> (Vec<String>, Vec<String>) {
     (keys, args.to_vec())
 }
 
+/// `sell.lua`'s ARGV for `reqs` (user, request id, spec), after the head: consecutive requests
+/// of one spec as one run — the spec, the run's length, its users, then their request ids.
+fn sell_runs(reqs: &[(String, String, String)]) -> Vec<String> {
+    let mut args = Vec::new();
+    for run in reqs.chunk_by(|a, b| a.2 == b.2) {
+        args.push(run[0].2.clone());
+        args.push(run.len().to_string());
+        args.extend(run.iter().map(|r| r.0.clone()));
+        args.extend(run.iter().map(|r| r.1.clone()));
+    }
+    args
+}
+
 /// One coalesced call decides its requests one after another, exactly as the reference
 /// segment does: twins of a request id, a user's second request, a new buyer's sale followed
 /// by its own replay, a reservation and a sale of one id, across two calls on a limited
@@ -400,8 +426,9 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
     for reqs in calls {
         let (keys, mut args) = sell_call("twins", g, reqs.len());
         let mut want = Vec::new();
+        let mut sent = Vec::new();
         for &(user, rid, qty, resv) in reqs {
-            args.extend([user.into(), rid.into(), format!("{qty}:{resv}:60000")]);
+            sent.push((user.into(), rid.into(), format!("{qty}:{resv}:60000")));
             let (u, r) = (UserId::new(user).unwrap(), RequestId::new(rid).unwrap());
             let a = SellArgs {
                 request_id: &r,
@@ -421,6 +448,7 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
                 other => panic!("{other:?}"),
             });
         }
+        args.extend(sell_runs(&sent));
         let v: Value = client.eval(sell, keys.clone(), args).await.unwrap();
         let got: Vec<String> = v
             .as_str()
@@ -446,9 +474,8 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         .await
         .unwrap();
     let (keys, mut args) = sell_call("twins0", g, 2);
-    for _ in 0..2 {
-        args.extend(["w1", "r1", "1:0:60000"].map(String::from));
-    }
+    let twin = ("w1".to_string(), "r1".to_string(), "1:0:60000".to_string());
+    args.extend(sell_runs(&[twin.clone(), twin]));
     let v: Value = client.eval(sell, keys, args).await.unwrap();
     assert_eq!(v.as_str().unwrap(), "10 a p");
     let ttl: i64 = srv

@@ -130,7 +130,7 @@ async fn local_mutex_is_safe_in_one_process_only() {
         // Long beside a round trip on a loaded machine: at the last units another process is
         // all but certain to read inside this one's read-to-write window.
         e.store()
-            .set_critical_section_pause(Duration::from_millis(25));
+            .set_critical_section_pause(Duration::from_millis(50));
         engines.push(e);
     }
     let tags = ["p0", "p1", "p2"];

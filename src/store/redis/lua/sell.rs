@@ -8,8 +8,9 @@ use crate::store::{Credit, SellArgs, SellReply};
 use fred::bytes::BytesMut;
 use fred::types::Value;
 
-/// One request of a [`Sell`] call: its three arguments (see the script's header), encoded
-/// with the call's others into one buffer when the call is sent.
+/// One request of a [`Sell`] call: its user and request id, and its spec (see the script's
+/// header: consecutive requests of one spec are sent as one run), encoded with the call's
+/// others into one buffer when the call is sent.
 pub(crate) struct SellItem {
     user: UserId,
     request_id: RequestId,
@@ -61,8 +62,8 @@ impl Call for Sell<'_> {
     }
 
     /// The requests' arguments are written into one buffer and sent as slices of it: no
-    /// allocation per argument, and a spec shared by consecutive requests is sent as the same
-    /// slice.
+    /// allocation per argument, and a spec shared by consecutive requests is sent once, as
+    /// the head of their run.
     fn encode_values(&mut self) -> (Vec<String>, Vec<Value>) {
         let n = self.items.len();
         let at = &self.at;
@@ -73,7 +74,7 @@ impl Call for Sell<'_> {
             at.outbox(),
             at.limited_ledgers(),
         ];
-        let mut args: Vec<Value> = Vec::with_capacity(6 + 3 * (self.credits.len() + n));
+        let mut args: Vec<Value> = Vec::with_capacity(6 + 3 * self.credits.len() + 2 * n + 2);
         let head = argv![
             at.generation(),
             crate::segments::HOME_FN,
@@ -89,33 +90,43 @@ impl Call for Sell<'_> {
         let size: usize = self
             .items
             .iter()
-            .map(|it| it.user.as_str().len() + it.request_id.as_str().len() + 3 * 20 + 2)
+            .map(|it| it.user.as_str().len() + it.request_id.as_str().len() + 3 * 20 + 2 + 4)
             .sum();
         let mut buf = BytesMut::with_capacity(size);
         // (start, end) in `buf` of each argument, in order.
-        let mut spans = Vec::with_capacity(3 * n);
-        let mut last_spec = None;
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(2 * n + 2);
         let mut num = itoa::Buffer::new();
-        for it in &self.items {
-            for id in [it.user.as_str(), it.request_id.as_str()] {
+        let mut i = 0;
+        while i < n {
+            // A run: the requests from i on that share i's spec.
+            let spec = self.items[i].spec();
+            let m = self.items[i..]
+                .iter()
+                .take_while(|it| it.spec() == spec)
+                .count();
+            let start = buf.len();
+            let (qty, resv, ttl) = spec;
+            buf.extend_from_slice(num.format(qty).as_bytes());
+            buf.extend_from_slice(b":");
+            buf.extend_from_slice(num.format(resv).as_bytes());
+            buf.extend_from_slice(b":");
+            buf.extend_from_slice(num.format(ttl).as_bytes());
+            spans.push((start, buf.len()));
+            let start = buf.len();
+            buf.extend_from_slice(num.format(m).as_bytes());
+            spans.push((start, buf.len()));
+            // Its users, then their request ids.
+            let run = &self.items[i..i + m];
+            for id in run
+                .iter()
+                .map(|it| it.user.as_str())
+                .chain(run.iter().map(|it| it.request_id.as_str()))
+            {
                 let start = buf.len();
                 buf.extend_from_slice(id.as_bytes());
                 spans.push((start, buf.len()));
             }
-            match last_spec {
-                Some((spec, span)) if spec == it.spec() => spans.push(span),
-                _ => {
-                    let start = buf.len();
-                    buf.extend_from_slice(num.format(it.qty).as_bytes());
-                    buf.extend_from_slice(b":");
-                    buf.extend_from_slice(num.format(it.resv_ttl_ms).as_bytes());
-                    buf.extend_from_slice(b":");
-                    buf.extend_from_slice(num.format(it.ttl_ms).as_bytes());
-                    let span = (start, buf.len());
-                    spans.push(span);
-                    last_spec = Some((it.spec(), span));
-                }
-            }
+            i += m;
         }
         let buf = buf.freeze();
         args.extend(
