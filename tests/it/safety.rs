@@ -267,9 +267,18 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     for (n, runs) in [
         // A run of length 0, a run past n, runs that do not add up to n, a length that is
         // not a whole number.
-        (1, vec![vec!["1:0:1000", "0"], vec!["1:0:1000", "1", "u9", "c4"]]),
+        (
+            1,
+            vec![vec!["1:0:1000", "0"], vec!["1:0:1000", "1", "u9", "c4"]],
+        ),
         (1, vec![vec!["1:0:1000", "2", "u9", "u8", "c4", "c5"]]),
-        (3, vec![vec!["1:0:1000", "1", "u9", "c4"], vec!["2:0:1000", "1", "u8", "c5"]]),
+        (
+            3,
+            vec![
+                vec!["1:0:1000", "1", "u9", "c4"],
+                vec!["2:0:1000", "1", "u8", "c5"],
+            ],
+        ),
         (1, vec![vec!["1:0:1000", "1.0", "u9", "c4"]]),
         (1, vec![vec!["1:0:1000", "x", "u9", "c4"]]),
     ] {
