@@ -14,8 +14,10 @@
 //! never let a user exceed the limit. The table never grows, rehashes or sweeps, and holds no
 //! ids: an entry is known by a 128-bit hash of (SKU, user) under a per-process random key (two
 //! keys meeting is a 2⁻¹²⁸ event), and a request id by a 64-bit hash (two meeting only sends a
-//! request to the store). A request costs one hash, one set lock and a scan of one set's keys
-//! and ages (three cache lines), whatever the number of buyers.
+//! request to the store). A request costs one hash, one set lock and a scan of 8-bit tags
+//! beside it, then its own entry: three cache lines (the set's two and the entry's), whatever
+//! the number of buyers. With a table larger than the cache every one of them is a miss, twice
+//! per request (the attempt and its end), so the layout is what the guard costs.
 //!
 //! A retry of a request this process already saw applied is let through (the store replays
 //! it), so the filter never turns "you already bought this" into "limit reached".
@@ -40,18 +42,23 @@ pub(crate) enum Local {
     LimitReached,
 }
 
-#[derive(Debug, Default, Clone)]
+/// One user's entry. 64 bytes, one cache line: a lookup that matched a set's tag reads only
+/// its own entry.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct Entry {
+    /// The full (SKU, user) key (the set keeps 8 bits of it as a tag).
+    key: u128,
     /// Units this process saw the user get (sold or reserved).
     used: u64,
     /// Units the store said the user holds for good (from a "limit reached"): a floor under
     /// `used`, kept apart because it may include units `used` already counts.
     held_for_good: u64,
+    /// The SKU's load generation this knowledge belongs to: a reload starts a fresh ledger.
+    generation: u64,
     /// Hashes of the request ids of those units (a retry of one of them is a replay, not a
     /// new purchase).
     applied: Applied,
-    /// The SKU's load generation this knowledge belongs to: a reload starts a fresh ledger.
-    generation: u64,
 }
 
 impl Entry {
@@ -64,51 +71,62 @@ impl Entry {
 }
 
 /// The request-id hashes of an entry's units: almost always none or one, kept without an
-/// allocation.
-#[derive(Debug, Default, Clone)]
+/// allocation (a hash of 0 is kept as 1: 0 is "none").
+#[derive(Debug, Default)]
 struct Applied {
-    first: Option<u64>,
-    more: Vec<u64>,
+    first: u64,
+    more: Option<Box<Vec<u64>>>,
 }
 
 impl Applied {
     fn contains(&self, rid: u64) -> bool {
-        self.first == Some(rid) || self.more.contains(&rid)
+        let rid = rid.max(1);
+        self.first == rid || self.more.as_ref().is_some_and(|m| m.contains(&rid))
     }
 
     fn push(&mut self, rid: u64) {
-        if self.first.is_none() {
-            self.first = Some(rid);
+        let rid = rid.max(1);
+        if self.first == 0 {
+            self.first = rid;
         } else {
-            self.more.push(rid);
+            self.more.get_or_insert_default().push(rid);
         }
     }
 
     fn clear(&mut self) {
-        self.first = None;
-        self.more = Vec::new();
+        self.first = 0;
+        self.more = None;
     }
 }
 
-/// One set: up to [`WAYS`] entries, the first `len` in use. What a lookup and the choice of
-/// a victim read (keys, ages, busy marks) sits inline beside the set's lock; the entries, read
-/// once the key matched, are allocated when the set is first used.
+/// One set: up to [`WAYS`] entries, the first `len` in use. What a lookup reads (the lock,
+/// busy marks, an 8-bit tag per entry) is one cache line and the ages a victim is chosen by
+/// the next (see [`Slot`]); the entries, read once a tag matched, are allocated when the set
+/// is first used.
 #[derive(Debug, Default)]
 #[repr(C)]
 struct Set {
     busy: u8,
     len: u8,
-    keys: [u128; WAYS],
+    /// Eight bits of each entry's key: a lookup compares full keys only where a tag matched.
+    tags: [u8; WAYS],
+    entries: Option<Box<[Entry; WAYS]>>,
     /// Last touched, in ns since the guard began.
     at: [u64; WAYS],
-    entries: Vec<Entry>,
 }
 
 impl Set {
     fn find(&self, key: u128) -> Option<usize> {
-        self.keys[..usize::from(self.len)]
-            .iter()
-            .position(|&k| k == key)
+        let entries = self.entries.as_deref()?;
+        let tag = tag(key);
+        (0..usize::from(self.len)).find(|&i| self.tags[i] == tag && entries[i].key == key)
+    }
+
+    fn entry(&mut self, i: usize) -> &mut Entry {
+        &mut self
+            .entries
+            .as_deref_mut()
+            .expect("a set in use has its entries")[i]
     }
 
     fn is_busy(&self, i: usize) -> bool {
@@ -123,6 +141,17 @@ impl Set {
         }
     }
 }
+
+/// A key's tag: bits of the key's second hash (the first picks the set).
+fn tag(key: u128) -> u8 {
+    key as u8
+}
+
+/// A set behind its lock, two cache lines: the lock, the busy marks, the tags and the entries'
+/// pointer in the first, the ages in the second.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+struct Slot(Mutex<Set>);
 
 /// Counters of the local guard.
 #[derive(Debug, Default)]
@@ -140,7 +169,7 @@ pub(crate) struct GuardStats {
 /// The in-process guard. See the module docs.
 #[derive(Debug)]
 pub(crate) struct LocalGuard {
-    sets: Box<[Mutex<Set>]>,
+    sets: Box<[Slot]>,
     /// Entries a set holds at most (`WAYS`, or the cap when it is smaller).
     ways: usize,
     /// Two independent keys: a (SKU, user) key is both hashes.
@@ -162,13 +191,13 @@ struct Place {
 
 impl LocalGuard {
     /// A guard whose entries live `ttl` and which holds at most `cap` entries (in sets of
-    /// [`WAYS`]: 32 bytes per entry of the cap at once, the entries themselves when their set
-    /// is first used).
+    /// [`WAYS`]: 16 bytes per entry of the cap at once, 64 more per entry when its set is
+    /// first used).
     pub(crate) fn new(ttl: Duration, cap: usize) -> Self {
         let cap = cap.max(1);
         let ways = cap.min(WAYS);
         Self {
-            sets: (0..cap / ways).map(|_| Mutex::default()).collect(),
+            sets: (0..cap / ways).map(|_| Slot::default()).collect(),
             ways,
             hashers: Default::default(),
             origin: Instant::now(),
@@ -209,9 +238,9 @@ impl LocalGuard {
 
     /// Runs `f` on `p`'s set.
     fn with_set<R>(&self, p: Place, f: impl FnOnce(&mut Set) -> R) -> R {
-        let mut set = self.sets[p.set].lock().unwrap_or_else(|e| e.into_inner());
-        if set.entries.is_empty() {
-            set.entries = vec![Entry::default(); self.ways];
+        let mut set = self.sets[p.set].0.lock().unwrap_or_else(|e| e.into_inner());
+        if set.entries.is_none() {
+            set.entries = Some(Box::default());
         }
         f(&mut set)
     }
@@ -247,16 +276,18 @@ impl LocalGuard {
                 Some(i) => i,
                 None => {
                     let i = self.make_room(set, now)?;
-                    set.keys[i] = p.key;
+                    set.tags[i] = tag(p.key);
                     set.at[i] = now;
                     set.set_busy(i, false);
-                    set.entries[i].reset();
-                    set.entries[i].generation = generation;
+                    let e = set.entry(i);
+                    e.key = p.key;
+                    e.reset();
+                    e.generation = generation;
                     i
                 }
             };
             let expired = now.saturating_sub(set.at[i]) >= self.ttl_ns;
-            let e = &mut set.entries[i];
+            let e = set.entry(i);
             if e.generation != generation {
                 e.generation = generation;
                 e.reset();
@@ -267,8 +298,9 @@ impl LocalGuard {
                 e.reset();
                 set.set_busy(i, false);
             }
-            let e = &set.entries[i];
-            Some(if set.is_busy(i) {
+            let busy = set.is_busy(i);
+            let e = set.entry(i);
+            Some(if busy {
                 // Not touched: a stream of double clicks must not keep an entry alive whose
                 // attempt is gone — it expires `ttl` after the attempt began.
                 Local::InFlight
@@ -336,7 +368,7 @@ impl LocalGuard {
             if let Some(i) = set.find(p.key) {
                 set.set_busy(i, false);
                 set.at[i] = now;
-                let e = &mut set.entries[i];
+                let e = set.entry(i);
                 // An attempt of an earlier load's generation only stops being busy: its units
                 // are not the new generation's (a reload starts a fresh ledger).
                 if let Some(rid) = rid
@@ -381,7 +413,7 @@ impl LocalGuard {
         self.with_set(p, |set| {
             if let Some(i) = set.find(p.key) {
                 set.set_busy(i, false);
-                let e = &mut set.entries[i];
+                let e = set.entry(i);
                 if e.generation == p.generation {
                     e.held_for_good = e.held_for_good.max(final_units);
                 }
@@ -400,13 +432,16 @@ impl LocalGuard {
         let removed = self.with_set(p, |set| {
             let i = set.find(p.key)?;
             let last = usize::from(set.len) - 1;
-            set.keys.swap(i, last);
+            set.tags.swap(i, last);
             set.at.swap(i, last);
-            set.entries.swap(i, last);
+            set.entries
+                .as_deref_mut()
+                .expect("a set in use has its entries")
+                .swap(i, last);
             let last_busy = set.is_busy(last);
             set.set_busy(i, last_busy);
             set.set_busy(last, false);
-            set.entries[last].reset();
+            set.entry(last).reset();
             set.len -= 1;
             Some(())
         });
@@ -601,6 +636,33 @@ mod tests {
             Local::Pass,
             "generation 2's ledger is fresh"
         );
+    }
+
+    #[test]
+    fn a_set_and_an_entry_are_the_cache_lines_the_layout_says() {
+        assert_eq!(std::mem::size_of::<Slot>(), 128);
+        assert_eq!(std::mem::align_of::<Slot>(), 64);
+        assert_eq!(std::mem::size_of::<Entry>(), 64);
+        assert_eq!(std::mem::size_of::<[Entry; WAYS]>(), 64 * WAYS);
+    }
+
+    #[test]
+    fn keys_sharing_a_tag_are_told_apart_by_their_full_key() {
+        let mut set = Set {
+            entries: Some(Box::default()),
+            ..Set::default()
+        };
+        let keys = [0x0101_u128, 0x0201, 0x0301 << 64 | 0x01, 0x02];
+        for (i, &k) in keys.iter().enumerate() {
+            set.tags[i] = tag(k);
+            set.entry(i).key = k;
+            set.len += 1;
+        }
+        assert_eq!(tag(keys[0]), tag(keys[1]));
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(set.find(k), Some(i), "{k:#x}");
+        }
+        assert_eq!(set.find(0x0401), None, "same tag, no such key");
     }
 
     #[test]
