@@ -75,13 +75,15 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Applied {
     first: u64,
-    more: Option<Box<Vec<u64>>>,
+    /// The rest (rare: one user's several purchases of one SKU), copied on each push; a boxed
+    /// slice keeps the entry in one cache line where a `Vec` would not.
+    more: Box<[u64]>,
 }
 
 impl Applied {
     fn contains(&self, rid: u64) -> bool {
         let rid = rid.max(1);
-        self.first == rid || self.more.as_ref().is_some_and(|m| m.contains(&rid))
+        self.first == rid || self.more.contains(&rid)
     }
 
     fn push(&mut self, rid: u64) {
@@ -89,13 +91,15 @@ impl Applied {
         if self.first == 0 {
             self.first = rid;
         } else {
-            self.more.get_or_insert_default().push(rid);
+            let mut more = std::mem::take(&mut self.more).into_vec();
+            more.push(rid);
+            self.more = more.into_boxed_slice();
         }
     }
 
     fn clear(&mut self) {
         self.first = 0;
-        self.more = None;
+        self.more = Box::default();
     }
 }
 
