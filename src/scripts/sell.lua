@@ -213,8 +213,9 @@ end
 local ledgers = {}
 
 -- Without a limit: the user's own ledger, and the record of `rid` in it (read once per call).
--- rej[j]: the refusal of request j (its own arguments). Every request is checked and its record read before the first write, so a key Redis refuses
--- fails the call before it wrote anything.
+-- rej[j]: the refusal of request j (its own arguments). Every request is checked and its
+-- record read before the first write, so a key Redis refuses fails the call before it wrote
+-- anything.
 local own_rec, rej
 if lim == 0 then
   own_rec = function(u, rid)
