@@ -104,9 +104,9 @@ impl Applied {
 }
 
 /// One set: up to [`WAYS`] entries, the first `len` in use. What a lookup reads (the lock,
-/// busy marks, an 8-bit tag per entry) is one cache line and the ages a victim is chosen by
-/// the next (see [`Slot`]); the entries, read once a tag matched, are allocated when the set
-/// is first used.
+/// busy marks, an 8-bit tag per entry) is one cache line, the ages a victim is chosen by end
+/// in the next (see [`Slot`]); the entries, read once a tag matched, are allocated when the
+/// set is first used.
 #[derive(Debug, Default)]
 #[repr(C)]
 struct Set {
@@ -151,8 +151,8 @@ fn tag(key: u128) -> u8 {
     key as u8
 }
 
-/// A set behind its lock, two cache lines: the lock, the busy marks, the tags and the entries'
-/// pointer in the first, the ages in the second.
+/// A set behind its lock, two cache lines: the lock, the busy marks, the tags, the entries'
+/// pointer and the first four ages in the first, the other four ages in the second.
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 struct Slot(Mutex<Set>);

@@ -122,14 +122,14 @@ local function clock(st)
   return st.now
 end
 
--- Writes the counters this call changed, in one HSET. They go as numbers: redis.call writes a
--- number below 10^17 as exact decimal digits (a counter stays below 10^15), without the
--- string.format of int().
+-- Writes the counters this call changed, in one HSET. As text from int(), never as Lua
+-- numbers: how redis.call turns a number into text depends on the Redis version (7.2.0–7.2.4
+-- write 100000000 as "1e+08", which HINCRBY and every reader then refuse).
 local function flush(st)
   local args, n = { 'HSET', st.seg }, 2
   for _, c in ipairs(COUNTER_ORDER) do
     if st.was[c] and st[c] ~= st.was[c] then
-      args[n + 1], args[n + 2], n = c, st[c], n + 2
+      args[n + 1], args[n + 2], n = c, int(st[c]), n + 2
       st.was[c] = st[c]
     end
   end

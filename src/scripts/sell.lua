@@ -132,8 +132,9 @@ do
   end
   if p ~= #ARGV + 1 then bad('n') end
 end
--- The generation, the home function and the fence are compared with the segment's own (below):
--- checked as numbers only when they differ, since a value equal to the segment's is canonical.
+-- The generation, the home function and the fence are compared with the segment's own (below)
+-- and checked as numbers only when they differ (a value equal to the segment's is canonical):
+-- a malformed one is still an error before any write.
 
 local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence')
 local lim = tonumber(v[6] or '0')
@@ -142,6 +143,7 @@ local refuse
 if not v[1] or v[1] ~= gen or v[7] ~= hf then
   uint('gen', gen)
   uint('hf', hf)
+  if fence ~= '0' then uint('fence', fence) end
   refuse = 't'
 elseif fence ~= '0' and (v[9] or '0') ~= fence then
   uint('fence', fence)

@@ -244,6 +244,22 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "header {i} = {bad:?}: {r:?}");
     }
+    {
+        // A malformed fence is refused even when the generation is stale anyway.
+        let stale = (g.parse::<u64>().unwrap() + 1).to_string();
+        let (mut k, mut a) = one("u9", "c1", "1");
+        for key in &mut k {
+            *key = key.replace(&format!(":g{g}:"), &format!(":g{stale}:"));
+        }
+        a[0] = stale;
+        a[3] = "07".into();
+        let r = client.eval::<Value, _, _, _>(sell, k, a).await;
+        assert!(
+            r.as_ref()
+                .is_err_and(|e| e.details().contains("bad argument: fence")),
+            "{r:?}"
+        );
+    }
     for bad in [
         ["0", "1", "2"],
         ["0x5", "1", "2"],
