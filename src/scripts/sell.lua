@@ -250,6 +250,9 @@ if lim == 0 then
   end
 end
 
+-- The segment as the prelude's open() would make it (the fields reclaim, clock and flush
+-- use), built in one constructor: open()'s name list and a table grown field by field cost
+-- ~18,000 instructions a call here (callgrind), 4 % of a call of 21.
 local st = {
   seg = KEYS[1], lim = lim, hfv = tonumber(v[7] or '0'),
   stock = tonumber(v[2] or '0'), sold = tonumber(v[3] or '0'), reserved = tonumber(v[4] or '0'),
