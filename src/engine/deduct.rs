@@ -109,7 +109,8 @@ impl<S: Store> Engine<S> {
         if req.qty > limit {
             // Answered from the cached layout alone: make sure it is still the SKU's (a
             // reload may have changed the limit).
-            return Ok(if self.is_current(l).await? {
+            // (Boxed, like every rare path here: a metadata read's state is kilobytes.)
+            return Ok(if Box::pin(self.is_current(l)).await? {
                 Done(Deduction::OverLimit { limit })
             } else {
                 Stale
@@ -130,7 +131,7 @@ impl<S: Store> Engine<S> {
             Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
             // This process saw the user's units; a retry of a request applied (perhaps through
             // another instance) must still replay.
-            Err(_) => return self.replay_or_limit(a).await,
+            Err(_) => return Box::pin(self.replay_or_limit(a)).await,
         };
         let r = self.decide_limited(a).await;
         match &r {
