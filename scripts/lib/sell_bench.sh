@@ -93,7 +93,12 @@ sell_home_fn_ref() {
 sell_load_segment() {
   local lua=$1 seg=$2 units=$3 hf=$4
   shift 4
-  "$@" EVAL "$(cat "$lua")" 2 "$seg" "${seg%seg}out" 1 "$units" 0 "${SELL_LIMIT:-0}" "$hf" 2>&1
+  if grep -q '^-- KEYS\[3\]' "$lua"; then
+    # Today's loader also pads the generation's ledgers (declared as KEYS[3]).
+    "$@" EVAL "$(cat "$lua")" 3 "$seg" "${seg%seg}out" "${seg%seg}g1:led" 1 "$units" 0 "${SELL_LIMIT:-0}" "$hf" 2>&1
+  else
+    "$@" EVAL "$(cat "$lua")" 2 "$seg" "${seg%seg}out" 1 "$units" 0 "${SELL_LIMIT:-0}" "$hf" 2>&1
+  fi
 }
 
 # sell_load_lua DIR OUT: prelude + load_segment.lua of source tree DIR into OUT.

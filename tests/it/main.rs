@@ -39,7 +39,6 @@ mod edges_options;
 mod edges_request_ids;
 mod edges_reservations;
 #[cfg(feature = "http")]
-mod embed_example;
 mod failover;
 mod history;
 #[cfg(feature = "cli")]

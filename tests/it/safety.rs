@@ -544,6 +544,52 @@ async fn noscript_recovery_after_script_flush() {
         .unwrap();
 }
 
+/// A load writes the segment, and with a per-user limit the generation's ledgers, as hash
+/// tables (each holds a `pad` value longer than Redis's listpack limit): a listpack ledger of a
+/// few hundred users is scanned entry by entry for every buyer. The pad is no user's ledger:
+/// the audit and sales read past it.
+#[tokio::test]
+async fn a_load_writes_the_hot_hashes_as_hash_tables() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(1)).await;
+    let s = sku("enc");
+    for round in 1..=2u64 {
+        let generation = e
+            .load(&s, 10, LoadOptions::new(2).replace(true))
+            .await
+            .unwrap();
+        for i in 0..2 {
+            for key in [
+                format!("t:{{enc#{i}}}:seg"),
+                format!("t:{{enc#{i}}}:g{generation}:led"),
+            ] {
+                assert_eq!(srv.cli(&["OBJECT", "ENCODING", &key]), "hashtable", "{key}");
+            }
+            assert_eq!(
+                srv.cli(&["HLEN", &format!("t:{{enc#{i}}}:g{generation}:led")]),
+                "1"
+            );
+        }
+        for u in ["a", "b", "c"] {
+            let d = Deduct::new("enc", u, 1, &format!("{u}{round}")).unwrap();
+            assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1);
+        }
+        let a = e.audit(&s).await.unwrap();
+        assert!(a.ok && a.sold == 3 && a.remaining == 7, "{a:?}");
+    }
+    // Without a limit no ledgers hash is written; the segment is still a hash table.
+    let free = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
+    let g = free
+        .load(&sku("enc0"), 4, LoadOptions::new(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        srv.cli(&["OBJECT", "ENCODING", "t:{enc0#0}:seg"]),
+        "hashtable"
+    );
+    assert_eq!(srv.cli(&["EXISTS", &format!("t:{{enc0#0}}:g{g}:led")]), "0");
+}
+
 /// Reloading is explicit; a reload starts a new generation that other instances notice.
 async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
     let s = sku("reload");

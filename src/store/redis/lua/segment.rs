@@ -80,7 +80,14 @@ impl Call for LoadSegment<'_> {
             self.user_limit,
             crate::segments::HOME_FN,
         ];
-        (vec![self.at.segment(), self.at.outbox()], args)
+        (
+            vec![
+                self.at.segment(),
+                self.at.outbox(),
+                self.at.limited_ledgers(),
+            ],
+            args,
+        )
     }
 
     fn decode(&self, reply: Value) -> Result<Option<u64>> {

@@ -468,6 +468,10 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                     let mut users: Vec<_> = m.into_iter().collect();
                     users.sort();
                     for (user, text) in users {
+                        if user == " pad" {
+                            // Written at load so that the hash stays a hash table.
+                            continue;
+                        }
                         let w: Vec<&str> = text.split(' ').collect();
                         assert!(
                             w.len() >= 2 && w.len().is_multiple_of(2),

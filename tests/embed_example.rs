@@ -2,9 +2,12 @@
 //! example cannot fall behind the library. Run on a free port, it sells on its own route,
 //! answers on the mounted API, and `/api/metrics` renders the sale from the recorder it
 //! installed.
+//!
+//! A test binary of its own: the recorder the example installs is global to the process, and
+//! sales of other tests running beside it would count in its `/api/metrics`.
 
 #[allow(dead_code)] // the example's `main`
-#[path = "../../examples/embed_axum.rs"]
+#[path = "../examples/embed_axum.rs"]
 mod embed_axum;
 
 use std::time::Duration;
