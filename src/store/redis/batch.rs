@@ -23,7 +23,7 @@
 //! written command, its outcome is then unknown and its request id settles it.
 
 use super::Conn;
-use super::lua::sell::{Sell, SellItem};
+use super::lua::sell::{Sell, SellHead, SellItem};
 use crate::error::{Error, Result};
 use crate::ids::Sku;
 use crate::store::{SegAddr, SellArgs, SellReply};
@@ -138,6 +138,8 @@ struct LaneState {
 /// The queue of one (segment, generation).
 struct Lane {
     key: LaneKey,
+    /// Its calls' keys and head arguments, made once.
+    head: SellHead,
     state: Mutex<LaneState>,
 }
 
@@ -223,6 +225,7 @@ impl Batcher {
             Arc::clone(&self.lanes.entry(key.clone()).or_insert_with(|| {
                 Arc::new(Lane {
                     key,
+                    head: SellHead::new(&conn.at(seg)),
                     state: Mutex::default(),
                 })
             }))
@@ -288,6 +291,7 @@ impl Batcher {
             let seg = SegAddr::new(sku, generation, index).with_suffix(suffix);
             let call = Sell {
                 at: conn.at(seg),
+                head: Some(&lane.head),
                 fence: 0,
                 credits: &[],
                 items,

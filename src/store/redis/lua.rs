@@ -235,10 +235,14 @@ pub(crate) trait Call {
     /// KEYS and ARGV. (`&mut`: a call may hand over strings it owns instead of copying them.)
     fn encode(&mut self) -> (Vec<String>, Vec<String>);
     /// KEYS and ARGV as sent: [`encode`](Self::encode)'s, unless the call builds its
-    /// arguments as byte buffers itself.
-    fn encode_values(&mut self) -> (Vec<String>, Vec<Value>) {
+    /// arguments as byte buffers itself (or reuses ones made before: a fred key or value is a
+    /// shared buffer, cloned by a count).
+    fn encode_values(&mut self) -> (Vec<fred::types::Key>, Vec<Value>) {
         let (keys, args) = self.encode();
-        (keys, args.into_iter().map(Value::from).collect())
+        (
+            keys.into_iter().map(Into::into).collect(),
+            args.into_iter().map(Value::from).collect(),
+        )
     }
     /// Decodes the script's reply.
     fn decode(&self, reply: Value) -> Result<Self::Output>;
@@ -265,7 +269,7 @@ pub(crate) async fn run_durable<C: Call>(
     durable: Option<&Arc<Durable>>,
 ) -> Result<C::Output> {
     let (keys, args) = call.encode_values();
-    let slot = durable.map(|_| Durable::slot(client, keys.first().map(String::as_str)));
+    let slot = durable.map(|_| Durable::slot(client, keys.first().and_then(|k| k.as_str())));
     // Boxed: fred's command future, the slot-move retries and the NOSCRIPT reload are
     // kilobytes of state (measured: 7.7 KB for a deduction's call). Inline, every caller's
     // future grows by that and is built and moved again at each layer, per request: memmove
@@ -311,14 +315,13 @@ impl Script {
 pub(crate) async fn eval(
     client: &Client,
     script: Script,
-    keys: Vec<String>,
+    keys: Vec<fred::types::Key>,
     args: Vec<Value>,
     once: bool,
 ) -> Result<Value> {
     let fred = script.fred();
     // As fred keys/values (byte buffers taken over without copying), cloning for the NOSCRIPT
     // retry costs a reference count per argument, not a copy.
-    let keys: Vec<fred::types::Key> = keys.into_iter().map(Into::into).collect();
     let r = if once {
         let options = fred::types::config::Options {
             max_attempts: Some(1),

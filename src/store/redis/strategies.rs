@@ -260,6 +260,7 @@ async fn sell_one(
     let at = c.at(home);
     let call = Sell {
         at,
+        head: None,
         fence,
         credits: req.credits,
         items: vec![SellItem::new(req)],

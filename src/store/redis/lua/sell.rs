@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::ids::{RequestId, UserId};
 use crate::store::{Credit, SellArgs, SellReply};
 use fred::bytes::BytesMut;
-use fred::types::Value;
+use fred::types::{Key, Value};
 
 /// One request of a [`Sell`] call: its user and request id, and its spec (see the script's
 /// header: consecutive requests of one spec are sent as one run), encoded with the call's
@@ -36,10 +36,43 @@ impl SellItem {
     }
 }
 
+/// What every `sell.lua` call at one segment sends alike: its five keys, its generation and
+/// its index, made once (a coalescing lane keeps one) and cloned by a count per call instead
+/// of formatted again.
+pub(crate) struct SellHead {
+    keys: Vec<Key>,
+    generation: Value,
+    home_fn: Value,
+    index: Value,
+}
+
+impl SellHead {
+    /// The head of calls at `at`.
+    pub(crate) fn new(at: &SegmentKeys<'_>) -> Self {
+        Self {
+            keys: [
+                at.segment(),
+                at.reservations(),
+                at.credits(),
+                at.outbox(),
+                at.limited_ledgers(),
+            ]
+            .into_iter()
+            .map(Key::from)
+            .collect(),
+            generation: Value::from(at.generation()),
+            home_fn: Value::from(crate::segments::HOME_FN.to_string()),
+            index: Value::from(at.seg.index.to_string()),
+        }
+    }
+}
+
 /// `sell.lua`: credits `credits`, returns expired reservations, then decides `items` in order
 /// (see the script's header). `fence` 0: no fence (the `lua` strategy).
 pub(crate) struct Sell<'a> {
     pub(crate) at: SegmentKeys<'a>,
+    /// The segment's keys and head arguments made before (else made for this call).
+    pub(crate) head: Option<&'a SellHead>,
     pub(crate) fence: u64,
     pub(crate) credits: &'a [Credit],
     pub(crate) items: Vec<SellItem>,
@@ -54,6 +87,10 @@ impl Call for Sell<'_> {
     /// byte slices).
     fn encode(&mut self) -> (Vec<String>, Vec<String>) {
         let (keys, args) = self.encode_values();
+        let keys = keys
+            .iter()
+            .map(|k| k.as_str().unwrap_or_default().to_owned())
+            .collect();
         let args = args
             .into_iter()
             .map(|v| v.as_string().unwrap_or_default())
@@ -64,25 +101,31 @@ impl Call for Sell<'_> {
     /// The requests' arguments are written into one buffer and sent as slices of it: no
     /// allocation per argument, and a spec shared by consecutive requests is sent once, as
     /// the head of their run.
-    fn encode_values(&mut self) -> (Vec<String>, Vec<Value>) {
+    fn encode_values(&mut self) -> (Vec<Key>, Vec<Value>) {
         let n = self.items.len();
-        let at = &self.at;
-        let keys = vec![
-            at.segment(),
-            at.reservations(),
-            at.credits(),
-            at.outbox(),
-            at.limited_ledgers(),
-        ];
+        let made;
+        let head = match self.head {
+            Some(h) => h,
+            None => {
+                made = SellHead::new(&self.at);
+                &made
+            }
+        };
+        let keys = head.keys.clone();
         let mut args: Vec<Value> = Vec::with_capacity(6 + 3 * self.credits.len() + 2 * n + 2);
-        let head = argv![
-            at.generation(),
-            crate::segments::HOME_FN,
-            at.seg.index,
-            self.fence,
-            self.credits.len(),
-        ];
-        args.extend(head.into_iter().map(Value::from));
+        args.push(head.generation.clone());
+        args.push(head.home_fn.clone());
+        args.push(head.index.clone());
+        args.push(if self.fence == 0 {
+            Value::from_static_str("0")
+        } else {
+            Value::from(self.fence.to_string())
+        });
+        args.push(if self.credits.is_empty() {
+            Value::from_static_str("0")
+        } else {
+            Value::from(self.credits.len().to_string())
+        });
         for c in self.credits {
             args.extend(argv![c.id, c.donor, c.units].into_iter().map(Value::from));
         }
