@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# lib_vs_bare.sh — the library against the bare check-and-DECRBY script, interleaved: on a shared
+# 2-core machine one run of each moves by ±30 %, so every round runs every binary once, in turn,
+# on one private redis-server.
+#
+# Binaries: examples/bare_script.rs and examples/embedded_rate.rs of the working tree, and with
+# REF also embedded_rate.rs of git REF (built in a temporary worktree: a full release build).
+# Each run: REQUESTS one-unit sales, each a new buyer's under the per-user limit 1; the library
+# coalesced on Redis. Per run it prints sales/s, the ratio to the bare run of the same round,
+# Redis µs per request (INFO commandstats usec of every command ÷ requests) and the client's CPU
+# µs per request (the example's own /proc/self/stat reading).
+#
+# Usage: scripts/lib_vs_bare.sh [REF]   env: ROUNDS (3), REQUESTS (300000),
+#        CONFIGS ("256:1 64:1 64:16": tasks:segments)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REF=${1:-}
+ROUNDS=${ROUNDS:-3}
+REQUESTS=${REQUESTS:-300000}
+CONFIGS=${CONFIGS:-256:1 64:1 64:16}
+for b in redis-server redis-cli python3; do
+  command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }
+done
+DIR=$(mktemp -d)
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null
+  [ -n "$REF" ] && git worktree remove --force "$DIR/ref" 2>/dev/null
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+cargo build --release --quiet --example bare_script --example embedded_rate
+cp target/release/examples/bare_script "$DIR/bare"
+cp target/release/examples/embedded_rate "$DIR/lib"
+LIBS=(lib)
+if [ -n "$REF" ]; then
+  git worktree add --detach "$DIR/ref" "$REF" >/dev/null
+  (cd "$DIR/ref" && CARGO_TARGET_DIR="$DIR/ref-target" cargo build --release --quiet --example embedded_rate)
+  cp "$DIR/ref-target/release/examples/embedded_rate" "$DIR/ref-lib"
+  LIBS=(ref-lib lib)
+fi
+
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
+  --logfile "$DIR/redis.log" >/dev/null 2>&1 &
+PID=$!
+for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+CLI=(redis-cli -p "$PORT")
+URL="redis://127.0.0.1:$PORT"
+usec() {
+  "${CLI[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_[a-z_|]*:calls=[0-9]*,usec=\([0-9]*\).*/\1/p' |
+    paste -sd+ | bc
+}
+
+echo "| round | tasks:segments | binary | sales/s | ÷ bare | Redis µs/request | client CPU µs/request |"
+echo "|---|---|---|---:|---:|---:|---:|"
+for r in $(seq "$ROUNDS"); do
+  for c in $CONFIGS; do
+    tasks=${c%:*} segments=${c#*:}
+    bare_rate=
+    for b in bare "${LIBS[@]}"; do
+      "${CLI[@]}" FLUSHALL >/dev/null
+      "${CLI[@]}" CONFIG RESETSTAT >/dev/null
+      if [ "$b" = bare ]; then
+        out=$("$DIR/bare" --url "$URL" --tasks "$tasks" --requests "$REQUESTS" | tail -1)
+        rate=$(sed -n 's/.* \([0-9]*\)\/s .*/\1/p' <<<"$out")
+        cpu=-
+        bare_rate=$rate
+      else
+        out=$("$DIR/$b" "$REQUESTS" "$tasks" "$segments" "$URL" | tail -1)
+        [[ $out == *"audit ok"* ]] || { echo "$b: $out" >&2; exit 1; }
+        rate=$(sed -n 's/.*: \([0-9]*\)\/s.*/\1/p' <<<"$out")
+        cpu=$(sed -n 's/.*, \([0-9.]*\) µs CPU.*/\1/p' <<<"$out")
+      fi
+      us=$(usec)
+      ratio=$(python3 -c "print(f'{$rate / $bare_rate:.2f}')")
+      redis=$(python3 -c "print(f'{$us / $REQUESTS:.2f}')")
+      echo "| $r | $tasks:$segments | $b | $rate | $ratio | $redis | $cpu |"
+    done
+  done
+done
