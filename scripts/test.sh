@@ -40,7 +40,7 @@ fi
 # starts it where a service manager runs; the tests never use it.)
 
 if $acl_tls; then
-  # The integration tests are one binary (tests/it/main.rs), a module per suite: a test's name
+  # The suites are one test binary (tests/it/main.rs), a module per suite: a test's name
   # starts with `SUITE::`. Name filters are substrings (`cluster::` would also pick
   # `nemesis_cluster::`), so a named suite's tests are listed and passed by exact name.
   targets=(--tests)

@@ -1,5 +1,6 @@
 //! The integration tests: one test binary, one module per suite, so the world (fred, axum,
-//! tokio-postgres, the harness) is compiled and linked once. A test's name starts with its
+//! tokio-postgres, the harness) is compiled and linked once (only `tests/embed_example.rs`,
+//! which installs a global metrics recorder, runs in a process of its own). A test's name starts with its
 //! suite: `deduct::replayed_request_id_has_one_effect`. `cargo test --all-features --test it -- deduct::`
 //! runs a suite; a filter is a substring (`cluster::` also picks `nemesis_cluster::`), so
 //! `scripts/test.sh --acl-tls SUITE...` passes a suite's tests by exact name.
@@ -38,7 +39,6 @@ mod edges_generations;
 mod edges_options;
 mod edges_request_ids;
 mod edges_reservations;
-#[cfg(feature = "http")]
 mod failover;
 mod history;
 #[cfg(feature = "cli")]
