@@ -519,7 +519,10 @@ fn every_panel_query_returns_series_from_a_live_sale() {
 
     // The lock strategy so lock metrics exist; 8 segments of 12-13 units, qty 2 and far more
     // buyers than stock for short homes, transfers, units in transit drained by requests about
-    // to answer sold out, sold_out and insufficient; a per-user limit for the guard; restocks every second keep it selling;
+    // to answer sold out, sold_out and insufficient; a per-user limit for the guard (1,000
+    // users in turn: a buyer comes back within seconds even when the lock strategy runs well
+    // below the rate, so the guard answers from memory while Prometheus scrapes); restocks
+    // every second keep it selling;
     // the outbox on, so every sale and reservation event reaches the order consumer.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("sim.stderr");
@@ -542,7 +545,7 @@ fn every_panel_query_returns_series_from_a_live_sale() {
         "--qty",
         "2",
         "--users",
-        "3000",
+        "1000",
         "--per-user-limit",
         "2",
         "--reserve-ratio",
