@@ -50,6 +50,7 @@ if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= base .. 'out'
   bad('keys')
 end
 local PAD_BYTES = 256
+local pad = string.rep('.', PAD_BYTES)
 local v = redis.call('HMGET', KEYS[1], 'gen', 'out')
 local cur = v[1]
 if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
@@ -61,7 +62,7 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'gen', ARGV[1], 'stock', ARGV[2], 'loaded', ARGV[2], 'restocked', '0',
   'sold', '0', 'reserved', '0', 'tin', '0', 'tout', '0', 'lim', ARGV[4], 'hf', ARGV[5], 'out', ARGV[3],
-  'pad', string.rep('.', PAD_BYTES))
-if ARGV[4] ~= '0' then redis.call('HSET', KEYS[3], ' pad', string.rep('.', PAD_BYTES)) end
+  'pad', pad)
+if ARGV[4] ~= '0' then redis.call('HSET', KEYS[3], ' pad', pad) end
 stock_event('S', ARGV[1], KEYS[1])
 return { 'ok', replaced }

@@ -83,13 +83,24 @@ fn builder() -> EngineBuilder {
 }
 
 async fn engine(url: &str, durable: bool, coalesce: bool) -> Engine<RedisStore> {
+    engine_waiting(url, durable, coalesce, ms(WAIT_MS)).await
+}
+
+/// [`engine`] whose durability mode waits up to `wait` for a replica (the command timeout
+/// twice that, at least 2 s).
+async fn engine_waiting(
+    url: &str,
+    durable: bool,
+    coalesce: bool,
+    wait: Duration,
+) -> Engine<RedisStore> {
     let store = RedisStore::builder(url)
         .pool_size(2)
         .key_prefix("t")
         .coalescing(coalesce.then(Coalescing::default))
-        .command_timeout(Duration::from_secs(2))
+        .command_timeout((2 * wait).max(Duration::from_secs(2)))
         .wait_replicas(u32::from(durable))
-        .wait_timeout(ms(WAIT_MS))
+        .wait_timeout(wait)
         .connect()
         .await
         .unwrap();
@@ -425,16 +436,8 @@ async fn run(durable: bool) -> Outcome {
     let sku = Sku::new(SKU).unwrap();
     // The load is not what is under test: its replicas get seconds to acknowledge, not the
     // sale's WAIT_MS (on a loaded machine a fresh replica can take longer than that).
-    let loader = RedisStore::builder(url.as_str())
-        .key_prefix("t")
-        .wait_replicas(u32::from(durable))
-        .wait_timeout(Duration::from_secs(2))
-        .connect()
+    engine_waiting(&url, durable, false, Duration::from_secs(2))
         .await
-        .unwrap();
-    builder()
-        .build(loader)
-        .unwrap()
         .load(
             &sku,
             LOADED,

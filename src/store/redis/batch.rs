@@ -287,11 +287,8 @@ impl Batcher {
             crate::metrics::coalesced_batch(items.len());
             self.calls.fetch_add(1, Relaxed);
             self.requests.fetch_add(items.len() as u64, Relaxed);
-            let (ref sku, index, suffix, generation) = lane.key;
-            let seg = SegAddr::new(sku, generation, index).with_suffix(suffix);
             let call = Sell {
-                at: conn.at(seg),
-                head: Some(&lane.head),
+                head: &lane.head,
                 fence: 0,
                 credits: &[],
                 items,

@@ -32,7 +32,7 @@
 
 use super::batch::Batcher;
 use super::lua::lock::FenceRead;
-use super::lua::sell::{Sell, SellItem};
+use super::lua::sell::{Sell, SellHead, SellItem};
 use super::{CoalesceStats, Coalescing, Conn};
 use crate::error::{Error, Result};
 use crate::lock::{LockFigures, LockOptions, Locker};
@@ -257,10 +257,9 @@ async fn sell_one(
     req: &SellArgs<'_>,
     fence: u64,
 ) -> Result<SellReply> {
-    let at = c.at(home);
+    let head = SellHead::new(&c.at(home));
     let call = Sell {
-        at,
-        head: None,
+        head: &head,
         fence,
         credits: req.credits,
         items: vec![SellItem::new(req)],

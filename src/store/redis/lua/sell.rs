@@ -70,9 +70,8 @@ impl SellHead {
 /// `sell.lua`: credits `credits`, returns expired reservations, then decides `items` in order
 /// (see the script's header). `fence` 0: no fence (the `lua` strategy).
 pub(crate) struct Sell<'a> {
-    pub(crate) at: SegmentKeys<'a>,
-    /// The segment's keys and head arguments made before (else made for this call).
-    pub(crate) head: Option<&'a SellHead>,
+    /// The segment's keys and head arguments (a coalescing lane's, or made for this call).
+    pub(crate) head: &'a SellHead,
     pub(crate) fence: u64,
     pub(crate) credits: &'a [Credit],
     pub(crate) items: Vec<SellItem>,
@@ -103,14 +102,7 @@ impl Call for Sell<'_> {
     /// the head of their run.
     fn encode_values(&mut self) -> (Vec<Key>, Vec<Value>) {
         let n = self.items.len();
-        let made;
-        let head = match self.head {
-            Some(h) => h,
-            None => {
-                made = SellHead::new(&self.at);
-                &made
-            }
-        };
+        let head = self.head;
         let keys = head.keys.clone();
         let mut args: Vec<Value> = Vec::with_capacity(6 + 3 * self.credits.len() + 2 * n + 2);
         args.push(head.generation.clone());
