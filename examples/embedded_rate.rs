@@ -10,8 +10,9 @@
 //! `examples/bare_script.rs`, which has no harness either.
 //!
 //! `cargo run --release --example embedded_rate -- [DEDUCTIONS] [TASKS] [SEGMENTS] [REDIS_URL]
-//! [--json] [--per-user-limit=N]` (defaults 2000000, 64, 16, none, 1; `--json` prints one
-//! object as `shardstock sim --json` names its fields, for `scripts/bench.sh`).
+//! [--json] [--per-user-limit=N] [--max-batch=N] [--max-in-flight=N]` (defaults 2000000, 64,
+//! 16, none, 1, then [`Coalescing::default`]'s; `--json` prints one object as `shardstock sim
+//! --json` names its fields, for `scripts/bench.sh`).
 
 use shardstock::{Coalescing, Deduct, Engine, LoadOptions, MemoryStore, RedisStore, Sku, Store};
 use std::sync::Arc;
@@ -38,6 +39,19 @@ fn main() {
                 .map(|v| v.parse().expect("a number"))
         })
         .unwrap_or(1);
+    let flag = |name: &str| {
+        std::env::args().find_map(|a| {
+            a.strip_prefix(name)
+                .map(|v| v.parse::<usize>().expect("a number"))
+        })
+    };
+    let mut coalescing = Coalescing::default();
+    if let Some(n) = flag("--max-batch=") {
+        coalescing = coalescing.max_batch(n);
+    }
+    if let Some(n) = flag("--max-in-flight=") {
+        coalescing = coalescing.max_in_flight(n);
+    }
     let args: Vec<String> = std::env::args().filter(|a| !a.starts_with("--")).collect();
     let arg = |i: usize, d: u64| args.get(i).map_or(d, |a| a.parse().expect("a number"));
     let (n, tasks, segments) = (arg(1, 2_000_000), arg(2, 64), arg(3, 16) as u32);
@@ -57,7 +71,7 @@ fn main() {
             let store = rt
                 .block_on(
                     RedisStore::builder(url)
-                        .coalescing(Some(Coalescing::default()))
+                        .coalescing(Some(coalescing))
                         .connect(),
                 )
                 .expect("a Redis store");
