@@ -10,8 +10,10 @@
 -- event each when its outbox was on; see the prelude's end_reservations), and every script
 -- checks the generation, so its other keys (ledgers, credits, transfers, restock records, all
 -- named `…:g<old>:…`) are unreachable from now on: the caller unlinks them afterwards (SCAN,
--- best effort), named by the generation this reply gives. The same generation written again
--- (a re-sent load) keeps its keys.
+-- best effort), named by the generation this reply gives. A load of the generation the segment
+-- already holds (a re-sent load) writes nothing and answers "ok": the first one wrote it, and
+-- the sales since may have moved its counters — writing it again would hand out sold units a
+-- second time.
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
@@ -54,6 +56,7 @@ local pad = string.rep('.', PAD_BYTES)
 local v = redis.call('HMGET', KEYS[1], 'gen', 'out')
 local cur = v[1]
 if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
+if cur == ARGV[1] then return { 'ok', 0 } end
 local replaced = 0
 if cur and cur ~= ARGV[1] then
   end_reservations(KEYS[1], cur, v[2], KEYS[2])

@@ -154,7 +154,11 @@ impl Store for MemoryStore {
         if s.generation > seg.generation {
             return Ok(false);
         }
-        *s = Segment::loaded(seg.generation, load.units, load.user_limit);
+        // A re-sent load of the generation the segment holds writes nothing: sales since may
+        // have moved its counters (load_segment.lua).
+        if s.generation != seg.generation {
+            *s = Segment::loaded(seg.generation, load.units, load.user_limit);
+        }
         Ok(true)
     }
 
@@ -244,5 +248,39 @@ impl Store for MemoryStore {
         request_id: &RequestId,
     ) -> Result<Option<HomeRecord>> {
         Ok(self.with_segment(home, None, |s, now| s.record(user, request_id, now)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Deduct, Engine, LoadOptions};
+
+    /// A load of the generation a segment already holds (a re-sent `load_segment`) writes
+    /// nothing: the units sold since stay sold, the ledgers keep their buyers.
+    #[tokio::test]
+    async fn a_re_sent_load_writes_nothing() {
+        let e = Engine::builder()
+            .per_user_limit(1)
+            .build(MemoryStore::new())
+            .unwrap();
+        let sku = Sku::new("resent").unwrap();
+        let g = e.load(&sku, 10, LoadOptions::new(1)).await.unwrap();
+        for u in ["a", "b", "c"] {
+            let d = Deduct::new("resent", u, 1, u).unwrap();
+            assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1);
+        }
+        let load = SegmentLoad {
+            units: 10,
+            outbox: false,
+            replaces: 0,
+            user_limit: 1,
+        };
+        let at = SegAddr::new(&sku, g, 0);
+        assert!(e.store().load_segment(at, load).await.unwrap());
+        let a = e.audit(&sku).await.unwrap();
+        assert!(a.ok && a.sold == 3 && a.remaining == 7, "{a:?}");
+        let again = Deduct::new("resent", "a", 1, "a2").unwrap();
+        assert_eq!(e.deduct(&again).await.unwrap().units_applied(), 0);
     }
 }

@@ -124,15 +124,18 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
 /// `local-mutex` across three processes oversells, as the classic three-instance
 /// experiment found; the audit catches it.
 ///
-/// The processes start one after another and nothing lines them up, so each one's selling window
-/// (its units × the critical section) must outlast any start-up skew of a loaded machine: 300
-/// units × 20 ms is 6 s (100 units, 2 s, sold exactly the stock once beside the other suites).
+/// Each process reads the stock, holds its own mutex for the critical section (20 ms) and then
+/// decrements, so a read misses the other processes' decrements still pending: the last units
+/// are sold more than once. The three fall into step (the same 20 ms sleep, one Redis), each
+/// round reading one stock and taking three units, so the stock must not be a multiple of
+/// three: 300 units sold exactly 100 + 100 + 100 again and again; 301 leave one unit for a
+/// round of three. 300 requests each keep all three selling to the end (~2 s).
 #[test]
 fn local_mutex_across_three_processes_oversells() {
     let srv = RedisServer::start();
     let url = srv.url();
     run_line(&format!(
-        "load --redis {url} --sku lm3 --stock 300 --segments 1 --per-user-limit 0"
+        "load --redis {url} --sku lm3 --stock 301 --segments 1 --per-user-limit 0"
     ))
     .expect_code(0);
     let (reports, a) = three_processes(
@@ -144,10 +147,10 @@ fn local_mutex_across_three_processes_oversells() {
     let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
     assert!(reports.iter().all(|v| !b(v, "strategy_safe")));
     assert!(
-        sold > 300,
-        "three local-mutex processes sold {sold}: expected an oversell"
+        sold > 301,
+        "three local-mutex processes sold {sold} of 301: expected an oversell ({reports:?})"
     );
-    assert!(!b(&a, "ok") && u(&a, "sold") > 300, "{a}");
+    assert!(!b(&a, "ok") && u(&a, "sold") > 301, "{a}");
 }
 
 /// `sim --per-user-limit 1`: one unit per user at most, no oversell, audit ok; and across three

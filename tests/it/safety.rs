@@ -590,6 +590,49 @@ async fn a_load_writes_the_hot_hashes_as_hash_tables() {
     assert_eq!(srv.cli(&["EXISTS", &format!("t:{{enc0#0}}:g{g}:led")]), "0");
 }
 
+/// A load of the generation a segment already holds (`load_segment.lua` sent again) writes
+/// nothing: the units sold since stay sold, the ledgers keep their buyers.
+#[tokio::test]
+async fn a_re_sent_load_writes_nothing() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(1)).await;
+    let s = sku("resent");
+    let g = e.load(&s, 10, LoadOptions::new(1)).await.unwrap();
+    for u in ["a", "b", "c"] {
+        let d = Deduct::new("resent", u, 1, u).unwrap();
+        assert_eq!(e.deduct(&d).await.unwrap().units_applied(), 1);
+    }
+    let client = admin_client(&srv).await;
+    let load = concat!(
+        include_str!("../../src/scripts/prelude.lua"),
+        include_str!("../../src/scripts/load_segment.lua")
+    );
+    let keys = vec![
+        "t:{resent#0}:seg".to_string(),
+        "t:{resent#0}:out".to_string(),
+        format!("t:{{resent#0}}:g{g}:led"),
+    ];
+    let args = vec![
+        g.to_string(),
+        "10".into(),
+        "0".into(),
+        "1".into(),
+        segments::HOME_FN.to_string(),
+    ];
+    let r: Vec<Value> = client.eval(load, keys, args).await.unwrap();
+    assert_eq!(r[0].as_str().as_deref(), Some("ok"), "{r:?}");
+    assert_eq!(r[1].as_i64(), Some(0), "{r:?}");
+    assert_eq!(srv.cli(&["HGET", "t:{resent#0}:seg", "sold"]), "3");
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.sold == 3 && a.remaining == 7, "{a:?}");
+    let again = Deduct::new("resent", "a", 1, "a2").unwrap();
+    assert_eq!(
+        e.deduct(&again).await.unwrap().units_applied(),
+        0,
+        "a buyer kept"
+    );
+}
+
 /// Reloading is explicit; a reload starts a new generation that other instances notice.
 async fn reloads<S: Store>(a: Engine<S>, b: Engine<S>) {
     let s = sku("reload");
