@@ -33,18 +33,13 @@ fn cpu_seconds() -> f64 {
 
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
-    let limit: u64 = std::env::args()
-        .find_map(|a| {
-            a.strip_prefix("--per-user-limit=")
-                .map(|v| v.parse().expect("a number"))
-        })
-        .unwrap_or(1);
     let flag = |name: &str| {
         std::env::args().find_map(|a| {
             a.strip_prefix(name)
                 .map(|v| v.parse::<usize>().expect("a number"))
         })
     };
+    let limit = flag("--per-user-limit=").map_or(1, |n| n as u64);
     let mut coalescing = Coalescing::default();
     if let Some(n) = flag("--max-batch=") {
         coalescing = coalescing.max_batch(n);

@@ -10,10 +10,11 @@
 -- event each when its outbox was on; see the prelude's end_reservations), and every script
 -- checks the generation, so its other keys (ledgers, credits, transfers, restock records, all
 -- named `…:g<old>:…`) are unreachable from now on: the caller unlinks them afterwards (SCAN,
--- best effort), named by the generation this reply gives. A load of the generation the segment
--- already holds (a re-sent load) writes nothing and answers "ok": the first one wrote it, and
--- the sales since may have moved its counters — writing it again would hand out sold units a
--- second time.
+-- best effort), named by the generation this reply gives. The same load again (the generation
+-- the segment holds, with its units, limit, outbox and home function: a re-sent load) writes
+-- nothing and answers "ok": the first one wrote it, and the sales since may have moved its
+-- counters — writing it again would hand out sold units a second time. Another load that drew
+-- the same generation (only after Redis lost the SKU's metadata) writes as a new one.
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
@@ -53,10 +54,12 @@ if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= base .. 'out'
 end
 local PAD_BYTES = 256
 local pad = string.rep('.', PAD_BYTES)
-local v = redis.call('HMGET', KEYS[1], 'gen', 'out')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'out', 'loaded', 'lim', 'hf')
 local cur = v[1]
 if cur and tonumber(cur) > tonumber(ARGV[1]) then return { 'superseded', tonumber(cur) } end
-if cur == ARGV[1] then return { 'ok', 0 } end
+if cur == ARGV[1] and v[2] == ARGV[3] and v[3] == ARGV[2] and v[4] == ARGV[4] and v[5] == ARGV[5] then
+  return { 'ok', 0 }
+end
 local replaced = 0
 if cur and cur ~= ARGV[1] then
   end_reservations(KEYS[1], cur, v[2], KEYS[2])

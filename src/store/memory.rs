@@ -154,10 +154,15 @@ impl Store for MemoryStore {
         if s.generation > seg.generation {
             return Ok(false);
         }
-        // A re-sent load of the generation the segment holds writes nothing: sales since may
-        // have moved its counters (load_segment.lua).
-        if s.generation != seg.generation {
-            *s = Segment::loaded(seg.generation, load.units, load.user_limit);
+        // The same load again (a re-sent one) writes nothing: sales since may have moved its
+        // counters (load_segment.lua).
+        let fresh = Segment::loaded(seg.generation, load.units, load.user_limit);
+        let same = s.generation == fresh.generation
+            && s.limit == fresh.limit
+            && s.home_fn == fresh.home_fn
+            && s.counters.loaded == fresh.counters.loaded;
+        if !same {
+            *s = fresh;
         }
         Ok(true)
     }

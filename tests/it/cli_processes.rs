@@ -75,14 +75,29 @@ fn three_processes(
     extra: &[&str],
     requests: &str,
 ) -> (Vec<Value>, Value) {
+    three_processes_each(srv, sku, [extra; 3], requests)
+}
+
+/// [`three_processes`] with each process's own extra arguments.
+fn three_processes_each(
+    srv: &RedisServer,
+    sku: &str,
+    extra: [&[&str]; 3],
+    requests: &str,
+) -> (Vec<Value>, Value) {
     let url = srv.url();
     let line = format!(
         "sim --redis {url} --sku {sku} --skip-load --requests {requests} --users {requests} \
          --concurrency 32 --json"
     );
-    let mut args = words(&line);
-    args.extend_from_slice(extra);
-    let children: Vec<_> = (0..3).map(|_| spawn(&args)).collect();
+    let children: Vec<_> = extra
+        .iter()
+        .map(|x| {
+            let mut args = words(&line);
+            args.extend_from_slice(x);
+            spawn(&args)
+        })
+        .collect();
     let runs: Vec<Run> = children.into_iter().map(finish).collect();
     let reports = runs
         .iter()
@@ -124,12 +139,12 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
 /// `local-mutex` across three processes oversells, as the classic three-instance
 /// experiment found; the audit catches it.
 ///
-/// Each process reads the stock, holds its own mutex for the critical section (20 ms) and then
-/// decrements, so a read misses the other processes' decrements still pending: the last units
-/// are sold more than once. The three fall into step (the same 20 ms sleep, one Redis), each
-/// round reading one stock and taking three units, so the stock must not be a multiple of
-/// three: 300 units sold exactly 100 + 100 + 100 again and again; 301 leave one unit for a
-/// round of three. 300 requests each keep all three selling to the end (~2 s).
+/// Each process reads the stock, holds its own mutex for its critical section and then
+/// decrements, so a read misses the other processes' decrements still pending and the last
+/// units are sold more than once. With the same 20 ms section the three were seen to fall into
+/// step, each round reading one stock and taking three units: 300 units sold exactly 100 each,
+/// time after time. Sections of 20, 23 and 29 ms keep them out of step, and 301 units leave one
+/// over even for processes in step. 300 requests each keep all three selling to the end (~2 s).
 #[test]
 fn local_mutex_across_three_processes_oversells() {
     let srv = RedisServer::start();
@@ -138,12 +153,9 @@ fn local_mutex_across_three_processes_oversells() {
         "load --redis {url} --sku lm3 --stock 301 --segments 1 --per-user-limit 0"
     ))
     .expect_code(0);
-    let (reports, a) = three_processes(
-        &srv,
-        "lm3",
-        &["--strategy", "local-mutex", "--critical-pause-ms", "20"],
-        "300",
-    );
+    let pause = |ms| ["--strategy", "local-mutex", "--critical-pause-ms", ms];
+    let (a20, a23, a29) = (pause("20"), pause("23"), pause("29"));
+    let (reports, a) = three_processes_each(&srv, "lm3", [&a20, &a23, &a29], "300");
     let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
     assert!(reports.iter().all(|v| !b(v, "strategy_safe")));
     assert!(

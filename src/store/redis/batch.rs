@@ -53,10 +53,10 @@ pub struct Coalescing {
     /// batch is whatever queued while earlier calls were in flight). Below 1 ms the wait yields
     /// to the scheduler instead of sleeping (Tokio timers tick in milliseconds).
     pub window: Duration,
-    /// Script calls a lane may have in flight at once (≥ 1; default 3). With fewer, a lane's
-    /// calls leave Redis and the client idle in turn: one hot segment at 64 concurrent buyers
-    /// sold ~28 % faster with 3 than with 2 (at 256, within the noise, ~6 % slower: its
-    /// batches are full either way). See docs/benchmarks.md.
+    /// Script calls a lane may have in flight at once (≥ 1; default 3). With fewer, one hot
+    /// segment's calls leave Redis and the client idle in turn at moderate load; with more,
+    /// a busy lane splits its batches into more calls. Measured in docs/benchmarks.md ("Calls
+    /// in flight per lane").
     pub max_in_flight: usize,
 }
 
