@@ -287,5 +287,14 @@ mod tests {
         assert!(a.ok && a.sold == 3 && a.remaining == 7, "{a:?}");
         let again = Deduct::new("resent", "a", 1, "a2").unwrap();
         assert_eq!(e.deduct(&again).await.unwrap().units_applied(), 0);
+        // Another load that drew the same generation (other units) is written as a new one.
+        let other = SegmentLoad { units: 12, ..load };
+        assert!(e.store().load_segment(at, other).await.unwrap());
+        let a = e.audit(&sku).await.unwrap();
+        // (The audit then says the segment's units differ from the SKU's: nothing names them.)
+        assert!(
+            a.sold == 0 && a.remaining == 12 && a.segments[0].ok,
+            "{a:?}"
+        );
     }
 }

@@ -590,8 +590,8 @@ async fn a_load_writes_the_hot_hashes_as_hash_tables() {
     assert_eq!(srv.cli(&["EXISTS", &format!("t:{{enc0#0}}:g{g}:led")]), "0");
 }
 
-/// A load of the generation a segment already holds (`load_segment.lua` sent again) writes
-/// nothing: the units sold since stay sold, the ledgers keep their buyers.
+/// The same load again (`load_segment.lua` sent again) writes nothing: the units sold since stay
+/// sold, the ledgers keep their buyers. Another load of the same generation is written.
 #[tokio::test]
 async fn a_re_sent_load_writes_nothing() {
     let srv = RedisServer::start();
@@ -619,7 +619,7 @@ async fn a_re_sent_load_writes_nothing() {
         "1".into(),
         segments::HOME_FN.to_string(),
     ];
-    let r: Vec<Value> = client.eval(load, keys, args).await.unwrap();
+    let r: Vec<Value> = client.eval(load, keys.clone(), args.clone()).await.unwrap();
     assert_eq!(r[0].as_str().as_deref(), Some("ok"), "{r:?}");
     assert_eq!(r[1].as_i64(), Some(0), "{r:?}");
     assert_eq!(srv.cli(&["HGET", "t:{resent#0}:seg", "sold"]), "3");
@@ -631,6 +631,13 @@ async fn a_re_sent_load_writes_nothing() {
         0,
         "a buyer kept"
     );
+    // Another load that drew the same generation (other units) is written as a new one.
+    let mut other = args;
+    other[1] = "12".into();
+    let r: Vec<Value> = client.eval(load, keys, other).await.unwrap();
+    assert_eq!(r[0].as_str().as_deref(), Some("ok"), "{r:?}");
+    assert_eq!(srv.cli(&["HGET", "t:{resent#0}:seg", "stock"]), "12");
+    assert_eq!(srv.cli(&["HGET", "t:{resent#0}:seg", "sold"]), "0");
 }
 
 /// Reloading is explicit; a reload starts a new generation that other instances notice.
