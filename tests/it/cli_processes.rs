@@ -75,26 +75,15 @@ fn three_processes(
     extra: &[&str],
     requests: &str,
 ) -> (Vec<Value>, Value) {
-    three_processes_each(srv, sku, [extra; 3], requests)
-}
-
-/// [`three_processes`] with each process's own extra arguments.
-fn three_processes_each(
-    srv: &RedisServer,
-    sku: &str,
-    extra: [&[&str]; 3],
-    requests: &str,
-) -> (Vec<Value>, Value) {
     let url = srv.url();
     let line = format!(
         "sim --redis {url} --sku {sku} --skip-load --requests {requests} --users {requests} \
          --concurrency 32 --json"
     );
-    let children: Vec<_> = extra
-        .iter()
-        .map(|x| {
+    let children: Vec<_> = (0..3)
+        .map(|_| {
             let mut args = words(&line);
-            args.extend_from_slice(x);
+            args.extend_from_slice(extra);
             spawn(&args)
         })
         .collect();
@@ -140,29 +129,32 @@ fn lock_strategy_across_three_processes_sells_exactly_the_stock() {
 /// experiment found; the audit catches it.
 ///
 /// Each process reads the stock, holds its own mutex for its critical section and then
-/// decrements, so a read misses the other processes' decrements still pending and the last
-/// units are sold more than once. With the same 20 ms section the three were seen to fall into
-/// step, each round reading one stock and taking three units: 300 units sold exactly 100 each,
-/// time after time. Sections of 20, 23 and 29 ms keep them out of step, and 301 units leave one
-/// over even for processes in step. 300 requests each keep all three selling to the end (~2 s).
+/// decrements, so a read misses the other processes' decrements still pending. One unit and a
+/// 1.5 s section make the oversell certain rather than likely: each process's first request
+/// reads the stock as it starts, and any two of those reads within 1.5 s both see the one unit
+/// and both sell it. (Hundreds of units and a 20 ms section relied on the processes overlapping
+/// at the last unit; they fell into step and sold exactly the stock.)
 #[test]
 fn local_mutex_across_three_processes_oversells() {
     let srv = RedisServer::start();
     let url = srv.url();
     run_line(&format!(
-        "load --redis {url} --sku lm3 --stock 301 --segments 1 --per-user-limit 0"
+        "load --redis {url} --sku lm3 --stock 1 --segments 1 --per-user-limit 0"
     ))
     .expect_code(0);
-    let pause = |ms| ["--strategy", "local-mutex", "--critical-pause-ms", ms];
-    let (a20, a23, a29) = (pause("20"), pause("23"), pause("29"));
-    let (reports, a) = three_processes_each(&srv, "lm3", [&a20, &a23, &a29], "300");
+    let (reports, a) = three_processes(
+        &srv,
+        "lm3",
+        &["--strategy", "local-mutex", "--critical-pause-ms", "1500"],
+        "20",
+    );
     let sold: u64 = reports.iter().map(|v| u(v, "sold_units")).sum();
     assert!(reports.iter().all(|v| !b(v, "strategy_safe")));
     assert!(
-        sold > 301,
-        "three local-mutex processes sold {sold} of 301: expected an oversell ({reports:?})"
+        sold > 1,
+        "three local-mutex processes sold {sold} of 1: expected an oversell ({reports:?})"
     );
-    assert!(!b(&a, "ok") && u(&a, "sold") > 301, "{a}");
+    assert!(!b(&a, "ok") && u(&a, "sold") > 1, "{a}");
 }
 
 /// `sim --per-user-limit 1`: one unit per user at most, no oversell, audit ok; and across three
