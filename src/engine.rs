@@ -51,7 +51,9 @@ struct Inner<S> {
     store: S,
     opts: EngineOptions,
     /// Cached layouts. A `Stale` reply (another instance reloaded the SKU) evicts the entry.
-    layouts: DashMap<Sku, Arc<Layout>>,
+    /// Hashed with foldhash: every request looks its SKU up (SipHash was ~0.4 % of a sale's
+    /// client CPU).
+    layouts: DashMap<Sku, Arc<Layout>, foldhash::fast::RandomState>,
     /// Which SKUs get their own metric label.
     sku_labels: crate::metrics::SkuLabels,
     /// The in-process per-user filter.

@@ -221,8 +221,9 @@ impl LocalGuard {
         &self.stats
     }
 
-    fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    /// `at` in ns since the guard began.
+    fn ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
     }
 
     fn place(&self, sku: &Sku, user: &UserId) -> Place {
@@ -253,15 +254,18 @@ impl LocalGuard {
     /// the user busy until [`finish`](Self::finish).
     #[cfg(test)]
     fn begin(&self, sku: &Sku, user: &UserId, rid: &RequestId, qty: u64, limit: u64) -> Local {
-        self.begin_in(0, sku, user, rid, qty, limit).0
+        self.begin_in(Instant::now(), 0, sku, user, rid, qty, limit)
+            .0
     }
 
     /// [`begin`](Self::begin) for load generation `generation` of the SKU: what the guard
     /// knew about an older generation is forgotten (a reload starts a fresh ledger). With
     /// `Pass`, where the attempt's entry is (`None`: its set was all busy; the store alone
     /// decides).
+    #[allow(clippy::too_many_arguments)]
     fn begin_in(
         &self,
+        at: Instant,
         generation: u64,
         sku: &Sku,
         user: &UserId,
@@ -269,7 +273,7 @@ impl LocalGuard {
         qty: u64,
         limit: u64,
     ) -> (Local, Option<Place>) {
-        let now = self.now();
+        let now = self.ns(at);
         let p = Place {
             generation,
             ..self.place(sku, user)
@@ -362,16 +366,19 @@ impl LocalGuard {
     /// for `rid` (now or in an earlier call), 0 otherwise (the chance is not used up).
     #[cfg(test)]
     fn finish(&self, sku: &Sku, user: &UserId, rid: &RequestId, applied_units: u64) {
-        self.finish_at(self.place(sku, user), rid, applied_units);
+        self.finish_at(Instant::now(), self.place(sku, user), rid, applied_units);
     }
 
-    fn finish_at(&self, p: Place, rid: &RequestId, units: u64) {
-        let now = self.now();
+    /// Ends the attempt at `p` that began at `at`. Its entry is stamped with the attempt's
+    /// start, not its end: the entry expires `ttl` after the attempt began.
+    fn finish_at(&self, at: Instant, p: Place, rid: &RequestId, units: u64) {
+        let now = self.ns(at);
         let rid = (units > 0).then(|| self.rid(rid));
         self.with_set(p, |set| {
             if let Some(i) = set.find(p.key) {
                 set.set_busy(i, false);
-                set.at[i] = now;
+                // Never back: a newer attempt may have stamped the entry since.
+                set.at[i] = set.at[i].max(now);
                 let e = set.entry(i);
                 // An attempt of an earlier load's generation only stops being busy: its units
                 // are not the new generation's (a reload starts a fresh ledger).
@@ -392,8 +399,10 @@ impl LocalGuard {
     ///
     /// # Errors
     /// The refusal ([`Local::InFlight`] or [`Local::LimitReached`]) when not [`Local::Pass`].
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn enter<'a>(
         &'a self,
+        at: Instant,
         generation: u64,
         sku: &Sku,
         user: &UserId,
@@ -401,9 +410,10 @@ impl LocalGuard {
         qty: u64,
         limit: u64,
     ) -> Result<Attempt<'a>, Local> {
-        match self.begin_in(generation, sku, user, rid, qty, limit) {
+        match self.begin_in(at, generation, sku, user, rid, qty, limit) {
             (Local::Pass, place) => Ok(Attempt {
                 guard: self,
+                at,
                 key: place.map(|p| (p, rid)),
             }),
             (refused, _) => Err(refused),
@@ -460,6 +470,8 @@ impl LocalGuard {
 #[derive(Debug)]
 pub(crate) struct Attempt<'a> {
     guard: &'a LocalGuard,
+    /// When the attempt began (what its end stamps the entry with).
+    at: Instant,
     /// `None`: finished, or never had an entry.
     key: Option<(Place, &'a RequestId)>,
 }
@@ -469,7 +481,7 @@ impl Attempt<'_> {
     /// (now or earlier). Reserved units are not remembered here — a reservation may go back.
     pub(crate) fn finish(mut self, sold_units: u64) {
         if let Some((p, rid)) = self.key.take() {
-            self.guard.finish_at(p, rid, sold_units);
+            self.guard.finish_at(self.at, p, rid, sold_units);
         }
     }
 
@@ -485,7 +497,7 @@ impl Attempt<'_> {
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if let Some((p, rid)) = self.key.take() {
-            self.guard.finish_at(p, rid, 0);
+            self.guard.finish_at(self.at, p, rid, 0);
         }
     }
 }
@@ -547,13 +559,13 @@ mod tests {
         let ttl = Duration::from_millis(100);
         let g = LocalGuard::new(ttl, 100);
         let (s, u, r1) = ids("u", "r1");
-        let a = g.enter(7, &s, &u, &r1, 1, 1).unwrap();
+        let a = g.enter(Instant::now(), 7, &s, &u, &r1, 1, 1).unwrap();
         drop(a);
         // The entry begins between these two instants; the checks below hold whatever the
         // scheduler does (no timed assertion: each one is made only when its premise held).
         let before = Instant::now();
         let a = g
-            .enter(7, &s, &u, &r1, 1, 1)
+            .enter(Instant::now(), 7, &s, &u, &r1, 1, 1)
             .expect("free again after a drop");
         let after = Instant::now();
         // A stuck attempt (never finished, never dropped) expires `ttl` after it began, however
@@ -561,7 +573,7 @@ mod tests {
         std::mem::forget(a);
         let mut asked = 0;
         while before.elapsed() < ttl {
-            let r = g.begin_in(7, &s, &u, &r1, 1, 1).0;
+            let r = g.begin_in(Instant::now(), 7, &s, &u, &r1, 1, 1).0;
             if before.elapsed() < ttl {
                 assert_eq!(r, Local::InFlight, "younger than its ttl");
                 asked += 1;
@@ -572,7 +584,7 @@ mod tests {
             (after + ttl + Duration::from_millis(20)).saturating_duration_since(Instant::now()),
         );
         assert_eq!(
-            g.begin_in(7, &s, &u, &r1, 1, 1).0,
+            g.begin_in(Instant::now(), 7, &s, &u, &r1, 1, 1).0,
             Local::Pass,
             "expired after {asked} double clicks"
         );
@@ -609,11 +621,13 @@ mod tests {
             .collect();
         let held: Vec<_> = users[..WAYS]
             .iter()
-            .map(|u| g.enter(1, &s, u, &r, 1, 1).unwrap())
+            .map(|u| g.enter(Instant::now(), 1, &s, u, &r, 1, 1).unwrap())
             .collect();
         assert_eq!(g.len(), WAYS);
         // No room: the store alone decides, and the busy entries stay.
-        let extra = g.enter(1, &s, &users[WAYS], &r, 1, 1).unwrap();
+        let extra = g
+            .enter(Instant::now(), 1, &s, &users[WAYS], &r, 1, 1)
+            .unwrap();
         assert_eq!(g.begin(&s, &users[WAYS], &r, 1, 1), Local::Pass);
         extra.finish(1);
         for u in &users[..WAYS] {
@@ -632,11 +646,14 @@ mod tests {
         let (s, u, r1) = ids("u", "r1");
         let r2 = RequestId::new("r2").unwrap();
         // Sold in generation 1, finished after a reload began generation 2 for this user.
-        let a = g.enter(1, &s, &u, &r1, 1, 1).unwrap();
-        assert_eq!(g.begin_in(2, &s, &u, &r2, 1, 1).0, Local::InFlight);
+        let a = g.enter(Instant::now(), 1, &s, &u, &r1, 1, 1).unwrap();
+        assert_eq!(
+            g.begin_in(Instant::now(), 2, &s, &u, &r2, 1, 1).0,
+            Local::InFlight
+        );
         a.finish(1);
         assert_eq!(
-            g.begin_in(2, &s, &u, &r2, 1, 1).0,
+            g.begin_in(Instant::now(), 2, &s, &u, &r2, 1, 1).0,
             Local::Pass,
             "generation 2's ledger is fresh"
         );

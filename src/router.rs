@@ -31,14 +31,25 @@ impl Hints {
     }
 
     fn now(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64 + 1
+        self.ms(Instant::now())
+    }
+
+    /// `at` in ms since `origin`, plus one.
+    fn ms(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.origin).as_millis() as u64 + 1
     }
 
     /// Records that segment `i` held `stock` units just now.
     pub(crate) fn observe(&self, i: u32, stock: u64) {
+        self.observe_at(Instant::now(), i, stock);
+    }
+
+    /// Records that segment `i` held `stock` units at `at` (no later than now: a call's
+    /// start, stamped on what the call saw, ages its hints by the call's length at most).
+    pub(crate) fn observe_at(&self, at: Instant, i: u32, stock: u64) {
         if let (Some(s), Some(a)) = (self.stock.get(i as usize), self.at.get(i as usize)) {
             s.store(stock, Relaxed);
-            a.store(self.now(), Relaxed);
+            a.store(self.ms(at), Relaxed);
         }
     }
 

@@ -19,13 +19,25 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Metrics bookkeeping of one call (an atomic so the futures stay `Send`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Trace {
+    /// When the call began: its latency's start, and the time the guard, the hints and the
+    /// gauges stamp it with (one clock read per call instead of one per stamp; none of them
+    /// needs finer than the call's own length).
+    pub(super) start: Instant,
     /// Segment scripts sent that could take or move units.
     tries: AtomicU32,
 }
 
 impl Trace {
+    /// A call beginning now.
+    pub(super) fn begin() -> Self {
+        Self {
+            start: Instant::now(),
+            tries: AtomicU32::new(0),
+        }
+    }
+
     /// Counts one segment script that could take or move units.
     pub(super) fn tried(&self) {
         self.tries.fetch_add(1, Relaxed);
@@ -53,14 +65,13 @@ impl<S: Store> Engine<S> {
     /// Layer 1, metrics: runs the request (a sale or a reservation) and records its outcome,
     /// latency and segment calls. Also returns the load generation the outcome belongs to.
     pub(crate) async fn metered(&self, req: &Deduct, intent: Intent) -> Result<(Deduction, u64)> {
-        let start = Instant::now();
-        let trace = Trace::default();
+        let trace = Trace::begin();
         let r = self.in_current_layout(req, intent, &trace).await;
         match &r {
             Ok((d, _)) => crate::metrics::deduction(
                 d,
                 self.inner.store.strategy(),
-                start.elapsed(),
+                trace.start.elapsed(),
                 trace.tries.load(Relaxed),
             ),
             Err(e) => crate::metrics::error(e),
@@ -89,7 +100,7 @@ impl<S: Store> Engine<S> {
             match flow {
                 Done(d) => {
                     layout.sold_out.applied(&d); // sold out from memory
-                    self.maybe_gauges(&layout);
+                    self.maybe_gauges(&layout, trace.start);
                     return Ok((d, layout.generation));
                 }
                 Refused(e) => return Err(e),
@@ -118,6 +129,7 @@ impl<S: Store> Engine<S> {
         }
         let g = &self.inner.guard;
         let entered = g.enter(
+            a.now(),
             l.generation,
             &req.sku,
             &req.user,
@@ -198,11 +210,11 @@ impl<S: Store> Engine<S> {
         let reply = self.inner.store.sell(a.home_at(), a.sell_args(&[])).await?;
         match reply {
             SellReply::Applied { stock_after } => {
-                l.hints.observe(a.home, stock_after);
+                l.hints.observe_at(a.now(), a.home, stock_after);
                 Ok(Done(Deduction::Applied { parts: a.parts() }))
             }
             SellReply::Short { stock } => {
-                l.hints.observe(a.home, stock);
+                l.hints.observe_at(a.now(), a.home, stock);
                 crate::metrics::fallback();
                 Box::pin(self.moved(a, reply, sold)).await
             }
@@ -240,7 +252,7 @@ impl<S: Store> Engine<S> {
                     if let SellReply::Applied { stock_after }
                     | SellReply::Short { stock: stock_after } = reply
                     {
-                        l.hints.observe(a.home, stock_after);
+                        l.hints.observe_at(a.now(), a.home, stock_after);
                     }
                     let round = m.round();
                     let next = m.on_sell(&reply);

@@ -144,8 +144,8 @@ impl<S: Store> Engine<S> {
     }
 
     /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
-    pub(super) fn maybe_gauges(&self, l: &Layout) {
-        let now = l.born.elapsed().as_millis() as u64 + 100;
+    pub(super) fn maybe_gauges(&self, l: &Layout, now: Instant) {
+        let now = now.saturating_duration_since(l.born).as_millis() as u64 + 100;
         let last = l.gauges_at.load(Relaxed);
         if now < last + 100
             || l.gauges_at

@@ -191,7 +191,7 @@ impl EngineBuilder {
                     self.opts.metric_sku_cap,
                 ),
                 opts: self.opts,
-                layouts: DashMap::new(),
+                layouts: DashMap::default(),
             }),
         })
     }

@@ -98,6 +98,11 @@ impl<'a> Attempt<'a> {
         }
     }
 
+    /// The call's start (see [`Trace::start`]), or now when it is not traced.
+    pub(super) fn now(&self) -> std::time::Instant {
+        self.trace.map_or_else(std::time::Instant::now, |t| t.start)
+    }
+
     /// Counts a segment script that could take or move units (for metrics).
     pub(super) fn tried(&self) {
         if let Some(t) = self.trace {
