@@ -92,8 +92,10 @@ impl<S: Store> Engine<S> {
             let layout = self.layout(&req.sku).await?;
             let a = self.attempt(&layout, req, intent).traced(trace);
             let flow = if layout.user_limit > 0 {
-                // Boxed: the guard's state stays out of the common path's future.
-                Box::pin(self.guarded(&a)).await?
+                // Not boxed: a box cost every limited sale an allocation and a copy of ~800
+                // bytes (measured: ~6 % of the client's CPU per sale at 256 tasks); inline,
+                // the call's future grows from 936 to 1,168 bytes.
+                self.guarded(&a).await?
             } else {
                 self.decide(&a).await?
             };
