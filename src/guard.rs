@@ -115,7 +115,8 @@ struct Set {
     /// Eight bits of each entry's key: a lookup compares full keys only where a tag matched.
     tags: [u8; WAYS],
     entries: Option<Box<[Entry; WAYS]>>,
-    /// Last touched, in ns since the guard began.
+    /// Last touched: the start of the latest attempt that touched the entry (a sale reads the
+    /// clock once), in ns since the guard began; never moved back.
     at: [u64; WAYS],
 }
 
@@ -316,10 +317,12 @@ impl LocalGuard {
                 && e.used.max(e.held_for_good) + qty > limit
                 && !e.applied.contains(rid)
             {
-                set.at[i] = now;
+                // Never back (here and at the end): calls are stamped with their start, and a
+                // call that began earlier may come after one that began later.
+                set.at[i] = set.at[i].max(now);
                 Local::LimitReached
             } else {
-                set.at[i] = now;
+                set.at[i] = set.at[i].max(now);
                 set.set_busy(i, true);
                 Local::Pass
             })
@@ -699,6 +702,48 @@ mod tests {
             g.begin(&s, &u, &r2, 1, 1),
             Local::Pass,
             "expired knowledge goes to the store"
+        );
+    }
+
+    /// An attempt's entry is stamped with the attempt's start, at its end too: what it learnt
+    /// expires `ttl` after the attempt began.
+    #[test]
+    fn an_attempt_stamps_its_start() {
+        let g = LocalGuard::new(Duration::from_millis(100), 10);
+        // Stamps count from the guard's birth: let it be older than the start below.
+        std::thread::sleep(Duration::from_millis(100));
+        let (s, u, r) = ids("u", "r");
+        let began = Instant::now() - Duration::from_millis(80);
+        g.enter(began, 1, &s, &u, &r, 1, 1).unwrap().finish(1);
+        let r2 = RequestId::new("r2").unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            g.begin_in(Instant::now(), 1, &s, &u, &r2, 1, 1).0,
+            Local::Pass,
+            "110 ms after the attempt began, its knowledge has expired"
+        );
+    }
+
+    /// A stamp never moves back: an attempt that began before the entry's latest stamp (calls
+    /// are stamped with their start) leaves the newer one, at its start and at its end.
+    #[test]
+    fn an_older_start_never_moves_a_stamp_back() {
+        let g = LocalGuard::new(Duration::from_millis(100), 10);
+        let (s, u, r) = ids("u", "r");
+        let r2 = RequestId::new("r2").unwrap();
+        let r3 = RequestId::new("r3").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        // Limit 2: the first unit leaves room for an attempt that began 90 ms ago.
+        g.enter(Instant::now(), 1, &s, &u, &r, 1, 2)
+            .unwrap()
+            .finish(1);
+        let older = Instant::now() - Duration::from_millis(90);
+        g.enter(older, 1, &s, &u, &r2, 1, 2).unwrap().finish(1);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(
+            g.begin_in(Instant::now(), 1, &s, &u, &r3, 1, 2).0,
+            Local::LimitReached,
+            "the newer stamp stands: the entry is 30 ms old, not 120"
         );
     }
 }

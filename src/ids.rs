@@ -61,7 +61,9 @@ fn check_external(field: &'static str, s: &str, max: usize, _: &[u8]) -> Result<
     check_len(field, s, max)?;
     // The common case, printable ASCII, byte by byte: every ASCII whitespace or control
     // character is below `!` or DEL (the character test below says the same of them).
-    if s.bytes().all(|b| (b'!'..0x7f).contains(&b) && b != b'{' && b != b'}') {
+    if s.bytes()
+        .all(|b| (b'!'..0x7f).contains(&b) && b != b'{' && b != b'}')
+    {
         return Ok(());
     }
     if let Some(c) = s

@@ -44,12 +44,14 @@ impl Hints {
         self.observe_at(Instant::now(), i, stock);
     }
 
-    /// Records that segment `i` held `stock` units at `at` (no later than now: a call's
-    /// start, stamped on what the call saw, ages its hints by the call's length at most).
+    /// Records that segment `i` held `stock` units at `at`: the start of a call of one or two
+    /// round trips, stamped on the reply it just had (its hint ages by that call's length).
+    /// The stock is the latest reply's; its time never moves back (a call that began earlier
+    /// may answer after one that began later).
     pub(crate) fn observe_at(&self, at: Instant, i: u32, stock: u64) {
         if let (Some(s), Some(a)) = (self.stock.get(i as usize), self.at.get(i as usize)) {
             s.store(stock, Relaxed);
-            a.store(self.ms(at), Relaxed);
+            a.fetch_max(self.ms(at), Relaxed);
         }
     }
 

@@ -254,7 +254,7 @@ impl<S: Store> Engine<S> {
                     if let SellReply::Applied { stock_after }
                     | SellReply::Short { stock: stock_after } = reply
                     {
-                        l.hints.observe_at(a.now(), a.home, stock_after);
+                        l.hints.observe(a.home, stock_after);
                     }
                     let round = m.round();
                     let next = m.on_sell(&reply);

@@ -28,7 +28,7 @@
 use crate::ids::{RequestId, UserId};
 use crate::store::{SegmentState, StockWatch, watch::Seen};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// One layout's sold-out state.
@@ -47,18 +47,16 @@ pub(crate) struct SoldOut {
     /// into a growing table: measured the largest single cost of a coalesced sale in the
     /// client once past ~100k ids) and sorts only when asked, i.e. while a flag stands.
     sent: Box<[Mutex<IdShard>]>,
-    /// Ids in `sent`.
-    sent_len: AtomicUsize,
-    /// Over [`MAX_IDS`]: the sets are dropped and no more flags are set for the layout.
+    /// A shard over its part of [`MAX_IDS`]: the sets are dropped and no more flags are set for
+    /// the layout.
     sent_full: AtomicBool,
     /// Units of the answers `Applied` given through this layout.
     applied: AtomicU64,
 }
 
-/// Most request ids a layout remembers for the proof (8 B each); past it, no more flags for
-/// the layout (its generation).
+/// Most request ids a layout remembers for the proof (8 B each); once a shard holds more than
+/// its [`SHARDS`]th of it, no more flags for the layout (its generation).
 const MAX_IDS: usize = 2_000_000;
-
 /// Sets the sent ids are spread over (by the hash's top bits).
 const SHARDS: usize = 64;
 
@@ -72,6 +70,11 @@ struct IdShard {
 impl IdShard {
     fn push(&mut self, h: u64) {
         self.tail.push(h);
+    }
+
+    /// Ids held (a retry's id twice until the next sort).
+    fn len(&self) -> usize {
+        self.sorted.len() + self.tail.len()
     }
 
     /// Whether `h` was pushed. Sorts what was added since the last question into the rest
@@ -119,7 +122,6 @@ impl SoldOut {
             until_us: AtomicU64::new(0),
             flag: Mutex::new(None),
             sent: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            sent_len: AtomicUsize::new(0),
             sent_full: AtomicBool::new(false),
             applied: AtomicU64::new(0),
         }
@@ -209,9 +211,12 @@ impl SoldOut {
             return false;
         }
         ids.push(h);
+        // A retry sent while no flag stands counts again: the bound is on ids sent. Counted
+        // per shard, under the lock held anyway (a count shared by every request was one more
+        // cache line bouncing between the threads): the ids spread evenly over the shards.
+        let over = ids.len() > MAX_IDS / SHARDS;
         drop(ids);
-        // A retry sent while no flag stands counts again: the bound is on ids sent.
-        if self.sent_len.fetch_add(1, Relaxed) + 1 > MAX_IDS {
+        if over {
             // No more flags for this layout; the memory goes.
             self.sent_full.store(true, Relaxed);
             for ids in &self.sent {
