@@ -232,7 +232,8 @@ pub(crate) trait Call {
     const SCRIPT: Script;
     /// The decoded reply.
     type Output;
-    /// KEYS and ARGV. (`&mut`: a call may hand over strings it owns instead of copying them.)
+    /// KEYS and ARGV. Called again when the call is sent again (after `NOSCRIPT` or a slot
+    /// move), so every call must give the same arguments: it may not hand over what it owns.
     fn encode(&mut self) -> (Vec<String>, Vec<String>);
     /// KEYS and ARGV as sent: [`encode`](Self::encode)'s, unless the call builds its
     /// arguments as byte buffers itself (or reuses ones made before: a fred key or value is a
@@ -268,14 +269,25 @@ pub(crate) async fn run_durable<C: Call>(
     mut call: C,
     durable: Option<&Arc<Durable>>,
 ) -> Result<C::Output> {
-    let (keys, args) = call.encode_values();
-    let slot = durable.map(|_| Durable::slot(client, keys.first().and_then(|k| k.as_str())));
+    let mut first = Some(call.encode_values());
+    let slot = durable.map(|_| {
+        let keys = first.as_ref().map(|(keys, _)| keys);
+        Durable::slot(
+            client,
+            keys.and_then(|k| k.first()).and_then(|k| k.as_str()),
+        )
+    });
+    // The first send takes the arguments encoded above; a send again (`NOSCRIPT`, a slot
+    // move) encodes them again. Kept for a retry instead, they were cloned per call and
+    // dropped unused: a reference count up and down per argument, ~3 % of a coalesced
+    // sale's client CPU.
+    let encode = || first.take().unwrap_or_else(|| call.encode_values());
     // Boxed: fred's command future, the slot-move retries and the NOSCRIPT reload are
     // kilobytes of state (measured: 7.7 KB for a deduction's call). Inline, every caller's
     // future grows by that and is built and moved again at each layer, per request: memmove
     // took 12.7 % of the client's CPU in a coalesced sale (3.7 % boxed). One allocation per
     // call is cheaper.
-    let reply = Box::pin(eval(client, C::SCRIPT, keys, args, durable.is_some())).await?;
+    let reply = Box::pin(eval(client, C::SCRIPT, encode, durable.is_some())).await?;
     let out = call.decode(reply)?;
     if let (Some(d), Some(slot)) = (durable, slot)
         && call.waits(&out)
@@ -303,7 +315,8 @@ impl Script {
 }
 
 /// `EVALSHA`; on `NOSCRIPT`, `SCRIPT LOAD` (counted in `shardstock_script_reloads_total`) and
-/// once more. Argument errors of the scripts come back as [`Error::InvalidInput`].
+/// once more. `encode` gives the KEYS and ARGV, once per send. Argument errors of the scripts
+/// come back as [`Error::InvalidInput`].
 ///
 /// `once` (durability mode): fred does not send the call again on a new connection after the
 /// one it went out on dropped (it would by default, up to the client's command attempts). Only
@@ -315,13 +328,10 @@ impl Script {
 pub(crate) async fn eval(
     client: &Client,
     script: Script,
-    keys: Vec<fred::types::Key>,
-    args: Vec<Value>,
+    mut encode: impl FnMut() -> (Vec<fred::types::Key>, Vec<Value>),
     once: bool,
 ) -> Result<Value> {
     let fred = script.fred();
-    // As fred keys/values (byte buffers taken over without copying), cloning for the NOSCRIPT
-    // retry costs a reference count per argument, not a copy.
     let r = if once {
         let options = fred::types::config::Options {
             max_attempts: Some(1),
@@ -329,12 +339,14 @@ pub(crate) async fn eval(
         };
         let c = fred::interfaces::ClientLike::with_options(client, &options);
         reloading(client, script, || {
-            c.evalsha(fred.sha1().clone(), keys.clone(), args.clone())
+            let (keys, args) = encode();
+            c.evalsha(fred.sha1().clone(), keys, args)
         })
         .await
     } else {
         reloading(client, script, || {
-            client.evalsha(fred.sha1().clone(), keys.clone(), args.clone())
+            let (keys, args) = encode();
+            client.evalsha(fred.sha1().clone(), keys, args)
         })
         .await
     };
