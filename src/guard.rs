@@ -134,6 +134,13 @@ impl Set {
             .expect("a set in use has its entries")[i]
     }
 
+    /// Stamps entry `i` as touched by an attempt that began at `now`, never back: attempts are
+    /// stamped with their start, and one that began earlier may come after one that began
+    /// later.
+    fn touch(&mut self, i: usize, now: u64) {
+        self.at[i] = self.at[i].max(now);
+    }
+
     fn is_busy(&self, i: usize) -> bool {
         self.busy & (1 << i) != 0
     }
@@ -317,12 +324,10 @@ impl LocalGuard {
                 && e.used.max(e.held_for_good) + qty > limit
                 && !e.applied.contains(rid)
             {
-                // Never back (here and at the end): calls are stamped with their start, and a
-                // call that began earlier may come after one that began later.
-                set.at[i] = set.at[i].max(now);
+                set.touch(i, now);
                 Local::LimitReached
             } else {
-                set.at[i] = set.at[i].max(now);
+                set.touch(i, now);
                 set.set_busy(i, true);
                 Local::Pass
             })
@@ -380,8 +385,7 @@ impl LocalGuard {
         self.with_set(p, |set| {
             if let Some(i) = set.find(p.key) {
                 set.set_busy(i, false);
-                // Never back: a newer attempt may have stamped the entry since.
-                set.at[i] = set.at[i].max(now);
+                set.touch(i, now);
                 let e = set.entry(i);
                 // An attempt of an earlier load's generation only stops being busy: its units
                 // are not the new generation's (a reload starts a fresh ledger).

@@ -281,8 +281,8 @@ pub trait Store: Send + Sync + 'static {
     /// Writes segment `seg` of generation `seg.generation` with `load.units`, replacing an
     /// older generation (whose requests, ledgers and transfers end with it); `false`
     /// (nothing written) when a newer generation is there already. The same load again (this
-    /// generation with the same units and limit: a re-sent call) writes nothing and answers
-    /// `true`: the sales since keep their units sold.
+    /// generation with the same units, limit and home function: a re-sent call) writes
+    /// nothing and answers `true`: the sales since keep their units sold.
     fn load_segment(
         &self,
         seg: SegAddr<'_>,

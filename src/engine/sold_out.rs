@@ -57,6 +57,7 @@ pub(crate) struct SoldOut {
 /// Most request ids a layout remembers for the proof (8 B each); once a shard holds more than
 /// its [`SHARDS`]th of it, no more flags for the layout (its generation).
 const MAX_IDS: usize = 2_000_000;
+
 /// Sets the sent ids are spread over (by the hash's top bits).
 const SHARDS: usize = 64;
 
