@@ -233,12 +233,12 @@ pub(crate) trait Call {
     /// The decoded reply.
     type Output;
     /// KEYS and ARGV. Called again when the call is sent again (after `NOSCRIPT` or a slot
-    /// move), so every call must give the same arguments: it may not hand over what it owns.
-    fn encode(&mut self) -> (Vec<String>, Vec<String>);
+    /// move): `&self`, so every send carries the same arguments.
+    fn encode(&self) -> (Vec<String>, Vec<String>);
     /// KEYS and ARGV as sent: [`encode`](Self::encode)'s, unless the call builds its
     /// arguments as byte buffers itself (or reuses ones made before: a fred key or value is a
     /// shared buffer, cloned by a count).
-    fn encode_values(&mut self) -> (Vec<fred::types::Key>, Vec<Value>) {
+    fn encode_values(&self) -> (Vec<fred::types::Key>, Vec<Value>) {
         let (keys, args) = self.encode();
         (
             keys.into_iter().map(Into::into).collect(),
@@ -266,7 +266,7 @@ pub(crate) async fn run<C: Call>(client: &Client, call: C) -> Result<C::Output> 
 /// `wait`).
 pub(crate) async fn run_durable<C: Call>(
     client: &Client,
-    mut call: C,
+    call: C,
     durable: Option<&Arc<Durable>>,
 ) -> Result<C::Output> {
     let mut first = Some(call.encode_values());
@@ -279,8 +279,8 @@ pub(crate) async fn run_durable<C: Call>(
     });
     // The first send takes the arguments encoded above; a send again (`NOSCRIPT`, a slot
     // move) encodes them again. Kept for a retry instead, they were cloned per call and
-    // dropped unused: a reference count up and down per argument, ~3 % of a coalesced
-    // sale's client CPU.
+    // dropped unused: a reference count up and down per argument (in `perf`, a few % of a
+    // coalesced sale's client CPU; in wall-clock runs, within this VM's noise).
     let encode = || first.take().unwrap_or_else(|| call.encode_values());
     // Boxed: fred's command future, the slot-move retries and the NOSCRIPT reload are
     // kilobytes of state (measured: 7.7 KB for a deduction's call). Inline, every caller's

@@ -24,7 +24,7 @@ impl Call for FenceRead<'_> {
     const SCRIPT: Script = Script::FenceRead;
     type Output = Option<Fenced>;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (vec![self.at.segment()], vec![])
     }
 
@@ -66,7 +66,7 @@ impl Call for LockRenew<'_> {
     const SCRIPT: Script = Script::LockRenew;
     type Output = bool;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let lease_ms = self.lease.as_millis().max(1);
         (vec![self.key.to_string()], argv![self.token, lease_ms])
     }
@@ -87,7 +87,7 @@ impl Call for LockRelease<'_> {
     const SCRIPT: Script = Script::LockRelease;
     type Output = bool;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (vec![self.key.to_string()], argv![self.token])
     }
 
@@ -126,7 +126,7 @@ impl Call for RedlockAcquire<'_> {
     const SCRIPT: Script = Script::RedlockAcquire;
     type Output = Vote;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let keys = vec![self.key.to_string(), self.marker.to_string()];
         (keys, argv![self.token, self.lease_ms, self.quarantine_ms])
     }

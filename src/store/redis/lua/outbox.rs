@@ -21,7 +21,7 @@ impl Call for Claim<'_> {
     /// The next cursor, and the claimed entries with their delivery counts.
     type Output = (String, Vec<(Entry, u64)>);
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let args = argv![
             self.group,
             self.consumer,
@@ -66,7 +66,7 @@ impl Call for Dead<'_> {
     const SCRIPT: Script = Script::OutboxDead;
     type Output = bool;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let s = self.stream;
         let keys = vec![s.key.clone(), s.dead.clone(), s.why.clone()];
         let args = argv![
@@ -99,7 +99,7 @@ impl Call for Trim<'_> {
     const SCRIPT: Script = Script::OutboxTrim;
     type Output = u64;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (vec![self.stream.key.clone()], Vec::new())
     }
 
@@ -123,7 +123,7 @@ impl Call for Lag<'_> {
     const SCRIPT: Script = Script::OutboxLag;
     type Output = StreamLag;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (vec![self.stream.key.clone()], argv![self.group])
     }
 

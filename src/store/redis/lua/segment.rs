@@ -26,7 +26,7 @@ impl Call for LoadBegin<'_> {
     const SCRIPT: Script = Script::LoadBegin;
     type Output = store::LoadBegin;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let s = &self.spec;
         let args = argv![
             s.segments,
@@ -72,7 +72,7 @@ impl Call for LoadSegment<'_> {
     const SCRIPT: Script = Script::LoadSegment;
     type Output = Option<u64>;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let args = argv![
             self.at.generation(),
             self.units,
@@ -111,7 +111,7 @@ impl Call for LoadCommit<'_> {
     const SCRIPT: Script = Script::LoadCommit;
     type Output = bool;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (vec![self.keys.meta(self.sku)], argv![self.generation])
     }
 
@@ -130,7 +130,7 @@ impl Call for DropSegment<'_> {
     const SCRIPT: Script = Script::DropSegment;
     type Output = u64;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let keys = vec![self.at.segment(), self.at.outbox()];
         (keys, argv![self.at.generation()])
     }
@@ -158,7 +158,7 @@ impl Call for Restock<'_> {
     const SCRIPT: Script = Script::Restock;
     type Output = RestockReply;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let keys = vec![self.at.segment(), self.at.restock(self.request_id)];
         let args = argv![self.at.generation(), self.qty, self.ttl_ms, self.total];
         (keys, args)
@@ -201,7 +201,7 @@ impl Call for ReserveEnd<'_> {
     const SCRIPT: Script = Script::ReserveEnd;
     type Output = store::ReserveEnd;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let action = match self.action {
             ReservationAction::Confirm => "confirm",
             ReservationAction::Cancel => "cancel",
@@ -253,7 +253,7 @@ impl Call for SurveyCall<'_> {
     const SCRIPT: Script = Script::Survey;
     type Output = Option<Survey>;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let keys = vec![
             self.at.segment(),
             self.at.reservations(),
@@ -304,7 +304,7 @@ impl Call for RecordRead<'_> {
     const SCRIPT: Script = Script::Record;
     type Output = Option<HomeRecord>;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let keys = vec![self.at.segment()];
         (
             keys,

@@ -84,7 +84,7 @@ impl Call for Sell<'_> {
 
     /// [`encode_values`](Call::encode_values)'s arguments as strings (what is sent is those
     /// byte slices).
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let (keys, args) = self.encode_values();
         let keys = keys
             .iter()
@@ -100,7 +100,7 @@ impl Call for Sell<'_> {
     /// The requests' arguments are written into one buffer and sent as slices of it: no
     /// allocation per argument, and a spec shared by consecutive requests is sent once, as
     /// the head of their run.
-    fn encode_values(&mut self) -> (Vec<Key>, Vec<Value>) {
+    fn encode_values(&self) -> (Vec<Key>, Vec<Value>) {
         let n = self.items.len();
         let head = self.head;
         let keys = head.keys.clone();

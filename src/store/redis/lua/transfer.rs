@@ -28,7 +28,7 @@ impl Call for Debit<'_> {
     const SCRIPT: Script = Script::Transfer;
     type Output = TransferReply;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         let t = &self.t;
         let args = argv![
             "debit",
@@ -66,7 +66,7 @@ impl Call for Done<'_> {
     const SCRIPT: Script = Script::Transfer;
     type Output = ();
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (keys(&self.at), argv!["done", self.at.generation(), self.id])
     }
 
@@ -90,7 +90,7 @@ impl Call for Due<'_> {
     const SCRIPT: Script = Script::Transfer;
     type Output = Vec<DueTransfer>;
 
-    fn encode(&mut self) -> (Vec<String>, Vec<String>) {
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
         (keys(&self.at), argv!["due", self.at.generation(), self.max])
     }
 
