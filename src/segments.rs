@@ -135,6 +135,11 @@ impl Keyspace {
         }
     }
 
+    /// The prefix every key name starts with (then `:`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The SKU metadata hash.
     pub fn meta(&self, sku: &Sku) -> String {
         format!("{}:{{{}}}:meta", self.prefix, sku)

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 mod batch;
 mod builder;
+pub mod evacuate;
 mod invalidate;
 pub mod lua;
 pub(crate) mod moving;
@@ -36,6 +37,7 @@ mod wait;
 
 pub use batch::{CoalesceStats, Coalescing};
 pub use builder::RedisStoreBuilder;
+pub use evacuate::{EvacuateOptions, Evacuation, MovedSlot, RefusalWatch};
 use strategies::Runner;
 pub(crate) use wait::check as check_durability;
 
@@ -108,6 +110,73 @@ impl RedisStore {
             Some(d) => wait::setup_warnings(self.conn.pool.next(), d.replicas()).await,
             None => Vec::new(),
         }
+    }
+
+    /// The cluster's masters as fred knows them after asking the cluster again (a failover
+    /// or a moved slot since the last look is seen).
+    async fn masters(&self) -> Result<Vec<fred::types::config::Server>> {
+        use fred::interfaces::ClusterInterface;
+        let client = self.conn.pool.next();
+        if !client.is_clustered() {
+            return Err(Error::Config(
+                "evacuation moves hash slots: it needs a Redis Cluster URL (redis-cluster://)"
+                    .into(),
+            ));
+        }
+        client.sync_cluster().await?;
+        Ok(client
+            .cached_cluster_state()
+            .map(|s| s.unique_primary_nodes())
+            .unwrap_or_default())
+    }
+
+    /// Moves every hash slot of master `from` (`host:port`) that holds this store's keys,
+    /// keys and all, to the masters that can replicate, with the source's writes paused until
+    /// it has given each slot up (see [`evacuate`] for the steps and what a crash leaves).
+    /// Sales homed there then run on the new owners; nothing of the sale protocol changes.
+    /// Needs a user allowed `CLUSTER`, `CLIENT PAUSE`, `DUMP`, `RESTORE`, `SCAN`, `INFO`,
+    /// `CONFIG GET` and `WAIT` on every master: an operator's, not a service's.
+    pub async fn evacuate(&self, from: &str, opts: &EvacuateOptions) -> Result<Evacuation> {
+        opts.check()?;
+        let masters = self.masters().await?;
+        let base = self.conn.pool.next().client_config();
+        evacuate::evacuate(&base, &masters, from, self.conn.keys.prefix(), opts).await
+    }
+
+    /// One look at every master: those that have refused writes (fewer replicas in sync than
+    /// their `min-replicas-to-write`) for at least `grace` since `watch` first saw them so are
+    /// evacuated ([`Self::evacuate`]). A master that does not answer is skipped (a dead master
+    /// is the failover's to handle). Call it every second or so from one process
+    /// (`shardstock evacuate --watch`).
+    pub async fn evacuate_refusing(
+        &self,
+        watch: &mut RefusalWatch,
+        grace: std::time::Duration,
+        opts: &EvacuateOptions,
+    ) -> Result<Vec<Evacuation>> {
+        opts.check()?;
+        let masters = self.masters().await?;
+        let base = self.conn.pool.next().client_config();
+        let mut health = std::collections::BTreeMap::new();
+        for m in &masters {
+            let name = format!("{}:{}", m.host, m.port);
+            match evacuate::Node::open(&base, m).await {
+                Ok(n) => {
+                    if let Ok(h) = n.health().await {
+                        health.insert(name, h);
+                    }
+                    n.quit().await;
+                }
+                Err(e) => tracing::debug!("evacuation watch: {name} does not answer: {e}"),
+            }
+        }
+        let mut done = Vec::new();
+        for m in watch.due(&health, grace) {
+            let e = evacuate::evacuate(&base, &masters, &m, self.conn.keys.prefix(), opts).await?;
+            watch.forget(&m);
+            done.push(e);
+        }
+        Ok(done)
     }
 
     /// The underlying fred pool (for tests and tools).

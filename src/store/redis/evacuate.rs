@@ -1,0 +1,659 @@
+//! Evacuation: a cluster master's slots that hold this store's keys moved, keys and all, to
+//! masters that can replicate — so a master that refuses writes (`min-replicas-to-write` after
+//! its replica was promoted, or an operator draining it) stops freezing the stock and the
+//! buyers homed on it.
+//!
+//! Why slots and not requests: a request is decided at its home segment, where its user's
+//! ledger is; deciding it anywhere else would need the home fenced first, and a master that
+//! refuses writes cannot be written to fence it. Redis Cluster already has a fence that needs
+//! no write on the source: slot ownership. A slot claimed by another master with a newer
+//! config epoch is dropped by the source as soon as it hears of it, and from then on every
+//! command for it there answers `MOVED`. So the sale protocol stays as it is; only where a
+//! segment lives changes, and the store already follows a moved slot ([`super::moving`]).
+//!
+//! Per slot, with the source's writes paused (`CLIENT PAUSE <ms> WRITE`, renewed per slot):
+//! 1. the target is told it imports the slot (`CLUSTER SETSLOT <slot> IMPORTING <source>`) and
+//!    keeps no leftover copies of it from an evacuation that died half-way;
+//! 2. every key of the slot is copied: `DUMP` + `PTTL` at the source (reads, which a refusing
+//!    master still serves), `ASKING` + `RESTORE … REPLACE` at the target;
+//! 3. the copies are waited for (`WAIT`) on the target's replicas;
+//! 4. the target claims the slot (`CLUSTER SETSLOT <slot> NODE <target>`: it bumps its config
+//!    epoch and tells every node at once);
+//! 5. the source is asked until it names the target as the slot's owner (it has then deleted
+//!    its own copies).
+//! Then the source's writes resume: a write it held back runs its command anew and gets
+//! `MOVED` (the client sends it to the target), so nothing written at the source after its
+//! keys were copied can exist.
+//!
+//! Crash points. Dying before step 4 leaves the source the owner; its pause lapses, and the
+//! target's importing mark and copies are replaced by the next evacuation (step 1). Dying
+//! after step 4: the claim stands, and the source heard of it when it was made. Run one
+//! evacuation of a master at a time (as with `redis-cli --cluster reshard`): two could copy
+//! one slot to two targets that both claim it.
+
+use crate::error::{Error, Result};
+use fred::prelude::{Builder, Client, ClientLike, Config, ServerConfig};
+use fred::types::config::Server;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// How an evacuation runs ([`super::RedisStore::evacuate`]).
+#[derive(Debug, Clone)]
+pub struct EvacuateOptions {
+    /// How long the source's writes stay paused if this process dies mid-way (renewed per
+    /// slot; `CLIENT UNPAUSE` at the end). Bounds: 1 s ..= 300 s. Default 10 s.
+    pub pause: Duration,
+    /// Replicas of a target that must hold the copies (`WAIT`) before it claims a slot; a
+    /// master with fewer replicas in sync is no target. Default: the store's
+    /// `wait_replicas`, at least 1. 0 waits for none (a cluster without replicas).
+    pub replicas: u32,
+    /// How long step 3 waits for those replicas. Bounds: 10 ms ..= 60 s. Default 2 s.
+    pub wait_timeout: Duration,
+    /// Keys copied per round trip. Bounds: 1 ..= 10,000. Default 256.
+    pub batch: usize,
+}
+
+impl EvacuateOptions {
+    /// The defaults for a store waiting for `wait_replicas` replicas (at least one is waited
+    /// for: a copy that only the target holds would die with it).
+    pub fn new(wait_replicas: u32) -> Self {
+        Self {
+            pause: Duration::from_secs(10),
+            replicas: wait_replicas.max(1),
+            wait_timeout: Duration::from_secs(2),
+            batch: 256,
+        }
+    }
+
+    /// Checks every bound; a bad option is [`Error::InvalidInput`].
+    pub fn check(&self) -> Result<()> {
+        let bad = |field, reason: &str| {
+            Err(Error::InvalidInput {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&self.pause) {
+            return bad("pause", "must be 1 s ..= 300 s");
+        }
+        if self.replicas > 16 {
+            return bad("replicas", "must be 0 ..= 16");
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&self.wait_timeout) {
+            return bad("wait_timeout", "must be 10 ms ..= 60 s");
+        }
+        if !(1..=10_000).contains(&self.batch) {
+            return bad("batch", "must be 1 ..= 10000");
+        }
+        Ok(())
+    }
+}
+
+/// One slot moved.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MovedSlot {
+    /// The hash slot.
+    pub slot: u16,
+    /// The master that owns it now (`host:port`).
+    pub to: String,
+    /// Keys copied (every key of the slot, this store's and any other's).
+    pub keys: usize,
+}
+
+/// What [`super::RedisStore::evacuate`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Evacuation {
+    /// The master evacuated (`host:port`).
+    pub from: String,
+    /// The slots moved, in order.
+    pub slots: Vec<MovedSlot>,
+    /// Wall time of the whole evacuation, in milliseconds.
+    pub took_ms: u64,
+}
+
+/// A master as `INFO replication` and `CONFIG GET min-replicas-to-write` describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Health {
+    /// It is a master.
+    pub(crate) master: bool,
+    /// Replicas in sync (online, lag ≤ 2 s; `min_slaves_good_slaves` when Redis counts them).
+    pub(crate) good: u32,
+    /// Its `min-replicas-to-write` (0: off).
+    pub(crate) required: u32,
+}
+
+impl Health {
+    /// It refuses every write now (`NOREPLICAS`).
+    pub(crate) fn refusing(&self) -> bool {
+        self.master && self.good < self.required
+    }
+
+    /// It may take slots from an evacuation waiting for `replicas`.
+    pub(crate) fn can_take(&self, replicas: u32) -> bool {
+        self.master && !self.refusing() && self.good >= replicas
+    }
+
+    /// Parses `INFO replication` and the `min-replicas-to-write` setting.
+    pub(crate) fn parse(info: &str, required: u32) -> Self {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+        };
+        let master = field("role") == Some("master");
+        let good = match field("min_slaves_good_slaves").and_then(|v| v.parse().ok()) {
+            Some(g) => g,
+            // Without min-replicas-to-write Redis does not count them: online replicas whose
+            // last acknowledgement is at most 2 s old.
+            None => info
+                .lines()
+                .filter(|l| {
+                    let l = l.trim();
+                    l.starts_with("slave")
+                        && l.contains("state=online")
+                        && l.split(',')
+                            .find_map(|kv| kv.strip_prefix("lag="))
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .is_some_and(|lag| lag <= 2)
+                })
+                .count() as u32,
+        };
+        Self {
+            master,
+            good,
+            required,
+        }
+    }
+}
+
+/// The owner of each slot range, as one node's `CLUSTER SLOTS` answers it: (start, end,
+/// owner's node id).
+pub(crate) fn parse_slots(v: &Value) -> Result<Vec<(u16, u16, String)>> {
+    let bad = || Error::Protocol(format!("CLUSTER SLOTS answered {v:?}"));
+    let Value::Array(ranges) = v else {
+        return Err(bad());
+    };
+    let mut out = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let Value::Array(r) = r else { return Err(bad()) };
+        let (Some(start), Some(end), Some(Value::Array(owner))) = (
+            r.first().and_then(Value::as_u64),
+            r.get(1).and_then(Value::as_u64),
+            r.get(2),
+        ) else {
+            return Err(bad());
+        };
+        let id = owner.get(2).and_then(Value::as_string).ok_or_else(bad)?;
+        let (Ok(start), Ok(end)) = (u16::try_from(start), u16::try_from(end)) else {
+            return Err(bad());
+        };
+        out.push((start, end, id));
+    }
+    Ok(out)
+}
+
+/// The owner's id of `slot` in `ranges`.
+fn owner(ranges: &[(u16, u16, String)], slot: u16) -> Option<&str> {
+    ranges
+        .iter()
+        .find(|(s, e, _)| (*s..=*e).contains(&slot))
+        .map(|(_, _, id)| id.as_str())
+}
+
+/// The targets of `slots`, spread over `targets` in turn, the least loaded first: (slot,
+/// target index).
+pub(crate) fn assign(slots: &[u16], targets: usize) -> Vec<(u16, usize)> {
+    slots
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (s, i % targets.max(1)))
+        .collect()
+}
+
+/// A connection of its own to one node: `ASKING` must be the command right before its
+/// `RESTORE` on a connection, which a pool shared with sales cannot promise.
+pub(crate) struct Node {
+    pub(crate) server: Server,
+    client: Client,
+}
+
+fn cmd(name: &'static str) -> CustomCommand {
+    CustomCommand::new_static(name, ClusterHash::FirstKey, false)
+}
+
+impl Node {
+    pub(crate) async fn open(base: &Config, server: &Server) -> Result<Self> {
+        let mut config = base.clone();
+        config.server = ServerConfig::Centralized {
+            server: server.clone(),
+        };
+        let client = Builder::from_config(config)
+            .with_connection_config(|c| {
+                c.connection_timeout = Duration::from_secs(5);
+                c.max_command_attempts = 1;
+                c.max_redirections = 0;
+            })
+            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
+            .build()?;
+        client.init().await?;
+        Ok(Self {
+            server: server.clone(),
+            client,
+        })
+    }
+
+    pub(crate) fn name(&self) -> String {
+        format!("{}:{}", self.server.host, self.server.port)
+    }
+
+    async fn call<R: fred::types::FromValue>(
+        &self,
+        name: &'static str,
+        args: Vec<Value>,
+    ) -> Result<R> {
+        Ok(self.client.custom(cmd(name), args).await?)
+    }
+
+    async fn id(&self) -> Result<String> {
+        self.call("CLUSTER", vec!["MYID".into()]).await
+    }
+
+    pub(crate) async fn health(&self) -> Result<Health> {
+        let info: String = self.call("INFO", vec!["replication".into()]).await?;
+        let cfg: Vec<String> = self
+            .call("CONFIG", vec!["GET".into(), "min-replicas-to-write".into()])
+            .await?;
+        let required = cfg.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok(Health::parse(&info, required))
+    }
+
+    async fn slots(&self) -> Result<Vec<(u16, u16, String)>> {
+        let v: Value = self.call("CLUSTER", vec!["SLOTS".into()]).await?;
+        parse_slots(&v)
+    }
+
+    async fn keys_in_slot(&self, slot: u16) -> Result<Vec<Value>> {
+        let n: u64 = self
+            .call("CLUSTER", vec!["COUNTKEYSINSLOT".into(), slot.into()])
+            .await?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.call(
+            "CLUSTER",
+            vec!["GETKEYSINSLOT".into(), slot.into(), (n as i64).into()],
+        )
+        .await
+    }
+
+    /// The slots holding keys under `prefix` (a `SCAN` of this node: it holds its own slots'
+    /// keys only).
+    async fn slots_with(&self, prefix: &str) -> Result<BTreeSet<u16>> {
+        let pattern = format!("{prefix}:*");
+        let mut cursor = "0".to_string();
+        let mut slots = BTreeSet::new();
+        loop {
+            let (next, keys): (String, Vec<Value>) = self
+                .call(
+                    "SCAN",
+                    vec![
+                        cursor.as_str().into(),
+                        "MATCH".into(),
+                        pattern.as_str().into(),
+                        "COUNT".into(),
+                        1000.into(),
+                    ],
+                )
+                .await?;
+            for k in keys {
+                if let Some(b) = k.as_bytes() {
+                    slots.insert(fred::types::cluster::ClusterRouting::hash_key(b));
+                }
+            }
+            if next == "0" {
+                return Ok(slots);
+            }
+            cursor = next;
+        }
+    }
+
+    async fn pause_writes(&self, pause: Duration) -> Result<()> {
+        let ms = i64::try_from(pause.as_millis()).unwrap_or(i64::MAX);
+        self.call::<()>("CLIENT", vec!["PAUSE".into(), ms.into(), "WRITE".into()])
+            .await
+    }
+
+    async fn unpause(&self) -> Result<()> {
+        self.call::<()>("CLIENT", vec!["UNPAUSE".into()]).await
+    }
+
+    pub(crate) async fn quit(self) {
+        let _ = self.client.quit().await;
+    }
+}
+
+/// Sends `commands` as one pipeline and fails on the first error.
+async fn pipeline(client: &Client, commands: Vec<(&'static str, Vec<Value>)>) -> Result<Vec<Value>> {
+    let p = client.pipeline();
+    for (name, args) in commands {
+        let _: () = p.custom(cmd(name), args).await?;
+    }
+    let mut out = Vec::new();
+    for r in p.try_all::<Value>().await {
+        out.push(r?);
+    }
+    Ok(out)
+}
+
+/// Moves `slot` from `src` to `dst` (module docs, steps 1–5); the source's writes are paused.
+async fn move_slot(
+    src: &Node,
+    src_id: &str,
+    dst: &Node,
+    dst_id: &str,
+    slot: u16,
+    opts: &EvacuateOptions,
+) -> Result<usize> {
+    // 1. Importing, without leftovers of an evacuation that died before its claim (a `DEL`
+    // in a slot not yet the target's needs the importing mark and `ASKING`).
+    let _: () = dst
+        .call(
+            "CLUSTER",
+            vec!["SETSLOT".into(), slot.into(), "IMPORTING".into(), src_id.into()],
+        )
+        .await?;
+    let stale = dst.keys_in_slot(slot).await?;
+    for chunk in stale.chunks(opts.batch) {
+        let mut c = Vec::with_capacity(chunk.len() * 2);
+        for k in chunk {
+            c.push(("ASKING", vec![]));
+            c.push(("DEL", vec![k.clone()]));
+        }
+        pipeline(&dst.client, c).await?;
+    }
+    // 2. Every key copied.
+    let keys = src.keys_in_slot(slot).await?;
+    for chunk in keys.chunks(opts.batch) {
+        let mut reads = Vec::with_capacity(chunk.len() * 2);
+        for k in chunk {
+            reads.push(("PTTL", vec![k.clone()]));
+            reads.push(("DUMP", vec![k.clone()]));
+        }
+        let got = pipeline(&src.client, reads).await?;
+        let mut writes = Vec::with_capacity(chunk.len() * 2);
+        for (k, pair) in chunk.iter().zip(got.chunks(2)) {
+            let ttl = pair[0].as_i64().unwrap_or(-1);
+            if ttl == -2 || pair[1].is_null() {
+                continue; // expired since it was listed
+            }
+            writes.push(("ASKING", vec![]));
+            writes.push((
+                "RESTORE",
+                vec![k.clone(), ttl.max(0).into(), pair[1].clone(), "REPLACE".into()],
+            ));
+        }
+        pipeline(&dst.client, writes).await?;
+    }
+    // 3. The copies on the target's replicas.
+    if opts.replicas > 0 {
+        let ms = i64::try_from(opts.wait_timeout.as_millis()).unwrap_or(i64::MAX);
+        let acked: i64 = dst
+            .call("WAIT", vec![opts.replicas.into(), ms.into()])
+            .await?;
+        if acked < i64::from(opts.replicas) {
+            return Err(Error::NotReady(format!(
+                "evacuating slot {slot}: {acked} of {} replicas of {} took the copies within {} ms; \
+                 the slot stays on {}",
+                opts.replicas,
+                dst.name(),
+                ms,
+                src.name()
+            )));
+        }
+    }
+    // 4. The claim.
+    let _: () = dst
+        .call(
+            "CLUSTER",
+            vec!["SETSLOT".into(), slot.into(), "NODE".into(), dst_id.into()],
+        )
+        .await?;
+    // 5. The source has heard of it (and dropped its copies) before its writes resume.
+    let start = Instant::now();
+    loop {
+        if owner(&src.slots().await?, slot) == Some(dst_id) {
+            return Ok(keys.len());
+        }
+        if start.elapsed() > opts.pause / 2 {
+            src.pause_writes(opts.pause).await?;
+            if start.elapsed() > Duration::from_secs(60) {
+                return Err(Error::NotReady(format!(
+                    "evacuating slot {slot}: {} still names itself its owner 60 s after {} \
+                     claimed it; its writes stay paused until {} ms from now",
+                    src.name(),
+                    dst.name(),
+                    opts.pause.as_millis()
+                )));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The evacuation of `from` (module docs): every slot of it holding keys under `prefix`, to
+/// the masters in `masters` that can take them.
+pub(crate) async fn evacuate(
+    base: &Config,
+    masters: &[Server],
+    from: &str,
+    prefix: &str,
+    opts: &EvacuateOptions,
+) -> Result<Evacuation> {
+    opts.check()?;
+    let start = Instant::now();
+    let name = |s: &Server| format!("{}:{}", s.host, s.port);
+    let src_server = masters.iter().find(|s| name(s) == from).ok_or_else(|| {
+        Error::InvalidInput {
+            field: "from",
+            reason: format!(
+                "{from} is not a master of the cluster (masters: {})",
+                masters.iter().map(name).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    })?;
+    let src = Node::open(base, src_server).await?;
+    let result = async {
+        let src_id = src.id().await?;
+        let mut targets = Vec::new();
+        for s in masters.iter().filter(|s| name(s) != from) {
+            match Node::open(base, s).await {
+                Ok(n) => match n.health().await {
+                    Ok(h) if h.can_take(opts.replicas) => {
+                        let id = n.id().await?;
+                        targets.push((n, id));
+                    }
+                    _ => n.quit().await,
+                },
+                Err(e) => tracing::warn!("evacuation: {} not a target: {e}", name(s)),
+            }
+        }
+        if targets.is_empty() {
+            return Err(Error::NotReady(format!(
+                "no master but {from} can take its slots (each needs {} replica(s) in sync and \
+                 must accept writes)",
+                opts.replicas
+            )));
+        }
+        src.pause_writes(opts.pause).await?;
+        let owned = src.slots().await?;
+        let slots: Vec<u16> = src
+            .slots_with(prefix)
+            .await?
+            .into_iter()
+            .filter(|&s| owner(&owned, s) == Some(src_id.as_str()))
+            .collect();
+        let mut moved = Vec::with_capacity(slots.len());
+        for (slot, t) in assign(&slots, targets.len()) {
+            let (dst, dst_id) = &targets[t];
+            src.pause_writes(opts.pause).await?;
+            let keys = move_slot(&src, &src_id, dst, dst_id, slot, opts).await?;
+            tracing::warn!("evacuation: slot {slot} ({keys} keys) moved from {from} to {}", dst.name());
+            moved.push(MovedSlot {
+                slot,
+                to: dst.name(),
+                keys,
+            });
+        }
+        for (t, _) in targets {
+            t.quit().await;
+        }
+        Ok(moved)
+    }
+    .await;
+    // Writes resume whatever happened: a slot not claimed stays the source's, a claimed one
+    // is the target's and the source answers MOVED for it.
+    let unpaused = src.unpause().await;
+    src.quit().await;
+    let slots = result?;
+    unpaused?;
+    Ok(Evacuation {
+        from: from.to_string(),
+        slots,
+        took_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Evacuates masters that keep refusing writes ([`super::RedisStore::evacuate_refusing`]):
+/// remembers since when each master has refused.
+#[derive(Debug, Default)]
+pub struct RefusalWatch {
+    since: HashMap<String, Instant>,
+}
+
+impl RefusalWatch {
+    /// A watch that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records what `health` says of each master (absent: not reachable, forgotten) and
+    /// answers the ones refusing for at least `grace`.
+    pub(crate) fn due(&mut self, health: &BTreeMap<String, Health>, grace: Duration) -> Vec<String> {
+        let now = Instant::now();
+        self.since
+            .retain(|m, _| health.get(m).is_some_and(Health::refusing));
+        let mut due = Vec::new();
+        for (m, h) in health {
+            if h.refusing() {
+                let t = *self.since.entry(m.clone()).or_insert(now);
+                if now.duration_since(t) >= grace {
+                    due.push(m.clone());
+                }
+            }
+        }
+        due
+    }
+
+    /// Forgets `master` (after it was evacuated).
+    pub(crate) fn forget(&mut self, master: &str) {
+        self.since.remove(master);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO_REFUSING: &str = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
+        min_slaves_good_slaves:0\r\nmaster_failover_state:no-failover\r\n";
+    const INFO_HEALTHY: &str = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\n\
+        slave0:ip=127.0.0.1,port=7104,state=online,offset=1190,lag=0\r\n";
+
+    #[test]
+    fn a_master_below_its_setting_refuses() {
+        let h = Health::parse(INFO_REFUSING, 1);
+        assert_eq!(
+            h,
+            Health {
+                master: true,
+                good: 0,
+                required: 1
+            }
+        );
+        assert!(h.refusing());
+        assert!(!h.can_take(1));
+        assert!(!Health::parse(INFO_REFUSING, 0).refusing(), "no setting, no refusal");
+    }
+
+    #[test]
+    fn online_replicas_count_without_the_setting() {
+        let h = Health::parse(INFO_HEALTHY, 0);
+        assert_eq!(h.good, 1);
+        assert!(h.can_take(1));
+        assert!(!h.can_take(2));
+        let lagging = INFO_HEALTHY.replace("lag=0", "lag=7");
+        assert_eq!(Health::parse(&lagging, 0).good, 0, "a replica 7 s behind is not in sync");
+        let replica = "role:slave\r\nmaster_host:127.0.0.1\r\n";
+        assert!(!Health::parse(replica, 1).refusing(), "a replica is no master");
+        assert!(!Health::parse(replica, 0).can_take(0));
+    }
+
+    #[test]
+    fn slots_parse_and_owner() {
+        let node = |id: &str| {
+            Value::Array(vec!["127.0.0.1".into(), 7101.into(), id.into()])
+        };
+        let v = Value::Array(vec![
+            Value::Array(vec![0.into(), 99.into(), node("a"), node("ra")]),
+            Value::Array(vec![100.into(), 16383.into(), node("b")]),
+        ]);
+        let r = parse_slots(&v).unwrap();
+        assert_eq!(owner(&r, 0), Some("a"));
+        assert_eq!(owner(&r, 99), Some("a"));
+        assert_eq!(owner(&r, 100), Some("b"));
+        assert!(parse_slots(&Value::from("x")).is_err());
+        assert!(parse_slots(&Value::Array(vec![Value::Array(vec![0.into()])])).is_err());
+    }
+
+    #[test]
+    fn slots_spread_over_targets_in_turn() {
+        assert_eq!(assign(&[5, 6, 7], 2), vec![(5, 0), (6, 1), (7, 0)]);
+        assert!(assign(&[], 3).is_empty());
+    }
+
+    #[test]
+    fn options_are_bounded() {
+        assert!(EvacuateOptions::new(0).check().is_ok());
+        assert_eq!(EvacuateOptions::new(0).replicas, 1);
+        let with = |f: fn(&mut EvacuateOptions)| {
+            let mut o = EvacuateOptions::new(1);
+            f(&mut o);
+            o.check()
+        };
+        assert!(with(|o| o.pause = Duration::from_millis(999)).is_err());
+        assert!(with(|o| o.pause = Duration::from_secs(301)).is_err());
+        assert!(with(|o| o.replicas = 17).is_err());
+        assert!(with(|o| o.replicas = 0).is_ok());
+        assert!(with(|o| o.wait_timeout = Duration::from_millis(9)).is_err());
+        assert!(with(|o| o.batch = 0).is_err());
+        assert!(with(|o| o.batch = 10_001).is_err());
+    }
+
+    #[test]
+    fn a_master_is_due_after_refusing_for_the_grace() {
+        let mut w = RefusalWatch::new();
+        let refusing = Health::parse(INFO_REFUSING, 1);
+        let healthy = Health::parse(INFO_HEALTHY, 1);
+        let mut h = BTreeMap::from([("a:1".to_string(), refusing), ("b:2".to_string(), healthy)]);
+        assert!(w.due(&h, Duration::from_secs(60)).is_empty(), "not yet");
+        assert_eq!(w.due(&h, Duration::ZERO), vec!["a:1".to_string()]);
+        // Writable again: the clock starts over.
+        h.insert("a:1".to_string(), healthy);
+        assert!(w.due(&h, Duration::ZERO).is_empty());
+        assert!(w.since.is_empty());
+        h.insert("a:1".to_string(), refusing);
+        assert_eq!(w.due(&h, Duration::ZERO).len(), 1);
+        w.forget("a:1");
+        assert!(w.since.is_empty());
+    }
+}
