@@ -27,6 +27,7 @@ use crate::nemesis_cluster::MIN_REPLICAS;
 use common::cluster::RedisCluster;
 use common::history::workload::{ms, now_us};
 use futures::StreamExt;
+use shardstock::store::redis::EvacuateOptions;
 use shardstock::{Coalescing, Deduct, Deduction, Engine, Error, LoadOptions, RedisStore, Sku};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -43,6 +44,20 @@ const KILL_AFTER_MS: u64 = 500;
 const WAIT_MS: u64 = 1000;
 /// The window sales are counted in when looking for the recovery.
 const WINDOW_US: u64 = 250_000;
+
+/// What happens to the master holding most segments, half a second into the sale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// `kill -9`ed and left down (its replica is promoted and has none of its own).
+    Kill,
+    /// `kill -9`ed and left down, with an evacuation watch running beside the sale
+    /// (`RedisStore::evacuate_refusing` every 250 ms, 1 s grace): the promoted master's slots
+    /// move to the masters that can replicate.
+    KillAndEvacuate,
+    /// Left running and evacuated mid-sale ([`shardstock::RedisStore::evacuate`]): a drain
+    /// under full load, its writes paused while each slot moves.
+    Drain,
+}
 
 /// How a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -95,6 +110,13 @@ struct Figures {
     sold: u64,
     /// Request ids with an effect: acknowledged, plus unknown ones whose re-send sold.
     effects: u64,
+    /// `no_replicas` answers after the last evacuation ended (sent to a master whose slots
+    /// had all moved).
+    refused_after_evacuation: usize,
+    /// Slots evacuated, and the seconds from the kill (or the drain's start) to the end of the
+    /// last evacuation.
+    evacuated_slots: usize,
+    evacuated_s: Option<f64>,
 }
 
 /// The master holding most segments of the SKU.
@@ -130,8 +152,14 @@ async fn engine(url: &str, durable: bool) -> Engine<RedisStore> {
         .unwrap()
 }
 
-async fn run(durable: bool) -> Figures {
-    let mode = if durable { "on" } else { "off" };
+async fn run(durable: bool, fault: Fault) -> Figures {
+    let mode = match (durable, fault) {
+        (true, Fault::Kill) => "on",
+        (false, Fault::Kill) => "off",
+        (true, Fault::KillAndEvacuate) => "on, evacuating",
+        (false, Fault::KillAndEvacuate) => "off, evacuating",
+        (_, Fault::Drain) => "drained",
+    };
     let cluster = if durable {
         RedisCluster::start_with(3, 1, MIN_REPLICAS)
     } else {
@@ -167,16 +195,67 @@ async fn run(durable: bool) -> Figures {
         })
         .collect();
     tokio::time::sleep(ms(KILL_AFTER_MS)).await;
-    let (mut cluster, killed_us, promoted_us) = tokio::task::spawn_blocking(move || {
-        let mut cluster = cluster;
-        let (_, killed, promoted) = cluster.kill_master_for_good(v);
-        (cluster, killed, promoted)
-    })
-    .await
-    .unwrap();
+    // The evacuations: (when the last ended, slots moved).
+    let evacuations: Arc<Mutex<(Option<u64>, usize)>> = Arc::default();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = (fault == Fault::KillAndEvacuate).then(|| {
+        let (store, done, evacuations) = (e.store().clone(), done.clone(), evacuations.clone());
+        tokio::spawn(async move {
+            let mut watch = shardstock::store::redis::RefusalWatch::new();
+            let opts = EvacuateOptions::new(u32::from(durable));
+            while !done.load(Relaxed) {
+                match store.evacuate_refusing(&mut watch, ms(1000), &opts).await {
+                    Ok(moved) => {
+                        for m in moved {
+                            println!(
+                                "evacuated {} slots from {} in {} ms",
+                                m.slots.len(),
+                                m.from,
+                                m.took_ms
+                            );
+                            let mut ev = evacuations.lock().unwrap();
+                            *ev = (Some(now_us()), ev.1 + m.slots.len());
+                        }
+                    }
+                    Err(err) => println!("evacuation watch: {err}"),
+                }
+                tokio::time::sleep(ms(250)).await;
+            }
+        })
+    });
+    let (cluster, killed_us, promoted_us) = if fault == Fault::Drain {
+        let from = format!("127.0.0.1:{}", cluster.nodes[v].port);
+        let drained_us = now_us();
+        let m = e
+            .store()
+            .evacuate(&from, &EvacuateOptions::new(u32::from(durable)))
+            .await
+            .unwrap();
+        println!(
+            "drained {} slots from {} in {} ms",
+            m.slots.len(),
+            m.from,
+            m.took_ms
+        );
+        *evacuations.lock().unwrap() = (Some(now_us()), m.slots.len());
+        (cluster, drained_us, drained_us)
+    } else {
+        tokio::task::spawn_blocking(move || {
+            let mut cluster = cluster;
+            let (_, killed, promoted) = cluster.kill_master_for_good(v);
+            (cluster, killed, promoted)
+        })
+        .await
+        .unwrap()
+    };
     for b in buyers {
         b.await.unwrap();
     }
+    done.store(true, Relaxed);
+    if let Some(w) = watch {
+        w.await.unwrap();
+    }
+    let (evacuated_us, evacuated_slots) = *evacuations.lock().unwrap();
     let took_s = (now_us() - start) as f64 / 1e6;
     let mut answers = std::mem::take(&mut *answers.lock().unwrap());
     answers.sort_unstable();
@@ -207,7 +286,10 @@ async fn run(durable: bool) -> Figures {
 
     // The killed node back as a replica: the promoted master writes again.
     let mut cluster = tokio::task::spawn_blocking(move || {
-        cluster.rejoin(v);
+        let mut cluster = cluster;
+        if fault != Fault::Drain {
+            cluster.rejoin(v);
+        }
         cluster
     })
     .await
@@ -266,12 +348,21 @@ async fn run(durable: bool) -> Figures {
         audit_ok: audit.ok,
         sold: audit.sold,
         effects,
+        refused_after_evacuation: evacuated_us.map_or(0, |t| {
+            answers
+                .iter()
+                .filter(|a| a.0 > t && a.2 == Class::NoReplicas)
+                .count()
+        }),
+        evacuated_slots,
+        evacuated_s: evacuated_us.map(|t| (t - killed_us) as f64 / 1e6),
     };
     println!(
         "failover (durability {mode}): {REQUESTS} requests in {:.1} s; {:.0} sales/s before the \
          kill; replica promoted after {:.1} s; sales at >= 50 % again after {}; unknown answers \
          in that window {} of {} ({:.1} %); first answers {:?}; acknowledged lost {}; audit ok \
-         {}, sold {}, request ids with an effect {}",
+         {}, sold {}, request ids with an effect {}; evacuated {} slots, done after {}, \
+         no_replicas after it {}",
         f.took_s,
         f.before,
         f.promoted_s,
@@ -284,7 +375,11 @@ async fn run(durable: bool) -> Figures {
         f.lost,
         f.audit_ok,
         f.sold,
-        f.effects
+        f.effects,
+        f.evacuated_slots,
+        f.evacuated_s
+            .map_or("-".to_string(), |s| format!("{s:.2} s")),
+        f.refused_after_evacuation
     );
     // The nemesis suite's line (`scripts/nemesis.sh` sums it per fault).
     println!(
@@ -300,7 +395,7 @@ async fn run(durable: bool) -> Figures {
 }
 
 fn run_mode(durable: bool) -> Figures {
-    common::cluster::one_sale_at_a_time(run(durable))
+    common::cluster::one_sale_at_a_time(run(durable, Fault::Kill))
 }
 
 /// Durability mode on: the sale goes on through the kill — 40,000 requests in well under
@@ -337,5 +432,47 @@ fn a_master_killed_mid_sale_durability_off_sells_on() {
         f.classes.get(&Class::NoReplicas),
         None,
         "no master refuses writes without min-replicas-to-write: {f:?}"
+    );
+}
+
+/// Durability mode on, with an evacuation watch beside the sale: once the promoted master has
+/// refused for a second its slots move to the two masters that can replicate, and the
+/// requests homed there sell again — no `no_replicas` answer after the evacuation, every
+/// request id one effect, no acknowledged sale lost, the audit exact.
+#[test]
+fn a_master_killed_mid_sale_is_evacuated_and_every_buyer_sells_again() {
+    let f = common::cluster::one_sale_at_a_time(run(true, Fault::KillAndEvacuate));
+    assert!(f.took_s < 60.0, "{f:?}");
+    assert!(f.evacuated_slots > 0, "nothing evacuated: {f:?}");
+    assert_eq!(
+        f.refused_after_evacuation, 0,
+        "refused after the evacuation: {f:?}"
+    );
+    assert_eq!(f.lost, 0, "acknowledged sales lost: {f:?}");
+    assert!(f.audit_ok, "{f:?}");
+    assert_eq!(
+        f.sold, f.effects,
+        "one unit per request id with an effect: {f:?}"
+    );
+}
+
+/// A healthy master drained under full load: its slots move while 64 buyers sell on them,
+/// its writes paused while each slot moves. Without the pause, a sale the source ran after
+/// its keys were copied would be gone with the source's copy (an acknowledged sale that a
+/// re-send applies again, or units the audit cannot place).
+#[test]
+fn a_master_drained_mid_sale_loses_nothing() {
+    let f = common::cluster::one_sale_at_a_time(run(false, Fault::Drain));
+    assert!(f.evacuated_slots > 0, "nothing evacuated: {f:?}");
+    assert_eq!(
+        f.classes.get(&Class::Unknown).copied().unwrap_or(0),
+        0,
+        "a drain leaves no unknown outcome: {f:?}"
+    );
+    assert_eq!(f.lost, 0, "acknowledged sales lost: {f:?}");
+    assert!(f.audit_ok, "{f:?}");
+    assert_eq!(
+        f.sold, f.effects,
+        "one unit per request id with an effect: {f:?}"
     );
 }

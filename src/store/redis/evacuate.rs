@@ -175,7 +175,9 @@ pub(crate) fn parse_slots(v: &Value) -> Result<Vec<(u16, u16, String)>> {
     };
     let mut out = Vec::with_capacity(ranges.len());
     for r in ranges {
-        let Value::Array(r) = r else { return Err(bad()) };
+        let Value::Array(r) = r else {
+            return Err(bad());
+        };
         let (Some(start), Some(end), Some(Value::Array(owner))) = (
             r.first().and_then(Value::as_u64),
             r.get(1).and_then(Value::as_u64),
@@ -333,7 +335,10 @@ impl Node {
 }
 
 /// Sends `commands` as one pipeline and fails on the first error.
-async fn pipeline(client: &Client, commands: Vec<(&'static str, Vec<Value>)>) -> Result<Vec<Value>> {
+async fn pipeline(
+    client: &Client,
+    commands: Vec<(&'static str, Vec<Value>)>,
+) -> Result<Vec<Value>> {
     let p = client.pipeline();
     for (name, args) in commands {
         let _: () = p.custom(cmd(name), args).await?;
@@ -359,7 +364,12 @@ async fn move_slot(
     let _: () = dst
         .call(
             "CLUSTER",
-            vec!["SETSLOT".into(), slot.into(), "IMPORTING".into(), src_id.into()],
+            vec![
+                "SETSLOT".into(),
+                slot.into(),
+                "IMPORTING".into(),
+                src_id.into(),
+            ],
         )
         .await?;
     let stale = dst.keys_in_slot(slot).await?;
@@ -389,7 +399,12 @@ async fn move_slot(
             writes.push(("ASKING", vec![]));
             writes.push((
                 "RESTORE",
-                vec![k.clone(), ttl.max(0).into(), pair[1].clone(), "REPLACE".into()],
+                vec![
+                    k.clone(),
+                    ttl.max(0).into(),
+                    pair[1].clone(),
+                    "REPLACE".into(),
+                ],
             ));
         }
         pipeline(&dst.client, writes).await?;
@@ -452,15 +467,17 @@ pub(crate) async fn evacuate(
     opts.check()?;
     let start = Instant::now();
     let name = |s: &Server| format!("{}:{}", s.host, s.port);
-    let src_server = masters.iter().find(|s| name(s) == from).ok_or_else(|| {
-        Error::InvalidInput {
-            field: "from",
-            reason: format!(
-                "{from} is not a master of the cluster (masters: {})",
-                masters.iter().map(name).collect::<Vec<_>>().join(", ")
-            ),
-        }
-    })?;
+    let src_server =
+        masters
+            .iter()
+            .find(|s| name(s) == from)
+            .ok_or_else(|| Error::InvalidInput {
+                field: "from",
+                reason: format!(
+                    "{from} is not a master of the cluster (masters: {})",
+                    masters.iter().map(name).collect::<Vec<_>>().join(", ")
+                ),
+            })?;
     let src = Node::open(base, src_server).await?;
     let result = async {
         let src_id = src.id().await?;
@@ -497,7 +514,10 @@ pub(crate) async fn evacuate(
             let (dst, dst_id) = &targets[t];
             src.pause_writes(opts.pause).await?;
             let keys = move_slot(&src, &src_id, dst, dst_id, slot, opts).await?;
-            tracing::warn!("evacuation: slot {slot} ({keys} keys) moved from {from} to {}", dst.name());
+            tracing::warn!(
+                "evacuation: slot {slot} ({keys} keys) moved from {from} to {}",
+                dst.name()
+            );
             moved.push(MovedSlot {
                 slot,
                 to: dst.name(),
@@ -538,7 +558,11 @@ impl RefusalWatch {
 
     /// Records what `health` says of each master (absent: not reachable, forgotten) and
     /// answers the ones refusing for at least `grace`.
-    pub(crate) fn due(&mut self, health: &BTreeMap<String, Health>, grace: Duration) -> Vec<String> {
+    pub(crate) fn due(
+        &mut self,
+        health: &BTreeMap<String, Health>,
+        grace: Duration,
+    ) -> Vec<String> {
         let now = Instant::now();
         self.since
             .retain(|m, _| health.get(m).is_some_and(Health::refusing));
@@ -582,7 +606,10 @@ mod tests {
         );
         assert!(h.refusing());
         assert!(!h.can_take(1));
-        assert!(!Health::parse(INFO_REFUSING, 0).refusing(), "no setting, no refusal");
+        assert!(
+            !Health::parse(INFO_REFUSING, 0).refusing(),
+            "no setting, no refusal"
+        );
     }
 
     #[test]
@@ -592,17 +619,22 @@ mod tests {
         assert!(h.can_take(1));
         assert!(!h.can_take(2));
         let lagging = INFO_HEALTHY.replace("lag=0", "lag=7");
-        assert_eq!(Health::parse(&lagging, 0).good, 0, "a replica 7 s behind is not in sync");
+        assert_eq!(
+            Health::parse(&lagging, 0).good,
+            0,
+            "a replica 7 s behind is not in sync"
+        );
         let replica = "role:slave\r\nmaster_host:127.0.0.1\r\n";
-        assert!(!Health::parse(replica, 1).refusing(), "a replica is no master");
+        assert!(
+            !Health::parse(replica, 1).refusing(),
+            "a replica is no master"
+        );
         assert!(!Health::parse(replica, 0).can_take(0));
     }
 
     #[test]
     fn slots_parse_and_owner() {
-        let node = |id: &str| {
-            Value::Array(vec!["127.0.0.1".into(), 7101.into(), id.into()])
-        };
+        let node = |id: &str| Value::Array(vec!["127.0.0.1".into(), 7101.into(), id.into()]);
         let v = Value::Array(vec![
             Value::Array(vec![0.into(), 99.into(), node("a"), node("ra")]),
             Value::Array(vec![100.into(), 16383.into(), node("b")]),
