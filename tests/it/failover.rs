@@ -13,13 +13,18 @@
 //!   finish in seconds (without `min-replicas-to-write` each call there ran, then waited out
 //!   the whole `WAIT`: 8,000 requests took 21 s and 40,000 did not finish in 120 s).
 //! - **Durability mode off**: the promoted master sells as soon as the clients find it.
+//! - **Durability mode on, evacuated**: an evacuation watch runs beside the sale
+//!   (`RedisStore::evacuate_refusing`); once the promoted master has refused for a second, its
+//!   slots move to the masters that can replicate and the requests homed there sell again.
+//! - **A drain**: no kill; the same master is evacuated under full load (`RedisStore::evacuate`).
 //!
 //! Afterwards the killed node is started again (it rejoins as the promoted master's replica),
 //! every request still unknown is re-sent until answered, and every acknowledged sale is sent
 //! again: it must replay (answer `Replayed`), or it was lost. Then the audit, and one line of
-//! figures per mode: `failover (durability on|off): ...` — the rate before the kill, the time
-//! from the kill until sales flow at ≥ 50 % of it again, the share of unknown answers (timeouts,
-//! connection errors, `NotDurable`) in that window, refusals, acknowledged sales lost.
+//! figures per run: `failover, <fault>: ...` — the rate before the kill, the time from the
+//! kill until sales flow at ≥ 50 % of it again, the share of unknown answers (timeouts,
+//! connection errors, `NotDurable`) in that window, refusals, acknowledged sales lost, slots
+//! evacuated and the refusals after the evacuation.
 
 use crate::common;
 use crate::nemesis_cluster::MIN_REPLICAS;
@@ -87,7 +92,7 @@ fn deduct_of(i: usize) -> Deduct {
     Deduct::new(SKU, &format!("u{i}"), 1, &format!("r{i}")).unwrap()
 }
 
-/// What one mode measured.
+/// What one run measured.
 #[derive(Debug)]
 struct Figures {
     /// Seconds the 40,000 requests took.
@@ -153,12 +158,14 @@ async fn engine(url: &str, durable: bool) -> Engine<RedisStore> {
 }
 
 async fn run(durable: bool, fault: Fault) -> Figures {
-    let mode = match (durable, fault) {
-        (true, Fault::Kill) => "on",
-        (false, Fault::Kill) => "off",
-        (true, Fault::KillAndEvacuate) => "on, evacuating",
-        (false, Fault::KillAndEvacuate) => "off, evacuating",
-        (_, Fault::Drain) => "drained",
+    let durability = if durable { "on" } else { "off" };
+    // The fault's name in the printed lines (`scripts/nemesis.sh` sums them per name).
+    let label = match fault {
+        Fault::Kill => format!("master killed for good (durability {durability})"),
+        Fault::KillAndEvacuate => {
+            format!("master killed for good, evacuated (durability {durability})")
+        }
+        Fault::Drain => format!("master drained mid-sale (durability {durability})"),
     };
     let cluster = if durable {
         RedisCluster::start_with(3, 1, MIN_REPLICAS)
@@ -358,7 +365,7 @@ async fn run(durable: bool, fault: Fault) -> Figures {
         evacuated_s: evacuated_us.map(|t| (t - killed_us) as f64 / 1e6),
     };
     println!(
-        "failover (durability {mode}): {REQUESTS} requests in {:.1} s; {:.0} sales/s before the \
+        "failover, {label}: {REQUESTS} requests in {:.1} s; {:.0} sales/s before the \
          kill; replica promoted after {:.1} s; sales at >= 50 % again after {}; unknown answers \
          in that window {} of {} ({:.1} %); first answers {:?}; acknowledged lost {}; audit ok \
          {}, sold {}, request ids with an effect {}; evacuated {} slots, done after {}, \
@@ -383,7 +390,7 @@ async fn run(durable: bool, fault: Fault) -> Figures {
     );
     // The nemesis suite's line (`scripts/nemesis.sh` sums it per fault).
     println!(
-        "nemesis master killed for good (durability {mode}): struck 1, ops {REQUESTS}, \
+        "nemesis {label}: struck 1, ops {REQUESTS}, \
          anomalies {}, recovered ms {}, unknown {}, refused {}, lost {}",
         u64::from(!f.audit_ok) + u64::from(f.sold != f.effects),
         f.recovered_s.map_or(0, |s| (s * 1000.0) as u64),
