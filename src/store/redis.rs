@@ -145,7 +145,7 @@ impl RedisStore {
 
     /// One look at every master: those that have refused writes (fewer replicas in sync than
     /// their `min-replicas-to-write`) for at least `grace` since `watch` first saw them so are
-    /// evacuated ([`Self::evacuate`]). A master that does not answer is skipped (a dead master
+    /// evacuated ([`Self::evacuate`]), once per refusal. A master that does not answer is skipped (a dead master
     /// is the failover's to handle). Call it every second or so from one process
     /// (`shardstock evacuate --watch`).
     pub async fn evacuate_refusing(
@@ -173,7 +173,7 @@ impl RedisStore {
         let mut done = Vec::new();
         for m in watch.due(&health, grace) {
             let e = evacuate::evacuate(&base, &masters, &m, self.conn.keys.prefix(), opts).await?;
-            watch.forget(&m);
+            watch.evacuated(&m);
             done.push(e);
         }
         Ok(done)

@@ -6,6 +6,7 @@ use crate::common;
 
 use common::binary::run_line;
 use common::cluster::RedisCluster;
+use common::json::u;
 use common::redis_server::redis_cli;
 use shardstock::placement::SegmentHome;
 use shardstock::{Deduct, Engine, LoadOptions, RedisStore, Sku};
@@ -330,4 +331,101 @@ fn ids_services_have_sell_and_reserve_on_a_cluster() {
             );
         }
     }
+}
+
+/// `shardstock evacuate --from` moves every slot of a master that holds the SKU's keys to the
+/// other masters: `status` then places no segment there, the books are exact and the sale goes
+/// on. Bad input changes nothing and says what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evacuate_moves_a_masters_segments_and_the_books_stay_exact() {
+    let cluster = RedisCluster::start(3, 0);
+    let url = cluster.url();
+    run_line(&format!(
+        "load --redis {url} --sku ev --stock 900 --segments 9"
+    ))
+    .expect_code(0);
+    run_line(&format!(
+        "sim --redis {url} --sku ev --skip-load --requests 90 --concurrency 8 --json"
+    ))
+    .expect_code(0);
+    let masters_of = || -> Vec<String> {
+        let v = run_line(&format!("status --redis {url} --sku ev --json"))
+            .expect_code(0)
+            .json();
+        v["placement"]
+            .as_array()
+            .expect("placement in status")
+            .iter()
+            .map(|h| h["master"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let before = masters_of();
+    let from = before[0].clone();
+    assert!(before.iter().filter(|m| **m == from).count() >= 1);
+
+    // Bad input: a node that is no master, a pause out of bounds, no cluster.
+    let r = run_line(&format!(
+        "evacuate --redis {url} --from 127.0.0.1:1 --replicas 0"
+    ));
+    r.expect_code(5);
+    assert!(r.stderr.contains("not a master of the cluster"), "{r:?}");
+    let r = run_line(&format!(
+        "evacuate --redis {url} --from {from} --pause-ms 5"
+    ));
+    r.expect_code(5);
+    assert!(r.stderr.contains("pause"), "{r:?}");
+    run_line(&format!("evacuate --redis {url}")).expect_code(2);
+    let single = common::RedisServer::start();
+    let r = run_line(&format!("evacuate --redis {} --from {from}", single.url()));
+    r.expect_code(4);
+    assert!(r.stderr.contains("Redis Cluster"), "{r:?}");
+    assert_eq!(masters_of(), before, "a refused evacuation moved nothing");
+
+    let v = run_line(&format!(
+        "evacuate --redis {url} --from {from} --replicas 0 --json"
+    ))
+    .expect_code(0)
+    .json();
+    let moved = v["slots"].as_array().expect("slots");
+    assert!(!moved.is_empty(), "{v}");
+    assert!(
+        moved
+            .iter()
+            .all(|s| s["to"].as_str() != Some(from.as_str())),
+        "{v}"
+    );
+    let after = masters_of();
+    assert!(
+        !after.contains(&from),
+        "a segment still on {from}: {after:?}"
+    );
+    // Nothing of the SKU is left on the source.
+    let port: u16 = from.rsplit(':').next().unwrap().parse().unwrap();
+    let left: Vec<String> = cluster
+        .admin()
+        .keys_by_master("*")
+        .into_iter()
+        .filter(|(p, _)| *p == port)
+        .flat_map(|(_, k)| k)
+        .collect();
+    assert!(left.is_empty(), "keys left on {from}: {left:?}");
+
+    // The sale goes on over the moved segments (the ledgers moved with them: a buyer of the
+    // first sale is still at the limit); the books are exact.
+    let r = run_line(&format!(
+        "sim --redis {url} --sku ev --skip-load --requests 810 --concurrency 8 --json"
+    ));
+    r.expect_code(0);
+    let v = r.json();
+    assert_eq!(u(&v, "errors"), 0, "{v}");
+    assert_eq!(
+        u(&v, "sold_units") + u(&v, "limit_reached"),
+        810,
+        "every request answered sold or at the limit: {v}"
+    );
+    let a = run_line(&format!("audit --redis {url} --sku ev --json"))
+        .expect_code(0)
+        .json();
+    assert_eq!(u(&a, "sold"), 90 + u(&v, "sold_units"), "{a}");
+    assert_eq!(u(&a, "remaining"), 900 - u(&a, "sold"), "{a}");
 }

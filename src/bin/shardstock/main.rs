@@ -10,6 +10,7 @@
 //! as the process.
 
 mod admin;
+mod evacuate;
 mod exporter;
 mod failure;
 mod orders;
@@ -194,6 +195,15 @@ enum Command {
     /// processes may run with one --group: each event goes to one of them; events of a
     /// process that died are claimed by the others after --min-idle-ms. Redis only.
     Orders(orders::OrdersArgs),
+    /// Move a Redis Cluster master's slots that hold shardstock keys, keys and all, to masters
+    /// that can replicate, so its SKUs' segments sell again.
+    ///
+    /// For a master that refuses writes (durability mode with min-replicas-to-write, after its
+    /// replica was promoted and has none of its own) or one to drain. The source's writes are
+    /// paused until it has given each slot up, so no sale is lost. --from evacuates one master
+    /// now; --watch evacuates every master that keeps refusing. Needs a user allowed CLUSTER,
+    /// CLIENT PAUSE, DUMP, RESTORE, SCAN, INFO, CONFIG GET and WAIT. Redis Cluster only.
+    Evacuate(evacuate::EvacuateArgs),
 }
 
 impl Command {
@@ -335,6 +345,11 @@ async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
                 "orders needs Redis (--redis URL): the outbox is Redis streams",
             ));
         }
+        if let Command::Evacuate(_) = cli.command {
+            return Err(Failure::config(
+                "evacuate needs a Redis Cluster (--redis redis-cluster://HOST:PORT)",
+            ));
+        }
         if config.store.strategy != shardstock::Strategy::Lua {
             return Err(Failure::config(format!(
                 "--strategy {} needs Redis (--redis URL); the embedded store is atomic by construction",
@@ -362,6 +377,9 @@ async fn run(mut cli: Cli) -> Result<ExitCode, Failure> {
         }
         let result = match cli.command {
             Command::Orders(a) => orders::run_orders(store.clone(), a, json).await,
+            Command::Evacuate(a) => {
+                evacuate::run_evacuate(store.clone(), a, config.store.wait_replicas, json).await
+            }
             command => {
                 let engine = builder.build(store.clone())?;
                 dispatch(engine, command, json).await
@@ -385,6 +403,7 @@ async fn dispatch<S: Store>(
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
         Command::Serve(a) => serve::run_serve(engine, a).await,
         Command::Orders(_) => Err(Failure::config("orders needs Redis (--redis URL)")),
+        Command::Evacuate(_) => Err(Failure::config("evacuate needs a Redis Cluster")),
     }
 }
 

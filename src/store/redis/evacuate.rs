@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use fred::prelude::{Builder, Client, ClientLike, Config, ServerConfig};
 use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How an evacuation runs ([`super::RedisStore::evacuate`]).
@@ -544,10 +544,13 @@ pub(crate) async fn evacuate(
 }
 
 /// Evacuates masters that keep refusing writes ([`super::RedisStore::evacuate_refusing`]):
-/// remembers since when each master has refused.
+/// remembers since when each master has refused, and which were evacuated during their
+/// refusal (nothing of the store can come back to a master that refuses writes, so one
+/// evacuation per refusal is enough).
 #[derive(Debug, Default)]
 pub struct RefusalWatch {
     since: HashMap<String, Instant>,
+    evacuated: HashSet<String>,
 }
 
 impl RefusalWatch {
@@ -557,20 +560,21 @@ impl RefusalWatch {
     }
 
     /// Records what `health` says of each master (absent: not reachable, forgotten) and
-    /// answers the ones refusing for at least `grace`.
+    /// answers the ones refusing for at least `grace` and not yet evacuated.
     pub(crate) fn due(
         &mut self,
         health: &BTreeMap<String, Health>,
         grace: Duration,
     ) -> Vec<String> {
         let now = Instant::now();
-        self.since
-            .retain(|m, _| health.get(m).is_some_and(Health::refusing));
+        let refusing = |m: &String| health.get(m).is_some_and(Health::refusing);
+        self.since.retain(|m, _| refusing(m));
+        self.evacuated.retain(|m| refusing(m));
         let mut due = Vec::new();
         for (m, h) in health {
             if h.refusing() {
                 let t = *self.since.entry(m.clone()).or_insert(now);
-                if now.duration_since(t) >= grace {
+                if now.duration_since(t) >= grace && !self.evacuated.contains(m) {
                     due.push(m.clone());
                 }
             }
@@ -578,9 +582,9 @@ impl RefusalWatch {
         due
     }
 
-    /// Forgets `master` (after it was evacuated).
-    pub(crate) fn forget(&mut self, master: &str) {
-        self.since.remove(master);
+    /// Records that `master` was evacuated: not again until it has written in between.
+    pub(crate) fn evacuated(&mut self, master: &str) {
+        self.evacuated.insert(master.to_string());
     }
 }
 
@@ -672,20 +676,27 @@ mod tests {
     }
 
     #[test]
-    fn a_master_is_due_after_refusing_for_the_grace() {
+    fn a_master_is_due_after_refusing_for_the_grace_once_per_refusal() {
         let mut w = RefusalWatch::new();
         let refusing = Health::parse(INFO_REFUSING, 1);
         let healthy = Health::parse(INFO_HEALTHY, 1);
         let mut h = BTreeMap::from([("a:1".to_string(), refusing), ("b:2".to_string(), healthy)]);
         assert!(w.due(&h, Duration::from_secs(60)).is_empty(), "not yet");
         assert_eq!(w.due(&h, Duration::ZERO), vec!["a:1".to_string()]);
-        // Writable again: the clock starts over.
+        w.evacuated("a:1");
+        assert!(
+            w.due(&h, Duration::ZERO).is_empty(),
+            "evacuated during this refusal"
+        );
+        // Writable again: the clock starts over, and a new refusal is due again.
         h.insert("a:1".to_string(), healthy);
         assert!(w.due(&h, Duration::ZERO).is_empty());
-        assert!(w.since.is_empty());
+        assert!(w.since.is_empty() && w.evacuated.is_empty());
         h.insert("a:1".to_string(), refusing);
         assert_eq!(w.due(&h, Duration::ZERO).len(), 1);
-        w.forget("a:1");
+        // Unreachable: forgotten.
+        h.remove("a:1");
+        assert!(w.due(&h, Duration::ZERO).is_empty());
         assert!(w.since.is_empty());
     }
 }
