@@ -115,6 +115,8 @@ struct Figures {
     sold: u64,
     /// Request ids with an effect: acknowledged, plus unknown ones whose re-send sold.
     effects: u64,
+    /// `no_replicas` answers that were tried again (with an evacuation).
+    refusals: usize,
     /// `no_replicas` answers after the last evacuation ended (sent to a master whose slots
     /// had all moved).
     refused_after_evacuation: usize,
@@ -183,21 +185,35 @@ async fn run(durable: bool, fault: Fault) -> Figures {
     let next = Arc::new(AtomicUsize::new(0));
     let answers: Arc<Mutex<Vec<(u64, usize, Class)>>> = Arc::default();
     let start = now_us();
+    // With an evacuation, a buyer answered `no_replicas` tries again 100 ms later with the
+    // same request id (the answer is retryable: nothing was written), until it is answered
+    // otherwise: when each refusal came.
+    let refusals: Arc<Mutex<Vec<u64>>> = Arc::default();
     let buyers: Vec<_> = (0..BUYERS)
         .map(|_| {
-            let (e, next, answers) = (e.clone(), next.clone(), answers.clone());
+            let (e, next, answers, refusals) =
+                (e.clone(), next.clone(), answers.clone(), refusals.clone());
             tokio::spawn(async move {
-                let mut mine = Vec::new();
+                let (mut mine, mut refused) = (Vec::new(), Vec::new());
                 loop {
                     let i = next.fetch_add(1, Relaxed);
                     if i >= REQUESTS {
                         break;
                     }
-                    let r = tokio::time::timeout(Duration::from_secs(15), e.deduct(&deduct_of(i)))
-                        .await;
+                    let d = deduct_of(i);
+                    let send = || tokio::time::timeout(Duration::from_secs(15), e.deduct(&d));
+                    let mut r = send().await;
+                    while fault == Fault::KillAndEvacuate
+                        && matches!(r, Ok(Err(Error::NoReplicas(_))))
+                    {
+                        refused.push(now_us());
+                        tokio::time::sleep(ms(100)).await;
+                        r = send().await;
+                    }
                     mine.push((now_us(), i, classify(&r)));
                 }
                 answers.lock().unwrap().extend(mine);
+                refusals.lock().unwrap().extend(refused);
             })
         })
         .collect();
@@ -360,7 +376,9 @@ async fn run(durable: bool, fault: Fault) -> Figures {
                 .iter()
                 .filter(|a| a.0 > t && a.2 == Class::NoReplicas)
                 .count()
+                + refusals.lock().unwrap().iter().filter(|&&r| r > t).count()
         }),
+        refusals: refusals.lock().unwrap().len(),
         evacuated_slots,
         evacuated_s: evacuated_us.map(|t| (t - killed_us) as f64 / 1e6),
     };
@@ -369,7 +387,7 @@ async fn run(durable: bool, fault: Fault) -> Figures {
          kill; replica promoted after {:.1} s; sales at >= 50 % again after {}; unknown answers \
          in that window {} of {} ({:.1} %); first answers {:?}; acknowledged lost {}; audit ok \
          {}, sold {}, request ids with an effect {}; evacuated {} slots, done after {}, \
-         no_replicas after it {}",
+         no_replicas after it {} (of {} tried again)",
         f.took_s,
         f.before,
         f.promoted_s,
@@ -386,7 +404,8 @@ async fn run(durable: bool, fault: Fault) -> Figures {
         f.evacuated_slots,
         f.evacuated_s
             .map_or("-".to_string(), |s| format!("{s:.2} s")),
-        f.refused_after_evacuation
+        f.refused_after_evacuation,
+        f.refusals
     );
     // The nemesis suite's line (`scripts/nemesis.sh` sums it per fault).
     println!(
@@ -444,8 +463,10 @@ fn a_master_killed_mid_sale_durability_off_sells_on() {
 
 /// Durability mode on, with an evacuation watch beside the sale: once the promoted master has
 /// refused for a second its slots move to the two masters that can replicate, and the
-/// requests homed there sell again — no `no_replicas` answer after the evacuation, every
-/// request id one effect, no acknowledged sale lost, the audit exact.
+/// requests homed there sell again — buyers refused with `no_replicas` try again until
+/// answered, and every request is answered sold (or unknown in the kill's window); no
+/// `no_replicas` answer after the evacuation, every request id one effect, no acknowledged
+/// sale lost, the audit exact.
 #[test]
 fn a_master_killed_mid_sale_is_evacuated_and_every_buyer_sells_again() {
     let f = common::cluster::one_sale_at_a_time(run(true, Fault::KillAndEvacuate));
