@@ -11,6 +11,7 @@ use common::redis_server::redis_cli;
 use shardstock::placement::SegmentHome;
 use shardstock::{Deduct, Engine, LoadOptions, RedisStore, Sku};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 async fn engine(cluster: &RedisCluster, prefix: &str) -> Engine<RedisStore> {
     let store = RedisStore::builder(cluster.url())
@@ -428,4 +429,81 @@ async fn evacuate_moves_a_masters_segments_and_the_books_stay_exact() {
         .json();
     assert_eq!(u(&a, "sold"), 90 + u(&v, "sold_units"), "{a}");
     assert_eq!(u(&a, "remaining"), 900 - u(&a, "sold"), "{a}");
+}
+
+/// An evacuation claims a slot only if the source's write pause held from the first key read
+/// to the claim: here the source is stopped (`SIGSTOP`) mid-copy for longer than the pause, so
+/// a write could have run there after its key was read. The evacuation fails naming the pause,
+/// the slot stays the source's, and the next evacuation replaces the leftovers the first
+/// copied and moves the slot whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evacuation_whose_pause_may_have_lapsed_claims_nothing() {
+    use fred::interfaces::KeysInterface;
+    use shardstock::store::redis::EvacuateOptions;
+    const KEYS: usize = 10_000;
+    let cluster = RedisCluster::start(3, 0);
+    let e = engine(&cluster, "gp").await;
+    let store = e.store().clone();
+    let pool = store.pool();
+    for from in (0..KEYS).step_by(1000) {
+        let kv: Vec<(String, String)> = (from..from + 1000)
+            .map(|i| (format!("gp:{{gap}}:k{i}"), "v".to_string()))
+            .collect();
+        let _: () = pool.mset(kv).await.unwrap();
+    }
+    let admin = cluster.admin();
+    let slot = common::cluster::key_slot("gp:{gap}:k0");
+    let src_port = admin.owner_of(slot);
+    let src = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port == src_port)
+        .unwrap();
+    let from = format!("127.0.0.1:{src_port}");
+    let mut opts = EvacuateOptions::new(0);
+    opts.replicas = 0;
+    opts.batch = 1;
+    opts.pause = Duration::from_secs(1);
+
+    // The source stopped 0.8 s into the copy (one key per round trip: seconds), for 1.5 s.
+    let stopper = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        let frozen = cluster.freeze(src);
+        std::thread::sleep(Duration::from_millis(1500));
+        frozen.thaw();
+        cluster
+    });
+    let first = store.evacuate(&from, &opts).await;
+    let cluster = stopper.await.unwrap();
+    let err = first.expect_err("a copy that outlasted the pause was claimed");
+    assert!(
+        err.to_string().contains("outlasted the write pause"),
+        "{err}"
+    );
+    assert_eq!(admin.owner_of(slot), src_port, "the slot moved anyway");
+    assert_eq!(admin.keys_in_slot(src_port, slot), KEYS as u64);
+    // Writes go on at the source (the pause was lifted).
+    let _: () = pool
+        .set("gp:{gap}:k0", "w", None, None, false)
+        .await
+        .unwrap();
+
+    opts.batch = 256;
+    let m = store.evacuate(&from, &opts).await.unwrap();
+    let moved = m
+        .slots
+        .iter()
+        .find(|s| s.slot == slot)
+        .expect("the slot moved");
+    assert_eq!(moved.keys, KEYS);
+    let to: u16 = moved.to.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(admin.owner_of(slot), to);
+    assert_eq!(admin.keys_in_slot(to, slot), KEYS as u64);
+    assert_eq!(admin.keys_in_slot(src_port, slot), 0);
+    assert_eq!(
+        redis_cli(to, &["GET", "gp:{gap}:k0"]).trim(),
+        "w",
+        "the write made between the two evacuations moved too"
+    );
+    drop(cluster);
 }

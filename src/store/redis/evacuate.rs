@@ -23,7 +23,10 @@
 //!    its own copies).
 //! Then the source's writes resume: a write it held back runs its command anew and gets
 //! `MOVED` (the client sends it to the target), so nothing written at the source after its
-//! keys were copied can exist.
+//! keys were copied can exist. The pause is renewed whenever a third of it has passed, and a
+//! slot is claimed only if no step outlasted it (a source stopped or slowed mid-copy could
+//! have run a write after its key was read): otherwise the evacuation fails with the slot
+//! still the source's.
 //!
 //! Crash points. Dying before step 4 leaves the source the owner; its pause lapses, and the
 //! target's importing mark and copies are replaced by the next evacuation (step 1). Dying
@@ -334,6 +337,52 @@ impl Node {
     }
 }
 
+/// The source's write pause: renewed before it can lapse, and known to have held without a
+/// gap — a copy is claimed only if no write could have run at the source since it was read.
+struct Pause<'a> {
+    node: &'a Node,
+    len: Duration,
+    /// When the last renewal was sent (the pause lasts at least `len` from then).
+    renewed: Instant,
+    /// The pause may have lapsed since the slot's copy began.
+    gap: bool,
+}
+
+impl<'a> Pause<'a> {
+    async fn start(node: &'a Node, len: Duration) -> Result<Self> {
+        let renewed = Instant::now();
+        node.pause_writes(len).await?;
+        Ok(Self {
+            node,
+            len,
+            renewed,
+            gap: false,
+        })
+    }
+
+    /// Renews the pause when a third of it has passed; notes a possible gap when all of it
+    /// has (a step that outlasted it).
+    async fn keep(&mut self) -> Result<()> {
+        let since = self.renewed.elapsed();
+        if since >= self.len {
+            self.gap = true;
+        }
+        if since >= self.len / 3 {
+            self.renewed = Instant::now();
+            self.node.pause_writes(self.len).await?;
+        }
+        Ok(())
+    }
+
+    /// A new slot's copy begins: renewed now, and no gap so far.
+    async fn fresh(&mut self) -> Result<()> {
+        self.renewed = Instant::now();
+        self.node.pause_writes(self.len).await?;
+        self.gap = false;
+        Ok(())
+    }
+}
+
 /// Sends `commands` as one pipeline and fails on the first error.
 async fn pipeline(
     client: &Client,
@@ -353,6 +402,7 @@ async fn pipeline(
 /// Moves `slot` from `src` to `dst` (module docs, steps 1–5); the source's writes are paused.
 async fn move_slot(
     src: &Node,
+    pause: &mut Pause<'_>,
     src_id: &str,
     dst: &Node,
     dst_id: &str,
@@ -382,8 +432,10 @@ async fn move_slot(
         pipeline(&dst.client, c).await?;
     }
     // 2. Every key copied.
+    pause.fresh().await?;
     let keys = src.keys_in_slot(slot).await?;
     for chunk in keys.chunks(opts.batch) {
+        pause.keep().await?;
         let mut reads = Vec::with_capacity(chunk.len() * 2);
         for k in chunk {
             reads.push(("PTTL", vec![k.clone()]));
@@ -426,7 +478,18 @@ async fn move_slot(
             )));
         }
     }
-    // 4. The claim.
+    // 4. The claim, only if the pause held from the first read to now (a renewal then covers
+    // the claim and step 5).
+    pause.keep().await?;
+    if pause.gap {
+        return Err(Error::NotReady(format!(
+            "evacuating slot {slot}: copying it outlasted the write pause ({} ms), so a write \
+             may have run at {} after its key was read; the slot stays there (raise the pause)",
+            opts.pause.as_millis(),
+            src.name()
+        )));
+    }
+    pause.fresh().await?;
     let _: () = dst
         .call(
             "CLUSTER",
@@ -439,17 +502,15 @@ async fn move_slot(
         if owner(&src.slots().await?, slot) == Some(dst_id) {
             return Ok(keys.len());
         }
-        if start.elapsed() > opts.pause / 2 {
-            src.pause_writes(opts.pause).await?;
-            if start.elapsed() > Duration::from_secs(60) {
-                return Err(Error::NotReady(format!(
-                    "evacuating slot {slot}: {} still names itself its owner 60 s after {} \
-                     claimed it; its writes stay paused until {} ms from now",
-                    src.name(),
-                    dst.name(),
-                    opts.pause.as_millis()
-                )));
-            }
+        pause.keep().await?;
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(Error::NotReady(format!(
+                "evacuating slot {slot}: {} still names itself its owner 60 s after {} claimed \
+                 it; its writes stay paused for {} ms",
+                src.name(),
+                dst.name(),
+                opts.pause.as_millis()
+            )));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -501,7 +562,7 @@ pub(crate) async fn evacuate(
                 opts.replicas
             )));
         }
-        src.pause_writes(opts.pause).await?;
+        let mut pause = Pause::start(&src, opts.pause).await?;
         let owned = src.slots().await?;
         let slots: Vec<u16> = src
             .slots_with(prefix)
@@ -512,8 +573,7 @@ pub(crate) async fn evacuate(
         let mut moved = Vec::with_capacity(slots.len());
         for (slot, t) in assign(&slots, targets.len()) {
             let (dst, dst_id) = &targets[t];
-            src.pause_writes(opts.pause).await?;
-            let keys = move_slot(&src, &src_id, dst, dst_id, slot, opts).await?;
+            let keys = move_slot(&src, &mut pause, &src_id, dst, dst_id, slot, opts).await?;
             tracing::warn!(
                 "evacuation: slot {slot} ({keys} keys) moved from {from} to {}",
                 dst.name()
