@@ -21,6 +21,7 @@
 //!    epoch and tells every node at once);
 //! 5. the source is asked until it names the target as the slot's owner (it has then deleted
 //!    its own copies).
+//!
 //! Then the source's writes resume: a write it held back runs its command anew and gets
 //! `MOVED` (the client sends it to the target), so nothing written at the source after its
 //! keys were copied can exist. The pause is renewed whenever a third of it has passed, and a
