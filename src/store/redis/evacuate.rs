@@ -9,7 +9,7 @@
 //! no write on the source: slot ownership. A slot claimed by another master with a newer
 //! config epoch is dropped by the source as soon as it hears of it, and from then on every
 //! command for it there answers `MOVED`. So the sale protocol stays as it is; only where a
-//! segment lives changes, and the store already follows a moved slot ([`super::moving`]).
+//! segment lives changes, and the store already follows a moved slot (`moving`).
 //!
 //! Per slot, with the source's writes paused (`CLIENT PAUSE <ms> WRITE`, renewed per slot):
 //! 1. the target is told it imports the slot (`CLUSTER SETSLOT <slot> IMPORTING <source>`) and
