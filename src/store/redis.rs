@@ -134,8 +134,9 @@ impl RedisStore {
     /// keys and all, to the masters that can replicate, with the source's writes paused until
     /// it has given each slot up (see [`evacuate`] for the steps and what a crash leaves).
     /// Sales homed there then run on the new owners; nothing of the sale protocol changes.
-    /// Needs a user allowed `CLUSTER`, `CLIENT PAUSE`, `DUMP`, `RESTORE`, `SCAN`, `INFO`,
-    /// `CONFIG GET` and `WAIT` on every master: an operator's, not a service's.
+    /// Needs a user allowed `CLUSTER`, `CLIENT PAUSE`/`UNPAUSE`, `SCAN`, `PEXPIRETIME`, `DUMP`,
+    /// `RESTORE`, `DEL`, `ASKING`, `INFO`, `CONFIG GET` and `WAIT` on every master: an
+    /// operator's, not a service's. Run one evacuation per cluster at a time.
     pub async fn evacuate(&self, from: &str, opts: &EvacuateOptions) -> Result<Evacuation> {
         opts.check()?;
         let masters = self.masters().await?;
@@ -170,11 +171,17 @@ impl RedisStore {
                 Err(e) => tracing::debug!("evacuation watch: {name} does not answer: {e}"),
             }
         }
+        // One master failing does not hold the others back: its error is logged and it is
+        // tried again at the next look.
         let mut done = Vec::new();
         for m in watch.due(&health, grace) {
-            let e = evacuate::evacuate(&base, &masters, &m, self.conn.keys.prefix(), opts).await?;
-            watch.evacuated(&m);
-            done.push(e);
+            match evacuate::evacuate(&base, &masters, &m, self.conn.keys.prefix(), opts).await {
+                Ok(e) => {
+                    watch.evacuated(&m);
+                    done.push(e);
+                }
+                Err(e) => tracing::warn!("evacuation of {m} failed: {e}"),
+            }
         }
         Ok(done)
     }

@@ -187,7 +187,7 @@ async fn run(durable: bool, fault: Fault) -> Figures {
     let start = now_us();
     // With an evacuation, a buyer answered `no_replicas` tries again 100 ms later with the
     // same request id (the answer is retryable: nothing was written), until it is answered
-    // otherwise: when each refusal came.
+    // otherwise (for at most 60 s): when each refusal came.
     let refusals: Arc<Mutex<Vec<u64>>> = Arc::default();
     let buyers: Vec<_> = (0..BUYERS)
         .map(|_| {
@@ -203,8 +203,10 @@ async fn run(durable: bool, fault: Fault) -> Figures {
                     let d = deduct_of(i);
                     let send = || tokio::time::timeout(Duration::from_secs(15), e.deduct(&d));
                     let mut r = send().await;
+                    let give_up = now_us() + 60_000_000;
                     while fault == Fault::KillAndEvacuate
                         && matches!(r, Ok(Err(Error::NoReplicas(_))))
+                        && now_us() < give_up
                     {
                         refused.push(now_us());
                         tokio::time::sleep(ms(100)).await;

@@ -26,10 +26,20 @@ pub(crate) struct EvacuateArgs {
     watch: bool,
     /// How long a master must have refused before --watch evacuates it (0 ..= 3600000). Long
     /// enough for a replica that is coming back to resync.
-    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 3000,
+        conflicts_with = "from"
+    )]
     grace_ms: u64,
     /// How often --watch looks at the masters (100 ..= 60000).
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 1000,
+        conflicts_with = "from"
+    )]
     interval_ms: u64,
     /// How long the source's writes stay paused should this process die mid-way
     /// (1000 ..= 300000).

@@ -202,7 +202,8 @@ enum Command {
     /// replica was promoted and has none of its own) or one to drain. The source's writes are
     /// paused until it has given each slot up, so no sale is lost. --from evacuates one master
     /// now; --watch evacuates every master that keeps refusing. Needs a user allowed CLUSTER,
-    /// CLIENT PAUSE, DUMP, RESTORE, SCAN, INFO, CONFIG GET and WAIT. Redis Cluster only.
+    /// CLIENT PAUSE/UNPAUSE, SCAN, PEXPIRETIME, DUMP, RESTORE, DEL, ASKING, INFO, CONFIG GET and
+    /// WAIT. Run one evacuation per cluster at a time. Redis Cluster only.
     Evacuate(evacuate::EvacuateArgs),
 }
 

@@ -14,8 +14,8 @@
 //! Per slot, with the source's writes paused (`CLIENT PAUSE <ms> WRITE`, renewed per slot):
 //! 1. the target is told it imports the slot (`CLUSTER SETSLOT <slot> IMPORTING <source>`) and
 //!    keeps no leftover copies of it from an evacuation that died half-way;
-//! 2. every key of the slot is copied: `DUMP` + `PTTL` at the source (reads, which a refusing
-//!    master still serves), `ASKING` + `RESTORE … REPLACE` at the target;
+//! 2. every key of the slot is copied: `PEXPIRETIME` + `DUMP` at the source (reads, which a
+//!    refusing master still serves), `ASKING` + `RESTORE … REPLACE ABSTTL` at the target;
 //! 3. the copies are waited for (`WAIT`) on the target's replicas;
 //! 4. the target claims the slot (`CLUSTER SETSLOT <slot> NODE <target>`: it bumps its config
 //!    epoch and tells every node at once);
@@ -29,11 +29,19 @@
 //! have run a write after its key was read): otherwise the evacuation fails with the slot
 //! still the source's.
 //!
-//! Crash points. Dying before step 4 leaves the source the owner; its pause lapses, and the
-//! target's importing mark and copies are replaced by the next evacuation (step 1). Dying
-//! after step 4: the claim stands, and the source heard of it when it was made. Run one
-//! evacuation of a master at a time (as with `redis-cli --cluster reshard`): two could copy
-//! one slot to two targets that both claim it.
+//! Writes resume between slots: each slot's copy pauses them again before its first read.
+//!
+//! Failures. One before step 4 undoes the target's importing mark and copies (best effort;
+//! the next evacuation of the slot clears them too) and leaves the slot the source's. One
+//! after the claim keeps the pause on until the source names the target (for up to 60 s, then
+//! the pause lapses by itself after `pause`, and the error says to check the source's cluster
+//! bus). A process dying mid-slot leaves the pause to lapse: before the claim the slot is
+//! still the source's; after it, the source heard of the claim when it was made (the target
+//! broadcasts it). Slots being resharded already are refused.
+//!
+//! Run one evacuation of a master at a time (as with `redis-cli --cluster reshard`): two could
+//! copy one slot to two targets that both claim it, and one's `CLIENT UNPAUSE` ends the
+//! other's pause. One `--watch` per cluster, and no `--from` beside it.
 
 use crate::error::{Error, Result};
 use fred::prelude::{Builder, Client, ClientLike, Config, ServerConfig};
@@ -206,8 +214,7 @@ fn owner(ranges: &[(u16, u16, String)], slot: u16) -> Option<&str> {
         .map(|(_, _, id)| id.as_str())
 }
 
-/// The targets of `slots`, spread over `targets` in turn, the least loaded first: (slot,
-/// target index).
+/// The targets of `slots`, spread over `targets` in turn: (slot, target index).
 pub(crate) fn assign(slots: &[u16], targets: usize) -> Vec<(u16, usize)> {
     slots
         .iter()
@@ -267,9 +274,27 @@ impl Node {
     pub(crate) async fn health(&self) -> Result<Health> {
         let info: String = self.call("INFO", vec!["replication".into()]).await?;
         let cfg: Vec<String> = self
-            .call("CONFIG", vec!["GET".into(), "min-replicas-to-write".into()])
+            .call(
+                "CONFIG",
+                vec![
+                    "GET".into(),
+                    "min-replicas-to-write".into(),
+                    "min-replicas-max-lag".into(),
+                ],
+            )
             .await?;
-        let required = cfg.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let setting = |key: &str| -> u32 {
+            cfg.chunks(2)
+                .find(|p| p[0] == key)
+                .and_then(|p| p.get(1)?.parse().ok())
+                .unwrap_or(0)
+        };
+        // `min-replicas-max-lag 0` turns the refusal off.
+        let required = if setting("min-replicas-max-lag") == 0 {
+            0
+        } else {
+            setting("min-replicas-to-write")
+        };
         Ok(Health::parse(&info, required))
     }
 
@@ -338,48 +363,72 @@ impl Node {
     }
 }
 
-/// The source's write pause: renewed before it can lapse, and known to have held without a
-/// gap — a copy is claimed only if no write could have run at the source since it was read.
+/// The source's write pause for one slot: renewed before it can lapse, and known to have
+/// held without a gap — a copy is claimed only if no write could have run at the source since
+/// it was read.
 struct Pause<'a> {
     node: &'a Node,
     len: Duration,
-    /// When the last renewal was sent (the pause lasts at least `len` from then).
-    renewed: Instant,
+    /// When the last renewal was sent: the pause it set lasts at least `len` from then.
+    sent: Instant,
+    /// Set by this slot (`CLIENT UNPAUSE` is then owed to the source).
+    on: bool,
     /// The pause may have lapsed since the slot's copy began.
     gap: bool,
+    /// A claim was sent and the source has not yet named its new owner: the pause must not be
+    /// lifted (the source would take writes the target's claim then wipes).
+    claim_unconfirmed: bool,
 }
 
 impl<'a> Pause<'a> {
-    async fn start(node: &'a Node, len: Duration) -> Result<Self> {
-        let renewed = Instant::now();
-        node.pause_writes(len).await?;
-        Ok(Self {
+    fn new(node: &'a Node, len: Duration) -> Self {
+        Self {
             node,
             len,
-            renewed,
+            sent: Instant::now(),
+            on: false,
             gap: false,
-        })
+            claim_unconfirmed: false,
+        }
     }
 
-    /// Renews the pause when a third of it has passed; notes a possible gap when all of it
-    /// has (a step that outlasted it).
-    async fn keep(&mut self) -> Result<()> {
-        let since = self.renewed.elapsed();
-        if since >= self.len {
+    /// Sends a renewal. The previous pause held until at least `sent + len`; the new one
+    /// starts when Redis runs it, at the latest when its reply is back: if that can be after
+    /// the previous one ended, writes may have run in between (a gap). A tenth of the pause
+    /// is kept as margin for the two clocks.
+    async fn renew(&mut self) -> Result<()> {
+        let sent = Instant::now();
+        self.node.pause_writes(self.len).await?;
+        if self.on && self.sent.elapsed() >= self.len - self.len / 10 {
             self.gap = true;
         }
-        if since >= self.len / 3 {
-            self.renewed = Instant::now();
-            self.node.pause_writes(self.len).await?;
+        self.sent = sent;
+        self.on = true;
+        Ok(())
+    }
+
+    /// Renews the pause once a third of it has passed.
+    async fn keep(&mut self) -> Result<()> {
+        if self.sent.elapsed() >= self.len / 3 {
+            self.renew().await?;
         }
         Ok(())
     }
 
-    /// A new slot's copy begins: renewed now, and no gap so far.
+    /// A slot's copy begins: paused from now on, no gap so far (writes before this renewal
+    /// are in what the copy reads).
     async fn fresh(&mut self) -> Result<()> {
-        self.renewed = Instant::now();
-        self.node.pause_writes(self.len).await?;
+        self.renew().await?;
         self.gap = false;
+        Ok(())
+    }
+
+    /// Lifts the pause if this slot set it and no claim is unconfirmed.
+    async fn lift(&mut self) -> Result<()> {
+        if self.on && !self.claim_unconfirmed {
+            self.on = false;
+            self.node.unpause().await?;
+        }
         Ok(())
     }
 }
@@ -400,7 +449,45 @@ async fn pipeline(
     Ok(out)
 }
 
-/// Moves `slot` from `src` to `dst` (module docs, steps 1–5); the source's writes are paused.
+/// The slots a node has open (`CLUSTER NODES`, its own line): `[<slot>->-<id>]` migrating to
+/// `<id>`, `[<slot>-<-<id>]` importing from it. (slot, peer id, importing).
+pub(crate) fn open_slots(nodes: &str) -> Vec<(u16, String, bool)> {
+    let Some(me) = nodes.lines().find(|l| {
+        l.split_whitespace()
+            .nth(2)
+            .is_some_and(|f| f.split(',').any(|x| x == "myself"))
+    }) else {
+        return Vec::new();
+    };
+    me.split_whitespace()
+        .filter_map(|f| f.strip_prefix('[')?.strip_suffix(']'))
+        .filter_map(|f| {
+            let (slot, importing, peer) = if let Some((s, p)) = f.split_once("->-") {
+                (s, false, p)
+            } else {
+                let (s, p) = f.split_once("-<-")?;
+                (s, true, p)
+            };
+            Some((slot.parse().ok()?, peer.to_string(), importing))
+        })
+        .collect()
+}
+
+/// Deletes `dst`'s copies of `slot` (needs its importing mark: `ASKING` + `DEL`).
+async fn clear_copies(dst: &Node, slot: u16, batch: usize) -> Result<()> {
+    let stale = dst.keys_in_slot(slot).await?;
+    for chunk in stale.chunks(batch) {
+        let mut c = Vec::with_capacity(chunk.len() * 2);
+        for k in chunk {
+            c.push(("ASKING", vec![]));
+            c.push(("DEL", vec![k.clone()]));
+        }
+        pipeline(&dst.client, c).await?;
+    }
+    Ok(())
+}
+
+/// Moves `slot` from `src` to `dst` (module docs, steps 1–5) under `pause`.
 async fn move_slot(
     src: &Node,
     pause: &mut Pause<'_>,
@@ -410,55 +497,49 @@ async fn move_slot(
     slot: u16,
     opts: &EvacuateOptions,
 ) -> Result<usize> {
-    // 1. Importing, without leftovers of an evacuation that died before its claim (a `DEL`
-    // in a slot not yet the target's needs the importing mark and `ASKING`).
-    let _: () = dst
-        .call(
-            "CLUSTER",
-            vec![
-                "SETSLOT".into(),
-                slot.into(),
-                "IMPORTING".into(),
-                src_id.into(),
-            ],
-        )
-        .await?;
-    let stale = dst.keys_in_slot(slot).await?;
-    for chunk in stale.chunks(opts.batch) {
-        let mut c = Vec::with_capacity(chunk.len() * 2);
-        for k in chunk {
-            c.push(("ASKING", vec![]));
-            c.push(("DEL", vec![k.clone()]));
-        }
-        pipeline(&dst.client, c).await?;
-    }
-    // 2. Every key copied.
+    let setslot = |what: &'static str, id: &str| {
+        vec![
+            "SETSLOT".into(),
+            slot.into(),
+            what.into(),
+            id.to_string().into(),
+        ]
+    };
+    // 1. Importing, without leftovers of an evacuation that died before its claim.
+    let _: () = dst.call("CLUSTER", setslot("IMPORTING", src_id)).await?;
+    clear_copies(dst, slot, opts.batch).await?;
+    // 2. Every key copied, with its absolute expiry.
     pause.fresh().await?;
     let keys = src.keys_in_slot(slot).await?;
+    let mut copied = 0;
     for chunk in keys.chunks(opts.batch) {
         pause.keep().await?;
         let mut reads = Vec::with_capacity(chunk.len() * 2);
         for k in chunk {
-            reads.push(("PTTL", vec![k.clone()]));
+            reads.push(("PEXPIRETIME", vec![k.clone()]));
             reads.push(("DUMP", vec![k.clone()]));
         }
         let got = pipeline(&src.client, reads).await?;
         let mut writes = Vec::with_capacity(chunk.len() * 2);
         for (k, pair) in chunk.iter().zip(got.chunks(2)) {
-            let ttl = pair[0].as_i64().unwrap_or(-1);
-            if ttl == -2 || pair[1].is_null() {
-                continue; // expired since it was listed
+            let at = pair[0]
+                .as_i64()
+                .ok_or_else(|| Error::Protocol(format!("PEXPIRETIME answered {:?}", pair[0])))?;
+            if at == -2 || pair[1].is_null() {
+                continue; // gone since it was listed
             }
             writes.push(("ASKING", vec![]));
-            writes.push((
-                "RESTORE",
-                vec![
-                    k.clone(),
-                    ttl.max(0).into(),
-                    pair[1].clone(),
-                    "REPLACE".into(),
-                ],
-            ));
+            let mut args = vec![
+                k.clone(),
+                at.max(0).into(),
+                pair[1].clone(),
+                "REPLACE".into(),
+            ];
+            if at > 0 {
+                args.push("ABSTTL".into());
+            }
+            writes.push(("RESTORE", args));
+            copied += 1;
         }
         pipeline(&dst.client, writes).await?;
     }
@@ -479,9 +560,9 @@ async fn move_slot(
             )));
         }
     }
-    // 4. The claim, only if the pause held from the first read to now (a renewal then covers
-    // the claim and step 5).
-    pause.keep().await?;
+    // 4. The claim, only if the pause held from the first read to now and the source still is
+    // the slot's master (a failover of it would have a new master writing unpaused).
+    pause.renew().await?;
     if pause.gap {
         return Err(Error::NotReady(format!(
             "evacuating slot {slot}: copying it outlasted the write pause ({} ms), so a write \
@@ -490,30 +571,60 @@ async fn move_slot(
             src.name()
         )));
     }
-    pause.fresh().await?;
-    let _: () = dst
-        .call(
-            "CLUSTER",
-            vec!["SETSLOT".into(), slot.into(), "NODE".into(), dst_id.into()],
-        )
-        .await?;
-    // 5. The source has heard of it (and dropped its copies) before its writes resume.
+    if !src.health().await?.master || owner(&src.slots().await?, slot) != Some(src_id) {
+        return Err(Error::NotReady(format!(
+            "evacuating slot {slot}: {} is no longer its master; the slot stays where it is",
+            src.name()
+        )));
+    }
+    pause.claim_unconfirmed = true;
+    let _: () = dst.call("CLUSTER", setslot("NODE", dst_id)).await?;
+    // 5. The source has heard of it (and dropped its copies) before its writes resume. Until
+    // then the pause is renewed, also on error: lifting it could let writes run that the claim
+    // then wipes.
     let start = Instant::now();
     loop {
-        if owner(&src.slots().await?, slot) == Some(dst_id) {
-            return Ok(keys.len());
+        if let Ok(r) = src.slots().await
+            && owner(&r, slot) == Some(dst_id)
+        {
+            pause.claim_unconfirmed = false;
+            return Ok(copied);
         }
-        pause.keep().await?;
+        let _ = pause.keep().await;
         if start.elapsed() > Duration::from_secs(60) {
             return Err(Error::NotReady(format!(
-                "evacuating slot {slot}: {} still names itself its owner 60 s after {} claimed \
-                 it; its writes stay paused for {} ms",
+                "evacuating slot {slot}: {} has not named {} its owner 60 s after the claim; \
+                 its writes stay paused until the pause lapses ({} ms): check that it hears the \
+                 cluster bus (CLUSTER NODES) before they resume",
                 src.name(),
                 dst.name(),
                 opts.pause.as_millis()
             )));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Undoes what a failed [`move_slot`] left on the target before its claim: the importing mark
+/// and the copies (best effort: an evacuation of the slot later clears them too).
+async fn abandon(dst: &Node, slot: u16, batch: usize) {
+    if let Err(e) = clear_copies(dst, slot, batch).await {
+        tracing::warn!(
+            "evacuation: copies of slot {slot} left on {}: {e}",
+            dst.name()
+        );
+    }
+    let r: Result<()> = dst
+        .call(
+            "CLUSTER",
+            vec!["SETSLOT".into(), slot.into(), "STABLE".into()],
+        )
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(
+            "evacuation: slot {slot} left importing on {}: {e}",
+            dst.name()
+        );
     }
 }
 
@@ -541,16 +652,17 @@ pub(crate) async fn evacuate(
                 ),
             })?;
     let src = Node::open(base, src_server).await?;
+    let mut targets: Vec<(Node, String)> = Vec::new();
+    let mut pause = Pause::new(&src, opts.pause);
     let result = async {
         let src_id = src.id().await?;
-        let mut targets = Vec::new();
         for s in masters.iter().filter(|s| name(s) != from) {
             match Node::open(base, s).await {
                 Ok(n) => match n.health().await {
-                    Ok(h) if h.can_take(opts.replicas) => {
-                        let id = n.id().await?;
-                        targets.push((n, id));
-                    }
+                    Ok(h) if h.can_take(opts.replicas) => match n.id().await {
+                        Ok(id) => targets.push((n, id)),
+                        Err(_) => n.quit().await,
+                    },
                     _ => n.quit().await,
                 },
                 Err(e) => tracing::warn!("evacuation: {} not a target: {e}", name(s)),
@@ -563,7 +675,6 @@ pub(crate) async fn evacuate(
                 opts.replicas
             )));
         }
-        let mut pause = Pause::start(&src, opts.pause).await?;
         let owned = src.slots().await?;
         let slots: Vec<u16> = src
             .slots_with(prefix)
@@ -571,10 +682,43 @@ pub(crate) async fn evacuate(
             .into_iter()
             .filter(|&s| owner(&owned, s) == Some(src_id.as_str()))
             .collect();
+        // A slot being resharded already is left to the reshard: its keys may be split
+        // between the source and another node.
+        let open: Vec<(u16, String, bool)> = {
+            let nodes: String = src.call("CLUSTER", vec!["NODES".into()]).await?;
+            open_slots(&nodes)
+        };
+        if let Some((slot, peer, _)) = open.iter().find(|(s, _, _)| slots.contains(s)) {
+            return Err(Error::NotReady(format!(
+                "slot {slot} of {from} is being migrated (to node {peer}): finish or undo that \
+                 reshard first (redis-cli --cluster fix)"
+            )));
+        }
         let mut moved = Vec::with_capacity(slots.len());
         for (slot, t) in assign(&slots, targets.len()) {
             let (dst, dst_id) = &targets[t];
-            let keys = move_slot(&src, &mut pause, &src_id, dst, dst_id, slot, opts).await?;
+            let nodes: String = dst.call("CLUSTER", vec!["NODES".into()]).await?;
+            if let Some((_, peer, _)) = open_slots(&nodes)
+                .into_iter()
+                .find(|(s, p, importing)| *s == slot && !(*importing && p == &src_id))
+            {
+                return Err(Error::NotReady(format!(
+                    "slot {slot} is open on {} (with node {peer}): finish or undo that reshard \
+                     first (redis-cli --cluster fix)",
+                    dst.name()
+                )));
+            }
+            let keys = match move_slot(&src, &mut pause, &src_id, dst, dst_id, slot, opts).await {
+                Ok(k) => k,
+                Err(e) => {
+                    if !pause.claim_unconfirmed {
+                        abandon(dst, slot, opts.batch).await;
+                    }
+                    return Err(e);
+                }
+            };
+            // Writes resume between slots: the next slot's copy pauses them again first.
+            pause.lift().await?;
             tracing::warn!(
                 "evacuation: slot {slot} ({keys} keys) moved from {from} to {}",
                 dst.name()
@@ -585,18 +729,18 @@ pub(crate) async fn evacuate(
                 keys,
             });
         }
-        for (t, _) in targets {
-            t.quit().await;
-        }
         Ok(moved)
     }
     .await;
-    // Writes resume whatever happened: a slot not claimed stays the source's, a claimed one
-    // is the target's and the source answers MOVED for it.
-    let unpaused = src.unpause().await;
+    // Writes resume unless a claim is unconfirmed (then the pause lapses by itself, after
+    // `opts.pause`, and the error says so): a slot not claimed stays the source's.
+    let lifted = pause.lift().await;
+    for (t, _) in targets {
+        t.quit().await;
+    }
     src.quit().await;
     let slots = result?;
-    unpaused?;
+    lifted?;
     Ok(Evacuation {
         from: from.to_string(),
         slots,
@@ -710,6 +854,22 @@ mod tests {
         assert_eq!(owner(&r, 100), Some("b"));
         assert!(parse_slots(&Value::from("x")).is_err());
         assert!(parse_slots(&Value::Array(vec![Value::Array(vec![0.into()])])).is_err());
+    }
+
+    #[test]
+    fn open_slots_are_read_from_the_nodes_own_line() {
+        let nodes = "a1 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-5460 \
+                     [77->-b2] [93-<-c3]\n\
+                     b2 127.0.0.1:7102@17102 master - 0 0 2 connected 5461-10922 [5-<-a1]\n";
+        assert_eq!(
+            open_slots(nodes),
+            vec![(77, "b2".to_string(), false), (93, "c3".to_string(), true)]
+        );
+        assert!(
+            open_slots("a1 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-16383\n")
+                .is_empty()
+        );
+        assert!(open_slots("").is_empty());
     }
 
     #[test]
