@@ -464,6 +464,7 @@ async fn an_evacuation_whose_pause_may_have_lapsed_claims_nothing() {
     opts.replicas = 0;
     opts.batch = 1;
     opts.pause = Duration::from_secs(1);
+    opts.wait_timeout = Duration::from_millis(100);
 
     // The source stopped 0.8 s into the copy (one key per round trip: seconds), for 1.5 s.
     let stopper = tokio::task::spawn_blocking(move || {

@@ -75,6 +75,8 @@ pub(crate) async fn run_evacuate(
 ) -> Result<ExitCode, Failure> {
     let mut opts = EvacuateOptions::new(wait_replicas);
     opts.pause = Duration::from_millis(a.pause_ms);
+    // The replicas' WAIT must fit well inside the pause (a claim needs it renewed within half).
+    opts.wait_timeout = opts.wait_timeout.min(opts.pause / 4);
     if let Some(r) = a.replicas {
         opts.replicas = r;
     }

@@ -60,7 +60,9 @@ pub struct EvacuateOptions {
     /// master with fewer replicas in sync is no target. Default: the store's
     /// `wait_replicas`, at least 1. 0 waits for none (a cluster without replicas).
     pub replicas: u32,
-    /// How long step 3 waits for those replicas. Bounds: 10 ms ..= 60 s. Default 2 s.
+    /// How long step 3 waits for those replicas. Bounds: 10 ms ..= 9 s (below the dedicated
+    /// connections' 10 s command timeout), and below half of `pause` (the claim needs the
+    /// pause renewed within half of it). Default 2 s.
     pub wait_timeout: Duration,
     /// Keys copied per round trip. Bounds: 1 ..= 10,000. Default 256.
     pub batch: usize,
@@ -92,8 +94,11 @@ impl EvacuateOptions {
         if self.replicas > 16 {
             return bad("replicas", "must be 0 ..= 16");
         }
-        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&self.wait_timeout) {
-            return bad("wait_timeout", "must be 10 ms ..= 60 s");
+        if !(Duration::from_millis(10)..=Duration::from_secs(9)).contains(&self.wait_timeout) {
+            return bad("wait_timeout", "must be 10 ms ..= 9 s");
+        }
+        if self.wait_timeout >= self.pause / 2 {
+            return bad("wait_timeout", "must be below half of pause");
         }
         if !(1..=10_000).contains(&self.batch) {
             return bad("batch", "must be 1 ..= 10000");
@@ -560,10 +565,17 @@ async fn move_slot(
             )));
         }
     }
-    // 4. The claim, only if the pause held from the first read to now and the source still is
-    // the slot's master (a failover of it would have a new master writing unpaused).
+    // 4. The claim, only if the source still is the slot's master (a failover of it would have
+    // a new master writing unpaused) and the pause held from the first read to now: renewed
+    // last, right before the claim is sent.
+    if !src.health().await?.master || owner(&src.slots().await?, slot) != Some(src_id) {
+        return Err(Error::NotReady(format!(
+            "evacuating slot {slot}: {} is no longer its master; the slot stays where it is",
+            src.name()
+        )));
+    }
     pause.renew().await?;
-    if pause.gap {
+    if pause.gap || pause.sent.elapsed() >= pause.len / 2 {
         return Err(Error::NotReady(format!(
             "evacuating slot {slot}: copying it outlasted the write pause ({} ms), so a write \
              may have run at {} after its key was read; the slot stays there (raise the pause)",
@@ -571,14 +583,27 @@ async fn move_slot(
             src.name()
         )));
     }
-    if !src.health().await?.master || owner(&src.slots().await?, slot) != Some(src_id) {
-        return Err(Error::NotReady(format!(
-            "evacuating slot {slot}: {} is no longer its master; the slot stays where it is",
-            src.name()
-        )));
-    }
     pause.claim_unconfirmed = true;
-    let _: () = dst.call("CLUSTER", setslot("NODE", dst_id)).await?;
+    if let Err(e) = dst.call::<()>("CLUSTER", setslot("NODE", dst_id)).await {
+        // Not applied for sure only if the target still imports the slot (a claim clears the
+        // mark): then the slot stays the source's. Otherwise it may have been applied.
+        let nodes: Result<String> = dst.call("CLUSTER", vec!["NODES".into()]).await;
+        let importing = nodes.is_ok_and(|n| {
+            open_slots(&n)
+                .iter()
+                .any(|(s, p, imp)| *s == slot && *imp && p == src_id)
+        });
+        if importing {
+            pause.claim_unconfirmed = false;
+            return Err(e);
+        }
+        tracing::warn!(
+            "evacuation: the claim of slot {slot} by {} answered {e}; waiting for {} to name \
+             its owner",
+            dst.name(),
+            src.name()
+        );
+    }
     // 5. The source has heard of it (and dropped its copies) before its writes resume. Until
     // then the pause is renewed, also on error: lifting it could let writes run that the claim
     // then wipes.
@@ -588,9 +613,20 @@ async fn move_slot(
             && owner(&r, slot) == Some(dst_id)
         {
             pause.claim_unconfirmed = false;
+            if pause.gap {
+                tracing::error!(
+                    "evacuation: slot {slot} moved to {}, but the write pause on {} may have \
+                     lapsed before it heard of the claim: writes it ran in between are gone \
+                     (audit the SKUs on that slot)",
+                    dst.name(),
+                    src.name()
+                );
+            }
             return Ok(copied);
         }
-        let _ = pause.keep().await;
+        if let Err(e) = pause.keep().await {
+            tracing::warn!("evacuation: renewing the pause on {}: {e}", src.name());
+        }
         if start.elapsed() > Duration::from_secs(60) {
             return Err(Error::NotReady(format!(
                 "evacuating slot {slot}: {} has not named {} its owner 60 s after the claim; \
@@ -606,8 +642,18 @@ async fn move_slot(
 }
 
 /// Undoes what a failed [`move_slot`] left on the target before its claim: the importing mark
-/// and the copies (best effort: an evacuation of the slot later clears them too).
-async fn abandon(dst: &Node, slot: u16, batch: usize) {
+/// and the copies (best effort: an evacuation of the slot later clears them too). Only while
+/// the target still imports the slot from the source: a target that owns it keeps its keys.
+async fn abandon(dst: &Node, src_id: &str, slot: u16, batch: usize) {
+    let importing = match dst.call::<String>("CLUSTER", vec!["NODES".into()]).await {
+        Ok(n) => open_slots(&n)
+            .iter()
+            .any(|(s, p, imp)| *s == slot && *imp && p == src_id),
+        Err(_) => false,
+    };
+    if !importing {
+        return;
+    }
     if let Err(e) = clear_copies(dst, slot, batch).await {
         tracing::warn!(
             "evacuation: copies of slot {slot} left on {}: {e}",
@@ -661,9 +707,19 @@ pub(crate) async fn evacuate(
                 Ok(n) => match n.health().await {
                     Ok(h) if h.can_take(opts.replicas) => match n.id().await {
                         Ok(id) => targets.push((n, id)),
-                        Err(_) => n.quit().await,
+                        Err(e) => {
+                            tracing::warn!("evacuation: {} not a target: {e}", name(s));
+                            n.quit().await
+                        }
                     },
-                    _ => n.quit().await,
+                    Ok(h) => {
+                        tracing::info!("evacuation: {} not a target: {h:?}", name(s));
+                        n.quit().await
+                    }
+                    Err(e) => {
+                        tracing::warn!("evacuation: {} not a target: {e}", name(s));
+                        n.quit().await
+                    }
                 },
                 Err(e) => tracing::warn!("evacuation: {} not a target: {e}", name(s)),
             }
@@ -712,7 +768,9 @@ pub(crate) async fn evacuate(
                 Ok(k) => k,
                 Err(e) => {
                     if !pause.claim_unconfirmed {
-                        abandon(dst, slot, opts.batch).await;
+                        // Before a claim the source may write again at once.
+                        let _ = pause.lift().await;
+                        abandon(dst, &src_id, slot, opts.batch).await;
                     }
                     return Err(e);
                 }
@@ -892,6 +950,15 @@ mod tests {
         assert!(with(|o| o.replicas = 17).is_err());
         assert!(with(|o| o.replicas = 0).is_ok());
         assert!(with(|o| o.wait_timeout = Duration::from_millis(9)).is_err());
+        assert!(with(|o| o.wait_timeout = Duration::from_millis(9_001)).is_err());
+        assert!(
+            with(|o| {
+                o.pause = Duration::from_secs(2);
+                o.wait_timeout = Duration::from_secs(1);
+            })
+            .is_err(),
+            "a WAIT as long as half the pause"
+        );
         assert!(with(|o| o.batch = 0).is_err());
         assert!(with(|o| o.batch = 10_001).is_err());
     }
