@@ -138,7 +138,6 @@ impl RedisStore {
     /// `RESTORE`, `DEL`, `ASKING`, `INFO`, `CONFIG GET` and `WAIT` on every master: an
     /// operator's, not a service's. Run one evacuation per cluster at a time.
     pub async fn evacuate(&self, from: &str, opts: &EvacuateOptions) -> Result<Evacuation> {
-        opts.check()?;
         let masters = self.masters().await?;
         let base = self.conn.pool.next().client_config();
         evacuate::evacuate(&base, &masters, from, self.conn.keys.prefix(), opts).await
@@ -146,8 +145,9 @@ impl RedisStore {
 
     /// One look at every master: those that have refused writes (fewer replicas in sync than
     /// their `min-replicas-to-write`) for at least `grace` since `watch` first saw them so are
-    /// evacuated ([`Self::evacuate`]), once per refusal. A master that does not answer is skipped (a dead master
-    /// is the failover's to handle). Call it every second or so from one process
+    /// evacuated ([`Self::evacuate`]), once per refusal. A master that does not answer is
+    /// skipped (a dead master is the failover's to handle); one whose evacuation fails is
+    /// logged and tried again at the next look. Call it every second or so from one process
     /// (`shardstock evacuate --watch`).
     pub async fn evacuate_refusing(
         &self,

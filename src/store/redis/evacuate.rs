@@ -11,14 +11,15 @@
 //! command for it there answers `MOVED`. So the sale protocol stays as it is; only where a
 //! segment lives changes, and the store already follows a moved slot (`moving`).
 //!
-//! Per slot, with the source's writes paused (`CLIENT PAUSE <ms> WRITE`, renewed per slot):
+//! Per slot, with the source's writes paused (`CLIENT PAUSE <ms> WRITE`, renewed as it runs):
 //! 1. the target is told it imports the slot (`CLUSTER SETSLOT <slot> IMPORTING <source>`) and
 //!    keeps no leftover copies of it from an evacuation that died half-way;
 //! 2. every key of the slot is copied: `PEXPIRETIME` + `DUMP` at the source (reads, which a
 //!    refusing master still serves), `ASKING` + `RESTORE … REPLACE ABSTTL` at the target;
 //! 3. the copies are waited for (`WAIT`) on the target's replicas;
-//! 4. the target claims the slot (`CLUSTER SETSLOT <slot> NODE <target>`: it bumps its config
-//!    epoch and tells every node at once);
+//! 4. if the source is still the slot's master and the pause held throughout, the target
+//!    claims the slot (`CLUSTER SETSLOT <slot> NODE <target>`: it bumps its config epoch and
+//!    tells every node at once);
 //! 5. the source is asked until it names the target as the slot's owner (it has then deleted
 //!    its own copies).
 //!
@@ -53,8 +54,8 @@ use std::time::{Duration, Instant};
 /// How an evacuation runs ([`super::RedisStore::evacuate`]).
 #[derive(Debug, Clone)]
 pub struct EvacuateOptions {
-    /// How long the source's writes stay paused if this process dies mid-way (renewed per
-    /// slot; `CLIENT UNPAUSE` at the end). Bounds: 1 s ..= 300 s. Default 10 s.
+    /// How long the source's writes stay paused if this process dies mid-way (renewed while a
+    /// slot moves; `CLIENT UNPAUSE` once it has moved). Bounds: 1 s ..= 300 s. Default 10 s.
     pub pause: Duration,
     /// Replicas of a target that must hold the copies (`WAIT`) before it claims a slot; a
     /// master with fewer replicas in sync is no target. Default: the store's
@@ -288,11 +289,8 @@ impl Node {
                 ],
             )
             .await?;
-        let setting = |key: &str| -> u32 {
-            cfg.chunks(2)
-                .find(|p| p[0] == key)
-                .and_then(|p| p.get(1)?.parse().ok())
-                .unwrap_or(0)
+        let setting = |key| {
+            super::wait::setting(&cfg, key).map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX))
         };
         // `min-replicas-max-lag 0` turns the refusal off.
         let required = if setting("min-replicas-max-lag") == 0 {

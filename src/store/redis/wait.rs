@@ -83,12 +83,6 @@ pub(crate) async fn setup_warnings(client: &Client, replicas: u32) -> Vec<String
             None => client.custom(cmd, args).await,
         };
         let name = node.map_or_else(|| "the Redis server".to_string(), |n| format!("node {n}"));
-        let setting = |pairs: &[String], key: &str| -> Option<u64> {
-            pairs
-                .chunks(2)
-                .find(|p| p[0] == key)
-                .and_then(|p| p.get(1)?.parse().ok())
-        };
         let hint = format!(
             "set min-replicas-to-write {replicas} and min-replicas-max-lag (e.g. 2) on every \
              node, replicas included, so a master without its replicas refuses at once with \
@@ -121,6 +115,14 @@ pub(crate) async fn setup_warnings(client: &Client, replicas: u32) -> Vec<String
         }
     }
     out
+}
+
+/// The numeric value of `key` in a `CONFIG GET` reply (name, value, name, value, …).
+pub(crate) fn setting(pairs: &[String], key: &str) -> Option<u64> {
+    pairs
+        .chunks(2)
+        .find(|p| p[0] == key)
+        .and_then(|p| p.get(1)?.parse().ok())
 }
 
 /// What a `WAIT` answered: the replicas that acknowledged.
