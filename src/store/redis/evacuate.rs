@@ -33,12 +33,13 @@
 //! Writes resume between slots: each slot's copy pauses them again before its first read.
 //!
 //! Failures. One before step 4 undoes the target's importing mark and copies (best effort;
-//! the next evacuation of the slot clears them too) and leaves the slot the source's. One
-//! after the claim keeps the pause on until the source names the target (for up to 60 s, then
-//! the pause lapses by itself after `pause`, and the error says to check the source's cluster
-//! bus). A process dying mid-slot leaves the pause to lapse: before the claim the slot is
-//! still the source's; after it, the source heard of the claim when it was made (the target
-//! broadcasts it). Slots being resharded already are refused.
+//! the next evacuation of the slot clears them too) and leaves the slot the source's. After
+//! the claim the pause is kept until the source names the target, however long that takes,
+//! unless the target turns out not to own the slot (the claim did not apply). A process dying
+//! mid-slot leaves the pause to lapse: before the claim the slot is still the source's; after
+//! it, the source heard of the claim when it was made if its cluster bus was up (the target
+//! broadcasts it). Slots being resharded already are refused, and a target that does not name
+//! the source as the owner does not claim.
 //!
 //! Run one evacuation of a master at a time (as with `redis-cli --cluster reshard`): two could
 //! copy one slot to two targets that both claim it, and one's `CLIENT UNPAUSE` ends the
@@ -50,6 +51,15 @@ use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
+
+/// An evacuation that cannot go on: a cluster condition (kind `redis`, as the store's "slot
+/// map not known yet"), not a SKU being loaded.
+fn refused(msg: String) -> Error {
+    Error::Redis(fred::error::Error::new(
+        fred::error::ErrorKind::Cluster,
+        format!("evacuation: {msg}"),
+    ))
+}
 
 /// How an evacuation runs ([`super::RedisStore::evacuate`]).
 #[derive(Debug, Clone)]
@@ -553,7 +563,7 @@ async fn move_slot(
             .call("WAIT", vec![opts.replicas.into(), ms.into()])
             .await?;
         if acked < i64::from(opts.replicas) {
-            return Err(Error::NotReady(format!(
+            return Err(refused(format!(
                 "evacuating slot {slot}: {acked} of {} replicas of {} took the copies within {} ms; \
                  the slot stays on {}",
                 opts.replicas,
@@ -566,15 +576,22 @@ async fn move_slot(
     // 4. The claim, only if the source still is the slot's master (a failover of it would have
     // a new master writing unpaused) and the pause held from the first read to now: renewed
     // last, right before the claim is sent.
-    if !src.health().await?.master || owner(&src.slots().await?, slot) != Some(src_id) {
-        return Err(Error::NotReady(format!(
-            "evacuating slot {slot}: {} is no longer its master; the slot stays where it is",
-            src.name()
+    // The target too must name the source as the owner: a claim an earlier evacuation made
+    // elsewhere, which the source has not heard of yet, must not be overtaken.
+    if !src.health().await?.master
+        || owner(&src.slots().await?, slot) != Some(src_id)
+        || owner(&dst.slots().await?, slot) != Some(src_id)
+    {
+        return Err(refused(format!(
+            "evacuating slot {slot}: {} is no longer its owner (as it or {} sees it); the slot \
+             stays where it is",
+            src.name(),
+            dst.name()
         )));
     }
     pause.renew().await?;
     if pause.gap || pause.sent.elapsed() >= pause.len / 2 {
-        return Err(Error::NotReady(format!(
+        return Err(refused(format!(
             "evacuating slot {slot}: copying it outlasted the write pause ({} ms), so a write \
              may have run at {} after its key was read; the slot stays there (raise the pause)",
             opts.pause.as_millis(),
@@ -606,6 +623,7 @@ async fn move_slot(
     // then the pause is renewed, also on error: lifting it could let writes run that the claim
     // then wipes.
     let start = Instant::now();
+    let mut warned = start;
     loop {
         if let Ok(r) = src.slots().await
             && owner(&r, slot) == Some(dst_id)
@@ -625,15 +643,29 @@ async fn move_slot(
         if let Err(e) = pause.keep().await {
             tracing::warn!("evacuation: renewing the pause on {}: {e}", src.name());
         }
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err(Error::NotReady(format!(
-                "evacuating slot {slot}: {} has not named {} its owner 60 s after the claim; \
-                 its writes stay paused until the pause lapses ({} ms): check that it hears the \
-                 cluster bus (CLUSTER NODES) before they resume",
-                src.name(),
-                dst.name(),
-                opts.pause.as_millis()
-            )));
+        // The pause is kept for as long as it takes: lifting it while the target owns the slot
+        // and the source does not know could let writes run there that the claim then wipes.
+        // Only a target that does not own the slot (the claim did not apply) ends the wait.
+        if start.elapsed() > Duration::from_secs(10) {
+            if let Ok(r) = dst.slots().await
+                && owner(&r, slot) != Some(dst_id)
+            {
+                pause.claim_unconfirmed = false;
+                return Err(refused(format!(
+                    "slot {slot}: the claim by {} did not apply; the slot stays on {}",
+                    dst.name(),
+                    src.name()
+                )));
+            }
+            if warned.elapsed() > Duration::from_secs(60) {
+                warned = Instant::now();
+                tracing::warn!(
+                    "evacuation: {} has not named {} the owner of slot {slot} yet; its writes \
+                     stay paused until it does (check its cluster bus: CLUSTER NODES)",
+                    src.name(),
+                    dst.name()
+                );
+            }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -653,10 +685,12 @@ async fn abandon(dst: &Node, src_id: &str, slot: u16, batch: usize) {
         return;
     }
     if let Err(e) = clear_copies(dst, slot, batch).await {
+        // Left importing, so no tool takes the copies for the slot's keys.
         tracing::warn!(
-            "evacuation: copies of slot {slot} left on {}: {e}",
+            "evacuation: copies of slot {slot} left on {} (still importing): {e}",
             dst.name()
         );
+        return;
     }
     let r: Result<()> = dst
         .call(
@@ -723,7 +757,7 @@ pub(crate) async fn evacuate(
             }
         }
         if targets.is_empty() {
-            return Err(Error::NotReady(format!(
+            return Err(refused(format!(
                 "no master but {from} can take its slots (each needs {} replica(s) in sync and \
                  must accept writes)",
                 opts.replicas
@@ -743,7 +777,7 @@ pub(crate) async fn evacuate(
             open_slots(&nodes)
         };
         if let Some((slot, peer, _)) = open.iter().find(|(s, _, _)| slots.contains(s)) {
-            return Err(Error::NotReady(format!(
+            return Err(refused(format!(
                 "slot {slot} of {from} is being migrated (to node {peer}): finish or undo that \
                  reshard first (redis-cli --cluster fix)"
             )));
@@ -756,7 +790,7 @@ pub(crate) async fn evacuate(
                 .into_iter()
                 .find(|(s, p, importing)| *s == slot && !(*importing && p == &src_id))
             {
-                return Err(Error::NotReady(format!(
+                return Err(refused(format!(
                     "slot {slot} is open on {} (with node {peer}): finish or undo that reshard \
                      first (redis-cli --cluster fix)",
                     dst.name()
