@@ -7,7 +7,7 @@
 # REF also embedded_rate.rs of git REF (built in a temporary worktree: a full release build).
 # Each run: REQUESTS one-unit sales, each a new buyer's under the per-user limit 1; the library
 # coalesced on Redis. Per run it prints sales/s, the ratio to the bare run of the same round,
-# Redis µs per request (INFO commandstats usec of every command ÷ requests) and the client's CPU
+# Redis CPU µs per request (redis-server main-thread CPU by INFO cpu ÷ requests) and the client's CPU
 # µs per request (the example's own /proc/self/stat reading).
 #
 # Usage: scripts/lib_vs_bare.sh [REF]   env: ROUNDS (3), REQUESTS (300000),
@@ -48,12 +48,14 @@ PID=$!
 for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 CLI=(redis-cli -p "$PORT")
 URL="redis://127.0.0.1:$PORT"
+# redis-server main-thread CPU µs so far (INFO cpu, user + system): all its work counted once
+# (a sum of INFO commandstats counts each command a script calls twice).
 usec() {
-  "${CLI[@]}" INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_[a-z_|]*:calls=[0-9]*,usec=\([0-9]*\).*/\1/p' |
-    paste -sd+ | bc
+  "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user)_main_thread:/ { s += $2 }
+    END { printf "%d\n", s * 1e6 }'
 }
 
-echo "| round | tasks:segments | binary | sales/s | ÷ bare | Redis µs/request | client CPU µs/request |"
+echo "| round | tasks:segments | binary | sales/s | ÷ bare | Redis CPU µs/request | client CPU µs/request |"
 echo "|---|---|---|---:|---:|---:|---:|"
 for r in $(seq "$ROUNDS"); do
   for c in $CONFIGS; do
@@ -61,7 +63,7 @@ for r in $(seq "$ROUNDS"); do
     bare_rate=
     for b in bare "${LIBS[@]}"; do
       "${CLI[@]}" FLUSHALL >/dev/null
-      "${CLI[@]}" CONFIG RESETSTAT >/dev/null
+      u0=$(usec)
       if [ "$b" = bare ]; then
         out=$("$DIR/bare" --url "$URL" --tasks "$tasks" --requests "$REQUESTS" | tail -1)
         rate=$(sed -n 's/.* \([0-9]*\)\/s .*/\1/p' <<<"$out")
@@ -73,7 +75,7 @@ for r in $(seq "$ROUNDS"); do
         rate=$(sed -n 's/.*: \([0-9]*\)\/s.*/\1/p' <<<"$out")
         cpu=$(sed -n 's/.*, \([0-9.]*\) µs CPU.*/\1/p' <<<"$out")
       fi
-      us=$(usec)
+      us=$(($(usec) - u0))
       ratio=$(python3 -c "print(f'{$rate / $bare_rate:.2f}')")
       redis=$(python3 -c "print(f'{$us / $REQUESTS:.2f}')")
       echo "| $r | $tasks:$segments | $b | $rate | $ratio | $redis | $cpu |"

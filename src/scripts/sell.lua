@@ -33,8 +33,8 @@
 -- once or an argument as sent can replace. Under a per-user limit a call makes four
 -- redis.calls whatever its size: one HMGET of the segment, one HMGET of each run's ledgers
 -- (its users, as sent), one HSET of the counters and one HSET of every ledger written (+ ZADD
--- per reservation, + XADD per request with the outbox). A new buyer's sale (the hot path)
--- makes one string, its ledger text. Without a limit, per request one HGET of its record and,
+-- per reservation, + XADD per request with the outbox). A new buyer's one-unit sale (the hot
+-- path) makes no string: its ledger text is its request id as sent (the short form). Without a limit, per request one HGET of its record and,
 -- applied, HLEN + HSET + PEXPIREAT of the user's own ledger. TIME only when needed:
 -- reservations to reclaim, a record with a lifetime to check or write (every sale without a
 -- limit, every reservation). A sale under a per-user limit reads no clock at all. Where a
@@ -114,7 +114,8 @@ end
 -- The runs, flat (no table per run or request: allocations are most of what Lua costs here):
 -- run r is RUN[o + 1 .. o + 10], o = 10(r - 1): the place of its spec in ARGV, its first and
 -- last request, then the spec parsed: qty, qty as text, resv_ttl_ms, ttl_ms, a new buyer's sale
--- ledger text before and after the request id, and `b<name>` when the spec is bad (every
+-- ledger text before and after the request id (nil for one unit: the id alone is the text),
+-- and `b<name>` when the spec is bad (every
 -- request of the run is refused with it). Request j of run r: user ARGV[p + 2 + j - j0],
 -- request id m places after it (p the spec's place, j0 the run's first request). The runs
 -- must add up to n, and to the arguments sent.
@@ -172,7 +173,8 @@ for r = 1, nr do
   end
   if not RUN[o + 10] then
     RUN[o + 4], RUN[o + 5], RUN[o + 6], RUN[o + 7] = tonumber(q), q, tonumber(rv), tonumber(tt)
-    RUN[o + 8], RUN[o + 9] = q .. ' ' .. q .. ' ', ' A:' .. q .. ':0:0'
+    -- A one-unit sale's ledger is its request id alone (the short form, see led_parse).
+    if q ~= '1' then RUN[o + 8], RUN[o + 9] = q .. ' ' .. q .. ' ', ' A:' .. q .. ':0:0' end
   end
 end
 
@@ -333,7 +335,7 @@ for r = 1, nr do
         else
           stock, sold = stock - qty, sold + qty
           nw = nw + 2
-          W[nw - 1], W[nw] = u, pre .. rid .. suf
+          W[nw - 1], W[nw] = u, pre and pre .. rid .. suf or rid
           ledgers[u] = nw
           if track then
             A = A or {}

@@ -590,6 +590,50 @@ async fn a_load_writes_the_hot_hashes_as_hash_tables() {
     assert_eq!(srv.cli(&["EXISTS", &format!("t:{{enc0#0}}:g{g}:led")]), "0");
 }
 
+/// A new buyer's one-unit sale is remembered as its request id alone (the ledger's short form:
+/// no string built, ~12 bytes less per buyer), and read back as the full ledger it stands for:
+/// its re-send is a replay, the user's next sale counts it against the limit and turns the
+/// ledger into the full form; a sale of more units is written in the full form from the start.
+#[tokio::test]
+async fn a_one_unit_sale_is_remembered_as_its_request_id_alone() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(2)).await;
+    let s = sku("short");
+    let g = e.load(&s, 10, LoadOptions::new(1)).await.unwrap();
+    let led = format!("t:{{short#0}}:g{g}:led");
+    let sell = |user: &str, qty: u64, rid: &str| Deduct::new("short", user, qty, rid).unwrap();
+    assert_eq!(
+        e.deduct(&sell("a", 1, "r1")).await.unwrap().units_applied(),
+        1
+    );
+    assert_eq!(srv.cli(&["HGET", &led, "a"]), "r1");
+    assert!(matches!(
+        e.deduct(&sell("a", 1, "r1")).await.unwrap(),
+        Deduction::Replayed { .. }
+    ));
+    assert_eq!(srv.cli(&["HGET", &led, "a"]), "1 1 r1 A:1:0:0");
+    assert_eq!(
+        e.deduct(&sell("a", 1, "r2")).await.unwrap().units_applied(),
+        1
+    );
+    let full = srv.cli(&["HGET", &led, "a"]);
+    assert!(
+        full.starts_with("2 2 ") && full.contains(" r1 A:1:0:0") && full.contains(" r2 A:1:0:0"),
+        "{full}"
+    );
+    assert!(matches!(
+        e.deduct(&sell("a", 1, "r3")).await.unwrap(),
+        Deduction::LimitReached { limit: 2 }
+    ));
+    assert_eq!(
+        e.deduct(&sell("b", 2, "r4")).await.unwrap().units_applied(),
+        2
+    );
+    assert_eq!(srv.cli(&["HGET", &led, "b"]), "2 2 r4 A:2:0:0");
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.sold == 4 && a.remaining == 6, "{a:?}");
+}
+
 /// The same load again (`load_segment.lua` sent again) writes nothing: the units sold since stay
 /// sold, the ledgers keep their buyers. Another load of the same generation is written.
 #[tokio::test]

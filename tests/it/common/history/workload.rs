@@ -472,6 +472,10 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                             // Written at load so that the hash stays a hash table.
                             continue;
                         }
+                        // The short form: a new buyer's one sale of one unit, the request
+                        // id alone.
+                        let short = format!("1 1 {text} A:1:0:0");
+                        let text = if text.contains(' ') { text } else { short };
                         let w: Vec<&str> = text.split(' ').collect();
                         assert!(
                             w.len() >= 2 && w.len().is_multiple_of(2),
