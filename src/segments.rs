@@ -58,11 +58,11 @@ fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
 
 /// The version of how requests are placed and remembered — the home function below and the
 /// ledgers' layout in Redis — kept in the SKU's metadata and in every segment at load: an
-/// instance that places requests or keeps ledgers otherwise refuses to sell (`Stale`) instead
-/// of selling one request id at two homes, or one user past the limit, during a rolling
-/// deploy. 2: a limited segment's ledgers are fields of one hash. 3: a new buyer's one-unit
-/// sale is kept as its request id alone (the ledger's short form), which a build of 2 cannot
-/// read.
+/// instance that places requests or keeps ledgers otherwise refuses to sell (an error naming
+/// both versions; the script itself answers stale) instead of selling one request id at two
+/// homes, or one user past the limit, during a rolling deploy. 2: a limited segment's ledgers
+/// are fields of one hash. 3: a new buyer's one-unit sale is kept as its request id alone (the
+/// ledger's short form), which a build of 2 cannot read.
 pub const HOME_FN: u32 = 3;
 
 /// A request's home segment (home function [`HOME_FN`]): with a per-user limit, the user's

@@ -34,7 +34,8 @@
 -- redis.calls whatever its size: one HMGET of the segment, one HMGET of each run's ledgers
 -- (its users, as sent), one HSET of the counters and one HSET of every ledger written (+ ZADD
 -- per reservation, + XADD per request with the outbox). A new buyer's one-unit sale (the hot
--- path) makes no string: its ledger text is its request id as sent (the short form). Without a limit, per request one HGET of its record and,
+-- path) makes no string: its ledger text is its request id as sent (the short form). Without
+-- a limit, per request one HGET of its record and,
 -- applied, HLEN + HSET + PEXPIREAT of the user's own ledger. TIME only when needed:
 -- reservations to reclaim, a record with a lifetime to check or write (every sale without a
 -- limit, every reservation). A sale under a per-user limit reads no clock at all. Where a

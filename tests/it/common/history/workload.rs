@@ -464,7 +464,8 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                     }
                 } else if k.ends_with(":led") {
                     // Under a per-user limit: a field per user, `<h> <f>` then
-                    // ` <request id> <record>` per record; read as the fields they stand for.
+                    // ` <request id> <record>` per record, or the request id alone (the short
+                    // form); read as the fields they stand for.
                     let mut users: Vec<_> = m.into_iter().collect();
                     users.sort();
                     for (user, text) in users {
