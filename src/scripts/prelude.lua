@@ -201,8 +201,12 @@ local function led_parse(v)
   return l
 end
 
--- The text of a parsed limited ledger.
+-- The text of a parsed limited ledger: the short form when that is what it holds.
 local function led_text(l)
+  if l.h == 1 and l.f == 1 then
+    local rid, rec = next(l.recs)
+    if rec == 'A:1:0:0' and next(l.recs, rid) == nil then return rid end
+  end
   local t, k = { int(l.h), int(l.f) }, 2
   for rid, rec in pairs(l.recs) do
     t[k + 1], t[k + 2], k = rid, rec, k + 2
