@@ -32,7 +32,7 @@
 //!
 //! let req = Deduct::new("phone", "user-42", 1, "order-9f2c")?;
 //! match engine.deduct(&req).await? {
-//!     Deduction::Applied { parts } => println!("sold from {parts:?}"),
+//!     Deduction::Applied { segment, units } => println!("sold {units} from segment {segment}"),
 //!     Deduction::Replayed { .. } => println!("this request id was sold before"),
 //!     Deduction::SoldOut => println!("sold out"),
 //!     other if other.is_final() => println!("never possible: {}", other.kind()),

@@ -7,7 +7,6 @@
 use crate::engine::{Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};
 use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId};
-use crate::segments::Part;
 use crate::store::{ReservationAction, ReserveEnd, ResvState, SegAddr, Store};
 use std::time::Duration;
 
@@ -209,15 +208,19 @@ pub enum Reserved {
     Held {
         /// The reservation's id.
         id: ReservationId,
-        /// Where the units are held.
-        parts: Vec<Part>,
+        /// The segment the units are held at: the request's home (also in `id`).
+        segment: u32,
+        /// Units held: the request's quantity.
+        units: u64,
     },
     /// This request id reserved before; same reservation.
     Replayed {
         /// The reservation's id.
         id: ReservationId,
-        /// Where the units are held.
-        parts: Vec<Part>,
+        /// The segment the units are held at.
+        segment: u32,
+        /// Units held.
+        units: u64,
     },
     /// Nothing held: sold out, insufficient, limit reached, in flight, ...
     NotHeld(Deduction),
@@ -299,24 +302,26 @@ impl<S: Store> Engine<S> {
         // The generation the units are held in (not a re-read layout: a reload may have
         // happened since).
         let (d, generation) = self.metered(req, Intent::Reserve { ttl_ms: ms }).await?;
-        let id = |parts: &[Part]| ReservationId {
+        let id = |segment: u32| ReservationId {
             sku: req.sku.clone(),
             generation,
-            segment: parts.first().map_or(0, |p| p.segment),
+            segment,
             user: req.user.clone(),
             request_id: req.request_id.clone(),
         };
         Ok(match d {
-            Deduction::Applied { parts } => {
+            Deduction::Applied { segment, units } => {
                 crate::metrics::reservation("created");
                 Reserved::Held {
-                    id: id(&parts),
-                    parts,
+                    id: id(segment),
+                    segment,
+                    units,
                 }
             }
-            Deduction::Replayed { parts } => Reserved::Replayed {
-                id: id(&parts),
-                parts,
+            Deduction::Replayed { segment, units } => Reserved::Replayed {
+                id: id(segment),
+                segment,
+                units,
             },
             other => Reserved::NotHeld(other),
         })

@@ -88,8 +88,8 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// One part of an applied deduction: `units` taken from segment `segment`.
-#[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
+/// `units` taken at segment `segment`: an outbox event's `parts` (one, at the request's home,
+/// for every event written today; the stored form is a list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Part {
     /// Segment index.

@@ -151,10 +151,10 @@ impl<S: Store> Engine<S> {
         match &r {
             // Remember only units held for good: reservations may still go back.
             Ok((Done(Deduction::LimitReached { .. }), Some(sold))) => entered.saturate(*sold),
-            Ok((Done(Deduction::Applied { parts } | Deduction::Replayed { parts }), _))
+            Ok((Done(Deduction::Applied { units, .. } | Deduction::Replayed { units, .. }), _))
                 if a.intent == Intent::Sale =>
             {
-                entered.finish(parts.iter().map(|p| p.units).sum())
+                entered.finish(*units)
             }
             _ => entered.finish(0),
         }
@@ -183,7 +183,7 @@ impl<S: Store> Engine<S> {
         } else if rec.kind != a.intent.kind() {
             Refused(a.conflict("kind"))
         } else {
-            Done(Deduction::Replayed { parts: a.parts() })
+            Done(a.replayed())
         })
     }
 
@@ -213,7 +213,7 @@ impl<S: Store> Engine<S> {
         match reply {
             SellReply::Applied { stock_after } => {
                 l.hints.observe_at(a.now(), a.home, stock_after);
-                Ok(Done(Deduction::Applied { parts: a.parts() }))
+                Ok(Done(a.applied()))
             }
             SellReply::Short { stock } => {
                 l.hints.observe_at(a.now(), a.home, stock);
@@ -331,8 +331,8 @@ impl<S: Store> Engine<S> {
     /// The engine's answer for the protocol's.
     fn answer(&self, a: &Attempt<'_>, answer: Answer, sold: &mut Option<u64>) -> Flow {
         match answer {
-            Answer::Applied => Done(Deduction::Applied { parts: a.parts() }),
-            Answer::Replay => Done(Deduction::Replayed { parts: a.parts() }),
+            Answer::Applied => Done(a.applied()),
+            Answer::Replay => Done(a.replayed()),
             Answer::SoldOut => Done(Deduction::SoldOut),
             Answer::Insufficient { available } => Done(Deduction::Insufficient { available }),
             Answer::LimitReached { limit, sold: s, .. } => {

@@ -1,7 +1,5 @@
 //! What the engine answers: business outcomes are values, not errors.
 
-use crate::segments::Part;
-
 /// The outcome of a deduction. Business outcomes are values, not errors.
 ///
 /// Refusals come in two sorts: *not now* (sold out, insufficient, limit reached, user busy:
@@ -13,15 +11,20 @@ use crate::segments::Part;
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Deduction {
-    /// The units were taken now, from these segments.
+    /// The units were taken now, at the request's home segment (units left elsewhere are moved
+    /// there first, so a sale always takes all its units from one segment).
     Applied {
-        /// Where the units came from.
-        parts: Vec<Part>,
+        /// The segment the units came from: the request's home.
+        segment: u32,
+        /// Units taken: the request's quantity.
+        units: u64,
     },
     /// This request id was applied before; nothing changed this time.
     Replayed {
-        /// Where the units came from, back then.
-        parts: Vec<Part>,
+        /// The segment the units came from, back then.
+        segment: u32,
+        /// Units taken back then.
+        units: u64,
     },
     /// No units left at all.
     SoldOut,
@@ -51,7 +54,7 @@ impl Deduction {
     /// Units this call newly sold (0 for replays and rejections).
     pub fn units_applied(&self) -> u64 {
         match self {
-            Deduction::Applied { parts } => parts.iter().map(|p| p.units).sum(),
+            Deduction::Applied { units, .. } => *units,
             _ => 0,
         }
     }

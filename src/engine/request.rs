@@ -2,10 +2,10 @@
 //! of it shares between its steps ([`Attempt`]).
 
 use super::deduct::Trace;
-use super::{Engine, Layout};
+use super::{Deduction, Engine, Layout};
 use crate::error::{Error, Result};
 use crate::ids::{RequestId, Sku, UserId};
-use crate::segments::{Part, home};
+use crate::segments::home;
 use crate::store::{Credit, RequestKind, SegAddr, SellArgs, Store};
 use std::sync::Arc;
 
@@ -136,12 +136,20 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// Where an applied request's units are: all at home.
-    pub(crate) fn parts(&self) -> Vec<Part> {
-        vec![Part {
+    /// An applied request's answer: all its units at home.
+    pub(crate) fn applied(&self) -> Deduction {
+        Deduction::Applied {
             segment: self.home,
             units: self.req.qty,
-        }]
+        }
+    }
+
+    /// A replayed request's answer: all its units at home, back then.
+    pub(crate) fn replayed(&self) -> Deduction {
+        Deduction::Replayed {
+            segment: self.home,
+            units: self.req.qty,
+        }
     }
 
     /// The key sold out from memory remembers this request by.

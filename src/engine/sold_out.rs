@@ -230,9 +230,8 @@ impl SoldOut {
     /// Counts an answer given through this layout (the units of an `Applied`; its id was
     /// [`sent`](Self::sent) before).
     pub(crate) fn applied(&self, d: &super::Deduction) {
-        if let (Some(_), super::Deduction::Applied { parts }) = (&self.watch, d) {
-            let units: u64 = parts.iter().map(|p| p.units).sum();
-            self.applied.fetch_add(units, Relaxed);
+        if let (Some(_), super::Deduction::Applied { units, .. }) = (&self.watch, d) {
+            self.applied.fetch_add(*units, Relaxed);
         }
     }
 }

@@ -6,8 +6,8 @@
 
 use super::ApiError;
 use super::body::Body;
+use crate::Deduction;
 use crate::store::ResvState;
-use crate::{Deduction, Part};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -204,16 +204,20 @@ pub(super) enum ReserveReply {
         /// The reservation's id, `<sku>~<generation>~<segment>~<user>~<request id>`.
         #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")]
         id: crate::ReservationId,
-        /// Where the units are held.
-        parts: Vec<Part>,
+        /// The segment the units are held at (the request's home; also in `id`).
+        segment: u32,
+        /// Units held.
+        units: u64,
     },
     /// 200: this request id reserved before; the same reservation.
     Replayed {
         /// The reservation's id.
         #[schema(value_type = String, pattern = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$")]
         id: crate::ReservationId,
-        /// Where the units are held.
-        parts: Vec<Part>,
+        /// The segment the units are held at.
+        segment: u32,
+        /// Units held.
+        units: u64,
     },
     /// 200: nothing held.
     NotHeld {

@@ -372,12 +372,14 @@ async fn reserve<S: Store>(
     let ttl = Duration::from_millis(body.need_u64("ttl_ms")?);
     let id = Some(("request_id", req.request_id.as_str()));
     match api.call(id, api.engine.reserve(&req, ttl)).await? {
-        Ok(Reserved::Held { id, parts }) => {
-            ok(StatusCode::CREATED, &ReserveReply::Held { id, parts })
-        }
-        Ok(Reserved::Replayed { id, parts }) => {
-            ok(StatusCode::OK, &ReserveReply::Replayed { id, parts })
-        }
+        Ok(Reserved::Held { id, segment, units }) => ok(
+            StatusCode::CREATED,
+            &ReserveReply::Held { id, segment, units },
+        ),
+        Ok(Reserved::Replayed { id, segment, units }) => ok(
+            StatusCode::OK,
+            &ReserveReply::Replayed { id, segment, units },
+        ),
         Ok(Reserved::NotHeld(d)) => ok(
             StatusCode::OK,
             &ReserveReply::NotHeld {

@@ -188,10 +188,7 @@ async fn core_flows_as_the_least_privilege_user() {
         .deduct(&Deduct::new("moving", "mo", 5, "m1").unwrap())
         .await
         .unwrap();
-    assert!(
-        matches!(&d, Deduction::Applied { parts } if parts.len() == 1 && parts[0].units == 5),
-        "{d:?}"
-    );
+    assert!(matches!(&d, Deduction::Applied { units: 5, .. }), "{d:?}");
     e.sweep().await.unwrap();
     let a = e.audit(&msku).await.unwrap();
     assert!(

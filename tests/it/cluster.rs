@@ -235,10 +235,8 @@ async fn transfers_between_segments_on_different_masters() {
     let mut sold: u64 = got.iter().map(Deduction::units_applied).sum();
     for d in &got {
         assert!(
-            matches!(
-                d,
-                Deduction::Applied { parts } if parts.len() == 1 && parts[0].units == 5
-            ) || matches!(d, Deduction::Insufficient { .. } | Deduction::SoldOut),
+            matches!(d, Deduction::Applied { units: 5, .. })
+                || matches!(d, Deduction::Insufficient { .. } | Deduction::SoldOut),
             "{d:?}"
         );
     }
@@ -334,9 +332,9 @@ async fn last_units_storm_over_sixteen_segments() {
 /// What a request finally got (every error retried with its request id until an answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Got {
-    /// Sold (a sale, or a reservation then confirmed), these parts: `Applied`, or `Replayed`
-    /// when an earlier attempt applied and its answer was lost.
-    Sold(Vec<shardstock::Part>),
+    /// Sold (a sale, or a reservation then confirmed), (segment, units): `Applied`, or
+    /// `Replayed` when an earlier attempt applied and its answer was lost.
+    Sold(u32, u64),
     /// Nothing sold (`SoldOut`, or a reservation `NotHeld(SoldOut)`).
     NotSold,
 }
@@ -473,17 +471,19 @@ async fn buy(e: &Engine<RedisStore>, p: &Progress, sku: &str, i: usize) -> Got {
     if !i.is_multiple_of(RESV_EVERY) {
         let r = until_answered(p, || e.deduct(&d)).await;
         return match r {
-            Deduction::Applied { parts } | Deduction::Replayed { parts } => Got::Sold(parts),
+            Deduction::Applied { segment, units } | Deduction::Replayed { segment, units } => {
+                Got::Sold(segment, units)
+            }
             Deduction::SoldOut => Got::NotSold,
             other => panic!("{sku}-{i}: {other:?}"),
         };
     }
     let r = until_answered(p, || e.reserve(&d, RESV_TTL)).await;
     match r {
-        Reserved::Held { id, parts } | Reserved::Replayed { id, parts } => {
+        Reserved::Held { id, segment, units } | Reserved::Replayed { id, segment, units } => {
             let end = until_answered(p, || e.confirm(&id)).await;
             assert!(end.done, "{sku}-{i}: confirm {end:?}");
-            Got::Sold(parts)
+            Got::Sold(segment, units)
         }
         Reserved::NotHeld(Deduction::SoldOut) => Got::NotSold,
         other => panic!("{sku}-{i}: {other:?}"),
@@ -508,9 +508,8 @@ async fn sale(e: &Engine<RedisStore>, p: &Arc<Progress>, sku: &str, n: usize) ->
                 let permit = p.lanes.acquire().await.unwrap();
                 let g = buy(&e, &p, &sku, i).await;
                 drop(permit);
-                if let Got::Sold(parts) = &g {
-                    p.sold
-                        .fetch_add(parts.iter().map(|x| x.units).sum(), SeqCst);
+                if let Got::Sold(_, units) = &g {
+                    p.sold.fetch_add(*units, SeqCst);
                 }
                 p.answered.fetch_add(1, SeqCst);
                 got.push((i, g));
@@ -540,7 +539,7 @@ async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64,
     let told: u64 = got
         .iter()
         .map(|g| match g {
-            Got::Sold(parts) => parts.iter().map(|x| x.units).sum(),
+            Got::Sold(_, units) => *units,
             Got::NotSold => 0,
         })
         .sum();
@@ -562,10 +561,11 @@ async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64,
         if !i.is_multiple_of(RESV_EVERY) {
             let r = until_answered(p, || e.deduct(&d)).await;
             match g {
-                Got::Sold(parts) => assert_eq!(
+                Got::Sold(segment, units) => assert_eq!(
                     r,
                     Deduction::Replayed {
-                        parts: parts.clone()
+                        segment: *segment,
+                        units: *units
                     },
                     "{sku}-{i} again"
                 ),
@@ -574,8 +574,15 @@ async fn check_sale(e: &Engine<RedisStore>, p: &Progress, sku: &str, stock: u64,
         } else {
             let r = until_answered(p, || e.reserve(&d, RESV_TTL)).await;
             match (g, &r) {
-                (Got::Sold(parts), Reserved::Replayed { id, parts: p2 }) => {
-                    assert_eq!(parts, p2, "{sku}-{i} again");
+                (
+                    Got::Sold(segment, units),
+                    Reserved::Replayed {
+                        id,
+                        segment: s2,
+                        units: u2,
+                    },
+                ) => {
+                    assert_eq!((segment, units), (s2, u2), "{sku}-{i} again");
                     let end = until_answered(p, || e.confirm(id)).await;
                     assert!(end.done, "{sku}-{i}: confirm again {end:?}");
                 }

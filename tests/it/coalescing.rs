@@ -197,9 +197,9 @@ async fn twins_in_one_batch(srv: &impl Counted) {
     for (q, d) in &same {
         match d {
             Ok(Deduction::Applied { .. }) => {}
-            Ok(Deduction::Replayed { parts }) => {
+            Ok(Deduction::Replayed { units, .. }) => {
                 assert_eq!(*q, won);
-                assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), won);
+                assert_eq!(*units, won);
             }
             Err(Error::RequestIdConflict { field: "qty", .. }) => assert_ne!(*q, won),
             other => panic!("{other:?}"),

@@ -136,7 +136,7 @@ async fn mixed_quantities_both_stores() {
 }
 
 /// One request sent 50 times at once has exactly one effect; every copy reports the same
-/// parts (one, at its home). `qty` 3 over 10 one-unit segments forces units to move home.
+/// segment (its home) and units. `qty` 3 over 10 one-unit segments forces units to move home.
 async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
     let name = format!("replay-{stock}-{qty}");
     let s = sku(&name);
@@ -159,7 +159,7 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
         .filter(|d| matches!(d, Deduction::Applied { .. }))
         .collect();
     assert_eq!(applied.len(), 1, "{outcomes:?}");
-    let Deduction::Applied { parts } = applied[0] else {
+    let &Deduction::Applied { segment, units } = applied[0] else {
         unreachable!()
     };
     let home = shardstock::segments::home(
@@ -168,19 +168,18 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
         10,
         false,
     );
-    assert_eq!(
-        parts,
-        &vec![Part {
-            segment: home,
-            units: qty
-        }]
-    );
+    assert_eq!((segment, units), (home, qty));
     for d in &outcomes {
-        match d {
-            Deduction::Applied { parts: p } | Deduction::Replayed { parts: p } => {
-                assert_eq!(p, parts)
+        match *d {
+            Deduction::Applied {
+                segment: s,
+                units: u,
             }
-            other => panic!("unexpected {other:?}"),
+            | Deduction::Replayed {
+                segment: s,
+                units: u,
+            } => assert_eq!((s, u), (segment, units)),
+            ref other => panic!("unexpected {other:?}"),
         }
     }
     assert_eq!(conserved(&e, &s, stock, 0).await, (stock - qty, qty));
@@ -189,12 +188,7 @@ async fn concurrent_replays<S: Store>(e: Engine<S>, stock: u64, qty: u64) {
         .deduct(&Deduct::new(&name, "alice", qty, "same-id").unwrap())
         .await
         .unwrap();
-    assert_eq!(
-        again,
-        Deduction::Replayed {
-            parts: parts.clone()
-        }
-    );
+    assert_eq!(again, Deduction::Replayed { segment, units });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -304,10 +298,8 @@ async fn fallback_no_undersell<S: Store>(e: Engine<S>) {
     assert_eq!(
         d,
         Deduction::Applied {
-            parts: vec![Part {
-                segment: home,
-                units: 3
-            }]
+            segment: home,
+            units: 3
         }
     );
     // Every unit not yet at its home was moved there, once.

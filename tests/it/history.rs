@@ -197,16 +197,10 @@ fn params() -> Params {
     }
 }
 
-fn part(user: &str, units: u64) -> Vec<Part> {
-    vec![Part {
-        segment: home_of(user),
-        units,
-    }]
-}
-
 fn applied(user: &str, units: u64) -> Out {
     Out::Ok(Val::Ded(Deduction::Applied {
-        parts: part(user, units),
+        segment: home_of(user),
+        units,
     }))
 }
 
@@ -218,7 +212,8 @@ fn classes(vs: &[Violation]) -> std::collections::BTreeSet<&'static str> {
 fn checker_accepts_a_correct_history() {
     let held = Reserved::Held {
         id: resv_id("ann", "r2"),
-        parts: part("ann", 1),
+        segment: home_of("ann"),
+        units: 1,
     };
     let ops = vec![
         synthetic_op(0, Kind::Deduct, "r1", "ann", 1, applied("ann", 1)),
@@ -229,7 +224,8 @@ fn checker_accepts_a_correct_history() {
             "ann",
             1,
             Out::Ok(Val::Ded(Deduction::Replayed {
-                parts: part("ann", 1),
+                segment: home_of("ann"),
+                units: 1,
             })),
         ),
         synthetic_op(2, Kind::Reserve, "r2", "ann", 1, Out::Ok(Val::Res(held))),
@@ -302,7 +298,8 @@ fn checker_names_broken_promises() {
             1,
             Out::Ok(Val::Res(Reserved::Replayed {
                 id: resv_id("ann", "r1"),
-                parts: part("ann", 1),
+                segment: home_of("ann"),
+                units: 1,
             })),
         ),
         // Applied twice.
@@ -333,10 +330,8 @@ fn checker_names_broken_promises() {
             "eve",
             1,
             Out::Ok(Val::Ded(Deduction::Applied {
-                parts: vec![Part {
-                    segment: (home_of("eve") + 1) % SEGMENTS,
-                    units: 1,
-                }],
+                segment: (home_of("eve") + 1) % SEGMENTS,
+                units: 1,
             })),
         ),
     ];
@@ -366,7 +361,7 @@ fn checker_names_broken_promises() {
         "sold not explained by the request records",
         "refused below the limit (no stale entry left in the store)",
         "sold out while units surely remained",
-        "parts are not one part at home",
+        "units are not the request's at home",
         "ledger disagrees with its records",
         "credit without a matching debit",
         "units left in transit after the sweep",

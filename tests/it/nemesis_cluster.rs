@@ -328,7 +328,7 @@ impl LossWindow {
             return false;
         }
         let mut segs = vec![facts.home(o.key())];
-        segs.extend(o.holds().unwrap_or_default().iter().map(|p| p.segment));
+        segs.extend(o.holds().map(|p| p.segment));
         if let Some(recs) = facts.records.get(&(o.user.clone(), o.rid.clone())) {
             segs.extend(recs.iter().map(|r| r.seg));
         }
@@ -387,13 +387,13 @@ fn lost_acks(ops: &[Op], facts: &Facts) -> BTreeMap<OwnedKey, Vec<usize>> {
         let gone: Vec<usize> = acked
             .iter()
             .filter(|o| {
-                let parts = o.holds().unwrap_or_default();
+                let held = o.holds();
                 let kept = facts.records.get(&owned).is_some_and(|recs| {
                     let f = req_facts(key, recs, facts);
                     f.problems.is_empty()
                         && matches!(
                             f.effect,
-                            Effect::Sale { qty, parts: p, .. } if qty == o.qty && p == parts
+                            Effect::Sale { qty, part, .. } if qty == o.qty && Some(part) == held
                         )
                 });
                 !kept || last_apply.is_some_and(|t| o.ret < t)

@@ -514,7 +514,9 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
                     let user = format!("u{}", rng.u32(..30));
                     let qty = rng.u64(1..=2);
                     match e.deduct(&d(SKU, &user, qty, &r)).await {
-                        Ok(Deduction::Applied { parts }) => sold.push((r, user, qty, parts)),
+                        Ok(Deduction::Applied { segment, .. }) => {
+                            sold.push((r, user, qty, segment))
+                        }
                         Ok(_) => {}
                         Err(err) => odd.push(format!("{name} deduct {r}: {err:?}")),
                     }
@@ -537,11 +539,16 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
     }
     problems.extend(odd);
     // Each request id sold once: a retry through the loader (the new layout) replays it.
-    for (r, user, qty, parts) in &sold {
+    for (r, user, qty, segment) in &sold {
         let again = loader.deduct(&d(SKU, user, *qty, r)).await;
-        if !matches!(&again, Ok(Deduction::Replayed { parts: p }) if p == parts) {
+        if again.as_ref().ok()
+            != Some(&Deduction::Replayed {
+                segment: *segment,
+                units: *qty,
+            })
+        {
             problems.push(format!(
-                "{r} applied {parts:?}, retried through the new layout: {again:?}"
+                "{r} applied {qty} at segment {segment}, retried through the new layout: {again:?}"
             ));
         }
     }

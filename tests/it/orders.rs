@@ -91,8 +91,8 @@ async fn sale(e: &Engine<RedisStore>, sku: &str, requests: usize) -> HashMap<Str
                 let qty = 1 + (i as u64 % 3);
                 let rid = format!("r{i}");
                 let d = Deduct::new(&sku, &format!("u{i}"), qty, &rid).unwrap();
-                if let Deduction::Applied { parts } = e.deduct(&d).await.unwrap() {
-                    assert_eq!(parts.iter().map(|p| p.units).sum::<u64>(), qty);
+                if let Deduction::Applied { units, .. } = e.deduct(&d).await.unwrap() {
+                    assert_eq!(units, qty);
                     applied.lock().unwrap().insert(rid, qty);
                 }
             }
@@ -156,17 +156,10 @@ async fn sale_and_consume(at: &impl RedisAt, prefix: &str, coalesce: bool) {
         .collect();
     for (rid, qty) in at_home_0.iter().zip([50, 2]) {
         let d = Deduct::new("flash", "buyer", qty, rid).unwrap();
-        let Deduction::Applied { parts } = e.deduct(&d).await.unwrap() else {
+        let Deduction::Applied { segment, units } = e.deduct(&d).await.unwrap() else {
             panic!("{rid} did not apply")
         };
-        assert_eq!(
-            parts,
-            vec![Part {
-                segment: 0,
-                units: qty
-            }],
-            "{rid}"
-        );
+        assert_eq!((segment, units), (0, qty), "{rid}");
         applied.insert(rid.clone(), qty);
     }
     let a = e.audit(&sku).await.unwrap();
@@ -559,10 +552,10 @@ async fn a_reload_cancels_live_reservations_and_keeps_dropped_segments_streams()
         let rid = format!("h{i}");
         let d = Deduct::new("reload", &format!("u{i}"), 1, &rid).unwrap();
         let r = e.reserve(&d, Duration::from_secs(60)).await.unwrap();
-        let Reserved::Held { parts, .. } = r else {
+        let Reserved::Held { segment, .. } = r else {
             panic!("{r:?}")
         };
-        held.insert(rid, parts[0].segment);
+        held.insert(rid, segment);
     }
     assert!(
         held.values().any(|s| *s >= 4),
@@ -753,10 +746,8 @@ async fn a_transfer_abandoned_mid_way_appends_nothing_and_its_retry_one_sold() {
     assert_eq!(
         r,
         Deduction::Applied {
-            parts: vec![Part {
-                segment: h,
-                units: 5
-            }]
+            segment: h,
+            units: 5
         }
     );
     let r = e.deduct(&d).await.unwrap();

@@ -84,13 +84,11 @@ async fn sale_under_kills(srv: &RedisServer, e: Engine<RedisStore>) {
     for b in futures::future::join_all(buyers).await {
         for (_, a) in b.unwrap() {
             match a {
-                Deduction::Applied { parts } => {
-                    sold_to_buyers += parts.iter().map(|p| p.units).sum::<u64>()
-                }
-                Deduction::Replayed { parts } => {
+                Deduction::Applied { units, .. } => sold_to_buyers += units,
+                Deduction::Replayed { units, .. } => {
                     // Each id is sent by one buyer only: a replay here is a re-sent script.
                     replayed += 1;
-                    sold_to_buyers += parts.iter().map(|p| p.units).sum::<u64>();
+                    sold_to_buyers += units;
                 }
                 Deduction::SoldOut | Deduction::Insufficient { .. } => {}
                 other => panic!("{other:?}"),

@@ -875,10 +875,8 @@ async fn dead_mover<S: Store>(e: Engine<S>, tag: &str) {
     assert_eq!(
         r,
         Deduction::Replayed {
-            parts: vec![Part {
-                segment: home,
-                units: 4
-            }]
+            segment: home,
+            units: 4
         },
         "[{tag}]"
     );
@@ -1141,10 +1139,8 @@ async fn a_deduction_dropped_after_its_debit_leaves_units_the_sweeper_credits() 
         assert_eq!(
             r,
             Deduction::Applied {
-                parts: vec![Part {
-                    segment: home,
-                    units: 7
-                }]
+                segment: home,
+                units: 7
             },
             "[{tag}]"
         );

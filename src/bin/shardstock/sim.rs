@@ -361,8 +361,7 @@ pub(crate) async fn run_sim<S: Store>(
                         let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
                         hist.saturating_record(us.max(1));
                         match r {
-                            Ok(shardstock::Reserved::Held { id, parts }) => {
-                                let units: u64 = parts.iter().map(|p| p.units).sum();
+                            Ok(shardstock::Reserved::Held { id, segment, units }) => {
                                 // Second draw decides the reservation's fate.
                                 let fate = (shardstock::segments::fnv1a(id.to_string().as_bytes())
                                     % 10_000) as f64
@@ -371,7 +370,7 @@ pub(crate) async fn run_sim<S: Store>(
                                     match engine.confirm(&id).await {
                                         Ok(e) if e.done => {
                                             tally.confirmed += units;
-                                            Ok(Deduction::Applied { parts })
+                                            Ok(Deduction::Applied { segment, units })
                                         }
                                         Ok(_) => Ok(Deduction::SoldOut),
                                         Err(e) => Err(e),
@@ -380,17 +379,17 @@ pub(crate) async fn run_sim<S: Store>(
                                     match engine.cancel(&id).await {
                                         Ok(_) => {
                                             tally.cancelled += units;
-                                            Ok(Deduction::Replayed { parts })
+                                            Ok(Deduction::Replayed { segment, units })
                                         }
                                         Err(e) => Err(e),
                                     }
                                 } else {
                                     tally.left_to_expire += units;
-                                    Ok(Deduction::Replayed { parts })
+                                    Ok(Deduction::Replayed { segment, units })
                                 }
                             }
-                            Ok(shardstock::Reserved::Replayed { parts, .. }) => {
-                                Ok(Deduction::Replayed { parts })
+                            Ok(shardstock::Reserved::Replayed { segment, units, .. }) => {
+                                Ok(Deduction::Replayed { segment, units })
                             }
                             Ok(shardstock::Reserved::NotHeld(d)) => Ok(d),
                             Ok(other) => Err(shardstock::Error::Protocol(format!(

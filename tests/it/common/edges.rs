@@ -134,9 +134,10 @@ pub async fn swept<S: Store>(e: &Engine<S>, s: &Sku, within: Duration, tag: &str
     }
 }
 
-pub fn held(r: Result<Reserved>, what: &str) -> (ReservationId, Vec<Part>) {
+/// A held reservation's id and segment.
+pub fn held(r: Result<Reserved>, what: &str) -> (ReservationId, u32) {
     match r {
-        Ok(Reserved::Held { id, parts }) => (id, parts),
+        Ok(Reserved::Held { id, segment, .. }) => (id, segment),
         other => panic!("{what}: expected a held reservation, got {other:?}"),
     }
 }

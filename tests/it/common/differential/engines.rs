@@ -190,12 +190,12 @@ impl<S: Store> Side<S> {
                 self.errors(&r);
                 let held = matches!(r, Ok(Reserved::Held { .. }));
                 let line = match &r {
-                    Ok(Reserved::Held { id, parts }) => {
+                    Ok(Reserved::Held { id, segment, units }) => {
                         self.resv_ids.push(id.clone());
-                        format!("Held {} {parts:?}", self.show_id(id))
+                        format!("Held {} {segment}:{units}", self.show_id(id))
                     }
-                    Ok(Reserved::Replayed { id, parts }) => {
-                        format!("Replayed {} {parts:?}", self.show_id(id))
+                    Ok(Reserved::Replayed { id, segment, units }) => {
+                        format!("Replayed {} {segment}:{units}", self.show_id(id))
                     }
                     other => format!("{other:?}"),
                 };

@@ -164,11 +164,7 @@ pub enum Effect {
     /// No record: never applied.
     None,
     /// A sale, applied (all at home).
-    Sale {
-        user: String,
-        qty: u64,
-        parts: Vec<Part>,
-    },
+    Sale { user: String, qty: u64, part: Part },
     /// A reservation, applied, now in `state` (R, C, X, K) at segment `seg`; expiry on the
     /// server clock (ms).
     Resv {
@@ -272,10 +268,10 @@ pub fn req_facts(key: Key<'_>, recs: &[Rec], facts: &Facts) -> ReqFacts {
         'A' => Effect::Sale {
             user,
             qty: r.qty,
-            parts: vec![Part {
+            part: Part {
                 segment: r.seg,
                 units: r.qty,
-            }],
+            },
         },
         'R' | 'C' | 'K' | 'X' => Effect::Resv {
             user,

@@ -220,28 +220,26 @@ fn outcome(answer: Answer, ok: impl FnOnce(&Value) -> Option<Val>, gone: Option<
     }
 }
 
-fn parts(v: &Value) -> Option<Vec<Part>> {
-    v.as_array()?
-        .iter()
-        .map(|p| {
-            Some(Part {
-                segment: u32::try_from(p["segment"].as_u64()?).ok()?,
-                units: p["units"].as_u64()?,
-            })
-        })
-        .collect()
+/// The `segment` and `units` of an applied, replayed or held answer.
+fn part(v: &Value) -> Option<(u32, u64)> {
+    Some((
+        u32::try_from(v["segment"].as_u64()?).ok()?,
+        v["units"].as_u64()?,
+    ))
 }
 
 /// A [`Deduction`] from its JSON form (`outcome` tag, snake case).
 pub fn deduction(v: &Value) -> Option<Deduction> {
     let n = |k: &str| v[k].as_u64();
     Some(match v["outcome"].as_str()? {
-        "applied" => Deduction::Applied {
-            parts: parts(&v["parts"])?,
-        },
-        "replayed" => Deduction::Replayed {
-            parts: parts(&v["parts"])?,
-        },
+        "applied" => {
+            let (segment, units) = part(v)?;
+            Deduction::Applied { segment, units }
+        }
+        "replayed" => {
+            let (segment, units) = part(v)?;
+            Deduction::Replayed { segment, units }
+        }
         "sold_out" => Deduction::SoldOut,
         "insufficient" => Deduction::Insufficient {
             available: n("available")?,
@@ -257,14 +255,22 @@ pub fn deduction(v: &Value) -> Option<Deduction> {
 pub fn reserved(v: &Value) -> Option<Reserved> {
     let id = |v: &Value| v["id"].as_str()?.parse::<ReservationId>().ok();
     Some(match v["outcome"].as_str()? {
-        "held" => Reserved::Held {
-            id: id(v)?,
-            parts: parts(&v["parts"])?,
-        },
-        "replayed" => Reserved::Replayed {
-            id: id(v)?,
-            parts: parts(&v["parts"])?,
-        },
+        "held" => {
+            let (segment, units) = part(v)?;
+            Reserved::Held {
+                id: id(v)?,
+                segment,
+                units,
+            }
+        }
+        "replayed" => {
+            let (segment, units) = part(v)?;
+            Reserved::Replayed {
+                id: id(v)?,
+                segment,
+                units,
+            }
+        }
         "not_held" => Reserved::NotHeld(deduction(&v["deduction"])?),
         _ => return None,
     })

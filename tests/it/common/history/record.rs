@@ -87,24 +87,30 @@ impl Op {
             _ => None,
         }
     }
-    /// Applied now (deduct Applied, reserve Held), with parts.
-    pub fn applied(&self) -> Option<&[Part]> {
+    /// Applied now (deduct Applied, reserve Held): where and how many units.
+    pub fn applied(&self) -> Option<Part> {
         match &self.out {
-            Out::Ok(Val::Ded(Deduction::Applied { parts }))
-            | Out::Ok(Val::Res(Reserved::Held { parts, .. })) => Some(parts),
+            Out::Ok(Val::Ded(Deduction::Applied { segment, units }))
+            | Out::Ok(Val::Res(Reserved::Held { segment, units, .. })) => Some(Part {
+                segment: *segment,
+                units: *units,
+            }),
             _ => None,
         }
     }
-    /// Replayed, with parts.
-    pub fn replayed(&self) -> Option<&[Part]> {
+    /// Replayed: where and how many units.
+    pub fn replayed(&self) -> Option<Part> {
         match &self.out {
-            Out::Ok(Val::Ded(Deduction::Replayed { parts }))
-            | Out::Ok(Val::Res(Reserved::Replayed { parts, .. })) => Some(parts),
+            Out::Ok(Val::Ded(Deduction::Replayed { segment, units }))
+            | Out::Ok(Val::Res(Reserved::Replayed { segment, units, .. })) => Some(Part {
+                segment: *segment,
+                units: *units,
+            }),
             _ => None,
         }
     }
     /// Applied or replayed: the answer says this request holds units.
-    pub fn holds(&self) -> Option<&[Part]> {
+    pub fn holds(&self) -> Option<Part> {
         self.applied().or_else(|| self.replayed())
     }
     /// The request this operation is about: (user, request id) — request ids are scoped per

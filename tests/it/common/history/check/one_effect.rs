@@ -28,9 +28,9 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 &[],
             ));
         }
-        let first_parts = applied.first().and_then(|o| o.applied());
+        let first_part = applied.first().and_then(|o| o.applied());
         for o in &takers {
-            let Some(parts) = o.holds() else { continue };
+            let Some(part) = o.holds() else { continue };
             let how = if o.applied().is_some() {
                 "applied"
             } else {
@@ -42,16 +42,16 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                 Kind::Reserve
             };
             // Every unit of an applied request is at its home.
-            let at_home = [shardstock::Part {
+            let at_home = shardstock::Part {
                 segment: home,
                 units: o.qty,
-            }];
-            if parts != at_home {
+            };
+            if part != at_home {
                 out.push(v(
                     C1,
-                    "parts are not one part at home",
+                    "units are not the request's at home",
                     format!(
-                        "{k}: op #{} answered {how} with parts {parts:?}; the request's home is segment {home}",
+                        "{k}: op #{} answered {how} with {part:?}; the request's home is segment {home}",
                         o.seq
                     ),
                     &[key],
@@ -95,28 +95,28 @@ pub(super) fn check(cx: &Ctx<'_>, out: &mut Vec<Violation>) {
                     &[&o.user],
                 )),
             }
-            if let Some(fp) = first_parts
-                && fp != parts
+            if let Some(fp) = first_part
+                && fp != part
             {
                 out.push(v(
                     C1,
-                    "replay parts differ from the applying op",
+                    "replay units differ from the applying op",
                     format!(
-                        "{k}: op #{} answered {how} with parts {parts:?}, the applying op with {fp:?}",
+                        "{k}: op #{} answered {how} with {part:?}, the applying op with {fp:?}",
                         o.seq
                     ),
                     &[key],
                     &[],
                 ));
             }
-            if let Effect::Sale { parts: sp, .. } = &f.effect
-                && sp != parts
+            if let Effect::Sale { part: sp, .. } = &f.effect
+                && *sp != part
             {
                 out.push(v(
                     C1,
-                    "parts differ from the store's record",
+                    "units differ from the store's record",
                     format!(
-                        "{k}: op #{} answered {how} with parts {parts:?}, the store's record says {sp:?}",
+                        "{k}: op #{} answered {how} with {part:?}, the store's record says {sp:?}",
                         o.seq
                     ),
                     &[key],
