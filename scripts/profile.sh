@@ -414,7 +414,7 @@ def path(s):
     if fn(s, "store::memory::Seg::rec"):
         return "store: record lookup + expiry check (Seg::rec)"
     if fn(s, "shardstock::store::memory"):
-        return "store: rest (segment DashMap lookup, mutex lock/unlock incl. futex wake, Rec::new, parts Vec, reclaim)"
+        return "store: rest (segment DashMap lookup, mutex lock/unlock incl. futex wake, Rec::new, reclaim)"
     if fn(s, "shardstock::store::redis") or fn(s, "fred::") or fn(s, "redis_protocol"):
         return "redis client: store::redis + fred + RESP (incl. the I/O and syscalls they make)"
     if fn(s, "metrics"):

@@ -98,7 +98,7 @@ pub struct Part {
     pub units: u64,
 }
 
-/// Encodes parts as `"3:1,5:2"` (the form stored in outcome records).
+/// Encodes parts as `"3:1,5:2"` (an outbox event's `parts`, and the orders table's column).
 pub fn encode_parts(parts: &[Part]) -> String {
     let mut s = String::new();
     for (i, p) in parts.iter().enumerate() {

@@ -514,7 +514,10 @@ async fn nemesis_empty_reload_while_stale_instances_sell() {
                     let user = format!("u{}", rng.u32(..30));
                     let qty = rng.u64(1..=2);
                     match e.deduct(&d(SKU, &user, qty, &r)).await {
-                        Ok(Deduction::Applied { segment, .. }) => {
+                        Ok(Deduction::Applied { segment, units }) => {
+                            if units != qty {
+                                odd.push(format!("{name} deduct {r}: {units} sold of {qty}"));
+                            }
                             sold.push((r, user, qty, segment))
                         }
                         Ok(_) => {}

@@ -1,5 +1,5 @@
 //! Check 1: one effect per request (never applied twice, replays match the store's record —
-//! one part, at the request's home —, no spurious conflict).
+//! the request's units, at its home —, no spurious conflict).
 
 use super::*;
 use std::collections::BTreeSet;
