@@ -20,7 +20,7 @@
 #    port, fsync default), `pgbench -n -c 64 -j 2 -T 10` of one
 #    `UPDATE stock SET n = n - 1 WHERE id = 1 AND n >= 1`; removed on exit. Installs Debian's
 #    `postgresql` with apt-get when initdb is missing and the script runs as root (else n/a).
-# 6. Prints a Markdown table — throughput, ratio to the ceiling, p50/p99, Redis µs per
+# 6. Prints a Markdown table — throughput, ratio to the ceiling, p50/p99, Redis CPU µs per
 #    deduction (redis-server main-thread CPU over the row, INFO cpu, ÷ units sold; ÷
 #    requests for the storm and the bare script), client CPU µs per request (getrusage of the
 #    child) and requests per script call — and every ratio with its target.

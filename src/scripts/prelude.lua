@@ -178,8 +178,8 @@ end
 -- field <user>, value `<h> <f>` then ` <request id> <record>` per record (neither has a
 -- space) — or, for a new buyer's one sale of one unit (the flash sale's every buyer), the short
 -- form `<request id>` alone, which stands for `1 1 <request id> A:1:0:0` and saves the sale a
--- string and ~12 bytes — so a coalesced call reads every ledger it needs with one HMGET and writes them back
--- with one HSET, and a buyer costs one field, not a key. Without a limit each user's ledger is
+-- string and ~12 bytes — so a coalesced call reads every ledger it needs with one HMGET and
+-- writes them back with one HSET, and a buyer costs one field, not a key. Without a limit each user's ledger is
 -- a hash of its own, `…:g<gen>:u:<user>` (field `=<request id>` per record), which expires with
 -- its latest record.
 --

@@ -35,8 +35,8 @@
 -- (its users, as sent), one HSET of the counters and one HSET of every ledger written (+ ZADD
 -- per reservation, + XADD per request with the outbox). A new buyer's one-unit sale (the hot
 -- path) makes no string: its ledger text is its request id as sent (the short form). Without
--- a limit, per request one HGET of its record and,
--- applied, HLEN + HSET + PEXPIREAT of the user's own ledger. TIME only when needed:
+-- a limit, per request one HGET of its record and, applied, HLEN + HSET + PEXPIREAT of the
+-- user's own ledger. TIME only when needed:
 -- reservations to reclaim, a record with a lifetime to check or write (every sale without a
 -- limit, every reservation). A sale under a per-user limit reads no clock at all. Where a
 -- call's instructions go, step by step: `CALLGRIND=1 LADDER=1 scripts/fcall_cost.sh`.
@@ -116,8 +116,7 @@ end
 -- run r is RUN[o + 1 .. o + 10], o = 10(r - 1): the place of its spec in ARGV, its first and
 -- last request, then the spec parsed: qty, qty as text, resv_ttl_ms, ttl_ms, a new buyer's sale
 -- ledger text before and after the request id (nil for one unit: the id alone is the text),
--- and `b<name>` when the spec is bad (every
--- request of the run is refused with it). Request j of run r: user ARGV[p + 2 + j - j0],
+-- and `b<name>` when the spec is bad (every request of the run is refused with it). Request j of run r: user ARGV[p + 2 + j - j0],
 -- request id m places after it (p the spec's place, j0 the run's first request). The runs
 -- must add up to n, and to the arguments sent.
 local RUN, nr = {}, 0
