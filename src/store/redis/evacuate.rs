@@ -316,6 +316,20 @@ impl Node {
         parse_slots(&v)
     }
 
+    /// The slots this node has open ([`open_slots`] of its `CLUSTER NODES`).
+    async fn open_slots(&self) -> Result<Vec<(u16, String, bool)>> {
+        let nodes: String = self.call("CLUSTER", vec!["NODES".into()]).await?;
+        Ok(open_slots(&nodes))
+    }
+
+    /// This node imports `slot` from node `from` (a claim clears the mark); false when it
+    /// cannot tell.
+    async fn imports(&self, slot: u16, from: &str) -> bool {
+        self.open_slots()
+            .await
+            .is_ok_and(|o| o.iter().any(|(s, p, imp)| *s == slot && *imp && p == from))
+    }
+
     async fn keys_in_slot(&self, slot: u16) -> Result<Vec<Value>> {
         let n: u64 = self
             .call("CLUSTER", vec!["COUNTKEYSINSLOT".into(), slot.into()])
@@ -602,13 +616,7 @@ async fn move_slot(
     if let Err(e) = dst.call::<()>("CLUSTER", setslot("NODE", dst_id)).await {
         // Not applied for sure only if the target still imports the slot (a claim clears the
         // mark): then the slot stays the source's. Otherwise it may have been applied.
-        let nodes: Result<String> = dst.call("CLUSTER", vec!["NODES".into()]).await;
-        let importing = nodes.is_ok_and(|n| {
-            open_slots(&n)
-                .iter()
-                .any(|(s, p, imp)| *s == slot && *imp && p == src_id)
-        });
-        if importing {
+        if dst.imports(slot, src_id).await {
             pause.claim_unconfirmed = false;
             return Err(e);
         }
@@ -675,13 +683,7 @@ async fn move_slot(
 /// and the copies (best effort: an evacuation of the slot later clears them too). Only while
 /// the target still imports the slot from the source: a target that owns it keeps its keys.
 async fn abandon(dst: &Node, src_id: &str, slot: u16, batch: usize) {
-    let importing = match dst.call::<String>("CLUSTER", vec!["NODES".into()]).await {
-        Ok(n) => open_slots(&n)
-            .iter()
-            .any(|(s, p, imp)| *s == slot && *imp && p == src_id),
-        Err(_) => false,
-    };
-    if !importing {
+    if !dst.imports(slot, src_id).await {
         return;
     }
     if let Err(e) = clear_copies(dst, slot, batch).await {
@@ -772,10 +774,7 @@ pub(crate) async fn evacuate(
             .collect();
         // A slot being resharded already is left to the reshard: its keys may be split
         // between the source and another node.
-        let open: Vec<(u16, String, bool)> = {
-            let nodes: String = src.call("CLUSTER", vec!["NODES".into()]).await?;
-            open_slots(&nodes)
-        };
+        let open = src.open_slots().await?;
         if let Some((slot, peer, _)) = open.iter().find(|(s, _, _)| slots.contains(s)) {
             return Err(refused(format!(
                 "slot {slot} of {from} is being migrated (to node {peer}): finish or undo that \
@@ -785,8 +784,9 @@ pub(crate) async fn evacuate(
         let mut moved = Vec::with_capacity(slots.len());
         for (slot, t) in assign(&slots, targets.len()) {
             let (dst, dst_id) = &targets[t];
-            let nodes: String = dst.call("CLUSTER", vec!["NODES".into()]).await?;
-            if let Some((_, peer, _)) = open_slots(&nodes)
+            if let Some((_, peer, _)) = dst
+                .open_slots()
+                .await?
                 .into_iter()
                 .find(|(s, p, importing)| *s == slot && !(*importing && p == &src_id))
             {
