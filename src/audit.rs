@@ -13,10 +13,13 @@ pub struct SegmentAudit {
     /// Counters (zeros when the segment is missing).
     #[serde(flatten)]
     pub state: SegmentState,
-    /// Units held by this segment's live reservations (must equal `reserved`).
+    /// Units held by this segment's reservations (must equal `reserved`).
     pub held: u64,
-    /// Live reservations in this segment.
+    /// Reservations in this segment (those past their expiry included).
     pub reservations: u64,
+    /// Of `reserved`, units of reservations past their expiry: on their way back to stock,
+    /// returned by the next step that writes at this segment (an audit writes nothing).
+    pub expired: u64,
     /// `loaded + restocked + moved_in = remaining + reserved + sold + moved_out` holds, every
     /// reserved unit belongs to a live reservation, and the segment exists.
     pub ok: bool,
@@ -25,7 +28,7 @@ pub struct SegmentAudit {
 /// A conservation check of one SKU: `loaded + restocked = remaining + in_transit + reserved +
 /// sold` in total, where units in transit (debited by a transfer, not yet credited home) are
 /// `Σ moved_out − Σ moved_in`; `loaded + restocked + moved_in = remaining + reserved + sold +
-/// moved_out` per segment; every reserved unit is held by a live reservation (per segment, read
+/// moved_out` per segment; every reserved unit is held by a reservation (per segment, read
 /// atomically with the counters); and the segments' loads add up to what the SKU was loaded
 /// with.
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
@@ -43,8 +46,13 @@ pub struct Audit {
     pub remaining: u64,
     /// Units sold.
     pub sold: u64,
-    /// Units held by live reservations (not sold, not sellable until they end).
+    /// Units held by reservations (not sold, not sellable until they end; `expired` of them
+    /// have ended and are on their way back).
     pub reserved: u64,
+    /// Of `reserved`, units of reservations past their expiry, not returned yet: the next
+    /// step that writes at their segment (a sale included) returns them first. An audit
+    /// writes nothing, so it reads them here rather than returning them.
+    pub expired: u64,
     /// Units moving between segments (debited by a transfer, not yet credited home): not
     /// sellable until credited, which their engine or any sweeper does.
     pub in_transit: u64,
@@ -56,6 +64,14 @@ pub struct Audit {
     pub segments: Vec<SegmentAudit>,
 }
 
+impl SegmentAudit {
+    /// Units a buyer can be sold here now: the stock plus the expired reservations' units
+    /// (a sale returns those first). What `status` and the remaining-units gauges show.
+    pub fn sellable(&self) -> u64 {
+        self.state.stock.saturating_add(self.expired)
+    }
+}
+
 impl Audit {
     /// Checks the SKU `sku` described by `meta` from `segs`, what `survey.lua` read of each of
     /// its segments (`None`: missing or of another generation).
@@ -64,7 +80,7 @@ impl Audit {
         let mut segments = Vec::with_capacity(segs.len());
         let (mut loaded, mut restocked, mut remaining, mut sold, mut reserved) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
-        let (mut moved_in, mut moved_out) = (0u64, 0u64);
+        let (mut moved_in, mut moved_out, mut expired) = (0u64, 0u64, 0u64);
         for (i, h) in segs.iter().enumerate() {
             let state = h.map(|h| h.state).unwrap_or_default();
             let ok = match h {
@@ -86,7 +102,7 @@ impl Audit {
                     if s.reserved != h.held {
                         ok = false;
                         problems.push(format!(
-                            "segment {i}: reserved {} but its {} live reservations hold {} ({})",
+                            "segment {i}: reserved {} but its {} reservations hold {} ({})",
                             s.reserved,
                             h.live,
                             h.held,
@@ -117,11 +133,13 @@ impl Audit {
             reserved += state.reserved;
             moved_in += state.moved_in;
             moved_out += state.moved_out;
+            expired += h.map_or(0, |h| h.expired);
             segments.push(SegmentAudit {
                 index: i as u32,
                 state,
                 held: h.map_or(0, |h| h.held),
                 reservations: h.map_or(0, |h| h.live),
+                expired: h.map_or(0, |h| h.expired),
                 ok,
             });
         }
@@ -154,6 +172,7 @@ impl Audit {
             remaining,
             sold,
             reserved,
+            expired,
             in_transit,
             ok: problems.is_empty(),
             problems,

@@ -30,6 +30,7 @@ use std::sync::Arc;
 mod background;
 mod deduct;
 mod layout;
+mod look;
 mod options;
 mod outcome;
 pub mod protocol;
@@ -54,6 +55,10 @@ struct Inner<S> {
     /// Hashed with foldhash: every request looks its SKU up (SipHash was ~0.4 % of a sale's
     /// client CPU).
     layouts: DashMap<Sku, Arc<Layout>, foldhash::fast::RandomState>,
+    /// Every SKU this engine has seen loaded and ready, with the last generation seen. Unlike
+    /// a cached layout (dropped when the metadata is gone) an entry stays, so the live audit
+    /// can tell a SKU whose data vanished (Redis back empty) from one never loaded.
+    seen: DashMap<Sku, u64, foldhash::fast::RandomState>,
     /// Which SKUs get their own metric label.
     sku_labels: crate::metrics::SkuLabels,
     /// The in-process per-user filter.
@@ -120,35 +125,6 @@ impl<S: Store> Engine<S> {
         self.metered(req, Intent::Sale).await.map(|(d, _)| d)
     }
 
-    /// Units left, in total and per segment (one pipelined survey, which returns expired
-    /// reservations first).
-    ///
-    /// # Errors
-    /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
-    pub async fn remaining(&self, sku: &Sku) -> Result<Remaining> {
-        for _ in 0..deduct::STALE_RETRIES {
-            let l = self.layout(sku).await?;
-            let pass = self.survey_all(&l).await?;
-            pass.all_answered(sku)?;
-            let segs = pass.segs;
-            if segs.iter().all(Option::is_some) {
-                let per_segment: Vec<u64> = segs.iter().flatten().map(|s| s.stock).collect();
-                let (out, inn) = segs
-                    .iter()
-                    .flatten()
-                    .fold((0u64, 0u64), |(o, i), s| (o + s.moved_out, i + s.moved_in));
-                crate::metrics::remaining(&self.inner.sku_labels, sku.as_str(), &per_segment);
-                return Ok(Remaining {
-                    total: per_segment.iter().sum(),
-                    per_segment,
-                    in_transit: out.saturating_sub(inn),
-                });
-            }
-            self.forget(&l);
-        }
-        Err(Error::NotReady(sku.to_string()))
-    }
-
     /// Where each segment of `sku` lives now (hash tag, slot, master) on a Redis Cluster;
     /// `None` on a store without slots (a single Redis, the memory store).
     ///
@@ -163,44 +139,6 @@ impl<S: Store> Engine<S> {
         store
             .segment_homes(sku, &meta.placement, meta.segments)
             .await
-    }
-
-    /// Checks conservation for `sku`; see [`Audit`](crate::Audit). A failed check is a report,
-    /// not an error.
-    ///
-    /// # Errors
-    /// [`Error::NotLoaded`], [`Error::NotReady`], store errors.
-    pub async fn audit(&self, sku: &Sku) -> Result<crate::Audit> {
-        let store = &self.inner.store;
-        let meta = store
-            .meta(sku)
-            .await?
-            .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
-        if !meta.ready {
-            return Err(Error::NotReady(sku.to_string()));
-        }
-        let at = |index| seg_at(sku, meta.generation, index, &meta.placement);
-        // Segments are read one by one: a transfer between two reads would show a debit
-        // without its credit (or the reverse). Read until two reads agree on what moved.
-        let read = || {
-            let reads = (0..meta.segments).map(|index| store.survey(at(index), true));
-            futures::future::try_join_all(reads)
-        };
-        let moved = |v: &[Option<crate::store::Survey>]| -> Vec<Option<(u64, u64)>> {
-            v.iter()
-                .map(|s| s.map(|s| (s.state.moved_out, s.state.moved_in)))
-                .collect()
-        };
-        let mut segs = read().await?;
-        for _ in 0..8 {
-            let again = read().await?;
-            let same = moved(&again) == moved(&segs);
-            segs = again;
-            if same {
-                break;
-            }
-        }
-        Ok(crate::Audit::check(sku, &meta, &segs))
     }
 }
 

@@ -1,28 +1,24 @@
 //! The live audit (opt-in): [`Engine::audit`] of a set of SKUs every few seconds, exported as
-//! gauges, so conservation is a metric an alert can watch (`config/alerts.yml`).
+//! gauges, so conservation is a metric an alert can watch (`config/alerts.yml`). An audit
+//! writes nothing ([`Store::peek`](crate::store::Store::peek)), so the live audit goes on while
+//! a master refuses writes.
 //!
-//! Which SKUs: the ones the engine has used (those with a cached layout — the sweeper's set: a
-//! SKU loaded, sold or read through this engine) plus an explicit list. A SKU that is not
-//! loaded (or not ready) is skipped, not counted as failing.
+//! Which SKUs: every SKU this engine has seen loaded and ready (sold, read or audited through
+//! it) plus an explicit list. A SKU that is not loaded (or not ready) is skipped, not counted
+//! as failing — unless this engine saw it loaded and ready before: its metadata is gone
+//! (Redis restarted empty, or lost its data in a failover), and it is counted as **vanished**
+//! (and as failing) until it is loaded again.
 //!
 //! What it exports (names in [`crate::metrics`]):
-//! - `shardstock_audit_failing_skus` — SKUs whose last audit failed, over *every* audited SKU
-//!   (no label, so its cardinality is one whatever the number of SKUs); the alert's signal;
-//! - `shardstock_audit_ok{sku}` — 1 or 0 per SKU, only for SKUs with their own label
-//!   ([`SkuLabels`](crate::metrics::SkuLabels): the configured list plus the first few seen),
-//!   to say *which* SKU failed; the others are counted in the gauge above only;
-//! - `shardstock_audit_unaccounted_units` — `|loaded + restocked − remaining − reserved −
-//!   sold|` per segment, summed (units lost or made up behind the engine's back);
-//! - `shardstock_audit_excess_units` — the part of it where more units are counted than were
-//!   loaded and restocked: stock that can be sold twice (the oversell signal);
-//! - `shardstock_audit_skus`, `shardstock_audit_errors_total` (audits the store did not
-//!   answer) and `shardstock_audit_last_run_timestamp_seconds` (the last round that read every
-//!   SKU: a stale value means the audit is not running or cannot reach Redis).
-//!
-//! A failed audit is checked once more before it counts: an audit that raced a reload (its
-//! metadata read before the new generation replaced the segments) passes the second time, or
-//! shows another generation and is skipped for this round.
-
+//! - `shardstock_audit_failing_skus` — SKUs whose last audit failed or that vanished, over
+//!   *every* audited SKU (no label, so its cardinality is one whatever the number of SKUs);
+//!   the alert's signal;
+//! - `shardstock_audit_vanished_skus` — of those, SKUs this engine saw loaded whose metadata
+//!   is gone (their own alert: the store lost data);
+//! - `shardstock_audit_ok{sku}` — 1 or 0 per SKU (0 for a vanished one too), only for SKUs
+//!   with their own label ([`SkuLabels`](crate::metrics::SkuLabels): the configured list plus
+//!   the first few seen), to say *which* SKU failed; the others are counted in the gauges
+//!   above only;
 use crate::audit::Audit;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -51,10 +47,12 @@ impl Drop for LiveAudit {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Round {
-    /// SKUs audited.
+    /// SKUs audited (vanished ones included).
     pub audited: u64,
-    /// SKUs whose audit failed (twice in a row, same generation).
+    /// SKUs whose audit failed (twice in a row, same generation) or that vanished.
     pub failing: u64,
+    /// SKUs this engine saw loaded and ready whose metadata is gone.
+    pub vanished: u64,
     /// Units unaccounted for, summed over the segments of every audited SKU.
     pub unaccounted: u64,
     /// Units counted beyond what was loaded and restocked, summed likewise.
@@ -63,36 +61,60 @@ pub struct Round {
     pub skipped: u64,
     /// SKUs whose audit the store did not answer.
     pub errors: u64,
+    /// The store answered a plain read at the start of the round.
+    pub store_up: bool,
 }
 
-/// `(unaccounted, excess)` of one audit: per segment, `in = loaded + restocked` against `out =
-/// remaining + reserved + sold`; unaccounted sums `|in − out|`, excess sums `out − in` where
-/// positive.
+/// `(unaccounted, excess)` of one audit: per segment, its
+/// [`balance`](crate::store::SegmentState::balance) (`loaded + restocked + moved_in` against
+/// `remaining + reserved + sold + moved_out`); unaccounted sums each segment's
+/// [`unaccounted`](crate::store::Balance::unaccounted), excess its
+/// [`excess`](crate::store::Balance::excess). Units a transfer moved are counted at both ends,
+/// so a healthy sale with transfers shows 0 and 0, as [`Engine::audit`] says `ok`.
 pub fn unaccounted(a: &Audit) -> (u64, u64) {
     a.segments.iter().fold((0, 0), |(u, x), s| {
-        let st = &s.state;
-        let inn = u128::from(st.loaded) + u128::from(st.restocked);
-        let out = u128::from(st.stock) + u128::from(st.reserved) + u128::from(st.sold);
-        let diff = u64::try_from(inn.abs_diff(out)).unwrap_or(u64::MAX);
-        let more = if out > inn { diff } else { 0 };
-        (u.saturating_add(diff), x.saturating_add(more))
+        let b = s.state.balance();
+        (
+            u.saturating_add(b.unaccounted()),
+            x.saturating_add(b.excess()),
+        )
     })
 }
 
+/// What the live audit made of one SKU.
+enum Looked {
+    /// Audited (passed or failed).
+    Audited(Audit),
+    /// Seen loaded and ready (in this generation) before; its metadata is gone now.
+    Vanished(u64),
+    /// Nothing to audit this round: not loaded (and never seen loaded), not ready, or reloaded
+    /// between the two checks.
+    Skipped,
+}
+
 impl<S: Store> Engine<S> {
-    /// One round of the live audit over the SKUs this engine has used plus `extra`: audits
+    /// One round of the live audit over the SKUs this engine has seen plus `extra`: audits
     /// each, records the gauges (see [`crate::live_audit`]) and returns the figures.
     pub async fn audit_round(&self, extra: &[Sku]) -> Round {
-        let mut skus = self.used_skus();
+        let mut skus = self.seen_skus();
         for s in extra {
             if !skus.contains(s) {
                 skus.push(s.clone());
             }
         }
         let mut r = Round::default();
+        // Does the store answer at all? One plain read (the registry of SKUs), so that a dead
+        // Redis shows as such even when there is no SKU to audit.
+        r.store_up = match self.store().skus().await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "live audit: the store does not answer");
+                false
+            }
+        };
         for sku in &skus {
             match self.audit_twice(sku).await {
-                Ok(Some(a)) => {
+                Ok(Looked::Audited(a)) => {
                     r.audited += 1;
                     let (u, x) = unaccounted(&a);
                     r.unaccounted = r.unaccounted.saturating_add(u);
@@ -104,7 +126,15 @@ impl<S: Store> Engine<S> {
                     }
                     crate::metrics::audit_sku(self.sku_labels(), sku.as_str(), a.ok);
                 }
-                Ok(None) => r.skipped += 1,
+                Ok(Looked::Vanished(generation)) => {
+                    r.audited += 1;
+                    r.failing += 1;
+                    r.vanished += 1;
+                    tracing::error!(sku = %sku, generation,
+                        "live audit: the SKU was loaded but its metadata is gone (the store lost its data?)");
+                    crate::metrics::audit_sku(self.sku_labels(), sku.as_str(), false);
+                }
+                Ok(Looked::Skipped) => r.skipped += 1,
                 Err(e) => {
                     r.errors += 1;
                     tracing::warn!(sku = %sku, error = %e, "live audit: cannot read the SKU");
@@ -118,21 +148,24 @@ impl<S: Store> Engine<S> {
         r
     }
 
-    /// The audit of `sku`, a failed one checked again; `None` when there is nothing to audit
-    /// this round (not loaded, not ready, or reloaded between the two checks).
-    async fn audit_twice(&self, sku: &Sku) -> crate::Result<Option<Audit>> {
+    /// The audit of `sku`, a failed one checked again.
+    async fn audit_twice(&self, sku: &Sku) -> crate::Result<Looked> {
         let skip = |e: Error| match e {
-            Error::NotLoaded(_) | Error::NotReady(_) => Ok(None),
+            Error::NotLoaded(_) => match self.seen_generation(sku) {
+                Some(g) => Ok(Looked::Vanished(g)),
+                None => Ok(Looked::Skipped),
+            },
+            Error::NotReady(_) => Ok(Looked::Skipped),
             e => Err(e),
         };
         let first = match self.audit(sku).await {
-            Ok(a) if a.ok => return Ok(Some(a)),
+            Ok(a) if a.ok => return Ok(Looked::Audited(a)),
             Ok(a) => a,
             Err(e) => return skip(e),
         };
         match self.audit(sku).await {
-            Ok(a) if a.ok || a.generation == first.generation => Ok(Some(a)),
-            Ok(_) => Ok(None),
+            Ok(a) if a.ok || a.generation == first.generation => Ok(Looked::Audited(a)),
+            Ok(_) => Ok(Looked::Skipped),
             Err(e) => skip(e),
         }
     }

@@ -33,11 +33,17 @@ pub const TRANSFER_DRAINED_UNITS: &str = "shardstock_transfer_drained_units_tota
 pub const SOLD_OUT_FROM_MEMORY: &str = "shardstock_sold_out_from_memory_total";
 /// Deductions answered from an earlier outcome of the same request id (counter).
 pub const REPLAYS: &str = "shardstock_request_replays_total";
-/// Units left per opted-in SKU (gauge, label `sku`; SKUs not opted in are not reported, see
-/// [`SkuLabels`]).
+/// Units a buyer can be sold now per opted-in SKU (gauge, label `sku`; SKUs not opted in are
+/// not reported, see [`SkuLabels`]): what [`Engine::remaining`](crate::Engine::remaining)
+/// answers, set by every read of all the SKU's segments (the live audit's rounds, `status`,
+/// `audit`).
 pub const REMAINING_UNITS: &str = "shardstock_remaining_units";
-/// Units left per segment of opted-in SKUs (gauge, labels `sku`, `segment`).
+/// Units a buyer can be sold now per segment of opted-in SKUs (gauge, labels `sku`,
+/// `segment`), set with [`REMAINING_UNITS`].
 pub const SEGMENT_REMAINING_UNITS: &str = "shardstock_segment_remaining_units";
+/// Units moving between segments per opted-in SKU (debited at a donor, not yet credited
+/// home; gauge, label `sku`), set with [`REMAINING_UNITS`].
+pub const IN_TRANSIT_UNITS: &str = "shardstock_in_transit_units";
 /// `SCRIPT LOAD`s after a `NOSCRIPT` reply (Redis restarted, failed over or flushed its script
 /// cache), by script (counter).
 pub const SCRIPT_RELOADS: &str = "shardstock_script_reloads_total";
@@ -57,7 +63,8 @@ pub const GUARD_ENTRIES: &str = "shardstock_user_guard_entries";
 pub const RESERVATIONS: &str = "shardstock_reservations_total";
 /// Units returned by expired reservations (counter).
 pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
-/// Units held by live reservations per opted-in SKU (gauge, label `sku`; set by the sweeper).
+/// Units held by live reservations per opted-in SKU (gauge, label `sku`; set with
+/// [`REMAINING_UNITS`] and by the sweeper).
 pub const RESERVED_UNITS: &str = "shardstock_reserved_units";
 /// Durability mode: calls answered [`crate::Error::NotDurable`] because their `WAIT` came back
 /// with fewer replica acknowledgements than `store.wait_replicas` within
@@ -90,17 +97,25 @@ pub const ERRORS: &str = "shardstock_errors_total";
 pub const AUDIT_OK: &str = "shardstock_audit_ok";
 /// Live audit: SKUs whose last audit failed, over every audited SKU (gauge, no label).
 pub const AUDIT_FAILING: &str = "shardstock_audit_failing_skus";
+/// Live audit: SKUs this engine saw loaded and ready whose metadata is gone (Redis restarted
+/// empty or lost data in a failover; gauge, no label): counted in [`AUDIT_FAILING`] too,
+/// until the SKU is loaded again.
+pub const AUDIT_VANISHED: &str = "shardstock_audit_vanished_skus";
 /// Live audit: SKUs audited in the last round (gauge).
 pub const AUDIT_SKUS: &str = "shardstock_audit_skus";
-/// Live audit: units unaccounted for, `|loaded + restocked − remaining − reserved − sold|`
-/// per segment, summed over the segments of every audited SKU (gauge).
+/// Live audit: units unaccounted for, `|loaded + restocked + moved_in − remaining − reserved −
+/// sold − moved_out|` per segment ([`Balance::unaccounted`](crate::store::Balance)), summed
+/// over the segments of every audited SKU (gauge).
 pub const AUDIT_UNACCOUNTED: &str = "shardstock_audit_unaccounted_units";
-/// Live audit: units counted beyond what was loaded and restocked (`remaining + reserved +
-/// sold − loaded − restocked` where positive), summed like [`AUDIT_UNACCOUNTED`]: stock that
-/// can be (or was) sold twice (gauge).
+/// Live audit: units counted beyond what came in (`remaining + reserved + sold + moved_out −
+/// loaded − restocked − moved_in` where positive, [`Balance::excess`](crate::store::Balance)),
+/// summed like [`AUDIT_UNACCOUNTED`]: stock that can be (or was) sold twice (gauge).
 pub const AUDIT_EXCESS: &str = "shardstock_audit_excess_units";
 /// Live audit: Unix time of the last round in which every SKU was read (gauge, seconds).
 pub const AUDIT_LAST_RUN: &str = "shardstock_audit_last_run_timestamp_seconds";
+/// Live audit: 1 when the store answered a plain read at the start of the last round, 0 when
+/// it did not (gauge).
+pub const STORE_UP: &str = "shardstock_store_up";
 /// Live audit: audits that could not read a SKU (store errors; counter).
 pub const AUDIT_ERRORS: &str = "shardstock_audit_errors_total";
 
@@ -149,12 +164,17 @@ pub fn describe() {
     describe_gauge!(
         REMAINING_UNITS,
         Unit::Count,
-        "Units left per SKU (opted-in SKUs only)."
+        "Units a buyer can be sold now per SKU, as the last read of every segment saw them (opted-in SKUs only)."
     );
     describe_gauge!(
         SEGMENT_REMAINING_UNITS,
         Unit::Count,
         "Units left per segment of opted-in SKUs."
+    );
+    describe_gauge!(
+        IN_TRANSIT_UNITS,
+        Unit::Count,
+        "Units moving between segments (debited at a donor, not yet credited home), per SKU (opted-in SKUs)."
     );
     describe_counter!(
         SCRIPT_RELOADS,
@@ -180,7 +200,7 @@ pub fn describe() {
     describe_gauge!(
         RESERVED_UNITS,
         Unit::Count,
-        "Units held by live reservations, per SKU (opted-in SKUs; set by the sweeper)."
+        "Units held by live reservations, per SKU (opted-in SKUs)."
     );
     describe_counter!(
         RESERVATIONS,
@@ -260,7 +280,12 @@ pub fn describe() {
     describe_gauge!(
         AUDIT_FAILING,
         Unit::Count,
-        "Live audit: SKUs whose last conservation audit failed (all audited SKUs)."
+        "Live audit: SKUs whose last conservation audit failed or whose data vanished (all audited SKUs)."
+    );
+    describe_gauge!(
+        AUDIT_VANISHED,
+        Unit::Count,
+        "Live audit: SKUs this engine saw loaded whose metadata is gone (the store lost data), until loaded again."
     );
     describe_gauge!(
         AUDIT_SKUS,
@@ -270,17 +295,22 @@ pub fn describe() {
     describe_gauge!(
         AUDIT_UNACCOUNTED,
         Unit::Count,
-        "Live audit: units unaccounted for, |loaded + restocked - remaining - reserved - sold| summed per segment."
+        "Live audit: units unaccounted for, |loaded + restocked + moved_in - remaining - reserved - sold - moved_out| summed per segment."
     );
     describe_gauge!(
         AUDIT_EXCESS,
         Unit::Count,
-        "Live audit: units counted beyond loaded + restocked (stock that can be sold twice), summed per segment."
+        "Live audit: units counted beyond loaded + restocked + moved_in (stock that can be sold twice), summed per segment."
     );
     describe_gauge!(
         AUDIT_LAST_RUN,
         Unit::Seconds,
         "Live audit: Unix time of the last round that read every SKU."
+    );
+    describe_gauge!(
+        STORE_UP,
+        Unit::Count,
+        "Live audit: 1 when the store answered a plain read at the start of the last round, 0 when it did not."
     );
     describe_counter!(
         AUDIT_ERRORS,
@@ -418,13 +448,14 @@ pub(crate) fn deduction(
 }
 
 /// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).
-pub const ERROR_KINDS: [&str; 7] = [
+pub const ERROR_KINDS: [&str; 8] = [
     "redis",
     "not_durable",
     "no_replicas",
     "lease_lost",
     "conflict",
     "invalid",
+    "not_loaded",
     "other",
 ];
 
@@ -441,13 +472,10 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
         K::LeaseLost => "lease_lost",
         K::RequestIdConflict => "conflict",
         K::InvalidInput => "invalid",
-        K::NotLoaded
-        | K::AlreadyLoaded
-        | K::NotReady
-        | K::Config
-        | K::Protocol
-        | K::Postgres
-        | K::Permission => "other",
+        // The SKU is not loaded, or its load is under way: buyers early for a sale, not a
+        // failure of the service (the error-rate alert leaves it out, like invalid input).
+        K::NotLoaded | K::NotReady => "not_loaded",
+        K::AlreadyLoaded | K::Config | K::Protocol | K::Postgres | K::Permission => "other",
     }
 }
 
@@ -535,17 +563,23 @@ pub(crate) fn sold_out_from_memory() {
     counter!(SOLD_OUT_FROM_MEMORY).increment(1);
 }
 
-pub(crate) fn remaining(labels: &SkuLabels, sku: &str, per_segment: &[u64]) {
-    if per_segment.contains(&u64::MAX) {
-        // u64::MAX is no count of units (older engines used it for "stock came back, amount
-        // unknown"; hints now forget instead): report nothing rather than overflow the sum.
-        return;
-    }
+/// The stock gauges of `sku` from a read of every segment (`engine/look.rs`): units a buyer
+/// can be sold per segment and in total, in transit, held by live reservations.
+pub(crate) fn stock(
+    labels: &SkuLabels,
+    sku: &str,
+    per_segment: &[u64],
+    in_transit: u64,
+    reserved: u64,
+) {
     let label = labels.label(sku);
     if label == "other" {
         return; // not opted in: a sum over unrelated SKUs would mean nothing
     }
-    gauge!(REMAINING_UNITS, "sku" => label.clone()).set(per_segment.iter().sum::<u64>() as f64);
+    let total = per_segment.iter().fold(0u64, |t, u| t.saturating_add(*u));
+    gauge!(REMAINING_UNITS, "sku" => label.clone()).set(total as f64);
+    gauge!(IN_TRANSIT_UNITS, "sku" => label.clone()).set(in_transit as f64);
+    gauge!(RESERVED_UNITS, "sku" => label.clone()).set(reserved as f64);
     for (i, units) in per_segment.iter().enumerate() {
         gauge!(SEGMENT_REMAINING_UNITS, "sku" => label.clone(), "segment" => i.to_string())
             .set(*units as f64);
@@ -562,6 +596,8 @@ pub(crate) fn audit_sku(labels: &SkuLabels, sku: &str, ok: bool) {
 pub(crate) fn audit_round(r: &crate::live_audit::Round, unix_seconds: Option<f64>) {
     gauge!(AUDIT_SKUS).set(r.audited as f64);
     gauge!(AUDIT_FAILING).set(r.failing as f64);
+    gauge!(AUDIT_VANISHED).set(r.vanished as f64);
+    gauge!(STORE_UP).set(if r.store_up { 1.0 } else { 0.0 });
     gauge!(AUDIT_UNACCOUNTED).set(r.unaccounted as f64);
     gauge!(AUDIT_EXCESS).set(r.excess as f64);
     counter!(AUDIT_ERRORS).increment(r.errors); // registered at zero: a series to alert on
@@ -588,13 +624,5 @@ mod tests {
                 "{label} is never used"
             );
         }
-    }
-
-    #[test]
-    fn an_unknown_segment_hint_is_not_summed() {
-        // u64::MAX was the engine's "stock came back" hint; it used to overflow the sum.
-        let labels = super::SkuLabels::new(vec!["s".into()], 0);
-        super::remaining(&labels, "s", &[3, u64::MAX, 4]);
-        super::remaining(&labels, "s", &[3, 4]);
     }
 }

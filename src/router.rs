@@ -72,10 +72,4 @@ impl Hints {
             })
             .collect()
     }
-
-    /// The last observed stock of every segment, however old (0 where never observed): for
-    /// the remaining-units gauges.
-    pub(crate) fn last_seen(&self) -> Vec<u64> {
-        self.stock.iter().map(|s| s.load(Relaxed)).collect()
-    }
 }

@@ -363,6 +363,15 @@ pub trait Store: Send + Sync + 'static {
         seg: SegAddr<'_>,
         detail: bool,
     ) -> impl Future<Output = Result<Option<Survey>>> + Send;
+    /// `peek.lua`: what [`survey`](Self::survey) reads, in one atomic step that writes nothing
+    /// (a `no-writes` script, so a master that refuses writes still answers it): reservations
+    /// past their expiry are not returned but counted in [`Survey::expired`]; `reclaimed` is 0.
+    /// The audit's and the status's read, so both work while writes are refused.
+    fn peek(
+        &self,
+        seg: SegAddr<'_>,
+        detail: bool,
+    ) -> impl Future<Output = Result<Option<Survey>>> + Send;
     /// Reads `user`'s record of `request_id` at its home segment (`None`: none, or forgotten).
     fn record(
         &self,

@@ -102,7 +102,6 @@ impl<S: Store> Engine<S> {
             match flow {
                 Done(d) => {
                     layout.sold_out.applied(&d); // sold out from memory
-                    self.maybe_gauges(&layout, trace.start);
                     return Ok((d, layout.generation));
                 }
                 Refused(e) => return Err(e),
@@ -500,19 +499,6 @@ pub(crate) struct Surveyed {
     /// Segments whose master refused the survey before it ran ([`Error::NoReplicas`]: it
     /// cannot reach its replicas); their counters are unknown.
     pub(crate) down: Vec<bool>,
-}
-
-impl Surveyed {
-    /// The segments that refused, as an error naming them; `Ok` when every segment answered.
-    pub(crate) fn all_answered(&self, sku: &crate::ids::Sku) -> Result<()> {
-        let down: Vec<usize> = (0..self.down.len()).filter(|&i| self.down[i]).collect();
-        if down.is_empty() {
-            return Ok(());
-        }
-        Err(Error::NoReplicas(format!(
-            "segments {down:?} of {sku}: their masters cannot reach their replicas"
-        )))
-    }
 }
 
 /// [`Engine::survey_all`]'s read: every segment (`at(i)`), one pass, another while credits

@@ -8,8 +8,6 @@ use crate::ids::Sku;
 use crate::router::Hints;
 use crate::store::{SegAddr, Store};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
 
 /// What this engine knows locally about a loaded SKU.
 #[derive(Debug)]
@@ -31,9 +29,6 @@ pub(crate) struct Layout {
     /// transfers (others took what it moved home) goes on holding this, so requests of one
     /// process do not pull the last units back and forth between their homes.
     pub(crate) gather: tokio::sync::Mutex<()>,
-    /// When the remaining-units gauges were last set (ms since `born`).
-    gauges_at: AtomicU64,
-    born: Instant,
 }
 
 impl Layout {
@@ -74,6 +69,7 @@ impl<S: Store> Engine<S> {
                 crate::segments::HOME_FN
             )));
         }
+        self.inner.seen.insert(sku.clone(), meta.generation);
         let layout = Arc::new(Layout {
             sku: sku.clone(),
             generation: meta.generation,
@@ -87,8 +83,6 @@ impl<S: Store> Engine<S> {
             ),
             gather: tokio::sync::Mutex::new(()),
             surveys: crate::shared_read::SharedRead::new(),
-            gauges_at: AtomicU64::new(0),
-            born: Instant::now(),
         });
         // Concurrent first callers share one layout (its sold-out proof counts what applied
         // through it); a cached layout of another generation is replaced.
@@ -141,19 +135,5 @@ impl<S: Store> Engine<S> {
         self.inner
             .layouts
             .remove_if(&l.sku, |_, cached| cached.generation == l.generation);
-    }
-
-    /// Sets the remaining-units gauges from the hints, at most every 100 ms per SKU.
-    pub(super) fn maybe_gauges(&self, l: &Layout, now: Instant) {
-        let now = now.saturating_duration_since(l.born).as_millis() as u64 + 100;
-        let last = l.gauges_at.load(Relaxed);
-        if now < last + 100
-            || l.gauges_at
-                .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        crate::metrics::remaining(&self.inner.sku_labels, l.sku.as_str(), &l.hints.last_seen());
     }
 }

@@ -192,6 +192,7 @@ impl EngineBuilder {
                 ),
                 opts: self.opts,
                 layouts: DashMap::default(),
+                seen: DashMap::default(),
             }),
         })
     }

@@ -105,14 +105,20 @@ pub struct Restocked {
     pub replayed: bool,
 }
 
-/// Units left, in total and per segment.
+/// Units left, in total and per segment: what a buyer can be sold now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Remaining {
     /// Sum over segments.
     pub total: u64,
-    /// Per segment, by index.
+    /// Per segment, by index: its stock plus the units of its reservations past their expiry
+    /// (the next step that writes there, a sale included, returns them first).
     pub per_segment: Vec<u64>,
     /// Units moving between segments (debited, not yet credited home): not counted in
     /// `total`, sellable once credited.
     pub in_transit: u64,
+    /// Units held by live reservations (not past their expiry): not counted in `total`.
+    pub reserved: u64,
+    /// Of `total`, units of reservations past their expiry, on their way back to stock:
+    /// counted in the segments' `reserved` counters until a step that writes returns them.
+    pub expired: u64,
 }

@@ -113,6 +113,8 @@ impl<S: Store> Engine<S> {
             }
             return Err(Error::NotReady(sku.to_string()));
         }
+        // The live audit watches it from now on, and can tell if its data vanishes.
+        self.inner.seen.insert(sku.clone(), generation);
         Ok(generation)
     }
 

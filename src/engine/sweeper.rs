@@ -106,10 +106,21 @@ impl<S: Store> Engine<S> {
         Ok((back, reserved))
     }
 
-    /// The SKUs this engine has used (those with a cached layout): the live audit goes over
-    /// them ([`crate::live_audit`]).
+    /// The SKUs this engine has used (those with a cached layout).
     pub(crate) fn used_skus(&self) -> Vec<crate::ids::Sku> {
         self.inner.layouts.iter().map(|e| e.key().clone()).collect()
+    }
+
+    /// Every SKU this engine has seen loaded and ready (sold, read or audited through it),
+    /// those whose data has vanished since included: the live audit goes over them
+    /// ([`crate::live_audit`]).
+    pub(crate) fn seen_skus(&self) -> Vec<crate::ids::Sku> {
+        self.inner.seen.iter().map(|e| e.key().clone()).collect()
+    }
+
+    /// The generation of `sku` this engine last saw loaded and ready, if it ever did.
+    pub(crate) fn seen_generation(&self, sku: &crate::ids::Sku) -> Option<u64> {
+        self.inner.seen.get(sku).map(|g| *g)
     }
 
     /// Which SKUs get their own metric label.

@@ -246,6 +246,10 @@ impl Store for MemoryStore {
         Ok(self.with_segment(seg, None, |s, now| Some(s.survey(now, detail))))
     }
 
+    async fn peek(&self, seg: SegAddr<'_>, detail: bool) -> Result<Option<Survey>> {
+        Ok(self.with_segment(seg, None, |s, now| Some(s.peek(now, detail))))
+    }
+
     async fn record(
         &self,
         home: SegAddr<'_>,

@@ -588,6 +588,15 @@ impl Store for RedisStore {
         r
     }
 
+    async fn peek(&self, seg: SegAddr<'_>, detail: bool) -> Result<Option<Survey>> {
+        self.conn
+            .run(segment::PeekCall {
+                at: self.at(seg),
+                detail,
+            })
+            .await
+    }
+
     /// `record.lua`. In durability mode a record found is waited for like a write (see
     /// `lua::segment::RecordRead`).
     async fn record(

@@ -187,13 +187,53 @@ pub struct SegmentState {
 }
 
 impl SegmentState {
-    /// `loaded + restocked + moved_in == stock + reserved + sold + moved_out`.
+    /// The segment's conservation balance: what came in (`loaded + restocked + moved_in`)
+    /// against where it is (`stock + reserved + sold + moved_out`). Every reader that shows
+    /// whether a segment adds up (the audit, the live audit's gauges, the command line) asks
+    /// this one function, so a unit moved by a transfer counts the same everywhere.
+    pub fn balance(&self) -> Balance {
+        Balance {
+            inflow: u128::from(self.loaded)
+                + u128::from(self.restocked)
+                + u128::from(self.moved_in),
+            outflow: u128::from(self.stock)
+                + u128::from(self.reserved)
+                + u128::from(self.sold)
+                + u128::from(self.moved_out),
+        }
+    }
+
+    /// `loaded + restocked + moved_in == stock + reserved + sold + moved_out`
+    /// ([`balance`](Self::balance) is even).
     pub fn balances(&self) -> bool {
-        self.loaded as u128 + self.restocked as u128 + self.moved_in as u128
-            == self.stock as u128
-                + self.reserved as u128
-                + self.sold as u128
-                + self.moved_out as u128
+        self.balance().is_even()
+    }
+}
+
+/// A segment's conservation balance ([`SegmentState::balance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Balance {
+    /// Units that came in: `loaded + restocked + moved_in`.
+    pub inflow: u128,
+    /// Units accounted for: `stock + reserved + sold + moved_out`.
+    pub outflow: u128,
+}
+
+impl Balance {
+    /// Every unit that came in is accounted for, once.
+    pub fn is_even(&self) -> bool {
+        self.inflow == self.outflow
+    }
+
+    /// `|inflow − outflow|`: units lost or made up behind the engine's back (saturating).
+    pub fn unaccounted(&self) -> u64 {
+        u64::try_from(self.inflow.abs_diff(self.outflow)).unwrap_or(u64::MAX)
+    }
+
+    /// `outflow − inflow` where positive: units counted beyond what came in, i.e. stock that
+    /// can be (or was) sold twice (saturating).
+    pub fn excess(&self) -> u64 {
+        u64::try_from(self.outflow.saturating_sub(self.inflow)).unwrap_or(u64::MAX)
     }
 }
 
@@ -219,8 +259,17 @@ pub struct Survey {
     pub live: u64,
     /// Index entries whose record is gone or no longer reserved.
     pub orphans: u64,
-    /// Units expired reservations returned to stock by this read.
+    /// Units expired reservations returned to stock by this read ([`Store::survey`]; 0 for
+    /// [`Store::peek`], which writes nothing).
+    ///
+    /// [`Store::survey`]: super::Store::survey
+    /// [`Store::peek`]: super::Store::peek
     pub reclaimed: u64,
+    /// Units of reservations past their expiry still counted in `reserved` (and, with detail,
+    /// in `held`): on their way back to stock, returned by the next step that writes at the
+    /// segment ([`Store::peek`](super::Store::peek); 0 after [`Store::survey`](super::Store::survey),
+    /// which returns them).
+    pub expired: u64,
 }
 
 /// A request's record at its home segment, as [`Store::record`](super::Store::record) reads it.

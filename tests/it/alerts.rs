@@ -10,25 +10,18 @@ use crate::common;
 // - `live_audit_counts_units_changed_behind_the_engines_back`: the library's live audit on a
 //   real redis-server: a unit removed from a segment (HINCRBY stock -1) is unaccounted, one
 //   added is excess too; a SKU that is not loaded is skipped, not failing.
-// - `audit_alert_fires_against_a_live_serve`: Debian's Prometheus loaded with config/alerts.yml
-//   (1 s scrape and evaluation) scraping a live `shardstock serve --audit-every-ms 200` on a real
-//   redis-server; while the counters add up no alert is pending or firing; a unit removed behind
-//   the engine's back makes ShardstockAuditFailed (with the SKU) and ShardstockUnitsUnaccounted
-//   fire, as Prometheus's /api/v1/alerts reports them, and ShardstockOversold stays quiet.
+//
+// A real Prometheus running the shipped config against live `serve`s, scenario by scenario:
+// `alert_scenarios.rs`.
 //
 // Prometheus and promtool are required: a missing tool fails the test (never skipped).
 
 use common::RedisServer;
-use common::http_client::{agent, get};
 use common::process::require;
-use common::prometheus::Prometheus;
-use common::serve_process::ServeProcess;
-use serde_json::{Value, json};
 use shardstock::{Deduct, LoadOptions, Sku};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -144,18 +137,20 @@ async fn live_audit_counts_units_changed_behind_the_engines_back() {
     let redis = RedisServer::start();
     let engine = common::redis_engine(&redis, shardstock::Engine::builder()).await;
     let sku = Sku::new("watch").unwrap();
-    engine.load(&sku, 100, LoadOptions::new(4)).await.unwrap();
     let unloaded = Sku::new("never-loaded").unwrap();
 
-    // Nothing used yet: nothing audited; an explicit SKU that is not loaded is skipped.
+    // Nothing loaded yet: nothing audited; an explicit SKU that is not loaded is skipped.
     let r = engine.audit_round(std::slice::from_ref(&unloaded)).await;
     assert_eq!(
-        (r.audited, r.skipped, r.failing, r.errors),
-        (0, 1, 0, 0),
+        (r.audited, r.skipped, r.failing, r.errors, r.store_up),
+        (0, 1, 0, 0, true),
         "{r:?}"
     );
 
-    // One sale: the SKU is used, so audited without being named.
+    // Loaded through this engine: audited from then on without being named.
+    engine.load(&sku, 100, LoadOptions::new(4)).await.unwrap();
+    let r = engine.audit_round(&[]).await;
+    assert_eq!((r.audited, r.failing), (1, 0), "{r:?}");
     let d = Deduct::new("watch", "u1", 1, "r1").unwrap();
     engine.deduct(&d).await.unwrap();
     let r = engine.audit_round(&[]).await;
@@ -186,145 +181,4 @@ async fn live_audit_counts_units_changed_behind_the_engines_back() {
     let audit = engine.audit(&sku).await.unwrap();
     assert_eq!(shardstock::live_audit::unaccounted(&audit), (3, 2));
     assert!(!audit.ok);
-}
-
-/// `METHOD url` with a JSON body: the status and the JSON reply.
-fn send(a: &ureq::Agent, method: &str, url: &str, body: Value) -> (u16, Value) {
-    let req = match method {
-        "PUT" => a.put(url),
-        _ => a.post(url),
-    };
-    let mut r = req
-        .header("content-type", "application/json")
-        .send(body.to_string())
-        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
-    let text = r.body_mut().read_to_string().unwrap();
-    (
-        r.status().as_u16(),
-        serde_json::from_str(&text).unwrap_or(Value::Null),
-    )
-}
-
-/// Prometheus's alerts (`/api/v1/alerts`): `(alertname, state, labels)`.
-fn alerts(prom: &Prometheus, a: &ureq::Agent) -> Vec<(String, String, Value)> {
-    let (status, body) = get(a, &format!("{}/api/v1/alerts", prom.base), &[]).unwrap();
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap();
-    v["data"]["alerts"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|x| {
-            (
-                x["labels"]["alertname"].as_str().unwrap_or("").to_string(),
-                x["state"].as_str().unwrap_or("").to_string(),
-                x["labels"].clone(),
-            )
-        })
-        .collect()
-}
-
-/// Polls `what` every 250 ms until it returns `Some`, for at most `limit`.
-fn wait_for<T>(limit: Duration, mut what: impl FnMut() -> Option<T>) -> Option<T> {
-    let until = Instant::now() + limit;
-    loop {
-        if let Some(t) = what() {
-            return Some(t);
-        }
-        if Instant::now() > until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-#[test]
-fn audit_alert_fires_against_a_live_serve() {
-    require("prometheus");
-    let t0 = Instant::now();
-    let redis = RedisServer::start();
-    let serve = ServeProcess::start(
-        &redis.url(),
-        &["--audit-every-ms", "200"],
-        &[("RUST_LOG", "shardstock=info")],
-    );
-    let a = agent();
-    let base = serve.base.clone();
-
-    let (s, b) = send(
-        &a,
-        "PUT",
-        &format!("{base}/skus/phone"),
-        json!({"stock": 50, "segments": 2}),
-    );
-    assert_eq!(s, 201, "{b}");
-    let (s, b) = send(
-        &a,
-        "POST",
-        &format!("{base}/skus/phone/deduct"),
-        json!({"user": "u1", "qty": 1, "request_id": "r1"}),
-    );
-    assert_eq!(s, 200, "{b}");
-
-    let rules = root().join("config/alerts.yml");
-    let prom = Prometheus::start(&format!(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-         rule_files:\n  - \"{}\"\n\
-         scrape_configs:\n  - job_name: shardstock\n    static_configs:\n      - targets: [\"{}\"]\n",
-        rules.display(),
-        serve.addr()
-    ));
-
-    // Healthy: the audit of the SKU is scraped as passing, and no alert is pending or firing.
-    let healthy = wait_for(Duration::from_secs(15), || {
-        let r = prom
-            .query(&a, "shardstock_audit_ok{sku=\"phone\"} == 1")
-            .ok()?;
-        let failing = prom.query(&a, "shardstock_audit_failing_skus == 0").ok()?;
-        (!r.is_empty() && !failing.is_empty()).then_some(())
-    });
-    assert!(
-        healthy.is_some(),
-        "Prometheus never saw a passing audit of `phone` from {}",
-        serve.addr()
-    );
-    // Two more evaluations on healthy data.
-    std::thread::sleep(Duration::from_secs(2));
-    let quiet = alerts(&prom, &a);
-    assert!(quiet.is_empty(), "alerts on a healthy run: {quiet:?}");
-    let healthy_at = t0.elapsed();
-
-    // A unit removed behind the engine's back.
-    let keys = segment_keys(&redis);
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    redis.cli(&["HINCRBY", &keys[0], "stock", "-1"]);
-    let broken = Instant::now();
-
-    let firing = wait_for(Duration::from_secs(30), || {
-        let all = alerts(&prom, &a);
-        let fired = |name: &str, sku: bool| {
-            all.iter()
-                .any(|(n, s, l)| n == name && s == "firing" && (!sku || l["sku"] == "phone"))
-        };
-        (fired("ShardstockAuditFailed", true) && fired("ShardstockUnitsUnaccounted", false))
-            .then_some(all)
-    });
-    let Some(all) = firing else {
-        panic!(
-            "ShardstockAuditFailed / ShardstockUnitsUnaccounted not firing 30 s after a unit \
-             was removed; alerts: {:?}",
-            alerts(&prom, &a)
-        );
-    };
-    let names: BTreeSet<&str> = all.iter().map(|(n, _, _)| n.as_str()).collect();
-    assert!(
-        !names.contains("ShardstockOversold"),
-        "a missing unit is no oversell: {all:?}"
-    );
-    eprintln!(
-        "healthy and quiet after {:.1}s; firing {:.1}s after the unit was removed; alerts: {names:?}",
-        healthy_at.as_secs_f64(),
-        broken.elapsed().as_secs_f64()
-    );
 }

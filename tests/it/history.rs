@@ -171,6 +171,7 @@ fn audit(sold: u64) -> Audit {
         remaining: LOADED - sold,
         sold,
         reserved: 0,
+        expired: 0,
         in_transit: 0,
         ok: true,
         problems: Vec::new(),

@@ -20,6 +20,8 @@ mod common;
 
 mod acl;
 #[cfg(feature = "cli")]
+mod alert_scenarios;
+#[cfg(feature = "cli")]
 mod alerts;
 #[cfg(feature = "cli")]
 mod cli_admin;

@@ -149,7 +149,8 @@ pub(crate) async fn run_status<S: Store>(
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let sku = Sku::new(&a.sku)?;
-    let remaining = engine.remaining(&sku).await?;
+    // One read of every segment (nothing written, so it answers while a master refuses
+    // writes): the figures below all come from it and add up as the audit's do.
     let audit = engine.audit(&sku).await?;
     let homes = engine.placement(&sku).await?;
     #[derive(serde::Serialize)]
@@ -158,49 +159,72 @@ pub(crate) async fn run_status<S: Store>(
         store: &'static str,
         strategy: shardstock::Strategy,
         generation: u64,
+        /// Units a buyer can be sold now (stock, plus units of expired reservations on their
+        /// way back: a sale returns those first).
         remaining: u64,
         remaining_per_segment: &'a [u64],
         /// Units moving between segments (credited home within a round trip, or by a sweeper).
         in_transit: u64,
+        /// Units held by live reservations.
         reserved: u64,
+        /// Of `remaining`, units of reservations past their expiry, not returned yet.
+        expired: u64,
         sold: u64,
         loaded: u64,
         restocked: u64,
+        /// The conservation audit of the same read passed.
+        audit_ok: bool,
         /// On a cluster: each segment's hash tag, slot and current master.
         #[serde(skip_serializing_if = "Option::is_none")]
         placement: Option<&'a [shardstock::placement::SegmentHome]>,
     }
+    let per_segment: Vec<u64> = audit.segments.iter().map(|s| s.sellable()).collect();
     let st = Status {
         sku: sku.as_str(),
         store: engine.store().name(),
         strategy: engine.store().strategy(),
         generation: audit.generation,
-        remaining: remaining.total,
-        remaining_per_segment: &remaining.per_segment,
+        remaining: per_segment.iter().sum(),
+        remaining_per_segment: &per_segment,
         in_transit: audit.in_transit,
-        reserved: audit.reserved,
+        reserved: audit.reserved - audit.expired,
+        expired: audit.expired,
         sold: audit.sold,
         loaded: audit.loaded,
         restocked: audit.restocked,
+        audit_ok: audit.ok,
         placement: homes.as_deref(),
     };
     if json {
         print_json(&st)?;
     } else {
         println!(
-            "{} (generation {}, {} store, strategy {}): remaining {}, in transit {}, reserved {}, sold {} of {} loaded + {} restocked",
+            "{} (generation {}, {} store, strategy {}): remaining {}{}, in transit {}, reserved {}, sold {} of {} loaded + {} restocked (audit {})",
             st.sku,
             st.generation,
             st.store,
             st.strategy,
             st.remaining,
+            if st.expired > 0 {
+                format!(
+                    " ({} of them from expired reservations, on their way back)",
+                    st.expired
+                )
+            } else {
+                String::new()
+            },
             st.in_transit,
             st.reserved,
             st.sold,
             st.loaded,
-            st.restocked
+            st.restocked,
+            if st.audit_ok {
+                "ok"
+            } else {
+                "FAILED: run `shardstock audit`"
+            }
         );
-        for (i, units) in remaining.per_segment.iter().enumerate() {
+        for (i, units) in per_segment.iter().enumerate() {
             match homes.as_ref().and_then(|h| h.get(i)) {
                 Some(h) => println!(
                     "  segment {i:>4}: {units:>10}   slot {:>5} on {}   tag {{{}}}",
@@ -241,26 +265,45 @@ pub(crate) async fn run_audit<S: Store>(
             engine.store().name()
         );
         println!(
-            "loaded {}  restocked {}  remaining {}  in transit {}  reserved {}  sold {}",
+            "loaded {}  restocked {}  remaining {}  in transit {}  reserved {}{}  sold {}",
             audit.loaded,
             audit.restocked,
             audit.remaining,
             audit.in_transit,
             audit.reserved,
+            if audit.expired > 0 {
+                format!(" (expired, on their way back: {})", audit.expired)
+            } else {
+                String::new()
+            },
             audit.sold
         );
+        // Per segment, what came in = where it is: `loaded + restocked + moved in = remaining
+        // + reserved + sold + moved out` (SegmentState::balance); units a transfer moved show
+        // at both ends.
         println!(
-            "{:>7} {:>12} {:>12} {:>12} {:>12}  ok",
-            "segment", "loaded", "restocked", "remaining", "sold"
+            "{:>7} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}  ok",
+            "segment",
+            "loaded",
+            "restocked",
+            "moved in",
+            "remaining",
+            "reserved",
+            "sold",
+            "moved out"
         );
         for s in &audit.segments {
+            let st = &s.state;
             println!(
-                "{:>7} {:>12} {:>12} {:>12} {:>12}  {}",
+                "{:>7} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}  {}",
                 s.index,
-                s.state.loaded,
-                s.state.restocked,
-                s.state.stock,
-                s.state.sold,
+                st.loaded,
+                st.restocked,
+                st.moved_in,
+                st.stock,
+                st.reserved,
+                st.sold,
+                st.moved_out,
                 if s.ok { "yes" } else { "NO" }
             );
         }

@@ -460,6 +460,47 @@ impl Segment {
             live,
             orphans,
             reclaimed,
+            expired: 0,
+        }
+    }
+
+    /// `peek.lua`: [`survey`](Self::survey) without writing anything. Reservations past their
+    /// expiry are not returned: their units stay in `reserved` (and, with `detail`, in `held`
+    /// and `live`), and `expired` says how many of them are on their way back (the next step
+    /// that writes at this segment returns them).
+    pub fn peek(&self, now: u64, detail: bool) -> Survey {
+        let (mut held, mut live, mut orphans, mut expired) = (0, 0, 0, 0);
+        for (exp, user, rid) in &self.reservations {
+            let due = *exp <= now;
+            if !detail && !due {
+                break; // ordered by expiry: only the due ones are needed
+            }
+            match self
+                .users
+                .get(user)
+                .and_then(|l| l.records.get(rid))
+                .filter(|r| r.state == RecordState::Reservation(ResvState::Reserved))
+            {
+                Some(r) => {
+                    if due {
+                        expired += r.qty;
+                    }
+                    if detail {
+                        held += r.qty;
+                        live += 1;
+                    }
+                }
+                None if detail => orphans += 1,
+                None => {}
+            }
+        }
+        Survey {
+            state: self.counters,
+            held,
+            live,
+            orphans,
+            reclaimed: 0,
+            expired,
         }
     }
 

@@ -143,6 +143,8 @@ scripts! {
     ReserveEnd "reserve_end",
     /// A segment's counters and live reservations, after the reclaim (audit, sweeper).
     Survey "survey",
+    /// A segment's counters and reservations, written nothing (audit, status, live audit).
+    Peek "peek" flags "no-writes",
     /// One request's record at its home (read only).
     Record "record",
     /// Adds units to a segment once per request id.
@@ -299,13 +301,14 @@ pub(crate) async fn run_durable<C: Call>(
 
 impl Script {
     /// Whether the script may write (durability mode waits after its calls unless the call
-    /// says otherwise): every script but the read-only ones (`record`, `outbox_lag`) and the
+    /// says otherwise): every script but the read-only ones (`record`, `peek`, `outbox_lag`) and the
     /// outbox consumer's bookkeeping (`outbox_trim`, `outbox_claim`, `outbox_dead`: losing
     /// one in a failover redelivers or keeps an event, never loses a sale).
     pub(crate) fn may_write(self) -> bool {
         !matches!(
             self,
             Script::Record
+                | Script::Peek
                 | Script::OutboxLag
                 | Script::OutboxTrim
                 | Script::OutboxClaim
@@ -558,7 +561,7 @@ mod tests {
         for (i, s) in Script::ALL.iter().enumerate() {
             assert_eq!(*s as usize, i);
             let (shebang, rest) = s.source().split_once('\n').unwrap();
-            let read_only = matches!(s, Script::OutboxLag);
+            let read_only = matches!(s, Script::OutboxLag | Script::Peek);
             assert_eq!(
                 shebang,
                 if read_only {

@@ -19,12 +19,21 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts Prometheus with `config` (a prometheus.yml) and waits until it is ready.
     pub fn start(config: &str) -> Self {
+        Self::start_with_files(config, &[])
+    }
+
+    /// Same, with `files` (name, text) written next to the config (rule files it names by a
+    /// relative path).
+    pub fn start_with_files(config: &str, files: &[(&str, &str)]) -> Self {
         require("prometheus");
         let agent = agent();
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let cfg = dir.path().join("prometheus.yml");
             std::fs::write(&cfg, config).unwrap();
+            for (name, text) in files {
+                std::fs::write(dir.path().join(name), text).unwrap();
+            }
             let log = dir.path().join("prometheus.log");
             let port = free_port();
             let mut proc = Proc::spawn(

@@ -185,6 +185,16 @@ impl<S: Store + Clone> Store for Refusing<S> {
         self.gated(seg.index, self.inner.survey(seg, detail))
     }
 
+    /// Reads go through: a master below its `min-replicas-to-write` still runs `no-writes`
+    /// scripts.
+    fn peek(
+        &self,
+        seg: SegAddr<'_>,
+        detail: bool,
+    ) -> impl Future<Output = Result<Option<Survey>>> + Send {
+        self.inner.peek(seg, detail)
+    }
+
     fn record(
         &self,
         home: SegAddr<'_>,

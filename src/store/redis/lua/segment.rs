@@ -281,6 +281,7 @@ impl Call for SurveyCall<'_> {
                 live: r.u64(8)?,
                 orphans: r.u64(9)?,
                 reclaimed: r.u64(10)?,
+                expired: 0,
             })),
             "stale" => Ok(None),
             _ => Err(r.bad()),
@@ -290,6 +291,52 @@ impl Call for SurveyCall<'_> {
     /// Durability mode: only a survey that returned units wrote anything.
     fn waits(&self, out: &Option<Survey>) -> bool {
         out.is_some_and(|s| s.reclaimed > 0)
+    }
+}
+
+/// `peek.lua`: the survey's read without the reclaim; writes nothing (`no-writes`), so a
+/// master that refuses writes answers it.
+pub(crate) struct PeekCall<'a> {
+    pub(crate) at: SegmentKeys<'a>,
+    /// Look at every reservation (`held`, `live`, `orphans`).
+    pub(crate) detail: bool,
+}
+
+impl Call for PeekCall<'_> {
+    const SCRIPT: Script = Script::Peek;
+    type Output = Option<Survey>;
+
+    fn encode(&self) -> (Vec<String>, Vec<String>) {
+        let keys = vec![
+            self.at.segment(),
+            self.at.reservations(),
+            self.at.limited_ledgers(),
+        ];
+        (keys, argv![self.at.generation(), flag(self.detail)])
+    }
+
+    fn decode(&self, reply: Value) -> Result<Option<Survey>> {
+        let r = Reply::parse(reply, Self::SCRIPT)?;
+        match r.tag() {
+            "peek" => Ok(Some(Survey {
+                state: SegmentState {
+                    stock: r.stock(0)?,
+                    sold: r.stock(1)?,
+                    loaded: r.u64(2)?,
+                    restocked: r.u64(3)?,
+                    reserved: r.stock(4)?,
+                    moved_in: r.u64(5)?,
+                    moved_out: r.u64(6)?,
+                },
+                held: r.u64(7)?,
+                live: r.u64(8)?,
+                orphans: r.u64(9)?,
+                reclaimed: 0,
+                expired: r.u64(10)?,
+            })),
+            "stale" => Ok(None),
+            _ => Err(r.bad()),
+        }
     }
 }
 

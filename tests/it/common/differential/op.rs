@@ -123,6 +123,8 @@ pub enum Op {
     /// `survey` of `seg`, with or without the detail of live reservations (the state check
     /// surveys every segment with detail after each step anyway).
     Survey { seg: u32, detail: bool },
+    /// `peek` of `seg` (the survey's read, written nothing), with or without the detail.
+    Peek { seg: u32, detail: bool },
     /// `record` of the nth request sent.
     Record { nth: usize },
     /// A step addressed to the previous generation (after a reload): 0 a sale, 1 a credit of
@@ -173,6 +175,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         4 => (0usize..32, 0u8..3).prop_map(|(nth, action)| Op::End { nth, action }),
         4 => (0usize..32, again()).prop_map(|(nth, how)| Op::Resend { nth, how }),
         1 => (seg.clone(), any::<bool>()).prop_map(|(seg, detail)| Op::Survey { seg, detail }),
+        1 => (seg.clone(), any::<bool>()).prop_map(|(seg, detail)| Op::Peek { seg, detail }),
         2 => (0usize..32).prop_map(|nth| Op::Record { nth }),
         1 => (seg, 0u8..9, 0usize..32).prop_map(|(seg, what, nth)| Op::Stale { seg, what, nth }),
         1 => Just(Op::Advance),

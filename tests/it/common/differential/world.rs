@@ -338,6 +338,11 @@ impl<S: Store> World<S> {
                 self.err("survey", &r);
                 format!("survey @{} detail {detail}: {r:?}", seg % n)
             }
+            Op::Peek { seg, detail } => {
+                let r = self.store.peek(at(*seg), *detail).await;
+                self.err("peek", &r);
+                format!("peek @{} detail {detail}: {r:?}", seg % n)
+            }
             Op::Record { nth } => {
                 let Some(s) = pick(&g.sent, *nth).cloned() else {
                     return Out::skip();
@@ -593,6 +598,23 @@ impl<S: Store> World<S> {
         };
         let sku = self.sku.clone();
         let segs: Vec<u32> = (0..g.segments).collect();
+        // What the audit reads (writes nothing, so it sees expired reservations not yet
+        // returned, after an `Advance`), before the survey returns them.
+        let peeks = segs
+            .iter()
+            .map(|i| self.store.peek(Self::at(&sku, &g, *i), true));
+        for (i, p) in join_all(peeks).await.into_iter().enumerate() {
+            self.err("peek", &p);
+            if let Ok(Some(p)) = &p {
+                let st = p.state;
+                if !st.balances() || p.held != st.reserved || p.orphans > 0 || p.expired > p.held {
+                    self.bad.push(format!(
+                        "[peek] segment {i}: {p:?} (balanced; held = reserved, expired among them; no orphans)"
+                    ));
+                }
+            }
+            lines.push(format!("  peek {i}: {p:?}"));
+        }
         if survey {
             let reads = segs
                 .iter()
