@@ -102,15 +102,18 @@ impl<S: Store> Engine<S> {
                 skus.push(s.clone());
             }
         }
-        let mut r = Round::default();
         // Does the store answer at all? One plain read (the registry of SKUs), so that a dead
         // Redis shows as such even when there is no SKU to audit.
-        r.store_up = match self.store().skus().await {
+        let store_up = match self.store().skus().await {
             Ok(_) => true,
             Err(e) => {
                 tracing::error!(error = %e, "live audit: the store does not answer");
                 false
             }
+        };
+        let mut r = Round {
+            store_up,
+            ..Round::default()
         };
         for sku in &skus {
             match self.audit_twice(sku).await {
