@@ -705,8 +705,8 @@ fn alerts_fire_for_faults_and_stay_quiet_for_healthy_sales() {
     // The table, then the verdicts.
     let mut problems = Vec::new();
     eprintln!(
-        "\n{:<20} {:<70} {}",
-        "scenario", "firing at the end", "ever pending or firing"
+        "\n{:<20} {:<70} ever pending or firing",
+        "scenario", "firing at the end"
     );
     for addr in &addrs {
         let name = name_of[addr.as_str()];
