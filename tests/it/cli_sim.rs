@@ -166,3 +166,57 @@ fn sim_sells_one_unit_per_user_by_default() {
     assert_eq!(u(&v, "sold_units"), 100, "{v}");
     assert!(u(&v, "max_units_per_user") > 1, "{v}");
 }
+
+/// Redis killed in the middle of a timed sale: the requests that fail are counted as errors,
+/// the audit after the sale cannot run, and the report is printed all the same (figures the
+/// audit would have given are null, `unchecked` says why), with exit code 3 (the store
+/// failing), in text and in JSON.
+#[test]
+fn sim_prints_its_report_when_the_store_fails_mid_sale() {
+    for json in [true, false] {
+        let mut srv = RedisServer::start();
+        let url = srv.url();
+        let mut args = vec![
+            "sim",
+            "--redis",
+            &url,
+            "--stock",
+            "100000",
+            "--users",
+            "100000",
+            "--duration",
+            "2",
+            "--concurrency",
+            "8",
+            "--per-user-limit",
+            "0",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let child = common::binary::spawn(&args);
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        srv.stop();
+        let r = common::binary::finish(child);
+        r.expect_code(3);
+        if json {
+            let v = r.json();
+            assert!(u(&v, "applied") > 0 && u(&v, "errors") > 0, "{v}");
+            assert!(v["audit_ok"].is_null() && v["oversold"].is_null(), "{v}");
+            let unchecked = v["unchecked"].as_array().unwrap();
+            assert!(
+                unchecked.len() == 1 && unchecked[0].as_str().unwrap().contains("audit"),
+                "{v}"
+            );
+        } else {
+            for line in [
+                "errors",
+                "audit: not run",
+                "not checked: the audit",
+                "oversold: ?",
+            ] {
+                assert!(r.stdout.contains(line), "no `{line}` in:\n{}", r.stdout);
+            }
+        }
+    }
+}

@@ -124,6 +124,43 @@ struct Figures {
     /// last evacuation.
     evacuated_slots: usize,
     evacuated_s: Option<f64>,
+    /// A master killed for good in durability mode: the status and the audit read while the
+    /// promoted master refused writes (ms they took, and the figures), then after its slots
+    /// were evacuated.
+    looks: Option<Looks>,
+}
+
+/// The stock as [`Engine::remaining`] and [`Engine::audit`] read it (what `shardstock status`
+/// and `audit` print): the audit's totals, whether it passed, and the sellable units per
+/// segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Look {
+    ok: bool,
+    sold: u64,
+    remaining: u64,
+    reserved: u64,
+    in_transit: u64,
+    per_segment: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Looks {
+    during_ms: u128,
+    during: Look,
+    after: Look,
+}
+
+async fn look(e: &Engine<RedisStore>, sku: &Sku) -> Look {
+    let a = e.audit(sku).await.unwrap();
+    let r = e.remaining(sku).await.unwrap();
+    Look {
+        ok: a.ok,
+        sold: a.sold,
+        remaining: a.remaining,
+        reserved: a.reserved,
+        in_transit: a.in_transit,
+        per_segment: r.per_segment,
+    }
 }
 
 /// The master holding most segments of the SKU.
@@ -248,7 +285,7 @@ async fn run(durable: bool, fault: Fault) -> Figures {
             }
         })
     });
-    let (cluster, killed_us, promoted_us) = if fault == Fault::Drain {
+    let (cluster, killed_us, promoted_us, promoted) = if fault == Fault::Drain {
         let from = format!("127.0.0.1:{}", cluster.nodes[v].port);
         let drained_us = now_us();
         let m = e
@@ -263,12 +300,12 @@ async fn run(durable: bool, fault: Fault) -> Figures {
             m.took_ms
         );
         *evacuations.lock().unwrap() = (Some(now_us()), m.slots.len());
-        (cluster, drained_us, drained_us)
+        (cluster, drained_us, drained_us, None)
     } else {
         tokio::task::spawn_blocking(move || {
             let mut cluster = cluster;
-            let (_, killed, promoted) = cluster.kill_master_for_good(v);
-            (cluster, killed, promoted)
+            let (promoted, killed, promoted_us) = cluster.kill_master_for_good(v);
+            (cluster, killed, promoted_us, Some(promoted))
         })
         .await
         .unwrap()
@@ -276,6 +313,34 @@ async fn run(durable: bool, fault: Fault) -> Figures {
     for b in buyers {
         b.await.unwrap();
     }
+    // The master killed for good in durability mode: its promoted replica refuses every write.
+    // The status and the audit write nothing, so they answer now; after its slots moved to
+    // masters that can replicate they must show the same stock.
+    let looks = match (fault, promoted) {
+        (Fault::Kill, Some(p)) if durable => {
+            let t = std::time::Instant::now();
+            let during = look(&e, &sku).await;
+            let during_ms = t.elapsed().as_millis();
+            let from = format!("127.0.0.1:{}", cluster.nodes[p].port);
+            let m = e
+                .store()
+                .evacuate(&from, &EvacuateOptions::new(1))
+                .await
+                .unwrap();
+            println!(
+                "read while {from} refused writes in {during_ms} ms; then evacuated {} slots in {} ms",
+                m.slots.len(),
+                m.took_ms
+            );
+            let after = look(&e, &sku).await;
+            Some(Looks {
+                during_ms,
+                during,
+                after,
+            })
+        }
+        _ => None,
+    };
     done.store(true, Relaxed);
     if let Some(w) = watch {
         w.await.unwrap();
@@ -383,6 +448,7 @@ async fn run(durable: bool, fault: Fault) -> Figures {
         refusals: refusals.lock().unwrap().len(),
         evacuated_slots,
         evacuated_s: evacuated_us.map(|t| (t - killed_us) as f64 / 1e6),
+        looks,
     };
     println!(
         "failover, {label}: {REQUESTS} requests in {:.1} s; {:.0} sales/s before the \
@@ -449,6 +515,14 @@ fn a_master_killed_mid_sale_durability_on_refuses_fast_and_sells_on() {
         f.classes.get(&Class::NoReplicas).copied().unwrap_or(0) > 0,
         "the promoted master without a replica refused nothing: {f:?}"
     );
+    // The stock was visible during the incident, as it is once the slots moved.
+    let looks = f.looks.as_ref().expect("read while the master refused");
+    println!(
+        "status and audit while a master refused writes: {} ms, {:?}; after the evacuation {:?}",
+        looks.during_ms, looks.during, looks.after
+    );
+    assert!(looks.during.ok, "{looks:?}");
+    assert_eq!(looks.during, looks.after, "{looks:?}");
     assert_exact(&f);
 }
 

@@ -49,12 +49,6 @@ impl Failure {
         }
     }
 
-    /// The same failure, its message behind `context` (`after the sale: ...`).
-    pub(crate) fn context(mut self, context: &str) -> Self {
-        self.msg = format!("{context}: {}", self.msg);
-        self
-    }
-
     /// The exit code.
     pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)

@@ -27,7 +27,9 @@ pub(super) struct Report {
     /// Request coalescing (lua on Redis): null = one script call per request.
     pub(super) coalescing: Option<CoalescingReport>,
     pub(super) run_id: String,
-    pub(super) generation: u64,
+    /// Fields from the audit after the sale are null when it could not run (`unchecked` says
+    /// why).
+    pub(super) generation: Option<u64>,
     pub(super) segments: usize,
     pub(super) requests: u64,
     pub(super) users: u64,
@@ -51,19 +53,23 @@ pub(super) struct Report {
     pub(super) reservations_cancelled_units: u64,
     pub(super) reservations_expired_units: u64,
     /// Units held by live reservations after the run (0 once expiries were swept).
-    pub(super) reserved: u64,
+    pub(super) reserved: Option<u64>,
     pub(super) errors: u64,
     pub(super) first_error: Option<String>,
-    pub(super) remaining: u64,
+    /// Units a buyer could still be sold (expired reservations' units included).
+    pub(super) remaining: Option<u64>,
     /// Units moving between segments when the run ended (0 after a sweep).
-    pub(super) in_transit: u64,
-    pub(super) remaining_per_segment: Vec<u64>,
-    pub(super) loaded: u64,
-    pub(super) restocked: u64,
-    pub(super) sold: u64,
-    pub(super) oversold: u64,
-    pub(super) audit_ok: bool,
+    pub(super) in_transit: Option<u64>,
+    pub(super) remaining_per_segment: Option<Vec<u64>>,
+    pub(super) loaded: Option<u64>,
+    pub(super) restocked: Option<u64>,
+    pub(super) sold: Option<u64>,
+    pub(super) oversold: Option<u64>,
+    pub(super) audit_ok: Option<bool>,
     pub(super) audit_problems: Vec<String>,
+    /// What the run could not check after the sale, and why (the store failing): the exit
+    /// code is then 3, the report printed all the same.
+    pub(super) unchecked: Vec<String>,
     pub(super) elapsed_s: f64,
     pub(super) throughput_per_s: f64,
     pub(super) p50_ms: f64,
@@ -76,7 +82,11 @@ pub(super) struct Report {
 pub(super) fn print_human(r: &Report) {
     println!(
         "flash sale of {} ({} store, generation {}, {} segments, run {})",
-        r.sku, r.store, r.generation, r.segments, r.run_id
+        r.sku,
+        r.store,
+        opt(r.generation),
+        r.segments,
+        r.run_id
     );
     println!(
         "strategy: {}{} — {}",
@@ -135,7 +145,7 @@ pub(super) fn print_human(r: &Report) {
             r.reservations_confirmed_units,
             r.reservations_cancelled_units,
             r.reservations_expired_units,
-            r.reserved
+            opt(r.reserved)
         );
     }
     if let Some(e) = &r.first_error {
@@ -143,18 +153,29 @@ pub(super) fn print_human(r: &Report) {
     }
     println!(
         "stock: loaded {}, restocked {}, sold {}, remaining {}, in transit {}",
-        r.loaded, r.restocked, r.sold, r.remaining, r.in_transit
+        opt(r.loaded),
+        opt(r.restocked),
+        opt(r.sold),
+        opt(r.remaining),
+        opt(r.in_transit)
     );
-    let per: Vec<String> = r.remaining_per_segment.iter().map(u64::to_string).collect();
-    println!("remaining per segment: [{}]", per.join(", "));
-    println!("oversold: {}", r.oversold);
-    if r.audit_ok {
-        println!("audit: ok");
-    } else {
-        println!("audit: FAILED");
-        for p in &r.audit_problems {
-            println!("  - {p}");
+    if let Some(per) = &r.remaining_per_segment {
+        let per: Vec<String> = per.iter().map(u64::to_string).collect();
+        println!("remaining per segment: [{}]", per.join(", "));
+    }
+    println!("oversold: {}", opt(r.oversold));
+    match r.audit_ok {
+        Some(true) => println!("audit: ok"),
+        Some(false) => {
+            println!("audit: FAILED");
+            for p in &r.audit_problems {
+                println!("  - {p}");
+            }
         }
+        None => println!("audit: not run"),
+    }
+    for u in &r.unchecked {
+        println!("not checked: {u}");
     }
     println!(
         "throughput: {:.1} requests/s ({:.3} s)",
@@ -164,4 +185,9 @@ pub(super) fn print_human(r: &Report) {
         "latency: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
         r.p50_ms, r.p99_ms, r.p999_ms, r.max_ms
     );
+}
+
+/// A figure, or `?` when it could not be read.
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "?".to_string(), |v| v.to_string())
 }
