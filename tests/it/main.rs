@@ -24,6 +24,8 @@ mod alert_scenarios;
 #[cfg(feature = "cli")]
 mod alerts;
 #[cfg(feature = "cli")]
+mod balance;
+#[cfg(feature = "cli")]
 mod cli_admin;
 #[cfg(feature = "cli")]
 mod cli_processes;
