@@ -41,7 +41,8 @@ impl<S: Store> Engine<S> {
     /// [`start_sweeper`]: Self::start_sweeper
     ///
     /// # Errors
-    /// Store errors.
+    /// The first store error met: a SKU or a segment that fails (a master unreachable, or
+    /// refusing writes outside durability mode) is passed over, the others swept.
     pub async fn sweep(&self) -> Result<u64> {
         let mut skus = self.inner.store.skus().await?;
         for sku in self.used_skus() {
@@ -49,7 +50,7 @@ impl<S: Store> Engine<S> {
                 skus.push(sku);
             }
         }
-        let mut back = 0;
+        let (mut back, mut first_error) = (0, None);
         for sku in skus {
             let cached = self.inner.layouts.get(&sku).map(|l| Arc::clone(l.value()));
             let meta = match self.inner.store.meta(&sku).await {
@@ -75,24 +76,41 @@ impl<S: Store> Engine<S> {
                 Ok(l) if l.generation == meta.generation => l,
                 _ => continue,
             };
-            let (units, reserved) = self.sweep_layout(&l).await?;
-            back += units;
-            crate::metrics::reserved(&self.inner.sku_labels, l.sku.as_str(), reserved);
+            // One SKU whose segment fails (a master that cannot be reached, or refuses writes
+            // outside durability mode) does not stop the sweep of the others.
+            match self.sweep_layout(&l).await {
+                Ok((units, reserved)) => {
+                    back += units;
+                    crate::metrics::reserved(&self.inner.sku_labels, l.sku.as_str(), reserved);
+                }
+                Err(e) => {
+                    tracing::warn!(sku = %l.sku, error = %e, "sweeping the SKU failed; next sweep retries");
+                    first_error.get_or_insert(e);
+                }
+            }
         }
         if back > 0 {
             crate::metrics::reservations_expired(back);
         }
-        Ok(back)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(back),
+        }
     }
 
-    /// One SKU's sweep: (units reclaimed, units still reserved).
+    /// One SKU's sweep: (units reclaimed, units still reserved). A segment that fails is
+    /// passed over (the others are swept, then the first error is returned).
     async fn sweep_layout(&self, l: &Layout) -> Result<(u64, u64)> {
-        let (mut back, mut reserved) = (0, 0);
+        let (mut back, mut reserved, mut failed) = (0, 0, None);
         for index in 0..l.segments {
             let survey = match self.inner.store.survey(l.seg(index), false).await {
                 // Its master cannot replicate: nothing ran; the next sweep tries again.
                 Err(Error::NoReplicas(_)) => continue,
-                r => r?,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    continue;
+                }
+                Ok(s) => s,
             };
             if let Some(s) = survey {
                 back += s.reclaimed;
@@ -102,6 +120,12 @@ impl<S: Store> Engine<S> {
         if let Err(e) = self.drain(l, true).await {
             tracing::warn!(sku = %l.sku, error = %e,
                 "crediting units in transit failed; next sweep retries");
+        }
+        if let Some(e) = failed {
+            if back > 0 {
+                crate::metrics::reservations_expired(back);
+            }
+            return Err(e);
         }
         Ok((back, reserved))
     }
