@@ -24,6 +24,8 @@ mod alerts;
 #[cfg(feature = "cli")]
 mod cli_admin;
 #[cfg(feature = "cli")]
+mod cli_mistakes;
+#[cfg(feature = "cli")]
 mod cli_processes;
 #[cfg(feature = "cli")]
 mod cli_sim;

@@ -11,8 +11,10 @@ Exit codes:
   1  a check failed: `audit` found a conservation problem, `sim` oversold or its audit failed
   2  invalid command line (unknown flag, missing or malformed value)
   3  Redis (or PostgreSQL for `orders`) cannot be reached or failed: connection refused,
-     timeout, permission denied (ACL); retrying later may succeed
-  4  configuration error: unreadable file, unknown key, bad value, contradictory settings
+     timeout, permission denied (ACL), a port that does not speak the Redis protocol;
+     retrying later may succeed
+  4  configuration error: unreadable file, unknown key, bad value, contradictory settings,
+     a Redis URL without a Redis scheme (127.0.0.1:6379, http://...)
   5  the command failed otherwise: invalid input, SKU not loaded or already loaded, request
      id reused with other parameters, address in use, `orders --until-idle` timed out";
 

@@ -64,9 +64,9 @@ struct GlobalArgs {
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Redis URL, e.g. redis://127.0.0.1:6379/0. Overrides store.redis_url from the config
-    /// file and SHARDSTOCK_STORE__REDIS_URL. Without any URL the embedded in-memory store is
-    /// used.
+    /// Redis URL, e.g. redis://127.0.0.1:6379/0 (rediss:// for TLS, redis-cluster:// for a
+    /// cluster; the scheme is required). Overrides store.redis_url from the config file and
+    /// SHARDSTOCK_STORE__REDIS_URL. Without any URL the embedded in-memory store is used.
     #[arg(long, global = true, value_name = "URL")]
     redis: Option<String>,
 
