@@ -509,7 +509,7 @@ pub(crate) async fn run_sim<S: Store>(
     if json {
         print_json(&report)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(if report.oversold > 0 || !report.audit_ok {
         ExitCode::from(crate::failure::CHECK_FAILED)
