@@ -343,6 +343,9 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the offending setting.
     pub fn validate(&self) -> Result<()> {
+        if let Some(url) = self.store.redis_url() {
+            crate::store::redis::endpoint::check_scheme(url)?;
+        }
         crate::ids::check_prefix(&self.store.key_prefix)
             .map_err(|e| Error::Config(format!("store.key_prefix: {e}")))?;
         self.store.lock_options().validate()?;

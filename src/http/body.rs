@@ -1,8 +1,8 @@
-//! Request bodies: a JSON object read field by field, and the request id from the body or the
-//! `Idempotency-Key` header. Every complaint names its field.
+//! Request bodies: a JSON object read field by field (a key named twice refused), and the
+//! request id from the body or the `Idempotency-Key` header. Every complaint names its field.
 
 use super::ApiError;
-use super::json::json_bytes;
+use super::json::{json_bytes, unique_keys};
 use crate::RequestId;
 use axum::extract::{FromRequest, Request};
 use axum::http::HeaderMap;
@@ -20,6 +20,8 @@ impl<S: Send + Sync> FromRequest<S> for Body {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(Map::new()));
         }
+        // serde_json keeps a repeated key's last value: `{"qty":1,"qty":5}` would sell 5.
+        unique_keys(&bytes)?;
         let v: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::invalid("body", format!("not JSON: {e}")))?;
         let Value::Object(m) = v else {

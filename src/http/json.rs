@@ -8,7 +8,12 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{
+    DeserializeOwned, DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor,
+};
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::fmt;
 
 /// A JSON body in, or a JSON reply out, with the API's error replies: axum's own `Json` with
 /// [`ApiError`] as its rejection, so a service's routes refuse bad bodies exactly as the API's
@@ -18,7 +23,11 @@ use serde::de::DeserializeOwned;
 ///   none: 415 [`ErrorCode::UnsupportedMediaType`] (`"field": "Content-Type"`);
 /// - a body above the router's `DefaultBodyLimit`: 413 [`ErrorCode::PayloadTooLarge`];
 /// - a body that is not JSON or not a `T`: 400 [`ErrorCode::InvalidInput`] (`"field":
-///   "body"`, serde's message).
+///   "body"`, serde's message);
+/// - a body in which an object, at any depth, names a key twice (`{"qty":1,"qty":5}`): 400
+///   [`ErrorCode::InvalidInput`] naming the key (`"field": "qty"`, nested as `"a.b"` or
+///   `"a[0].b"`). serde_json would keep the last value, and whatever checked the first one
+///   (a proxy, a signature, a log) would have seen another request.
 ///
 /// ```
 /// use shardstock::http::{ApiError, Json};
@@ -48,6 +57,7 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         require_json(req.headers(), false)?;
         let bytes = Bytes::from_request(req, state).await.map_err(unreadable)?;
+        unique_keys(&bytes)?;
         serde_json::from_slice(&bytes)
             .map(Json)
             .map_err(|e| ApiError::invalid("body", format!("not a valid JSON body: {e}")))
@@ -69,6 +79,110 @@ pub(super) async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Resul
         return Err(not_json("none"));
     }
     Ok(bytes)
+}
+
+/// Refuses a JSON text in which an object names a key twice, at any depth (keys compared as
+/// decoded, so `"q\u0074y"` repeats `"qty"`): a 400 naming the key's path. Text that is not
+/// JSON passes: the parse that follows says what is wrong with it. serde's visitors walk
+/// serde_json's parser; no value is built.
+pub(super) fn unique_keys(bytes: &[u8]) -> Result<(), ApiError> {
+    let repeated = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let walk = KeysOnce {
+        at: "",
+        repeated: &repeated,
+    };
+    if walk.deserialize(&mut de).is_err()
+        && let Some(at) = repeated.into_inner()
+    {
+        return Err(ApiError::invalid(
+            &at,
+            format!("key {at:?} is repeated; send each field once"),
+        ));
+    }
+    Ok(())
+}
+
+/// One JSON value walked by [`unique_keys`]: `at` is its path (`""` at the top), `repeated`
+/// the path of the first key found twice.
+struct KeysOnce<'a> {
+    at: &'a str,
+    repeated: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for KeysOnce<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeysOnce<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let at = format!("{}[{i}]", self.at);
+            let item = KeysOnce {
+                at: &at,
+                repeated: self.repeated,
+            };
+            if seq.next_element_seed(item)?.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let at = if self.at.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.at)
+            };
+            if !seen.insert(key) {
+                *self.repeated.borrow_mut() = Some(at);
+                return Err(A::Error::custom("repeated key"));
+            }
+            map.next_value_seed(KeysOnce {
+                at: &at,
+                repeated: self.repeated,
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// Checks `Content-Type`: `Ok(true)` for `application/json` (parameters allowed, a charset
@@ -133,6 +247,56 @@ mod tests {
             h.insert(header::CONTENT_TYPE, HeaderValue::from_str(v).unwrap());
         }
         require_json(&h, true).map_err(|e| e.status().as_u16())
+    }
+
+    /// The field a body's repeated key is blamed on (`invalid <field>: key "<field>" is
+    /// repeated; ...`), `None` when no key repeats.
+    fn repeated(body: &str) -> Option<String> {
+        unique_keys(body.as_bytes()).err().map(|e| {
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+            assert_eq!(e.code(), ErrorCode::InvalidInput);
+            let m = e.message();
+            let (field, rest) = m
+                .strip_prefix("invalid ")
+                .and_then(|m| m.split_once(": "))
+                .unwrap_or_else(|| panic!("{m}"));
+            assert!(
+                rest.starts_with(&format!("key {field:?} is repeated")),
+                "{m}"
+            );
+            field.to_string()
+        })
+    }
+
+    #[test]
+    fn a_key_named_twice_is_refused_at_any_depth() {
+        assert_eq!(repeated(r#"{"qty":1,"qty":5}"#).as_deref(), Some("qty"));
+        assert_eq!(
+            repeated(r#"{"user":"u","request_id":"a9","request_id":"a8"}"#).as_deref(),
+            Some("request_id")
+        );
+        assert_eq!(
+            repeated(r#"{"qty":1,"q\u0074y":5}"#).as_deref(),
+            Some("qty")
+        );
+        assert_eq!(repeated(r#"{"a":{"b":1,"b":2}}"#).as_deref(), Some("a.b"));
+        assert_eq!(
+            repeated(r#"{"a":[{"b":1},{"c":1,"c":{}}]}"#).as_deref(),
+            Some("a[1].c")
+        );
+        assert_eq!(repeated(r#"[{"x":1,"x":1}]"#).as_deref(), Some("[0].x"));
+        for fine in [
+            r#"{"qty":1,"user":"u","request_id":"r"}"#,
+            r#"{"a":{"b":1},"b":{"a":1},"c":[{"a":1},{"a":2}]}"#,
+            r#"{"qty":1e30,"big":18446744073709551616,"n":-3,"t":true,"z":null}"#,
+            "[]",
+            "5",
+            // Not JSON: the parse after the check names the problem.
+            "buy 1 please",
+            r#"{"qty":1,"#,
+        ] {
+            assert_eq!(repeated(fine), None, "{fine}");
+        }
     }
 
     #[test]

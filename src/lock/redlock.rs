@@ -163,8 +163,10 @@ impl RedLock {
         }
         urls.iter()
             .map(|url| {
-                let config = Config::from_url(url)
-                    .map_err(|e| Error::Config(format!("redlock node {url:?}: {e}")))?;
+                let config = crate::store::redis::endpoint::parse(url).map_err(|e| match e {
+                    Error::Config(m) => Error::Config(format!("redlock node: {m}")),
+                    e => e,
+                })?;
                 if config.server.is_clustered() {
                     return Err(Error::Config(format!(
                         "redlock node {url:?} is a cluster URL; the nodes must be independent servers"

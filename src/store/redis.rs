@@ -12,6 +12,7 @@
 //! # Layout
 //! - this file: [`RedisStore`] and its [`Store`] steps, each one typed call of [`lua`];
 //! - `builder`: [`RedisStoreBuilder`] (connection, strategy, request coalescing);
+//! - `endpoint`: the Redis URL checked, and a port that answers but is no Redis named;
 //! - `strategies`: how `sell` runs under each [`crate::Strategy`];
 //! - `batch`: request coalescing of `lua` sales ([`Coalescing`]);
 //! - `wait`: durability mode, `WAIT` for replicas after each mutating call;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 mod batch;
 mod builder;
+pub(crate) mod endpoint;
 pub mod evacuate;
 mod invalidate;
 pub mod lua;

@@ -311,6 +311,7 @@ fn exit_codes_say_what_failed() {
         "1  a check failed",
         "3  Redis",
         "4  configuration",
+        "141  stdout was closed",
     ] {
         assert!(
             help.stdout.contains(line),

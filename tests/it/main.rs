@@ -28,6 +28,8 @@ mod balance;
 #[cfg(feature = "cli")]
 mod cli_admin;
 #[cfg(feature = "cli")]
+mod cli_mistakes;
+#[cfg(feature = "cli")]
 mod cli_processes;
 #[cfg(feature = "cli")]
 mod cli_sim;

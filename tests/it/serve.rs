@@ -545,7 +545,8 @@ async fn own_order(
 
 /// The routes mounted under a prefix in another axum app, next to routes of its own: both
 /// answer, and the API's JSON 404s and 405s stay inside its prefix; the app's own route answers
-/// its errors in the API's shape. Without a metrics renderer, `/metrics` is a 404 saying so.
+/// its errors in the API's shape (a key named twice among them). Without a metrics renderer,
+/// `/metrics` is a 404 saying so.
 #[test]
 fn the_routes_mount_in_another_app() {
     let srv = RedisServer::start();
@@ -604,6 +605,25 @@ fn the_routes_mount_in_another_app() {
     let r = post(&a, &s.url("/own/order"), json!({"user": "a{b"}));
     assert_eq!((r.status, &r.body["field"]), (400, &json!("user")), "{r:?}");
     assert_eq!(r.body["code"], "invalid_input", "{r:?}");
+    // A key named twice: refused by name, not read as its last value.
+    let mut twice = a
+        .post(&s.url("/own/order"))
+        .header("content-type", "application/json")
+        .send(r#"{"user":"a{b","user":"u1"}"#)
+        .unwrap();
+    assert_eq!(twice.status().as_u16(), 400);
+    let body: Value = serde_json::from_str(&twice.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(
+        (&body["code"], &body["field"]),
+        (&json!("invalid_input"), &json!("user")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("\"user\" is repeated")),
+        "{body}"
+    );
     let mut form = a
         .post(&s.url("/own/order"))
         .header("content-type", "text/plain")

@@ -1,4 +1,4 @@
-//! `serve`'s guards over a real redis-server: 60+ malformed inputs (bodies, media types, methods,
+//! `serve`'s guards over a real redis-server: 60+ malformed inputs (bodies, keys named twice, media types, methods,
 //! paths, headers, ids, numbers, tokens) each answered with a 4xx whose JSON names the problem
 //! and carries its `code`, with nothing written
 //! to Redis (`DBSIZE` and `DEBUG DIGEST` before = after); bearer tokens on the admin and buyer
@@ -209,6 +209,15 @@ fn malformed_inputs_are_named_4xx_and_write_nothing() {
         ("qty a float", "POST", deduct.into(), vec![b], r#"{"user":"u1","qty":1.5,"request_id":"r1"}"#.into(), 400, "qty"),
         ("qty 1e30", "POST", deduct.into(), vec![b], r#"{"user":"u1","qty":1e30,"request_id":"r1"}"#.into(), 400, "qty"),
         ("qty u64::MAX + 1", "POST", deduct.into(), vec![b], r#"{"user":"u1","qty":18446744073709551616,"request_id":"r1"}"#.into(), 400, "qty"),
+        // A key named twice: serde_json keeps the last value, which no earlier check saw.
+        ("qty named twice", "POST", deduct.into(), vec![b], r#"{"user":"u1","qty":1,"qty":5,"request_id":"r1"}"#.into(), 400, "qty"),
+        ("request_id named twice, the last one the Idempotency-Key", "POST", deduct.into(), vec![b, b"Idempotency-Key: a8"], r#"{"user":"u1","request_id":"a9","request_id":"a8"}"#.into(), 400, "request_id"),
+        ("user named twice, once escaped", "POST", deduct.into(), vec![b], r#"{"user":"u1","us\u0065r":"u2","request_id":"r1"}"#.into(), 400, "user"),
+        ("a key named twice inside a value", "POST", deduct.into(), vec![b], r#"{"user":"u1","request_id":"r1","x":{"k":1,"k":2}}"#.into(), 400, "x.k"),
+        ("ttl_ms named twice (reservation)", "POST", reserve.into(), vec![b], r#"{"user":"u1","request_id":"r2","ttl_ms":60000,"ttl_ms":1}"#.into(), 400, "ttl_ms"),
+        ("stock named twice (load)", "PUT", "/skus/new1".into(), vec![a], r#"{"stock":5,"segments":1,"stock":50}"#.into(), 400, "stock"),
+        ("replace named twice (load)", "PUT", "/skus/phone".into(), vec![a], r#"{"stock":5,"segments":1,"replace":false,"replace":true}"#.into(), 400, "replace"),
+        ("qty named twice (restock)", "POST", "/skus/phone/restock".into(), vec![a], r#"{"qty":1,"qty":1000,"request_id":"rs"}"#.into(), 400, "qty"),
         ("qty 0", "POST", deduct.into(), vec![b], r#"{"user":"u1","qty":0,"request_id":"r1"}"#.into(), 400, "qty"),
         ("qty above max_qty", "POST", deduct.into(), vec![b], r#"{"user":"u1","qty":10001,"request_id":"r1"}"#.into(), 400, "qty"),
         ("qty null is the default, user null is missing", "POST", deduct.into(), vec![b], r#"{"user":null,"qty":null,"request_id":"r1"}"#.into(), 400, "user"),
@@ -294,6 +303,10 @@ fn malformed_inputs_are_named_4xx_and_write_nothing() {
                 "{what}: {method} {path}: expected {status} {code} naming {field}, got {} {}",
                 r.status, r.body
             ));
+        }
+        // A repeated key is said to be one, by name.
+        if what.contains("twice") && !error.contains(&format!("key \"{field}\" is repeated")) {
+            wrong.push(format!("{what}: not naming the repeated key: {}", r.body));
         }
         // A 405 names the route's methods, in the message and in `Allow`.
         let allow = r.header("allow").unwrap_or("");

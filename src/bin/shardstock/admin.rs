@@ -90,9 +90,10 @@ pub(crate) async fn run_load<S: Store>(
             store,
         })?;
     } else {
-        println!(
+        say!(
             "loaded {sku}: {} units in {} segments (generation {generation}, {store} store)",
-            a.stock, a.segments
+            a.stock,
+            a.segments
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -128,14 +129,15 @@ pub(crate) async fn run_restock<S: Store>(
             store: engine.store().name(),
         })?;
     } else if r.replayed {
-        println!("restock {request_id} of {sku} was applied before: nothing added");
+        say!("restock {request_id} of {sku} was applied before: nothing added");
     } else if r.added < a.qty {
-        println!(
+        say!(
             "restocked {sku}: added {} of {} units (request {request_id}; the rest was applied before)",
-            r.added, a.qty
+            r.added,
+            a.qty
         );
     } else {
-        println!(
+        say!(
             "restocked {sku}: added {} units (request {request_id})",
             r.added
         );
@@ -198,7 +200,7 @@ pub(crate) async fn run_status<S: Store>(
     if json {
         print_json(&st)?;
     } else {
-        println!(
+        say!(
             "{} (generation {}, {} store, strategy {}): remaining {}{}, in transit {}, reserved {}, sold {} of {} loaded + {} restocked (audit {})",
             st.sku,
             st.generation,
@@ -226,13 +228,13 @@ pub(crate) async fn run_status<S: Store>(
         );
         for (i, units) in per_segment.iter().enumerate() {
             match homes.as_ref().and_then(|h| h.get(i)) {
-                Some(h) => println!(
+                Some(h) => say!(
                     "  segment {i:>4}: {units:>10}   slot {:>5} on {}   tag {{{}}}",
                     h.slot,
                     h.master.as_deref().unwrap_or("(no master)"),
                     h.tag
                 ),
-                None => println!("  segment {i:>4}: {units}"),
+                None => say!("  segment {i:>4}: {units}"),
             }
         }
         if let Some(h) = &homes {
@@ -242,7 +244,7 @@ pub(crate) async fn run_status<S: Store>(
                     .or_default() += 1;
             }
             let spread: Vec<String> = per.iter().map(|(m, n)| format!("{m}: {n}")).collect();
-            println!("  segments per master: {}", spread.join(", "));
+            say!("  segments per master: {}", spread.join(", "));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -258,13 +260,13 @@ pub(crate) async fn run_audit<S: Store>(
     if json {
         print_json(&audit)?;
     } else {
-        println!(
+        say!(
             "sku {}  generation {}  ({} store)",
             audit.sku,
             audit.generation,
             engine.store().name()
         );
-        println!(
+        say!(
             "loaded {}  restocked {}  remaining {}  in transit {}  reserved {}{}  sold {}",
             audit.loaded,
             audit.restocked,
@@ -281,7 +283,7 @@ pub(crate) async fn run_audit<S: Store>(
         // Per segment, what came in = where it is: `loaded + restocked + moved in = remaining
         // + reserved + sold + moved out` (SegmentState::balance); units a transfer moved show
         // at both ends.
-        println!(
+        say!(
             "{:>7} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}  ok",
             "segment",
             "loaded",
@@ -294,7 +296,7 @@ pub(crate) async fn run_audit<S: Store>(
         );
         for s in &audit.segments {
             let st = &s.state;
-            println!(
+            say!(
                 "{:>7} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} {:>10}  {}",
                 s.index,
                 st.loaded,
@@ -308,11 +310,11 @@ pub(crate) async fn run_audit<S: Store>(
             );
         }
         if audit.ok {
-            println!("audit: ok");
+            say!("audit: ok");
         } else {
-            println!("audit: FAILED");
+            say!("audit: FAILED");
             for p in &audit.problems {
-                println!("  - {p}");
+                say!("  - {p}");
             }
         }
     }

@@ -55,14 +55,14 @@ fn print(e: &Evacuation, json: bool) -> Result<(), Failure> {
     if json {
         return print_json(e);
     }
-    println!(
+    say!(
         "evacuated {} slot(s) from {} in {} ms",
         e.slots.len(),
         e.from,
         e.took_ms
     );
     for s in &e.slots {
-        println!("  slot {:>5} -> {} ({} keys)", s.slot, s.to, s.keys);
+        say!("  slot {:>5} -> {} ({} keys)", s.slot, s.to, s.keys);
     }
     Ok(())
 }

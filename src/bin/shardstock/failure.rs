@@ -7,14 +7,22 @@ use std::process::ExitCode;
 /// The exit codes, as `shardstock --help` prints them (and docs/operations.md).
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
-  0  ok
-  1  a check failed: `audit` found a conservation problem, `sim` oversold or its audit failed
-  2  invalid command line (unknown flag, missing or malformed value)
-  3  Redis (or PostgreSQL for `orders`) cannot be reached or failed: connection refused,
-     timeout, permission denied (ACL); retrying later may succeed
-  4  configuration error: unreadable file, unknown key, bad value, contradictory settings
-  5  the command failed otherwise: invalid input, SKU not loaded or already loaded, request
-     id reused with other parameters, address in use, `orders --until-idle` timed out";
+    0  ok
+    1  a check failed: `audit` found a conservation problem, `sim` oversold or its audit
+       failed
+    2  invalid command line (unknown flag, missing or malformed value)
+    3  Redis (or PostgreSQL for `orders`) cannot be reached or failed: connection refused,
+       timeout, permission denied (ACL), a port that does not speak the Redis protocol;
+       retrying later may succeed (`sim` still prints its report, saying what it could
+       not check)
+    4  configuration error: unreadable file, unknown key, bad value, contradictory settings,
+       a Redis URL without a Redis scheme (127.0.0.1:6379, http://...)
+    5  the command failed otherwise: invalid input, SKU not loaded or already loaded, request
+       id reused with other parameters, address in use, `orders --until-idle` timed out,
+       stdout cannot be written (a full disk)
+  141  stdout was closed before everything was printed (`| head`): the command stops
+       quietly, its output cut (128 + SIGPIPE, as a shell reports a command a closed pipe
+       ended); `orders --jsonl` leaves the events it could not write pending";
 
 /// A check failed (`audit`, `sim`).
 pub(crate) const CHECK_FAILED: u8 = 1;
@@ -24,6 +32,9 @@ pub(crate) const STORE: u8 = 3;
 pub(crate) const CONFIG: u8 = 4;
 /// The command failed otherwise (refused input, unknown SKU, address in use, ...).
 pub(crate) const REFUSED: u8 = 5;
+/// stdout was closed before everything was printed: 128 + SIGPIPE (13), what a shell reports
+/// for a command that a closed pipe ended.
+pub(crate) const STDOUT_CLOSED: u8 = 141;
 
 /// A failure to report: the message goes to stderr, the process exits with `code`.
 #[derive(Debug)]
@@ -47,6 +58,30 @@ impl Failure {
             msg: msg.into(),
             code: CONFIG,
         }
+    }
+
+    /// A write to stdout failed: a closed stdout (`EPIPE`: the reader went away, as `head`
+    /// does once it has its lines) ends the command quietly with [`STDOUT_CLOSED`]; any
+    /// other error (a full disk) is reported, exit code 5.
+    pub(crate) fn stdout(e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Self::stdout_closed()
+        } else {
+            Self::new(format!("cannot write to stdout: {e}"))
+        }
+    }
+
+    /// stdout was closed: no message, exit code [`STDOUT_CLOSED`].
+    pub(crate) fn stdout_closed() -> Self {
+        Self {
+            msg: String::new(),
+            code: STDOUT_CLOSED,
+        }
+    }
+
+    /// Whether the failure is told on stderr (all but a closed stdout, which ends quietly).
+    pub(crate) fn is_told(&self) -> bool {
+        self.code != STDOUT_CLOSED
     }
 
     /// The exit code.

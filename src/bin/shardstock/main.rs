@@ -9,6 +9,14 @@
 //! `SHARDSTOCK_STORE__REDIS_URL`), else the embedded in-memory store, which lives only as long
 //! as the process.
 
+/// `println!` for the commands' output: a failed write is a [`Failure`] returned with `?`, so a
+/// closed stdout (`| head`) ends the command quietly (exit code 141) instead of a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::write_line(format_args!($($arg)*))?
+    };
+}
+
 mod admin;
 mod evacuate;
 mod exporter;
@@ -64,9 +72,9 @@ struct GlobalArgs {
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Redis URL, e.g. redis://127.0.0.1:6379/0. Overrides store.redis_url from the config
-    /// file and SHARDSTOCK_STORE__REDIS_URL. Without any URL the embedded in-memory store is
-    /// used.
+    /// Redis URL, e.g. redis://127.0.0.1:6379/0 (rediss:// for TLS, redis-cluster:// for a
+    /// cluster; the scheme is required). Overrides store.redis_url from the config file and
+    /// SHARDSTOCK_STORE__REDIS_URL. Without any URL the embedded in-memory store is used.
     #[arg(long, global = true, value_name = "URL")]
     redis: Option<String>,
 
@@ -263,7 +271,9 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("error: {}", f.msg);
+            if f.is_told() {
+                eprintln!("error: {}", f.msg);
+            }
             f.exit_code()
         }
     }
@@ -412,6 +422,16 @@ async fn dispatch<S: Store>(
 pub(crate) fn print_json<T: Serialize>(value: &T) -> Result<(), Failure> {
     let s = serde_json::to_string(value)
         .map_err(|e| Failure::new(format!("cannot encode JSON: {e}")))?;
-    println!("{s}");
+    say!("{s}");
     Ok(())
+}
+
+/// Writes `args` and a newline on stdout (what [`say!`] does); a failed write is
+/// [`Failure::stdout`].
+pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.write_all(b"\n"))
+        .map_err(Failure::stdout)
 }

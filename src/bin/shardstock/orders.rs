@@ -9,7 +9,9 @@ use shardstock::orders::{Handler, OrderEvent, Orders, OrdersOptions, Polled};
 use shardstock::{RedisStore, Sku};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 #[derive(Debug, Args)]
 pub(crate) struct OrdersArgs {
@@ -53,8 +55,25 @@ pub(crate) struct OrdersArgs {
     pub(crate) metrics: crate::MetricsArgs,
 }
 
-/// Events as JSON lines on stdout.
-struct JsonLines;
+/// Events as JSON lines on stdout. A closed stdout (the reader went away) stops the consumer:
+/// events it could not write stay pending, for this group's other consumers or the next run,
+/// instead of failing delivery after delivery into the dead letters.
+#[derive(Default)]
+struct JsonLines {
+    /// Set once a write found stdout closed.
+    closed: AtomicBool,
+    /// Woken when `closed` is set.
+    closing: Notify,
+}
+
+impl JsonLines {
+    /// Completes once stdout is found closed.
+    async fn closed(&self) {
+        if !self.closed.load(Ordering::Acquire) {
+            self.closing.notified().await;
+        }
+    }
+}
 
 #[derive(Serialize)]
 struct Line<'a> {
@@ -91,10 +110,17 @@ impl Handler for JsonLines {
                     deliveries: e.deliveries,
                 };
                 let s = serde_json::to_string(&line).map_err(|e| e.to_string())?;
-                // A closed pipe is a failure: the event stays pending for another consumer.
-                writeln!(out, "{s}")
-                    .and_then(|_| out.flush())
-                    .map_err(|e| e.to_string())
+                if self.closed.load(Ordering::Acquire) {
+                    return Err("stdout is closed".to_string());
+                }
+                // A failed write is a failure: the event stays pending for another consumer.
+                writeln!(out, "{s}").and_then(|_| out.flush()).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        self.closed.store(true, Ordering::Release);
+                        self.closing.notify_one();
+                    }
+                    e.to_string()
+                })
             })
             .collect()
     }
@@ -132,7 +158,7 @@ pub(crate) async fn run_orders(
                 }))?;
             } else {
                 let t = orders.totals();
-                println!(
+                say!(
                     "handled {} events ({} delivered again, {} dead letters); orders in PostgreSQL: {} rows, {} units sold or confirmed, {} reserved",
                     t.handled,
                     t.redelivered,
@@ -145,8 +171,12 @@ pub(crate) async fn run_orders(
         }
         Ok(code)
     } else {
-        let orders = Orders::new(store, JsonLines, opts)?;
-        let code = consume(&orders, &a, false).await?;
+        let orders = Orders::new(store, JsonLines::default(), opts)?;
+        let lines = orders.handler();
+        let code = tokio::select! {
+            code = consume(&orders, &a, false) => code?,
+            () = lines.closed() => return Err(Failure::stdout_closed()),
+        };
         if a.until_idle {
             let t = orders.totals();
             eprintln!(

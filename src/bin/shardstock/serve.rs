@@ -129,7 +129,7 @@ pub(crate) async fn run_serve<S: Store>(
             .sweep_every(every(a.sweep_ms.max(1)))
             .audit_every(every(a.audit_every_ms)),
     );
-    println!("listening on http://{addr}");
+    say!("listening on http://{addr}");
     tracing::info!(%addr, "serving");
     shardstock::http::serve_with(listener, engine, options, shutdown_signal())
         .await

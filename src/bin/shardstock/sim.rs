@@ -525,7 +525,7 @@ pub(crate) async fn run_sim<S: Store>(
     if json {
         print_json(&report)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(
         if report.oversold.is_some_and(|o| o > 0) || report.audit_ok == Some(false) {

@@ -1,12 +1,12 @@
 //! [`RedisStoreBuilder`]: connection, strategy and request coalescing of a [`RedisStore`].
 
 use super::strategies::Runner;
-use super::{Coalescing, Conn, RedisStore, lua, wait};
+use super::{Coalescing, Conn, RedisStore, endpoint, lua, wait};
 use crate::error::{Error, Result};
 use crate::lock::LockOptions;
 use crate::segments::Keyspace;
 use crate::strategy::Strategy;
-use fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy, ServerConfig};
+use fred::prelude::{Builder, ClientLike, ReconnectPolicy, ServerConfig};
 use fred::types::config::ClusterDiscoveryPolicy;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,13 +144,16 @@ impl RedisStoreBuilder {
     /// [`Error::Config`] for bad lock, coalescing or durability options, or lock nodes that do not fit the
     /// strategy, and for TLS: a CA file that cannot be read or holds no certificate, a CA file
     /// without a `rediss://` URL, a server certificate the CA does not vouch for;
-    /// [`Error::InvalidInput`] for a bad key prefix; [`Error::Redis`] when a URL is invalid or
-    /// Redis is unreachable; [`Error::Permission`] when the Redis user may not run what
+    /// [`Error::Config`] too for a URL without a scheme (`127.0.0.1:6379`) or with one that is
+    /// not Redis's (`http://`), or that fred cannot read (no host, a bad port);
+    /// [`Error::InvalidInput`] for a bad key prefix; [`Error::Redis`] when Redis is
+    /// unreachable, or the port answers but does not speak the Redis protocol (the message
+    /// says what it did: answered `HTTP/1.1 400 ...`, closed the connection, said nothing); [`Error::Permission`] when the Redis user may not run what
     /// shardstock needs (`scripts/acl.sh`).
     pub async fn connect(self) -> Result<RedisStore> {
         crate::ids::check_prefix(&self.key_prefix)?;
         self.check()?;
-        let mut config = Config::from_url(&self.url)?;
+        let mut config = endpoint::parse(&self.url)?;
         // On a cluster, rediscover the slot map from every node of the last known map, not
         // only from the seeds named in the URL: a dead seed must not stall the client once the
         // cluster has failed over (fred's default asks the configured endpoints only).
@@ -164,6 +167,7 @@ impl RedisStoreBuilder {
             config.tls = Some(tls_connector(ca)?.into());
         }
         let tls = config.uses_tls();
+        let probe = endpoint::NotRedis::of(&config);
         let clustered = matches!(config.server, ServerConfig::Clustered { .. });
         if let ServerConfig::Clustered { policy, .. } = &mut config.server {
             *policy = ClusterDiscoveryPolicy::UseCache;
@@ -183,18 +187,31 @@ impl RedisStoreBuilder {
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 10, 1000, 2))
             .build_pool(self.pool_size.max(1))?;
-        pool.init().await.map_err(|e| {
+        let started = match pool.init().await {
+            Ok(_) => lua::load(pool.next(), lua::Script::ALL).await,
             // A refused certificate is no outage: say what to fix instead of "retry".
-            if tls && e.details().to_ascii_lowercase().contains("certificate") {
-                Error::Config(format!(
+            Err(e) if tls && e.details().to_ascii_lowercase().contains("certificate") => {
+                return Err(Error::Config(format!(
                     "TLS to Redis: the server's certificate was refused ({e}); check store.tls_ca_file \
                      (the CA that signed it) and that the URL's host is in the certificate"
-                ))
-            } else {
-                e.into()
+                )));
             }
-        })?;
-        lua::load(pool.next(), lua::Script::ALL).await?;
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = started {
+            // A port that answers but is no Redis fails as a decoding error, a closed
+            // connection or a reply fred cannot read (at the handshake or the first command):
+            // say what the port is instead.
+            if let (Error::Redis(_), Some(p)) = (&e, &probe)
+                && let Some(why) = p.probe().await
+            {
+                return Err(Error::Redis(fred::error::Error::new(
+                    fred::error::ErrorKind::Protocol,
+                    why,
+                )));
+            }
+            return Err(e);
+        }
         if self.wait_replicas > 0 {
             for w in wait::setup_warnings(pool.next(), self.wait_replicas).await {
                 tracing::warn!("{w}");

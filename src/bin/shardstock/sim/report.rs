@@ -79,8 +79,8 @@ pub(super) struct Report {
 }
 
 /// Prints `r` for people (the default without `--json`).
-pub(super) fn print_human(r: &Report) {
-    println!(
+pub(super) fn print_human(r: &Report) -> Result<(), crate::Failure> {
+    say!(
         "flash sale of {} ({} store, generation {}, {} segments, run {})",
         r.sku,
         r.store,
@@ -88,7 +88,7 @@ pub(super) fn print_human(r: &Report) {
         r.segments,
         r.run_id
     );
-    println!(
+    say!(
         "strategy: {}{} — {}",
         r.strategy,
         if r.strategy_safe {
@@ -99,17 +99,25 @@ pub(super) fn print_human(r: &Report) {
         r.strategy.summary()
     );
     if let Some(c) = &r.coalescing {
-        println!(
+        say!(
             "request coalescing: {} deductions in {} script calls (mean {:.1}); up to {} per call, window {} µs, {} in flight per segment",
-            c.requests, c.calls, c.mean_batch, c.max_batch, c.window_us, c.max_in_flight
+            c.requests,
+            c.calls,
+            c.mean_batch,
+            c.max_batch,
+            c.window_us,
+            c.max_in_flight
         );
     }
-    println!(
+    say!(
         "requests: {} from {} users, qty {}, {} concurrent workers",
-        r.requests, r.users, r.qty, r.concurrency
+        r.requests,
+        r.users,
+        r.qty,
+        r.concurrency
     );
     if let Some(l) = &r.lock {
-        println!(
+        say!(
             "locks: acquired {}, contended {}, timeouts {}, fallbacks {}, renewals {}, leases lost {}, fenced writes rejected {}",
             l.acquired,
             l.contended,
@@ -131,16 +139,16 @@ pub(super) fn print_human(r: &Report) {
         ("replayed", r.replayed),
         ("errors", r.errors),
     ];
-    println!("  {:<26} {:>12}", "outcome", "count");
+    say!("  {:<26} {:>12}", "outcome", "count");
     for (name, n) in rows {
-        println!("  {name:<26} {n:>12}");
+        say!("  {name:<26} {n:>12}");
     }
     if r.reservations_confirmed_units
         + r.reservations_cancelled_units
         + r.reservations_expired_units
         > 0
     {
-        println!(
+        say!(
             "  reservations (units): confirmed {}, cancelled {}, expired {}, still reserved {}",
             r.reservations_confirmed_units,
             r.reservations_cancelled_units,
@@ -149,9 +157,9 @@ pub(super) fn print_human(r: &Report) {
         );
     }
     if let Some(e) = &r.first_error {
-        println!("first error: {e}");
+        say!("first error: {e}");
     }
-    println!(
+    say!(
         "stock: loaded {}, restocked {}, sold {}, remaining {}, in transit {}",
         opt(r.loaded),
         opt(r.restocked),
@@ -161,30 +169,35 @@ pub(super) fn print_human(r: &Report) {
     );
     if let Some(per) = &r.remaining_per_segment {
         let per: Vec<String> = per.iter().map(u64::to_string).collect();
-        println!("remaining per segment: [{}]", per.join(", "));
+        say!("remaining per segment: [{}]", per.join(", "));
     }
-    println!("oversold: {}", opt(r.oversold));
+    say!("oversold: {}", opt(r.oversold));
     match r.audit_ok {
-        Some(true) => println!("audit: ok"),
+        Some(true) => say!("audit: ok"),
         Some(false) => {
-            println!("audit: FAILED");
+            say!("audit: FAILED");
             for p in &r.audit_problems {
-                println!("  - {p}");
+                say!("  - {p}");
             }
         }
-        None => println!("audit: not run"),
+        None => say!("audit: not run"),
     }
     for u in &r.unchecked {
-        println!("not checked: {u}");
+        say!("not checked: {u}");
     }
-    println!(
+    say!(
         "throughput: {:.1} requests/s ({:.3} s)",
-        r.throughput_per_s, r.elapsed_s
+        r.throughput_per_s,
+        r.elapsed_s
     );
-    println!(
+    say!(
         "latency: p50 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms",
-        r.p50_ms, r.p99_ms, r.p999_ms, r.max_ms
+        r.p50_ms,
+        r.p99_ms,
+        r.p999_ms,
+        r.max_ms
     );
+    Ok(())
 }
 
 /// A figure, or `?` when it could not be read.
