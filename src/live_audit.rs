@@ -3,11 +3,11 @@
 //! writes nothing ([`Store::peek`](crate::store::Store::peek)), so the live audit goes on while
 //! a master refuses writes.
 //!
-//! Which SKUs: every SKU this engine has seen loaded and ready (sold, read or audited through
-//! it) plus an explicit list. A SKU that is not loaded (or not ready) is skipped, not counted
-//! as failing — unless this engine saw it loaded and ready before: its metadata is gone
-//! (Redis restarted empty, or lost its data in a failover), and it is counted as **vanished**
-//! (and as failing) until it is loaded again.
+//! Which SKUs: every SKU this engine has seen loaded and ready (loaded, sold, read or audited
+//! through it) plus an explicit list. A SKU that is not loaded is skipped, not counted as
+//! failing — unless this engine saw it loaded and ready before: its metadata is gone (Redis
+//! restarted empty, or lost its data in a failover), and it is counted as **vanished** (and as
+//! failing) until it is loaded again. A SKU whose load is under way is counted as not ready.
 //!
 //! What it exports (names in [`crate::metrics`]):
 //! - `shardstock_audit_failing_skus` — SKUs whose last audit failed or that vanished, over
@@ -15,10 +15,33 @@
 //!   the alert's signal;
 //! - `shardstock_audit_vanished_skus` — of those, SKUs this engine saw loaded whose metadata
 //!   is gone (their own alert: the store lost data);
+//! - `shardstock_audit_not_ready_skus` — SKUs whose load is under way (a moment in a reload;
+//!   for good when a loader died between starting and committing the load: its alert waits a
+//!   minute);
 //! - `shardstock_audit_ok{sku}` — 1 or 0 per SKU (0 for a vanished one too), only for SKUs
 //!   with their own label ([`SkuLabels`](crate::metrics::SkuLabels): the configured list plus
 //!   the first few seen), to say *which* SKU failed; the others are counted in the gauges
 //!   above only;
+//! - `shardstock_audit_unaccounted_units` — `|loaded + restocked + moved in − remaining −
+//!   reserved − sold − moved out|` per segment, summed (units lost or made up behind the
+//!   engine's back; [`SegmentState::balance`](crate::store::SegmentState::balance));
+//! - `shardstock_audit_excess_units` — the part of it where more units are counted than came
+//!   in: stock that can be sold twice (the oversell signal);
+//! - the stock gauges of each SKU read (remaining, per segment, in transit, reserved: set by
+//!   [`Engine::audit`] itself);
+//! - `shardstock_audit_skus`, `shardstock_audit_errors_total` (audits the store did not
+//!   answer) and `shardstock_audit_last_run_timestamp_seconds` (the last round that read every
+//!   SKU: a stale value means the audit is not running or cannot reach Redis);
+//! - `shardstock_store_up` — 1 when the store answered a plain read at the start of the last
+//!   round, 0 when it did not (Redis down or unreachable: its alert's signal). Exported as
+//!   soon as the read answers or fails; a round whose read failed reads nothing else (every
+//!   SKU counted as an error), so the signal never waits on the command timeouts of many
+//!   reads.
+//!
+//! A failed audit is checked once more before it counts: an audit that raced a reload (its
+//! metadata read before the new generation replaced the segments) passes the second time, or
+//! shows another generation and is skipped for this round.
+
 use crate::audit::Audit;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -59,6 +82,10 @@ pub struct Round {
     pub excess: u64,
     /// SKUs not loaded, not ready, or reloaded mid-audit: not audited this round.
     pub skipped: u64,
+    /// Of those, SKUs whose metadata says a load is under way (not ready): buyers get
+    /// `not_ready` meanwhile. A moment in a reload; for good when the loader died between
+    /// starting and committing it (its alert waits a minute).
+    pub not_ready: u64,
     /// SKUs whose audit the store did not answer.
     pub errors: u64,
     /// The store answered a plain read at the start of the round.
@@ -87,6 +114,9 @@ enum Looked {
     Audited(Audit),
     /// Seen loaded and ready (in this generation) before; its metadata is gone now.
     Vanished(u64),
+    /// Its metadata says a load is under way (for a moment in a reload; for good when the
+    /// loader died between starting and committing it).
+    NotReady,
     /// Nothing to audit this round: not loaded (and never seen loaded), not ready, or reloaded
     /// between the two checks.
     Skipped,
@@ -111,10 +141,18 @@ impl<S: Store> Engine<S> {
                 false
             }
         };
+        // Exported at once: a round that then waits on reads must not hold the signal back.
+        crate::metrics::store_up(store_up);
         let mut r = Round {
             store_up,
             ..Round::default()
         };
+        if !store_up {
+            // Every read would wait out the command timeout in turn: count them failed now.
+            r.errors = skus.len() as u64;
+            crate::metrics::audit_round(&r, None);
+            return r;
+        }
         for sku in &skus {
             match self.audit_twice(sku).await {
                 Ok(Looked::Audited(a)) => {
@@ -137,6 +175,10 @@ impl<S: Store> Engine<S> {
                         "live audit: the SKU was loaded but its metadata is gone (the store lost its data?)");
                     crate::metrics::audit_sku(self.sku_labels(), sku.as_str(), false);
                 }
+                Ok(Looked::NotReady) => {
+                    r.skipped += 1;
+                    r.not_ready += 1;
+                }
                 Ok(Looked::Skipped) => r.skipped += 1,
                 Err(e) => {
                     r.errors += 1;
@@ -158,7 +200,7 @@ impl<S: Store> Engine<S> {
                 Some(g) => Ok(Looked::Vanished(g)),
                 None => Ok(Looked::Skipped),
             },
-            Error::NotReady(_) => Ok(Looked::Skipped),
+            Error::NotReady(_) => Ok(Looked::NotReady),
             e => Err(e),
         };
         let first = match self.audit(sku).await {

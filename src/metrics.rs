@@ -101,6 +101,8 @@ pub const AUDIT_FAILING: &str = "shardstock_audit_failing_skus";
 /// empty or lost data in a failover; gauge, no label): counted in [`AUDIT_FAILING`] too,
 /// until the SKU is loaded again.
 pub const AUDIT_VANISHED: &str = "shardstock_audit_vanished_skus";
+/// Live audit: SKUs whose metadata says a load is under way (not ready; gauge, no label).
+pub const AUDIT_NOT_READY: &str = "shardstock_audit_not_ready_skus";
 /// Live audit: SKUs audited in the last round (gauge).
 pub const AUDIT_SKUS: &str = "shardstock_audit_skus";
 /// Live audit: units unaccounted for, `|loaded + restocked + moved_in − remaining − reserved −
@@ -288,6 +290,11 @@ pub fn describe() {
         "Live audit: SKUs this engine saw loaded whose metadata is gone (the store lost data), until loaded again."
     );
     describe_gauge!(
+        AUDIT_NOT_READY,
+        Unit::Count,
+        "Live audit: SKUs whose load is under way (not ready): a moment in a reload, for good when a loader died mid-load."
+    );
+    describe_gauge!(
         AUDIT_SKUS,
         Unit::Count,
         "Live audit: SKUs audited in the last round."
@@ -448,7 +455,7 @@ pub(crate) fn deduction(
 }
 
 /// Every value of the `kind` label of [`ERRORS`] (exporters may pre-register them at zero).
-pub const ERROR_KINDS: [&str; 8] = [
+pub const ERROR_KINDS: [&str; 9] = [
     "redis",
     "not_durable",
     "no_replicas",
@@ -456,6 +463,7 @@ pub const ERROR_KINDS: [&str; 8] = [
     "conflict",
     "invalid",
     "not_loaded",
+    "not_ready",
     "other",
 ];
 
@@ -472,9 +480,12 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
         K::LeaseLost => "lease_lost",
         K::RequestIdConflict => "conflict",
         K::InvalidInput => "invalid",
-        // The SKU is not loaded, or its load is under way: buyers early for a sale, not a
-        // failure of the service (the error-rate alert leaves it out, like invalid input).
-        K::NotLoaded | K::NotReady => "not_loaded",
+        // The SKU is not loaded: buyers early for a sale, not a failure of the service (the
+        // error-rate alert leaves it out, like invalid input).
+        K::NotLoaded => "not_loaded",
+        // Its load is under way: a moment in a reload, for good when a loader died mid-load
+        // (the live audit's not-ready gauge and its alert tell those apart).
+        K::NotReady => "not_ready",
         K::AlreadyLoaded | K::Config | K::Protocol | K::Postgres | K::Permission => "other",
     }
 }
@@ -586,6 +597,10 @@ pub(crate) fn stock(
     }
 }
 
+pub(crate) fn store_up(up: bool) {
+    gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
+}
+
 pub(crate) fn audit_sku(labels: &SkuLabels, sku: &str, ok: bool) {
     let label = labels.label(sku);
     if label != "other" {
@@ -597,7 +612,7 @@ pub(crate) fn audit_round(r: &crate::live_audit::Round, unix_seconds: Option<f64
     gauge!(AUDIT_SKUS).set(r.audited as f64);
     gauge!(AUDIT_FAILING).set(r.failing as f64);
     gauge!(AUDIT_VANISHED).set(r.vanished as f64);
-    gauge!(STORE_UP).set(if r.store_up { 1.0 } else { 0.0 });
+    gauge!(AUDIT_NOT_READY).set(r.not_ready as f64);
     gauge!(AUDIT_UNACCOUNTED).set(r.unaccounted as f64);
     gauge!(AUDIT_EXCESS).set(r.excess as f64);
     counter!(AUDIT_ERRORS).increment(r.errors); // registered at zero: a series to alert on

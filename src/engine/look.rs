@@ -40,7 +40,13 @@ impl<S: Store> Engine<S> {
                 total: per_segment.iter().sum(),
                 per_segment,
                 in_transit: out.saturating_sub(inn),
-                reserved: segs.iter().map(|s| s.state.reserved).sum::<u64>() - expired,
+                // Saturating: a `reserved` counter below its expired holds (a segment the
+                // audit fails) must still be shown, not panic.
+                reserved: segs
+                    .iter()
+                    .map(|s| s.state.reserved)
+                    .sum::<u64>()
+                    .saturating_sub(expired),
                 expired,
             };
             crate::metrics::stock(

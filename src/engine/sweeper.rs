@@ -54,12 +54,14 @@ impl<S: Store> Engine<S> {
         for sku in skus {
             let cached = self.inner.layouts.get(&sku).map(|l| Arc::clone(l.value()));
             let meta = match self.inner.store.meta(&sku).await {
-                // One SKU's unreadable metadata must not stop the sweep of the others.
-                Err(e @ crate::error::Error::Protocol(_)) => {
-                    tracing::warn!(sku = %sku, error = %e, "unreadable SKU metadata; skipped");
+                // One SKU's unreadable metadata (or its node's failure) must not stop the sweep
+                // of the others.
+                Err(e) => {
+                    tracing::warn!(sku = %sku, error = %e, "cannot read the SKU metadata; skipped");
+                    first_error.get_or_insert(e);
                     continue;
                 }
-                r => r?,
+                Ok(m) => m,
             };
             if let Some(l) = &cached
                 && meta.as_ref().is_none_or(|m| m.generation != l.generation)
@@ -81,7 +83,9 @@ impl<S: Store> Engine<S> {
             match self.sweep_layout(&l).await {
                 Ok((units, reserved)) => {
                     back += units;
-                    crate::metrics::reserved(&self.inner.sku_labels, l.sku.as_str(), reserved);
+                    if let Some(reserved) = reserved {
+                        crate::metrics::reserved(&self.inner.sku_labels, l.sku.as_str(), reserved);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(sku = %l.sku, error = %e, "sweeping the SKU failed; next sweep retries");
@@ -98,14 +102,18 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// One SKU's sweep: (units reclaimed, units still reserved). A segment that fails is
-    /// passed over (the others are swept, then the first error is returned).
-    async fn sweep_layout(&self, l: &Layout) -> Result<(u64, u64)> {
-        let (mut back, mut reserved, mut failed) = (0, 0, None);
+    /// One SKU's sweep: (units reclaimed, units still reserved when every segment answered).
+    /// A segment that fails is passed over (the others are swept, then the first error is
+    /// returned).
+    async fn sweep_layout(&self, l: &Layout) -> Result<(u64, Option<u64>)> {
+        let (mut back, mut reserved, mut failed, mut partial) = (0, 0, None, false);
         for index in 0..l.segments {
             let survey = match self.inner.store.survey(l.seg(index), false).await {
                 // Its master cannot replicate: nothing ran; the next sweep tries again.
-                Err(Error::NoReplicas(_)) => continue,
+                Err(Error::NoReplicas(_)) => {
+                    partial = true;
+                    continue;
+                }
                 Err(e) => {
                     failed.get_or_insert(e);
                     continue;
@@ -127,7 +135,9 @@ impl<S: Store> Engine<S> {
             }
             return Err(e);
         }
-        Ok((back, reserved))
+        // A sum that misses segments is no figure for the gauge (the audit's reads, which
+        // answer while a master refuses writes, set it then).
+        Ok((back, (!partial).then_some(reserved)))
     }
 
     /// The SKUs this engine has used (those with a cached layout).

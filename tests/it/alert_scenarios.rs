@@ -7,7 +7,9 @@
 //! Quiet scenarios (no alert may be pending or firing for their instance at any poll, from the
 //! first scrape to the end): a healthy 16-segment sale whose homes run short (transfers), a
 //! reservation storm whose holds expire, a restock, a reload mid-sale, buyers of a SKU not
-//! loaded yet. Loud ones (each alert named must fire; no other may fire): a unit written into a
+//! loaded yet (only ShardstockDeductLatencyHigh may go pending there: its p99 depends on how
+//! busy the machine is, and its `for:` is 10 minutes). Loud ones (each alert named must fire at
+//! some poll; no other may be pending or firing but those named as consequences): a unit written into a
 //! segment by hand, Redis killed, Redis back empty, a master refusing writes
 //! (`min-replicas-to-write` with no replica). Figures each scenario reports (the remaining
 //! gauge against `GET /skus/{sku}`, the audit gauges) are printed as a table at the end.
@@ -238,36 +240,55 @@ fn healthy_sale_with_transfers(i: &Instance, notes: &Notes) {
     );
 }
 
-/// Reservations by the hundred, most left to expire (300 ms), some confirmed or cancelled; the
-/// sweeper returns the expired ones; then sales of what came back.
+/// Reservations by the hundred: 40 held for a minute, each confirmed or cancelled at once,
+/// and 260 left to expire (300 ms); the sweeper returns the expired ones; then sales of what
+/// came back.
 fn reservation_storm(i: &Instance, notes: &Notes) {
     i.load(
         "ticket",
         json!({"stock": 400, "segments": 4, "per_user_limit": 0}),
     );
-    let mut ids = Vec::new();
-    for u in 0..300 {
+    let hold = |u: u64, ttl_ms: u64| {
         let (s, b) = send(
             &i.a,
             "POST",
             &i.url("/skus/ticket/reservations"),
             Some(
-                json!({"user": format!("u{u}"), "qty": 1, "request_id": format!("h{u}"), "ttl_ms": 300}),
+                json!({"user": format!("u{u}"), "qty": 1, "request_id": format!("h{u}"), "ttl_ms": ttl_ms}),
             ),
         );
         assert_eq!(s, 201, "{b}");
-        ids.push(b["id"].as_str().unwrap().to_string());
-    }
-    for (n, id) in ids.iter().take(40).enumerate() {
-        let what = if n % 2 == 0 { "confirm" } else { "cancel" };
-        send(
+        b["id"].as_str().unwrap().to_string()
+    };
+    for u in 0..40 {
+        let id = hold(u, 60_000);
+        let (what, state) = if u % 2 == 0 {
+            ("confirm", "confirmed")
+        } else {
+            ("cancel", "cancelled")
+        };
+        let (s, b) = send(
             &i.a,
             "POST",
             &i.url(&format!("/reservations/{id}/{what}")),
             None,
         );
+        assert_eq!((s, b["state"].as_str()), (200, Some(state)), "{b}");
     }
-    std::thread::sleep(Duration::from_secs(2)); // the rest expire; the sweeper returns them
+    for u in 40..300 {
+        hold(u, 300);
+    }
+    // The holds expire; the sweeper (every 200 ms) returns them.
+    let back = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        let a = i.audit("ticket");
+        a["reserved"] == 0 && a["expired"] == 0
+    });
+    assert!(
+        back,
+        "the expired holds never came back: {}",
+        i.audit("ticket")
+    );
     for u in 0..100 {
         assert_eq!(
             i.buy("ticket", &format!("b{u}"), &format!("s{u}")),
@@ -276,11 +297,16 @@ fn reservation_storm(i: &Instance, notes: &Notes) {
     }
     let audit = i.audit("ticket");
     assert_eq!(audit["ok"], true, "{audit}");
+    assert_eq!(
+        (&audit["sold"], &audit["remaining"]),
+        (&json!(120), &json!(280)),
+        "{audit}"
+    );
     note(
         notes,
         "reservation storm",
         format!(
-            "300 held, 20 confirmed, 20 cancelled, 260 expired; {} units returned by the sweeper",
+            "300 held, 20 confirmed, 20 cancelled, 260 expired and returned ({} units by the sweeper, the rest by the scripts that met them), 100 sold after",
             i.metric("shardstock_reservation_expired_units_total")
         ),
     );
@@ -471,6 +497,16 @@ fn refusing_master(i: &mut Instance, replica: &mut RedisServer, notes: &Notes) {
             st["remaining"]
         ),
     );
+}
+
+/// Whether `alert` was seen firing for `instance` at any poll.
+fn ever_fired(
+    seen: &BTreeMap<String, BTreeSet<(String, String)>>,
+    instance: &str,
+    alert: &str,
+) -> bool {
+    seen.get(instance)
+        .is_some_and(|s| s.contains(&(alert.to_string(), "firing".to_string())))
 }
 
 #[test]
@@ -694,7 +730,7 @@ fn alerts_fire_for_faults_and_stay_quiet_for_healthy_sales() {
         }
         let done = addrs.iter().all(|addr| {
             let must = expect[addr.as_str()].fire;
-            must.iter().all(|m| firing(&all, addr).contains(*m))
+            must.iter().all(|m| ever_fired(&seen, addr, m))
         }) && quiet_since.elapsed() > Duration::from_secs(30);
         if done || Instant::now() > deadline {
             break all;
@@ -702,7 +738,8 @@ fn alerts_fire_for_faults_and_stay_quiet_for_healthy_sales() {
         std::thread::sleep(Duration::from_millis(500));
     };
 
-    // The table, then the verdicts.
+    // The table, then the verdicts: what fired at any poll (an alert a fault raises may
+    // resolve once its window has passed: `rate(...[1m])`), and what was ever pending.
     let mut problems = Vec::new();
     eprintln!(
         "\n{:<20} {:<70} ever pending or firing",
@@ -712,29 +749,23 @@ fn alerts_fire_for_faults_and_stay_quiet_for_healthy_sales() {
         let name = name_of[addr.as_str()];
         let Expect { fire: must, may } = expect[addr.as_str()];
         let now = firing(&last, addr);
-        let ever: BTreeSet<String> = seen
-            .get(addr)
-            .map(|s| s.iter().map(|(n, st)| format!("{n} ({st})")).collect())
-            .unwrap_or_default();
-        eprintln!(
-            "{name:<20} {:<70} {}",
-            format!("{now:?}"),
-            ever.iter().cloned().collect::<Vec<_>>().join(", ")
-        );
-        if must.is_empty() {
-            if !ever.is_empty() {
-                problems.push(format!("{name}: quiet scenario raised {ever:?}"));
+        let raised: BTreeSet<(String, String)> = seen.get(addr).cloned().unwrap_or_default();
+        let ever: Vec<String> = raised.iter().map(|(n, st)| format!("{n} ({st})")).collect();
+        eprintln!("{name:<20} {:<70} {}", format!("{now:?}"), ever.join(", "));
+        for (alert, state) in &raised {
+            let expected = must.contains(&alert.as_str()) || may.contains(&alert.as_str());
+            // Pending is allowed only where it can be nothing but the machine's own load: the
+            // p99 of debug builds on 2 shared cores (its `for:` is 10 minutes).
+            let load = state == "pending" && alert == "ShardstockDeductLatencyHigh";
+            if !expected && !load {
+                problems.push(format!("{name}: {alert} was {state}, unexpected"));
             }
-            continue;
         }
         for m in must {
-            if !now.contains(*m) {
-                problems.push(format!("{name}: {m} not firing (firing: {now:?})"));
-            }
-        }
-        for f in &now {
-            if !must.contains(&f.as_str()) && !may.contains(&f.as_str()) {
-                problems.push(format!("{name}: {f} fired, unexpected"));
+            if !ever_fired(&seen, addr, m) {
+                problems.push(format!(
+                    "{name}: {m} never fired (firing at the end: {now:?})"
+                ));
             }
         }
     }

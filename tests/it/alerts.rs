@@ -182,3 +182,47 @@ async fn live_audit_counts_units_changed_behind_the_engines_back() {
     assert_eq!(shardstock::live_audit::unaccounted(&audit), (3, 2));
     assert!(!audit.ok);
 }
+
+/// With Redis down, a round of the live audit does not wait out a command timeout per SKU: its
+/// first read fails, `store_up` is 0 at once and every SKU counts as an error (six SKUs: well
+/// under one command timeout, 5 s, where reading each would take 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_with_the_store_down_does_not_wait_for_every_sku() {
+    let mut redis = RedisServer::start();
+    let engine = common::redis_engine(&redis, shardstock::Engine::builder()).await;
+    for i in 0..6 {
+        let sku = Sku::new(format!("s{i}")).unwrap();
+        engine.load(&sku, 10, LoadOptions::new(2)).await.unwrap();
+    }
+    let r = engine.audit_round(&[]).await;
+    assert_eq!((r.audited, r.store_up), (6, true), "{r:?}");
+    redis.stop();
+    let t = std::time::Instant::now();
+    let r = tokio::time::timeout(std::time::Duration::from_secs(12), engine.audit_round(&[]))
+        .await
+        .unwrap_or_else(|_| panic!("the round took over 12 s"));
+    eprintln!("a round with Redis down: {:?}, {r:?}", t.elapsed());
+    assert_eq!((r.store_up, r.errors, r.audited), (false, 6, 0), "{r:?}");
+}
+
+/// A load whose loader died between starting and committing it leaves the SKU not ready for
+/// good: buyers get `not_ready` (its own error label, counted in the error rate) and the live
+/// audit counts the SKU as not ready (ShardstockLoadStuck's signal), round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sku_stuck_mid_load_is_reported() {
+    let redis = RedisServer::start();
+    let engine = common::redis_engine(&redis, shardstock::Engine::builder()).await;
+    let sku = Sku::new("stuck").unwrap();
+    engine.load(&sku, 10, LoadOptions::new(2)).await.unwrap();
+    // What a loader that died after load_begin leaves behind.
+    redis.cli(&["HSET", "t:{stuck}:meta", "state", "loading"]);
+    let err = engine
+        .deduct(&Deduct::new("stuck", "u1", 1, "r1").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(shardstock::metrics::error_label(err.kind()), "not_ready");
+    for _ in 0..2 {
+        let r = engine.audit_round(&[]).await;
+        assert_eq!((r.not_ready, r.failing, r.errors), (1, 0, 0), "{r:?}");
+    }
+}

@@ -195,3 +195,25 @@ fn every_reader_of_the_balance_agrees_with_the_audit_after_transfers() {
     let keys = srv.cli(&["KEYS", "ss:{bal#1}:*:resv"]);
     assert_eq!(keys.lines().count(), 1, "{keys}");
 }
+
+/// A segment whose `reserved` counter fell below what its expired holds carry (the corruption
+/// an operator runs `status` to look into): the audit fails, naming it, and the status still
+/// answers (no overflow, no panic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_answers_when_reserved_is_below_its_expired_holds() {
+    let redis = RedisServer::start();
+    let engine = common::redis_engine(&redis, Engine::builder()).await;
+    let sku = Sku::new("under").unwrap();
+    engine
+        .load(&sku, 10, LoadOptions::new(1).per_user_limit(0))
+        .await
+        .unwrap();
+    let d = Deduct::new("under", "u1", 2, "h1").unwrap();
+    engine.reserve(&d, Duration::from_millis(50)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    redis.cli(&["HSET", "t:{under#0}:seg", "reserved", "1"]);
+    let audit = engine.audit(&sku).await.unwrap();
+    assert!(!audit.ok && audit.expired == 2, "{audit:?}");
+    let r = engine.remaining(&sku).await.unwrap();
+    assert_eq!((r.total, r.reserved, r.expired), (10, 0, 2), "{r:?}");
+}

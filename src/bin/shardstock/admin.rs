@@ -189,7 +189,7 @@ pub(crate) async fn run_status<S: Store>(
         remaining: per_segment.iter().sum(),
         remaining_per_segment: &per_segment,
         in_transit: audit.in_transit,
-        reserved: audit.reserved - audit.expired,
+        reserved: audit.reserved.saturating_sub(audit.expired),
         expired: audit.expired,
         sold: audit.sold,
         loaded: audit.loaded,

@@ -497,7 +497,8 @@ pub(crate) async fn run_sim<S: Store>(
         reservations_confirmed_units: tally.confirmed,
         reservations_cancelled_units: tally.cancelled,
         reservations_expired_units: tally.left_to_expire,
-        reserved: audit.as_ref().map(|a| a.reserved),
+        // Live holds: the expired ones are counted in `remaining` (sellable).
+        reserved: audit.as_ref().map(|a| a.reserved.saturating_sub(a.expired)),
         in_transit: audit.as_ref().map(|a| a.in_transit),
         errors: tally.errors,
         first_error: first_error.get().cloned(),
