@@ -250,10 +250,12 @@ async fn load<S: Store>(
 }
 
 /// Add `qty` units, once per request id.
+///
+/// The request id is the body's `request_id` (absent: a fresh one, returned in the reply).
+/// It may come in an `Idempotency-Key` header instead (visible ASCII only); sent in both, the
+/// two must be the same id, else 400 `invalid_input` naming `request_id`.
 #[utoipa::path(post, path = "/skus/{sku}/restock", operation_id = "restock", tag = "admin",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
-        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
-            description = "The request id, instead of the body's `request_id` (the same id when both are sent)")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),),
     request_body(content = RestockRequest, content_type = "application/json"),
     responses((status = 200, description = "Restocked, or replayed", body = RestockReply)))]
 async fn restock<S: Store>(
@@ -301,10 +303,14 @@ fn purchase(sku: &str, headers: &HeaderMap, body: &Body) -> Result<Deduct, ApiEr
 
 /// Buy `qty` units, exactly once per (user, request id). Sold out, insufficient, limit reached,
 /// user busy, over limit and replayed are outcomes (200), not errors.
+///
+/// The request id is the body's `request_id`. A client that sets an `Idempotency-Key` header
+/// may send the id there instead (visible ASCII only) and leave `request_id` out; sent in
+/// both, the two must be the same id, else 400 `invalid_input` naming `request_id`. The same
+/// id with another `qty`, or the id of a reservation, is 409 `request_id_conflict` (also when
+/// the new `qty` is above the per-user limit).
 #[utoipa::path(post, path = "/skus/{sku}/deduct", operation_id = "deduct", tag = "buyer",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
-        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
-            description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),),
     request_body(content = DeductRequest, content_type = "application/json"),
     responses((status = 200, description = "The outcome", body = Deduction)))]
 async fn deduct<S: Store>(
@@ -351,10 +357,10 @@ async fn audit<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> 
 
 /// Hold `qty` units for `ttl_ms`, exactly once per (user, request id); confirm or cancel it
 /// with the id of the reply.
+///
+/// The request id is the body's `request_id`, or an `Idempotency-Key` header, as for a sale.
 #[utoipa::path(post, path = "/skus/{sku}/reservations", operation_id = "reserve", tag = "buyer",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
-        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
-            description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),),
     request_body(content = ReserveRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Held (`outcome`: `held`)", body = ReserveReply, links(

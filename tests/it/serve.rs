@@ -356,6 +356,36 @@ fn every_route_answers_with_the_documented_codes() {
         409,
         "qty",
     );
+    // Under a per-user limit too: the same id with a quantity above the limit is the same
+    // 409 (the id's record is looked at first); a new id above it is `over_limit`, 200.
+    let r = put(
+        &a,
+        &s.url("/skus/limited"),
+        json!({"stock": 10, "segments": 2, "per_user_limit": 1}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let limited = s.url("/skus/limited/deduct");
+    let r = post(&a, &limited, json!({"user": "u1", "request_id": "l1"}));
+    assert_eq!(r.body["outcome"], "applied", "{r:?}");
+    expect_error(
+        &post(
+            &a,
+            &limited,
+            json!({"user": "u1", "qty": 2, "request_id": "l1"}),
+        ),
+        409,
+        "qty",
+    );
+    let r = post(
+        &a,
+        &limited,
+        json!({"user": "u1", "qty": 2, "request_id": "l2"}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"], &r.body["limit"]),
+        (200, &json!("over_limit"), &json!(1)),
+        "{r:?}"
+    );
     let r = a
         .post(&deduct)
         .header("content-type", "application/json")
