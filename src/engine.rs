@@ -33,6 +33,7 @@ mod layout;
 mod options;
 mod outcome;
 pub mod protocol;
+mod readiness;
 mod request;
 mod sold_out;
 mod stock;
@@ -42,6 +43,9 @@ pub use background::{Background, BackgroundOptions};
 pub(crate) use layout::Layout;
 pub use options::{EngineBuilder, EngineOptions, LoadOptions, MAX_DURATION, MAX_GUARD_CAP};
 pub use outcome::{Deduction, Remaining, Restocked};
+pub use readiness::{
+    DEFAULT_READY_TIMEOUT, ProblemKind, Readiness, ReadyStatus, ServerProblem, SkuSegments,
+};
 pub use request::Deduct;
 pub(crate) use request::{Attempt, Intent};
 pub use sweeper::Sweeper;
@@ -58,6 +62,12 @@ struct Inner<S> {
     sku_labels: crate::metrics::SkuLabels,
     /// The in-process per-user filter.
     guard: crate::guard::LocalGuard,
+    /// Every SKU this engine has loaded or read a layout of (never forgotten: a SKU whose
+    /// metadata vanishes stays here, which is how readiness sees it vanished after the
+    /// sweeper dropped its layout).
+    known: DashMap<Sku, (), foldhash::fast::RandomState>,
+    /// The state of the last readiness look (its changes are logged).
+    last_ready: readiness::LastReadiness,
 }
 
 /// The inventory engine. Cheap to clone; share one per process.

@@ -125,7 +125,7 @@ pub use audit::{Audit, SegmentAudit};
 pub use config::Config;
 pub use engine::{
     Background, BackgroundOptions, Deduct, Deduction, Engine, EngineBuilder, EngineOptions,
-    LoadOptions, Remaining, Restocked, Sweeper,
+    LoadOptions, Readiness, ReadyStatus, Remaining, Restocked, Sweeper,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RequestId, Sku, UserId};

@@ -61,6 +61,7 @@ impl<S: Store> Engine<S> {
             .meta(sku)
             .await?
             .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
+        self.known(sku);
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }

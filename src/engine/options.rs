@@ -192,6 +192,8 @@ impl EngineBuilder {
                 ),
                 opts: self.opts,
                 layouts: DashMap::default(),
+                known: DashMap::default(),
+                last_ready: Default::default(),
             }),
         })
     }

@@ -76,6 +76,7 @@ impl<S: Store> Engine<S> {
             } => (generation, old_segments, old_generation, placement),
         };
         self.inner.layouts.remove(sku);
+        self.known(sku);
         let amounts = split(total, segments);
         let at = |index| seg_at(sku, generation, index, &placement);
         let writes = amounts.iter().enumerate().map(|(i, units)| {

@@ -238,10 +238,10 @@ pub(super) struct EndReply {
     pub done: bool,
 }
 
-/// 200 to `GET /healthz`.
+/// 200 to `GET /healthz` (liveness).
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct HealthReply {
-    /// Always `ok`: the process answers (the store is not asked).
+    /// Always `ok`: the process answers (the store is not asked: `GET /readyz` does).
     #[schema(example = "ok")]
     pub status: &'static str,
     /// `redis` or `memory`.

@@ -39,6 +39,7 @@ use utoipa::OpenApi;
         routes::confirm,
         routes::cancel,
         routes::healthz,
+        routes::readyz,
         routes::render_metrics,
         routes::openapi,
     ),
@@ -46,7 +47,7 @@ use utoipa::OpenApi;
     tags(
         (name = "admin", description = "Load, restock, status, audit: `Bearer <admin token>` when the server has one"),
         (name = "buyer", description = "Deduct, reservations, confirm, cancel: `Bearer <buyer token>` when the server has one"),
-        (name = "open", description = "Health, metrics and this document: never behind a token"),
+        (name = "open", description = "Liveness, readiness, metrics and this document: never behind a token"),
     )
 )]
 struct Doc;
@@ -236,9 +237,7 @@ fn set(v: &mut Value, path: &[&str], value: Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::messages::{
-        self, ID_PATTERN, RESERVATION_PATTERN, SKU_PATTERN,
-    };
+    use super::super::messages::{self, ID_PATTERN, RESERVATION_PATTERN, SKU_PATTERN};
     use super::*;
     use std::path::Path;
 
@@ -326,8 +325,7 @@ mod tests {
             let end = rest.find('"').unwrap();
             let p = rest[..end].replace("\\\\", "\\");
             assert!(
-                [SKU_PATTERN, ID_PATTERN, RESERVATION_PATTERN]
-                .contains(&p.as_str()),
+                [SKU_PATTERN, ID_PATTERN, RESERVATION_PATTERN].contains(&p.as_str()),
                 "{p}"
             );
             seen += 1;
@@ -381,12 +379,18 @@ mod tests {
             for (method, op) in item.as_object().unwrap() {
                 let params = op["parameters"].as_array().map(Vec::as_slice);
                 assert!(
-                    params.unwrap_or_default().iter().all(|p| p["in"] != "header"),
+                    params
+                        .unwrap_or_default()
+                        .iter()
+                        .all(|p| p["in"] != "header"),
                     "{method} {path} declares a header parameter: {op}"
                 );
             }
         }
         let deduct = d["paths"]["/skus/{sku}/deduct"]["post"].to_string();
-        assert!(deduct.contains("Idempotency-Key"), "the header is described: {deduct}");
+        assert!(
+            deduct.contains("Idempotency-Key"),
+            "the header is described: {deduct}"
+        );
     }
 }

@@ -9,8 +9,8 @@ use super::messages::{
 };
 use super::{ApiError, ApiOptions, ErrorCode, Json, Render, Token, json_errors};
 use crate::{
-    Audit, Deduct, Deduction, Engine, Error, LoadOptions, RequestId, ReservationEnd, ReservationId,
-    Reserved, Sku, Store, UserId,
+    Audit, Deduct, Deduction, Engine, Error, LoadOptions, Readiness, RequestId, ReservationEnd,
+    ReservationId, Reserved, Sku, Store, UserId,
 };
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -23,10 +23,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// What the handlers share: the engine and the per-call timeout.
+/// What the handlers share: the engine, the per-call timeout and the readiness bound.
 struct Api<S: Store> {
     engine: Engine<S>,
     timeout: Option<Duration>,
+    ready_timeout: Duration,
 }
 
 impl<S: Store> Clone for Api<S> {
@@ -34,6 +35,7 @@ impl<S: Store> Clone for Api<S> {
         Self {
             engine: self.engine.clone(),
             timeout: self.timeout,
+            ready_timeout: self.ready_timeout,
         }
     }
 }
@@ -87,6 +89,7 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
     );
     let api = Router::new()
         .route("/healthz", get(healthz::<S>))
+        .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(move || render_metrics(metrics)))
         .route("/openapi.json", get(move || openapi(document)))
         .merge(admin)
@@ -96,6 +99,7 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
         .with_state(Api {
             engine,
             timeout: options.request_timeout,
+            ready_timeout: options.ready_timeout,
         });
     // Around the whole router, not each route: a 405's `Allow` header is set by the route's
     // method router after the route's layers have run.
@@ -166,7 +170,10 @@ fn fresh_request_id(prefix: &str) -> Result<RequestId, Error> {
     RequestId::new(format!("{prefix}-{}-{nanos}", std::process::id()))
 }
 
-/// Is the process up? Asks nothing of the store.
+/// Liveness: is the process up? Asks nothing of the store.
+///
+/// 200 whenever the process serves HTTP, with Redis down too: restart the process when this
+/// fails, never because the store is away (probe `/readyz` for that).
 #[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "open",
     responses((status = 200, description = "The process answers", body = HealthReply)))]
 async fn healthz<S: Store>(State(api): State<Api<S>>) -> ApiResult {
@@ -178,6 +185,31 @@ async fn healthz<S: Store>(State(api): State<Api<S>>) -> ApiResult {
             strategy: api.engine.store().strategy().name(),
         },
     )
+}
+
+/// Readiness: is the store there for this instance, and what of it is not?
+///
+/// Every server of the store is asked, within this server's readiness bound (1 s by default;
+/// `serve.ready_timeout_ms` in `shardstock serve`), whether it answers and would take a write,
+/// and the SKUs this instance has served are looked up. 503 `unavailable` when the store does not
+/// answer (Redis down or out of reach, the cluster down): send buyers elsewhere. 200 `ready`,
+/// or 200 `degraded` when it answers but a part does not serve: masters refusing writes
+/// (`NOREPLICAS`, `OOM`, ...), out of reach or seeing the cluster down, with the segments of
+/// the known SKUs on them; SKUs whose metadata vanished (Redis back empty). Buyers of the
+/// other segments are served by this instance as by any other, so a load balancer keeps it;
+/// an operator repairs what `problems` and `vanished_skus` name.
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "open",
+    responses(
+        (status = 200, description = "The store answers: `ready` or `degraded`", body = Readiness),
+        (status = 503, description = "The store does not answer: `unavailable`, with `reason`", body = Readiness)))]
+async fn readyz<S: Store>(State(api): State<Api<S>>) -> Response {
+    let r = api.engine.readiness(api.ready_timeout).await;
+    let status = if r.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, [(header::CACHE_CONTROL, "no-store")], Json(r)).into_response()
 }
 
 /// The metrics in the Prometheus text format (404 `not_found` unless the server was given a

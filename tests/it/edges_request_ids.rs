@@ -150,7 +150,10 @@ async fn qty_over_limit_conflict<S: Store>(e: Engine<S>, tag: &'static str) {
         );
     }
     // A reservation's id reused by a sale above the limit: the quantity differs first.
-    held(e.reserve(&d("qlim", "bob", 1, "q2"), ttl).await, "bob reserves q2");
+    held(
+        e.reserve(&d("qlim", "bob", 1, "q2"), ttl).await,
+        "bob reserves q2",
+    );
     let sale = e.deduct(&d("qlim", "bob", 3, "q2")).await;
     assert!(
         matches!(sale, Err(Error::RequestIdConflict { field: "qty", .. })),
