@@ -29,6 +29,13 @@ pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The readiness of an engine's store ([`Engine::readiness`]); as JSON, the body of `GET
 /// /readyz`.
+///
+/// - **unavailable** when the store does not answer at all (a single Redis down or out of
+///   reach, no cluster master answering or every one that answers seeing the cluster down);
+/// - **degraded** when it answers but a part of it does not serve: masters that refuse writes,
+///   are out of reach or see the cluster down, each with the segments of the known SKUs on
+///   it; or SKUs this engine served whose metadata is gone;
+/// - **ready** otherwise (an in-process store always is).
 #[cfg_attr(feature = "http", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -148,9 +155,9 @@ impl<S: Store> Engine<S> {
 
     /// Is the store there for this engine, and what of it is not? One look bounded by
     /// `timeout`: every server of the store asked ([`Store::health`]) and the metadata of
-    /// every SKU this engine has loaded or served read, at the same time (see the [module
-    /// docs](self) for what makes it ready, degraded or unavailable). Never an error: a
-    /// failure is what it reports. A change of state since the last look is logged.
+    /// every SKU this engine has loaded or served read, at the same time (what makes it
+    /// ready, degraded or unavailable: [`Readiness`]). Never an error: a failure is what it
+    /// reports. A change of state since the last look is logged.
     pub async fn readiness(&self, timeout: Duration) -> Readiness {
         let start = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
