@@ -9,16 +9,16 @@
 //! (liveness: the process answers; the store is not asked) · `GET /readyz` (readiness:
 //! [`Engine::readiness`] within [`ApiOptions::ready_timeout`]; 200 `ready` or `degraded`, 503
 //! `unavailable` when the store does not answer) · `GET /openapi.json` · `GET /metrics` (when
-//! [`ApiOptions::metrics`] gives it something to
-//! render: the library never installs a metrics recorder; the service passes the renderer of
-//! the one it installed, e.g. a `metrics-exporter-prometheus` handle, as
-//! `examples/embed_axum.rs` shows).
+//! [`ApiOptions::metrics`] gives it something to render: the library never installs a metrics
+//! recorder; the service passes the renderer of the one it installed, e.g. a
+//! `metrics-exporter-prometheus` handle, as `examples/embed_axum.rs` shows).
 //!
 //! **Tokens, limits, timeouts** ([`ApiOptions`]). The admin routes (load, status, restock,
 //! audit) require `Authorization: Bearer <admin token>` when [`ApiOptions::admin_token`] is set,
 //! the buyer routes (deduct, reservations, confirm, cancel) `Bearer <buyer token>` when
-//! [`ApiOptions::buyer_token`] is set; `/healthz`, `/readyz` and `/metrics` stay open. A missing or wrong
-//! token answers 401 with `WWW-Authenticate: Bearer` (tokens compared in constant time).
+//! [`ApiOptions::buyer_token`] is set; `/healthz`, `/readyz` and `/metrics` stay open. A
+//! missing or wrong token answers 401 with `WWW-Authenticate: Bearer` (tokens compared in
+//! constant time).
 //! [`serve_with`] refuses a listener on a non-loopback address without an admin token
 //! ([`ApiOptions::check_listen`]). Bodies above [`ApiOptions::body_limit`] (16 KiB) answer 413.
 //! An engine call that has not answered after [`ApiOptions::request_timeout`] (10 s) is dropped
@@ -28,8 +28,9 @@
 //! dropped load leaves the SKU "not ready" until the load is retried), and the request id makes
 //! the retry exactly-once: the client retries with the same id and gets the one outcome.
 //!
-//! Requests may carry their request id in an `Idempotency-Key` header instead of the body's
-//! `request_id`. A body must be sent as `Content-Type: application/json` (a charset, if given,
+//! A write's request id is the body's `request_id` (the one carrier the OpenAPI document
+//! declares); an `Idempotency-Key` header may carry it instead (the same id when both are
+//! sent). A body must be sent as `Content-Type: application/json` (a charset, if given,
 //! `utf-8`); another type answers 415. Errors are JSON `{"error": "...", "code": "...",
 //! "field": "..."?}`: `code` is an [`ErrorCode`], stable and machine-readable (an engine
 //! error's code is its [`ErrorKind`](crate::error::ErrorKind)'s name), and the status is the
