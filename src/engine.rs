@@ -123,8 +123,9 @@ impl<S: Store> Engine<S> {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],
-    /// [`Error::RequestIdConflict`] (same id, other user, quantity or kind — e.g. the id of a
-    /// reservation), and store errors — after which the outcome is unknown
+    /// [`Error::RequestIdConflict`] (this user's request id used with another quantity or kind
+    /// — e.g. the id of a reservation —, also when the new quantity is above the per-user
+    /// limit; request ids are scoped per user), and store errors — after which the outcome is unknown
     /// and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
         self.metered(req, Intent::Sale).await.map(|(d, _)| d)
