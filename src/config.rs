@@ -218,6 +218,11 @@ pub struct ServeConfig {
     /// with (dropping an engine call is cancellation-safe and the retry exactly-once; see
     /// [`crate::http`]); 0 = no limit.
     pub request_timeout_ms: u64,
+    /// How long `GET /readyz` waits for the store (every Redis master asked): a master that
+    /// has not answered by then counts as unreachable, and a store none of whose servers
+    /// answered makes readiness 503. 1..=60,000; keep it under the load balancer's probe
+    /// timeout.
+    pub ready_timeout_ms: u64,
 }
 
 impl Default for ServeConfig {
@@ -228,13 +233,15 @@ impl Default for ServeConfig {
             buyer_token: String::new(),
             body_limit_bytes: 16 * 1024,
             request_timeout_ms: 10_000,
+            ready_timeout_ms: 1_000,
         }
     }
 }
 
 #[cfg(feature = "http")]
 impl ServeConfig {
-    /// The API options these settings stand for (tokens, body limit, request timeout).
+    /// The API options these settings stand for (tokens, body limit, request timeout,
+    /// readiness bound).
     pub fn api_options(&self) -> crate::http::ApiOptions {
         crate::http::ApiOptions::default()
             .admin_token(&self.admin_token)
@@ -244,6 +251,7 @@ impl ServeConfig {
                 (self.request_timeout_ms > 0)
                     .then(|| Duration::from_millis(self.request_timeout_ms)),
             )
+            .ready_timeout(Duration::from_millis(self.ready_timeout_ms))
     }
 }
 
@@ -257,6 +265,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("buyer_token", &set(&self.buyer_token))
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("ready_timeout_ms", &self.ready_timeout_ms)
             .finish()
     }
 }
@@ -364,6 +373,12 @@ impl Config {
             return Err(Error::Config(
                 "serve.body_limit_bytes must be at least 1".into(),
             ));
+        }
+        if !(1..=60_000).contains(&self.serve.ready_timeout_ms) {
+            return Err(Error::Config(format!(
+                "serve.ready_timeout_ms must be in 1..=60000, got {}",
+                self.serve.ready_timeout_ms
+            )));
         }
         crate::store::redis::check_durability(
             self.store.wait_replicas,
@@ -508,6 +523,13 @@ mod tests {
             let e = Config::load(None).unwrap_err();
             assert!(e.to_string().contains("serve.body_limit_bytes"), "{e}");
             jail.set_env("SHARDSTOCK_SERVE__BODY_LIMIT_BYTES", "100");
+            for bad in ["0", "60001"] {
+                jail.set_env("SHARDSTOCK_SERVE__READY_TIMEOUT_MS", bad);
+                let e = Config::load(None).unwrap_err();
+                assert!(e.to_string().contains("serve.ready_timeout_ms"), "{e}");
+            }
+            jail.set_env("SHARDSTOCK_SERVE__READY_TIMEOUT_MS", "250");
+            assert_eq!(Config::load(None).unwrap().serve.ready_timeout_ms, 250);
             jail.set_env("SHARDSTOCK_ENGINE__MAX_QTTY", "3");
             let e = Config::load(None).unwrap_err();
             assert!(e.to_string().contains("max_qtty"), "{e}");

@@ -34,6 +34,7 @@ mod look;
 mod options;
 mod outcome;
 pub mod protocol;
+mod readiness;
 mod request;
 mod sold_out;
 mod stock;
@@ -43,6 +44,9 @@ pub use background::{Background, BackgroundOptions};
 pub(crate) use layout::Layout;
 pub use options::{EngineBuilder, EngineOptions, LoadOptions, MAX_DURATION, MAX_GUARD_CAP};
 pub use outcome::{Deduction, Remaining, Restocked};
+pub use readiness::{
+    DEFAULT_READY_TIMEOUT, ProblemKind, Readiness, ReadyStatus, ServerProblem, SkuSegments,
+};
 pub use request::Deduct;
 pub(crate) use request::{Attempt, Intent};
 pub use sweeper::Sweeper;
@@ -55,14 +59,17 @@ struct Inner<S> {
     /// Hashed with foldhash: every request looks its SKU up (SipHash was ~0.4 % of a sale's
     /// client CPU).
     layouts: DashMap<Sku, Arc<Layout>, foldhash::fast::RandomState>,
-    /// Every SKU this engine has seen loaded and ready, with the last generation seen. Unlike
-    /// a cached layout (dropped when the metadata is gone) an entry stays, so the live audit
-    /// can tell a SKU whose data vanished (Redis back empty) from one never loaded.
+    /// Every SKU this engine has loaded, sold, read or audited (its metadata seen), with the
+    /// last generation seen. Unlike a cached layout (dropped when the metadata is gone) an
+    /// entry stays, so the live audit and the readiness can tell a SKU whose data vanished
+    /// (Redis back empty) from one never loaded.
     seen: DashMap<Sku, u64, foldhash::fast::RandomState>,
     /// Which SKUs get their own metric label.
     sku_labels: crate::metrics::SkuLabels,
     /// The in-process per-user filter.
     guard: crate::guard::LocalGuard,
+    /// The state of the last readiness look (its changes are logged).
+    last_ready: readiness::LastReadiness,
 }
 
 /// The inventory engine. Cheap to clone; share one per process.
@@ -118,8 +125,9 @@ impl<S: Store> Engine<S> {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],
-    /// [`Error::RequestIdConflict`] (same id, other user, quantity or kind — e.g. the id of a
-    /// reservation), and store errors — after which the outcome is unknown
+    /// [`Error::RequestIdConflict`] (this user's request id used with another quantity or kind
+    /// — e.g. the id of a reservation —, also when the new quantity is above the per-user
+    /// limit; request ids are scoped per user), and store errors — after which the outcome is unknown
     /// and the request may be retried with the same id.
     pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
         self.metered(req, Intent::Sale).await.map(|(d, _)| d)

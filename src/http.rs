@@ -5,17 +5,20 @@
 //! Routes (docs/http.md has the bodies and replies; `GET /openapi.json` the contract):
 //! `PUT /skus/{sku}` load · `POST /skus/{sku}/restock` · `POST /skus/{sku}/deduct` ·
 //! `GET /skus/{sku}` status · `GET /skus/{sku}/audit` · `POST /skus/{sku}/reservations` ·
-//! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz` ·
-//! `GET /openapi.json` · `GET /metrics` (when [`ApiOptions::metrics`] gives it something to
-//! render: the library never installs a metrics recorder; the service passes the renderer of
-//! the one it installed, e.g. a `metrics-exporter-prometheus` handle, as
-//! `examples/embed_axum.rs` shows).
+//! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz`
+//! (liveness: the process answers; the store is not asked) · `GET /readyz` (readiness:
+//! [`Engine::readiness`] within [`ApiOptions::ready_timeout`]; 200 `ready` or `degraded`, 503
+//! `unavailable` when the store does not answer) · `GET /openapi.json` · `GET /metrics` (when
+//! [`ApiOptions::metrics`] gives it something to render: the library never installs a metrics
+//! recorder; the service passes the renderer of the one it installed, e.g. a
+//! `metrics-exporter-prometheus` handle, as `examples/embed_axum.rs` shows).
 //!
 //! **Tokens, limits, timeouts** ([`ApiOptions`]). The admin routes (load, status, restock,
 //! audit) require `Authorization: Bearer <admin token>` when [`ApiOptions::admin_token`] is set,
 //! the buyer routes (deduct, reservations, confirm, cancel) `Bearer <buyer token>` when
-//! [`ApiOptions::buyer_token`] is set; `/healthz` and `/metrics` stay open. A missing or wrong
-//! token answers 401 with `WWW-Authenticate: Bearer` (tokens compared in constant time).
+//! [`ApiOptions::buyer_token`] is set; `/healthz`, `/readyz` and `/metrics` stay open. A
+//! missing or wrong token answers 401 with `WWW-Authenticate: Bearer` (tokens compared in
+//! constant time).
 //! [`serve_with`] refuses a listener on a non-loopback address without an admin token
 //! ([`ApiOptions::check_listen`]). Bodies above [`ApiOptions::body_limit`] (16 KiB) answer 413.
 //! An engine call that has not answered after [`ApiOptions::request_timeout`] (10 s) is dropped
@@ -25,8 +28,9 @@
 //! dropped load leaves the SKU "not ready" until the load is retried), and the request id makes
 //! the retry exactly-once: the client retries with the same id and gets the one outcome.
 //!
-//! Requests may carry their request id in an `Idempotency-Key` header instead of the body's
-//! `request_id`. A body must be sent as `Content-Type: application/json` (a charset, if given,
+//! A write's request id is the body's `request_id` (the one carrier the OpenAPI document
+//! declares); an `Idempotency-Key` header may carry it instead (the same id when both are
+//! sent). A body must be sent as `Content-Type: application/json` (a charset, if given,
 //! `utf-8`); another type answers 415. Errors are JSON `{"error": "...", "code": "...",
 //! "field": "..."?}`: `code` is an [`ErrorCode`], stable and machine-readable (an engine
 //! error's code is its [`ErrorKind`](crate::error::ErrorKind)'s name), and the status is the
@@ -100,10 +104,14 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
 /// Default [`ApiOptions::request_timeout`]: 10 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default [`ApiOptions::ready_timeout`]: 1 s.
+pub const DEFAULT_READY_TIMEOUT: Duration = crate::engine::DEFAULT_READY_TIMEOUT;
+
 /// How the API is set up beyond its routes. `Default`: no `/metrics` route content (it answers
 /// 404), the reservation sweeper every second under [`serve_with`], no tokens (loopback
 /// listeners only, see [`ApiOptions::check_listen`]), bodies up to [`DEFAULT_BODY_LIMIT`],
-/// engine calls cut after [`DEFAULT_REQUEST_TIMEOUT`].
+/// engine calls cut after [`DEFAULT_REQUEST_TIMEOUT`], readiness looks bounded by
+/// [`DEFAULT_READY_TIMEOUT`].
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ApiOptions {
@@ -113,6 +121,7 @@ pub struct ApiOptions {
     buyer_token: Option<Token>,
     body_limit: usize,
     request_timeout: Option<Duration>,
+    ready_timeout: Duration,
 }
 
 impl Default for ApiOptions {
@@ -124,6 +133,7 @@ impl Default for ApiOptions {
             buyer_token: None,
             body_limit: DEFAULT_BODY_LIMIT,
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            ready_timeout: DEFAULT_READY_TIMEOUT,
         }
     }
 }
@@ -137,6 +147,7 @@ impl std::fmt::Debug for ApiOptions {
             .field("buyer_token", &self.buyer_token.is_some())
             .field("body_limit", &self.body_limit)
             .field("request_timeout", &self.request_timeout)
+            .field("ready_timeout", &self.ready_timeout)
             .finish()
     }
 }
@@ -188,6 +199,16 @@ impl ApiOptions {
     /// the request id to retry with); `None`: no limit. Default [`DEFAULT_REQUEST_TIMEOUT`].
     pub fn request_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// How long `GET /readyz` waits for the store ([`Engine::readiness`]): a server that has
+    /// not answered by then counts as unreachable, and a store none of whose servers answered
+    /// makes it 503. Default [`DEFAULT_READY_TIMEOUT`] (1 s); below 1 ms counts as 1 ms. Keep
+    /// it under the load balancer's probe timeout, so the probe gets the JSON reason rather
+    /// than a timeout.
+    pub fn ready_timeout(mut self, timeout: Duration) -> Self {
+        self.ready_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 

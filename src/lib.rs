@@ -61,6 +61,10 @@
 //! - [`Engine::start_background`] starts what runs beside the engine: the reservation sweeper
 //!   ([`Engine::start_sweeper`]) and the live audit, conservation as a metric
 //!   ([`Engine::start_live_audit`]); the [`Background`] handle stops both when dropped.
+//! - [`Engine::readiness`] tells a load balancer and an operator whether the store answers
+//!   (every Redis master asked within a bound) and what of it does not serve: masters refusing
+//!   writes with the segments on them, SKUs whose data vanished ([`Readiness`]); the HTTP API
+//!   serves it as `GET /readyz`, next to `GET /healthz` (liveness).
 //! - Metrics go through the `metrics` facade ([`mod@crate::metrics`] names them all); the
 //!   library never installs a recorder, your service does.
 //! - The HTTP/JSON API is the module `shardstock::http` (feature `http`, on by default): mount
@@ -81,7 +85,7 @@
 //!
 //! | module | what lives there |
 //! |---|---|
-//! | [`engine`] | [`Engine`] and its builder and options: load, deduct, restock, status, audit, sweeper, background tasks |
+//! | [`engine`] | [`Engine`] and its builder and options: load, deduct, restock, status, audit, sweeper, background tasks, readiness |
 //! | [`reservation`] | reserve, confirm, cancel: [`ReservationId`], [`Reserved`], [`ReservationEnd`] |
 //! | [`store`] | the [`Store`] trait; [`store::redis`] ([`RedisStore`]: Lua scripts, coalescing, cluster redirections, durability mode) and [`store::memory`] ([`MemoryStore`], the reference semantics) |
 //! | [`audit`], [`live_audit`] | the conservation check, once or every few seconds as metrics |
@@ -125,7 +129,7 @@ pub use audit::{Audit, SegmentAudit};
 pub use config::Config;
 pub use engine::{
     Background, BackgroundOptions, Deduct, Deduction, Engine, EngineBuilder, EngineOptions,
-    LoadOptions, Remaining, Restocked, Sweeper,
+    LoadOptions, Readiness, ReadyStatus, Remaining, Restocked, Sweeper,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RequestId, Sku, UserId};

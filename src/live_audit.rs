@@ -3,11 +3,11 @@
 //! writes nothing ([`Store::peek`](crate::store::Store::peek)), so the live audit goes on while
 //! a master refuses writes.
 //!
-//! Which SKUs: every SKU this engine has seen loaded and ready (loaded, sold, read or audited
-//! through it) plus an explicit list. A SKU that is not loaded is skipped, not counted as
-//! failing — unless this engine saw it loaded and ready before: its metadata is gone (Redis
-//! restarted empty, or lost its data in a failover), and it is counted as **vanished** (and as
-//! failing) until it is loaded again. A SKU whose load is under way is counted as not ready.
+//! Which SKUs: every SKU this engine has seen (loaded, sold, read or audited through it) plus
+//! an explicit list. A SKU that is not loaded is skipped, not counted as failing — unless this
+//! engine saw its metadata before: then it is gone (Redis restarted empty, or lost its data in
+//! a failover), and the SKU is counted as **vanished** (and as failing) until it is loaded
+//! again. A SKU whose load is under way is counted as not ready.
 //!
 //! What it exports (names in [`crate::metrics`]):
 //! - `shardstock_audit_failing_skus` — SKUs whose last audit failed or that vanished, over
@@ -32,11 +32,13 @@
 //! - `shardstock_audit_skus`, `shardstock_audit_errors_total` (audits the store did not
 //!   answer) and `shardstock_audit_last_run_timestamp_seconds` (the last round that read every
 //!   SKU: a stale value means the audit is not running or cannot reach Redis);
-//! - `shardstock_store_up` — 1 when the store answered a plain read at the start of the last
-//!   round, 0 when it did not (Redis down or unreachable: its alert's signal). Exported as
-//!   soon as the read answers or fails; a round whose read failed reads nothing else (every
-//!   SKU counted as an error), so the signal never waits on the command timeouts of many
-//!   reads.
+//! - `shardstock_store_up` — 1 when the store answered the look at its servers that starts
+//!   each round ([`Engine::readiness`], bounded by 2 s), 0 when it did not (Redis down or
+//!   unreachable: its alert's signal); `shardstock_store_servers_refusing_writes` — the
+//!   masters that answered but refuse writes (below `min-replicas-to-write`, out of memory,
+//!   ...: their alert's signal, with or without buyers). Exported as soon as the look ends; a
+//!   round whose store did not answer reads nothing else (every SKU counted as an error), so
+//!   the signal never waits on the command timeouts of many reads.
 //!
 //! A failed audit is checked once more before it counts: an audit that raced a reload (its
 //! metadata read before the new generation replaced the segments) passes the second time, or
@@ -48,6 +50,9 @@ use crate::error::Error;
 use crate::ids::Sku;
 use crate::store::Store;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a round's look at the store's servers may take ([`Engine::readiness`]).
+const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The running live audit; dropping it stops it.
 #[derive(Debug)]
@@ -132,17 +137,21 @@ impl<S: Store> Engine<S> {
                 skus.push(s.clone());
             }
         }
-        // Does the store answer at all? One plain read (the registry of SKUs), so that a dead
-        // Redis shows as such even when there is no SKU to audit.
-        let store_up = match self.store().skus().await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::error!(error = %e, "live audit: the store does not answer");
-                false
-            }
-        };
+        // Does the store answer at all, and does every server take writes? One readiness look
+        // (every master asked, bounded), so that a dead Redis or a master refusing writes
+        // shows even when there is no SKU to audit and no buyer.
+        let ready = self.readiness(STORE_PROBE_TIMEOUT).await;
+        let store_up = ready.is_ready();
+        if !store_up {
+            tracing::error!(reason = ?ready.reason, "live audit: the store does not answer");
+        }
+        let refusing = ready
+            .problems
+            .iter()
+            .filter(|p| p.problem == crate::engine::ProblemKind::RefusesWrites)
+            .count();
         // Exported at once: a round that then waits on reads must not hold the signal back.
-        crate::metrics::store_up(store_up);
+        crate::metrics::store_up(store_up, refusing as u64);
         let mut r = Round {
             store_up,
             ..Round::default()

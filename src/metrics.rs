@@ -115,9 +115,12 @@ pub const AUDIT_UNACCOUNTED: &str = "shardstock_audit_unaccounted_units";
 pub const AUDIT_EXCESS: &str = "shardstock_audit_excess_units";
 /// Live audit: Unix time of the last round in which every SKU was read (gauge, seconds).
 pub const AUDIT_LAST_RUN: &str = "shardstock_audit_last_run_timestamp_seconds";
-/// Live audit: 1 when the store answered a plain read at the start of the last round, 0 when
-/// it did not (gauge).
+/// Live audit: 1 when the store answered the look at its servers that starts each round
+/// ([`Engine::readiness`](crate::Engine::readiness)), 0 when it did not (gauge).
 pub const STORE_UP: &str = "shardstock_store_up";
+/// Live audit: the store's masters that answered but refuse writes (`NOREPLICAS`, `OOM`,
+/// `MISCONF`, `READONLY`), as the round's look found them (gauge).
+pub const STORE_REFUSING: &str = "shardstock_store_servers_refusing_writes";
 /// Live audit: audits that could not read a SKU (store errors; counter).
 pub const AUDIT_ERRORS: &str = "shardstock_audit_errors_total";
 
@@ -317,7 +320,12 @@ pub fn describe() {
     describe_gauge!(
         STORE_UP,
         Unit::Count,
-        "Live audit: 1 when the store answered a plain read at the start of the last round, 0 when it did not."
+        "Live audit: 1 when the store answered the look at its servers that starts each round, 0 when it did not."
+    );
+    describe_gauge!(
+        STORE_REFUSING,
+        Unit::Count,
+        "Live audit: the store's masters that answer but refuse writes (NOREPLICAS, OOM, MISCONF, READONLY)."
     );
     describe_counter!(
         AUDIT_ERRORS,
@@ -597,8 +605,9 @@ pub(crate) fn stock(
     }
 }
 
-pub(crate) fn store_up(up: bool) {
+pub(crate) fn store_up(up: bool, refusing_writes: u64) {
     gauge!(STORE_UP).set(if up { 1.0 } else { 0.0 });
+    gauge!(STORE_REFUSING).set(refusing_writes as f64);
 }
 
 pub(crate) fn audit_sku(labels: &SkuLabels, sku: &str, ok: bool) {

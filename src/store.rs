@@ -15,11 +15,13 @@ use crate::ids::{RequestId, Sku, UserId};
 use crate::placement::Placement;
 use std::future::Future;
 
+mod health;
 pub mod memory;
 pub mod redis;
 mod reply;
 pub(crate) mod watch;
 
+pub use health::{ALL_SLOTS, ServerHealth, ServerState, StoreHealth};
 pub use watch::StockWatch;
 
 pub use reply::*;
@@ -257,6 +259,15 @@ pub trait Store: Send + Sync + 'static {
     fn stock_watch(&self, sku: &Sku) -> Option<StockWatch> {
         let _ = sku;
         None
+    }
+
+    /// Asks every server of the store, each within `timeout`, whether it answers and would
+    /// take a write now (the engine's readiness, [`crate::Engine::readiness`]). Never an
+    /// error: what failed is in the answer. The default, for in-process stores: nothing to
+    /// ask, always there ([`StoreHealth::in_process`]).
+    fn health(&self, timeout: std::time::Duration) -> impl Future<Output = StoreHealth> + Send {
+        let _ = timeout;
+        async { StoreHealth::in_process() }
     }
 
     /// Where each of the first `segments` segments of `sku` lives now (slot and master), on a

@@ -119,14 +119,12 @@ impl<S: Store> Engine<S> {
         let (l, req) = (a.layout, a.req);
         let limit = l.user_limit;
         if req.qty > limit {
-            // Answered from the cached layout alone: make sure it is still the SKU's (a
-            // reload may have changed the limit).
+            // Never possible under this limit: "over limit" — unless the request id is taken.
+            // As in `sell.lua`, a request id's record is looked at first: an id used with
+            // another quantity or kind is a conflict, whatever the limit says. The record and
+            // the metadata (a reload may have changed the limit) are read in one round trip.
             // (Boxed, like every rare path here: a metadata read's state is kilobytes.)
-            return Ok(if Box::pin(self.is_current(l)).await? {
-                Done(Deduction::OverLimit { limit })
-            } else {
-                Stale
-            });
+            return Box::pin(self.replay_or(a, Deduction::OverLimit { limit })).await;
         }
         let g = &self.inner.guard;
         let entered = g.enter(
@@ -144,7 +142,10 @@ impl<S: Store> Engine<S> {
             Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),
             // This process saw the user's units; a retry of a request applied (perhaps through
             // another instance) must still replay.
-            Err(_) => return Box::pin(self.replay_or_limit(a)).await,
+            Err(_) => {
+                let limit = Deduction::LimitReached { limit };
+                return Box::pin(self.replay_or(a, limit)).await;
+            }
         };
         let r = self.decide_limited(a).await;
         match &r {
@@ -160,10 +161,11 @@ impl<S: Store> Engine<S> {
         r.map(|(flow, _)| flow)
     }
 
-    /// "Limit reached" — unless this very request applied before: then its replay; or its
-    /// request id was used with another quantity or kind: then that conflict. One round trip
-    /// (the record and the metadata, pipelined).
-    async fn replay_or_limit(&self, a: &Attempt<'_>) -> Result<Flow> {
+    /// `refusal` (limit reached, over limit), answered without a script — unless this very
+    /// request applied before: then its replay; or its request id was used with another
+    /// quantity or kind: then that conflict. One round trip (the record and the metadata,
+    /// pipelined); a reload since the layout was read answers `Stale`.
+    async fn replay_or(&self, a: &Attempt<'_>, refusal: Deduction) -> Result<Flow> {
         let (rec, current) = futures::join!(
             self.inner
                 .store
@@ -173,10 +175,9 @@ impl<S: Store> Engine<S> {
         if !current? {
             return Ok(Stale);
         }
-        let limit = Done(Deduction::LimitReached {
-            limit: a.layout.user_limit,
-        });
-        let Some(rec) = rec? else { return Ok(limit) };
+        let Some(rec) = rec? else {
+            return Ok(Done(refusal));
+        };
         Ok(if rec.qty != a.req.qty {
             Refused(a.conflict("qty"))
         } else if rec.kind != a.intent.kind() {

@@ -56,6 +56,7 @@ impl<S: Store> Engine<S> {
             .meta(sku)
             .await?
             .ok_or_else(|| Error::NotLoaded(sku.to_string()))?;
+        self.saw(sku, meta.generation);
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
@@ -69,7 +70,6 @@ impl<S: Store> Engine<S> {
                 crate::segments::HOME_FN
             )));
         }
-        self.inner.seen.insert(sku.clone(), meta.generation);
         let layout = Arc::new(Layout {
             sku: sku.clone(),
             generation: meta.generation,

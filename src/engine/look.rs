@@ -95,7 +95,7 @@ impl<S: Store> Engine<S> {
         if !meta.ready {
             return Err(Error::NotReady(sku.to_string()));
         }
-        self.inner.seen.insert(sku.clone(), meta.generation);
+        self.saw(sku, meta.generation);
         let at = |index| seg_at(sku, meta.generation, index, &meta.placement);
         let read = || {
             let reads = (0..meta.segments).map(|index| store.peek(at(index), detail));

@@ -193,6 +193,7 @@ impl EngineBuilder {
                 opts: self.opts,
                 layouts: DashMap::default(),
                 seen: DashMap::default(),
+                last_ready: Default::default(),
             }),
         })
     }

@@ -43,7 +43,9 @@ pub enum Deduction {
     /// the in-process guard turned this one away; nothing was done. Retry shortly.
     UserBusy,
     /// The quantity alone is above the SKU's per-user limit: this request can never apply
-    /// (unless the SKU is reloaded with a higher limit). Final.
+    /// (unless the SKU is reloaded with a higher limit). Final. Only for a request id this user
+    /// has not used: a used one with another quantity is
+    /// [`Error::RequestIdConflict`](crate::Error::RequestIdConflict).
     OverLimit {
         /// The SKU's per-user limit.
         limit: u64,

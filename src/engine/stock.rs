@@ -76,6 +76,7 @@ impl<S: Store> Engine<S> {
             } => (generation, old_segments, old_generation, placement),
         };
         self.inner.layouts.remove(sku);
+        self.saw(sku, generation);
         let amounts = split(total, segments);
         let at = |index| seg_at(sku, generation, index, &placement);
         let writes = amounts.iter().enumerate().map(|(i, units)| {
@@ -113,8 +114,6 @@ impl<S: Store> Engine<S> {
             }
             return Err(Error::NotReady(sku.to_string()));
         }
-        // The live audit watches it from now on, and can tell if its data vanishes.
-        self.inner.seen.insert(sku.clone(), generation);
         Ok(generation)
     }
 

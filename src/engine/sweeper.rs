@@ -145,14 +145,14 @@ impl<S: Store> Engine<S> {
         self.inner.layouts.iter().map(|e| e.key().clone()).collect()
     }
 
-    /// Every SKU this engine has seen loaded and ready (sold, read or audited through it),
-    /// those whose data has vanished since included: the live audit goes over them
+    /// Every SKU this engine has seen (loaded, sold, read or audited through it), those whose
+    /// data has vanished since included: the live audit goes over them
     /// ([`crate::live_audit`]).
     pub(crate) fn seen_skus(&self) -> Vec<crate::ids::Sku> {
         self.inner.seen.iter().map(|e| e.key().clone()).collect()
     }
 
-    /// The generation of `sku` this engine last saw loaded and ready, if it ever did.
+    /// The generation of `sku` this engine last saw, if it ever saw the SKU.
     pub(crate) fn seen_generation(&self, sku: &crate::ids::Sku) -> Option<u64> {
         self.inner.seen.get(sku).map(|g| *g)
     }

@@ -20,10 +20,6 @@ pub(super) const SKU_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
 /// cannot say (the descriptions do).
 #[cfg(test)]
 pub(super) const ID_PATTERN: &str = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$";
-/// A request id in the `Idempotency-Key` header: visible ASCII but braces (a header value is
-/// ASCII).
-#[cfg(test)]
-pub(super) const HEADER_ID_PATTERN: &str = "^[!-z|~]{1,128}$";
 /// A reservation id: `<sku>~<generation>~<segment>~<user>~<request id>`, the segment below
 /// [`MAX_SEGMENTS`](crate::ids::MAX_SEGMENTS), `!`, `~` and `%` in the ids escaped (`!!`,
 /// `!t`, `!p`).
@@ -62,8 +58,8 @@ pub(super) struct RestockRequest {
     #[schema(minimum = 1, maximum = 999_999_999_999_i64)]
     pub qty: u64,
     /// Makes the restock exactly-once: a re-send with the same id answers `"replayed": true`
-    /// and adds nothing. Absent or `null` (and no `Idempotency-Key`): a fresh id, returned in
-    /// the reply (such a restock is not safe to retry).
+    /// and adds nothing. Absent or `null`: a fresh id, returned in the reply (such a restock
+    /// is not safe to retry).
     #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
     pub request_id: Option<String>,
 }
@@ -80,10 +76,10 @@ pub(super) struct DeductRequest {
     #[schema(minimum = 1, maximum = 10_000)]
     pub qty: Option<u64>,
     /// The request id that makes the sale exactly-once, scoped per (SKU, user): a retry with
-    /// the same id answers `replayed`. Required here or in the `Idempotency-Key` header (the
-    /// same id when both are sent).
+    /// the same id answers `replayed`; the same id with another `qty` (or the id of a
+    /// reservation) answers 409 `request_id_conflict`. 1 to 128 bytes of UTF-8.
     #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
-    pub request_id: Option<String>,
+    pub request_id: String,
 }
 
 /// `POST /skus/{sku}/reservations`: hold units for a while. `null` is the same as an absent
@@ -98,9 +94,10 @@ pub(super) struct ReserveRequest {
     /// Units to hold, at most the engine's `max_qty`. Absent or `null`: 1.
     #[schema(minimum = 1, maximum = 10_000)]
     pub qty: Option<u64>,
-    /// As for a sale: required here or in the `Idempotency-Key` header.
+    /// The request id that makes the reservation exactly-once, as for a sale: a retry with
+    /// the same id answers `replayed`, another `qty` (or the id of a sale) 409.
     #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
-    pub request_id: Option<String>,
+    pub request_id: String,
     /// How long the units are held, in milliseconds on the Redis clock: at least 1 and at most
     /// the engine's request TTL (`engine.request_ttl_ms`).
     #[schema(minimum = 1, maximum = 86_400_000)]
@@ -168,13 +165,19 @@ pub(super) struct RestockReply {
 pub(super) struct StatusReply {
     /// The SKU.
     pub sku: String,
-    /// Units left over all segments (sellable now).
+    /// Units a buyer can be sold now over all segments (the units of reservations past their
+    /// expiry included: a sale returns those first). One read that writes nothing, so it
+    /// answers while a master refuses writes.
     pub remaining: u64,
     /// Units moving between segments: not in `remaining`, sellable once credited.
     pub in_transit: u64,
+    /// Units held by live reservations: not in `remaining`.
+    pub reserved: u64,
+    /// Of `remaining`, units of reservations past their expiry, on their way back to stock.
+    pub expired: u64,
     /// Segments.
     pub segments: u64,
-    /// Units left per segment, by index.
+    /// Units a buyer can be sold now per segment, by index.
     pub per_segment: Vec<u64>,
 }
 
@@ -241,10 +244,10 @@ pub(super) struct EndReply {
     pub done: bool,
 }
 
-/// 200 to `GET /healthz`.
+/// 200 to `GET /healthz` (liveness).
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct HealthReply {
-    /// Always `ok`: the process answers (the store is not asked).
+    /// Always `ok`: the process answers (the store is not asked: `GET /readyz` does).
     #[schema(example = "ok")]
     pub status: &'static str,
     /// `redis` or `memory`.
@@ -282,13 +285,9 @@ mod tests {
             assert_eq!(Sku::new(&s).is_ok(), sku, "sku {s:?}");
             assert_eq!(UserId::new(&s).is_ok(), in_id_class(c), "user {s:?}");
             assert_eq!(RequestId::new(&s).is_ok(), in_id_class(c), "{s:?}");
-            // The header's class: visible ASCII but braces.
-            let header = ('!'..='~').contains(&c) && c != '{' && c != '}';
-            assert_eq!(header, c.is_ascii_graphic() && in_id_class(c), "{s:?}");
         }
         assert!(SKU_PATTERN.ends_with(&format!("{{1,{MAX_SKU_LEN}}}$")));
         assert!(ID_PATTERN.ends_with(&format!("{{1,{MAX_ID_LEN}}}$")));
-        assert!(HEADER_ID_PATTERN.ends_with(&format!("{{1,{MAX_ID_LEN}}}$")));
         assert_eq!(
             MAX_SEGMENTS, 1024,
             "RESERVATION_PATTERN's segment is 0..=1023"

@@ -24,8 +24,10 @@ use utoipa::OpenApi;
             (sold out, insufficient, limit reached, user busy, over limit, replayed) are 200 \
             replies with an `outcome`; errors are JSON `{\"error\", \"code\", \"field\"?}` with \
             the status of their `code`. A field sent as `null` is the same as an absent one. \
-            Retry a 503 (it carries `Retry-After`) with the same request id: the request id \
-            makes every write exactly-once."
+            A write's request id is the body's `request_id` (an `Idempotency-Key` header is \
+            accepted instead, the same id when both are sent). Retry a 503 (it carries \
+            `Retry-After`) with the same request id: the request id makes every write \
+            exactly-once."
     ),
     paths(
         routes::load,
@@ -37,6 +39,7 @@ use utoipa::OpenApi;
         routes::confirm,
         routes::cancel,
         routes::healthz,
+        routes::readyz,
         routes::render_metrics,
         routes::openapi,
     ),
@@ -44,7 +47,7 @@ use utoipa::OpenApi;
     tags(
         (name = "admin", description = "Load, restock, status, audit: `Bearer <admin token>` when the server has one"),
         (name = "buyer", description = "Deduct, reservations, confirm, cancel: `Bearer <buyer token>` when the server has one"),
-        (name = "open", description = "Health, metrics and this document: never behind a token"),
+        (name = "open", description = "Liveness, readiness, metrics and this document: never behind a token"),
     )
 )]
 struct Doc;
@@ -133,13 +136,6 @@ pub(super) fn document(engine: &EngineOptions, options: &ApiOptions) -> String {
                 .as_str()
                 .expect("an operation id")
                 .to_string();
-            // An optional header is absent or a string, never `null` (utoipa writes an
-            // `Option<String>` parameter as nullable).
-            if let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) {
-                for p in params.iter_mut().filter(|p| p["in"] == "header") {
-                    p["schema"]["type"] = json!("string");
-                }
-            }
             let mut codes = errors(&id);
             if let Some(token) = role(op)
                 && tokens.iter().any(|(n, set)| *n == token && *set)
@@ -241,9 +237,7 @@ fn set(v: &mut Value, path: &[&str], value: Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::messages::{
-        self, HEADER_ID_PATTERN, ID_PATTERN, RESERVATION_PATTERN, SKU_PATTERN,
-    };
+    use super::super::messages::{self, ID_PATTERN, RESERVATION_PATTERN, SKU_PATTERN};
     use super::*;
     use std::path::Path;
 
@@ -331,13 +325,7 @@ mod tests {
             let end = rest.find('"').unwrap();
             let p = rest[..end].replace("\\\\", "\\");
             assert!(
-                [
-                    SKU_PATTERN,
-                    ID_PATTERN,
-                    HEADER_ID_PATTERN,
-                    RESERVATION_PATTERN
-                ]
-                .contains(&p.as_str()),
+                [SKU_PATTERN, ID_PATTERN, RESERVATION_PATTERN].contains(&p.as_str()),
                 "{p}"
             );
             seen += 1;
@@ -366,11 +354,43 @@ mod tests {
         let links =
             &closed["paths"]["/skus/{sku}/reservations"]["post"]["responses"]["201"]["links"];
         assert_eq!(links["confirm"]["operationId"], "confirm");
-        let key = &closed["paths"]["/skus/{sku}/deduct"]["post"]["parameters"][1];
-        assert_eq!(
-            (&key["name"], &key["schema"]["type"]),
-            (&json!("Idempotency-Key"), &json!("string"))
-        );
         assert!(links["confirm"].get("operation_id").is_none());
+    }
+
+    /// One carrier of the request id in the document: the body's `request_id`, required where
+    /// the server requires an id (deduct, reservations), optional on a restock. The
+    /// `Idempotency-Key` header the server also accepts is no parameter: a schema-valid
+    /// request with a header of another id would be refused, which a document cannot say.
+    #[test]
+    fn the_request_id_is_the_bodys_and_required_where_the_server_needs_one() {
+        let d = doc(&EngineOptions::default(), &committed_options());
+        let schemas = &d["components"]["schemas"];
+        for (name, required) in [
+            ("DeductRequest", true),
+            ("ReserveRequest", true),
+            ("RestockRequest", false),
+        ] {
+            let listed = schemas[name]["required"]
+                .as_array()
+                .is_some_and(|r| r.contains(&json!("request_id")));
+            assert_eq!(listed, required, "{name}: {}", schemas[name]);
+        }
+        for (path, item) in d["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let params = op["parameters"].as_array().map(Vec::as_slice);
+                assert!(
+                    params
+                        .unwrap_or_default()
+                        .iter()
+                        .all(|p| p["in"] != "header"),
+                    "{method} {path} declares a header parameter: {op}"
+                );
+            }
+        }
+        let deduct = d["paths"]["/skus/{sku}/deduct"]["post"].to_string();
+        assert!(
+            deduct.contains("Idempotency-Key"),
+            "the header is described: {deduct}"
+        );
     }
 }

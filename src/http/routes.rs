@@ -9,8 +9,8 @@ use super::messages::{
 };
 use super::{ApiError, ApiOptions, ErrorCode, Json, Render, Token, json_errors};
 use crate::{
-    Audit, Deduct, Deduction, Engine, Error, LoadOptions, RequestId, ReservationEnd, ReservationId,
-    Reserved, Sku, Store, UserId,
+    Audit, Deduct, Deduction, Engine, Error, LoadOptions, Readiness, RequestId, ReservationEnd,
+    ReservationId, Reserved, Sku, Store, UserId,
 };
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -23,10 +23,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// What the handlers share: the engine and the per-call timeout.
+/// What the handlers share: the engine, the per-call timeout and the readiness bound.
 struct Api<S: Store> {
     engine: Engine<S>,
     timeout: Option<Duration>,
+    ready_timeout: Duration,
 }
 
 impl<S: Store> Clone for Api<S> {
@@ -34,6 +35,7 @@ impl<S: Store> Clone for Api<S> {
         Self {
             engine: self.engine.clone(),
             timeout: self.timeout,
+            ready_timeout: self.ready_timeout,
         }
     }
 }
@@ -87,6 +89,7 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
     );
     let api = Router::new()
         .route("/healthz", get(healthz::<S>))
+        .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(move || render_metrics(metrics)))
         .route("/openapi.json", get(move || openapi(document)))
         .merge(admin)
@@ -96,6 +99,7 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
         .with_state(Api {
             engine,
             timeout: options.request_timeout,
+            ready_timeout: options.ready_timeout,
         });
     // Around the whole router, not each route: a 405's `Allow` header is set by the route's
     // method router after the route's layers have run.
@@ -166,7 +170,10 @@ fn fresh_request_id(prefix: &str) -> Result<RequestId, Error> {
     RequestId::new(format!("{prefix}-{}-{nanos}", std::process::id()))
 }
 
-/// Is the process up? Asks nothing of the store.
+/// Liveness: is the process up? Asks nothing of the store.
+///
+/// 200 whenever the process serves HTTP, with Redis down too: restart the process when this
+/// fails, never because the store is away (probe `/readyz` for that).
 #[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "open",
     responses((status = 200, description = "The process answers", body = HealthReply)))]
 async fn healthz<S: Store>(State(api): State<Api<S>>) -> ApiResult {
@@ -178,6 +185,31 @@ async fn healthz<S: Store>(State(api): State<Api<S>>) -> ApiResult {
             strategy: api.engine.store().strategy().name(),
         },
     )
+}
+
+/// Readiness: is the store there for this instance, and what of it is not?
+///
+/// Every server of the store is asked, within this server's readiness bound (1 s by default;
+/// `serve.ready_timeout_ms` in `shardstock serve`), whether it answers and would take a write,
+/// and the SKUs this instance has served are looked up. 503 `unavailable` when the store does not
+/// answer (Redis down or out of reach, the cluster down): send buyers elsewhere. 200 `ready`,
+/// or 200 `degraded` when it answers but a part does not serve: masters refusing writes
+/// (`NOREPLICAS`, `OOM`, ...), out of reach or seeing the cluster down, with the segments of
+/// the known SKUs on them; SKUs whose metadata vanished (Redis back empty). Buyers of the
+/// other segments are served by this instance as by any other, so a load balancer keeps it;
+/// an operator repairs what `problems` and `vanished_skus` name.
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "open",
+    responses(
+        (status = 200, description = "The store answers: `ready` or `degraded`", body = Readiness),
+        (status = 503, description = "The store does not answer: `unavailable`, with `reason`", body = Readiness)))]
+async fn readyz<S: Store>(State(api): State<Api<S>>) -> Response {
+    let r = api.engine.readiness(api.ready_timeout).await;
+    let status = if r.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, [(header::CACHE_CONTROL, "no-store")], Json(r)).into_response()
 }
 
 /// The metrics in the Prometheus text format (404 `not_found` unless the server was given a
@@ -250,10 +282,12 @@ async fn load<S: Store>(
 }
 
 /// Add `qty` units, once per request id.
+///
+/// The request id is the body's `request_id` (absent: a fresh one, returned in the reply).
+/// It may come in an `Idempotency-Key` header instead (visible ASCII only); sent in both, the
+/// two must be the same id, else 400 `invalid_input` naming `request_id`.
 #[utoipa::path(post, path = "/skus/{sku}/restock", operation_id = "restock", tag = "admin",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
-        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
-            description = "The request id, instead of the body's `request_id` (the same id when both are sent)")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),),
     request_body(content = RestockRequest, content_type = "application/json"),
     responses((status = 200, description = "Restocked, or replayed", body = RestockReply)))]
 async fn restock<S: Store>(
@@ -301,10 +335,14 @@ fn purchase(sku: &str, headers: &HeaderMap, body: &Body) -> Result<Deduct, ApiEr
 
 /// Buy `qty` units, exactly once per (user, request id). Sold out, insufficient, limit reached,
 /// user busy, over limit and replayed are outcomes (200), not errors.
+///
+/// The request id is the body's `request_id`. A client that sets an `Idempotency-Key` header
+/// may send the id there instead (visible ASCII only) and leave `request_id` out; sent in
+/// both, the two must be the same id, else 400 `invalid_input` naming `request_id`. The same
+/// id with another `qty`, or the id of a reservation, is 409 `request_id_conflict` (also when
+/// the new `qty` is above the per-user limit).
 #[utoipa::path(post, path = "/skus/{sku}/deduct", operation_id = "deduct", tag = "buyer",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
-        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
-            description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),),
     request_body(content = DeductRequest, content_type = "application/json"),
     responses((status = 200, description = "The outcome", body = Deduction)))]
 async fn deduct<S: Store>(
@@ -333,6 +371,8 @@ async fn status<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) ->
             sku: sku.as_str().to_string(),
             remaining: r.total,
             in_transit: r.in_transit,
+            reserved: r.reserved,
+            expired: r.expired,
             segments: r.per_segment.len() as u64,
             per_segment: r.per_segment,
         },
@@ -351,10 +391,10 @@ async fn audit<S: Store>(State(api): State<Api<S>>, Path(sku): Path<String>) -> 
 
 /// Hold `qty` units for `ttl_ms`, exactly once per (user, request id); confirm or cancel it
 /// with the id of the reply.
+///
+/// The request id is the body's `request_id`, or an `Idempotency-Key` header, as for a sale.
 #[utoipa::path(post, path = "/skus/{sku}/reservations", operation_id = "reserve", tag = "buyer",
-    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),
-        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-z|~]{1,128}$",
-            description = "The request id, instead of the body's `request_id` (the same id when both are sent); one of them is required")),
+    params(("sku" = String, Path, description = "The SKU", pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone"),),
     request_body(content = ReserveRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Held (`outcome`: `held`)", body = ReserveReply, links(

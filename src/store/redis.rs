@@ -16,6 +16,7 @@
 //! - `strategies`: how `sell` runs under each [`crate::Strategy`];
 //! - `batch`: request coalescing of `lua` sales ([`Coalescing`]);
 //! - `wait`: durability mode, `WAIT` for replicas after each mutating call;
+//! - `health`: readiness, every master asked whether it answers and would take a write;
 //! - [`lua`]: the script registry, the one `eval` path, each script's call, the stored letters.
 
 use super::*;
@@ -30,6 +31,7 @@ mod batch;
 mod builder;
 pub(crate) mod endpoint;
 pub mod evacuate;
+mod health;
 mod invalidate;
 pub mod lua;
 pub(crate) mod moving;
@@ -338,6 +340,10 @@ impl Store for RedisStore {
             sku: s.watch.sku(sku.as_str()),
             hub: std::sync::Arc::clone(&s.watch),
         })
+    }
+
+    async fn health(&self, timeout: std::time::Duration) -> StoreHealth {
+        health::check(self.conn.pool.next(), tokio::time::Instant::now() + timeout).await
     }
 
     async fn segment_homes(

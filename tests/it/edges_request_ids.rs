@@ -124,6 +124,73 @@ async fn reservation_and_sale_with_one_request_id_conflict() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A request id reused with a quantity above the per-user limit is a conflict (field "qty"), as
+// with any other quantity: the record of a request id is looked at before the limit, as
+// `sell.lua` does. "Over limit" is the answer of a new request id only.
+
+async fn qty_over_limit_conflict<S: Store>(e: Engine<S>, tag: &'static str) {
+    let s = sku("qlim");
+    e.load(&s, 10, LoadOptions::new(2).per_user_limit(2))
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(30);
+    let buy = e.deduct(&d("qlim", "ann", 1, "q1")).await.unwrap();
+    assert_eq!(buy.units_applied(), 1, "[{tag}] ann buys q1: {buy:?}");
+    for qty in [2, 3] {
+        // 2 is within the limit, 3 above it: the same answer.
+        let again = e.deduct(&d("qlim", "ann", qty, "q1")).await;
+        assert!(
+            matches!(again, Err(Error::RequestIdConflict { field: "qty", .. })),
+            "[{tag}] q1 again with qty {qty}: expected RequestIdConflict {{ field: \"qty\" }}, got {again:?}"
+        );
+        let resv = e.reserve(&d("qlim", "ann", qty, "q1"), ttl).await;
+        assert!(
+            matches!(resv, Err(Error::RequestIdConflict { field: "qty", .. })),
+            "[{tag}] a reservation reusing q1 with qty {qty}: got {resv:?}"
+        );
+    }
+    // A reservation's id reused by a sale above the limit: the quantity differs first.
+    held(
+        e.reserve(&d("qlim", "bob", 1, "q2"), ttl).await,
+        "bob reserves q2",
+    );
+    let sale = e.deduct(&d("qlim", "bob", 3, "q2")).await;
+    assert!(
+        matches!(sale, Err(Error::RequestIdConflict { field: "qty", .. })),
+        "[{tag}] a sale of 3 reusing reservation q2: got {sale:?}"
+    );
+    // A new request id above the limit: over limit (final), nothing changed.
+    let over = e.deduct(&d("qlim", "ann", 3, "q3")).await.unwrap();
+    assert_eq!(over, Deduction::OverLimit { limit: 2 }, "[{tag}]");
+    let replay = e.deduct(&d("qlim", "ann", 1, "q1")).await.unwrap();
+    assert!(
+        matches!(replay, Deduction::Replayed { units: 1, .. }),
+        "[{tag}] q1 as sent first still replays: {replay:?}"
+    );
+    let a = audit_ok(&e, &s, tag).await;
+    assert_eq!(
+        (a.reserved, a.sold, a.remaining),
+        (1, 1, 8),
+        "[{tag}] the refusals changed something: {a:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_reused_above_the_limit_is_a_conflict_not_over_limit() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three(&srv, quick()).await;
+    run_all(
+        true,
+        vec![
+            ("memory", qty_over_limit_conflict(m, "memory").boxed()),
+            ("redis", qty_over_limit_conflict(r, "redis").boxed()),
+            ("coalesced", qty_over_limit_conflict(c, "coalesced").boxed()),
+        ],
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Request ids are scoped per (SKU, user): the same id for two users is two sales (on one
 // engine or two); each replays for its own user; a conflict needs the same user.
 

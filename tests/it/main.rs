@@ -60,6 +60,7 @@ mod orders;
 mod orders_postgres;
 #[cfg(feature = "cli")]
 mod orders_processes;
+mod readiness;
 mod reconnect;
 mod redlock;
 mod refusals;

@@ -1,7 +1,8 @@
 //! The HTTP API (`shardstock::http`) over a real redis-server: every route and error code, and
 //! Redis failures, with the API served in this process on `127.0.0.1:0`; then what is about the
-//! `shardstock serve` binary: a small version of the three-instance experiment (three processes)
-//! and graceful shutdown on SIGTERM.
+//! `shardstock serve` binary: a small version of the three-instance experiment (three processes),
+//! liveness and readiness while Redis dies and comes back empty, and graceful shutdown on
+//! SIGTERM.
 
 use crate::common;
 
@@ -191,6 +192,12 @@ fn every_route_answers_with_the_documented_codes() {
         (200, &json!("lua")),
         "{h:?}"
     );
+    let r = get(&a, &s.url("/readyz"));
+    assert_eq!(
+        (r.status, &r.body["status"], &r.body["timeout_ms"]),
+        (200, &json!("ready"), &json!(1000)),
+        "{r:?}"
+    );
 
     // Load, and load again.
     let r = put(
@@ -355,6 +362,36 @@ fn every_route_answers_with_the_documented_codes() {
         ),
         409,
         "qty",
+    );
+    // Under a per-user limit too: the same id with a quantity above the limit is the same
+    // 409 (the id's record is looked at first); a new id above it is `over_limit`, 200.
+    let r = put(
+        &a,
+        &s.url("/skus/limited"),
+        json!({"stock": 10, "segments": 2, "per_user_limit": 1}),
+    );
+    assert_eq!(r.status, 201, "{r:?}");
+    let limited = s.url("/skus/limited/deduct");
+    let r = post(&a, &limited, json!({"user": "u1", "request_id": "l1"}));
+    assert_eq!(r.body["outcome"], "applied", "{r:?}");
+    expect_error(
+        &post(
+            &a,
+            &limited,
+            json!({"user": "u1", "qty": 2, "request_id": "l1"}),
+        ),
+        409,
+        "qty",
+    );
+    let r = post(
+        &a,
+        &limited,
+        json!({"user": "u1", "qty": 2, "request_id": "l2"}),
+    );
+    assert_eq!(
+        (r.status, &r.body["outcome"], &r.body["limit"]),
+        (200, &json!("over_limit"), &json!(1)),
+        "{r:?}"
     );
     let r = a
         .post(&deduct)
@@ -729,6 +766,85 @@ fn three_local_mutex_instances_oversell() {
     let loaded = r.body["loaded"].as_u64().unwrap();
     assert!(sold > 1 && audited > loaded, "replies {sold}, audit {r:?}");
     assert_eq!(r.body["ok"], false, "{r:?}");
+}
+
+/// Liveness and readiness of a `serve` process over a redis-server that is killed and comes
+/// back empty: `/healthz` answers 200 throughout (the process is alive); `/readyz` answers 200
+/// `ready`, then 503 `unavailable` within its bound (`--ready-timeout-ms 500`) with the reason
+/// and `Cache-Control: no-store`, then 200 `degraded` naming the SKU that vanished, then 200
+/// `ready` once it is loaded again. The change of state is in the log.
+#[test]
+fn readyz_follows_the_store_and_healthz_stays_up() {
+    let mut srv = RedisServer::start();
+    let s = Serve::start(&srv.url(), &["--ready-timeout-ms", "500"], &[]);
+    let a = agent();
+    let ready = |expect: u16| {
+        let t = Instant::now();
+        let mut r = a.get(&s.url("/readyz")).call().unwrap();
+        let took = t.elapsed();
+        let no_store = r
+            .headers()
+            .get("cache-control")
+            .map(|v| v.to_str().unwrap().to_string());
+        let body: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        assert_eq!(r.status().as_u16(), expect, "{body}");
+        assert_eq!(no_store.as_deref(), Some("no-store"));
+        (body, took)
+    };
+    let load = || {
+        let r = put(
+            &a,
+            &s.url("/skus/phone"),
+            json!({"stock": 10, "segments": 2, "replace": true}),
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+    };
+    load();
+    let (r, _) = ready(200);
+    assert_eq!(
+        (&r["status"], &r["store"]),
+        (&json!("ready"), &json!("redis")),
+        "{r}"
+    );
+    assert_eq!(r["timeout_ms"], 500, "{r}");
+
+    srv.stop();
+    let (r, took) = ready(503);
+    assert_eq!(r["status"], "unavailable", "{r}");
+    assert!(
+        r["reason"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("redis unreachable")),
+        "{r}"
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "/readyz took {took:?}: {r}"
+    );
+    let h = get(&a, &s.url("/healthz"));
+    assert_eq!((h.status, &h.body["status"]), (200, &json!("ok")), "{h:?}");
+
+    srv.boot();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let r = loop {
+        let mut resp = a.get(&s.url("/readyz")).call().unwrap();
+        let body: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+        if resp.status().as_u16() == 200 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "never ready again: {body}");
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(r["status"], "degraded", "{r}");
+    assert_eq!(r["vanished_skus"], json!(["phone"]), "{r}");
+    load();
+    let (r, _) = ready(200);
+    assert_eq!(r["status"], "ready", "{r}");
+    let log = std::fs::read_to_string(&s.proc.log).unwrap();
+    assert!(
+        log.contains("store unavailable") && log.contains("store degraded"),
+        "{log}"
+    );
 }
 
 /// SIGTERM with a request in flight: the request completes, then the process exits 0.

@@ -31,6 +31,10 @@ pub(crate) struct ServeArgs {
     /// (overrides serve.request_timeout_ms; 0 = no limit).
     #[arg(long, value_name = "MS")]
     request_timeout_ms: Option<u64>,
+    /// How long GET /readyz waits for the store before it counts a server unreachable
+    /// (overrides serve.ready_timeout_ms; 1..=60000, default 1000).
+    #[arg(long, value_name = "MS")]
+    ready_timeout_ms: Option<u64>,
     /// How often the live audit checks conservation of the SKUs this process has used and
     /// exports `shardstock_audit_*`, in milliseconds (0: no live audit).
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
@@ -57,6 +61,9 @@ impl ServeArgs {
         }
         if let Some(ms) = self.request_timeout_ms {
             serve.request_timeout_ms = ms;
+        }
+        if let Some(ms) = self.ready_timeout_ms {
+            serve.ready_timeout_ms = ms;
         }
         self.config = serve.clone();
     }
