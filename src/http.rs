@@ -63,6 +63,7 @@ mod body;
 mod error;
 mod json;
 mod messages;
+mod meter;
 mod openapi;
 mod routes;
 

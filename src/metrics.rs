@@ -124,6 +124,13 @@ pub const STORE_REFUSING: &str = "shardstock_store_servers_refusing_writes";
 /// Live audit: audits that could not read a SKU (store errors; counter).
 pub const AUDIT_ERRORS: &str = "shardstock_audit_errors_total";
 
+/// HTTP requests answered by the mounted router ([`crate::http`]), by `route` (the matched
+/// path template, `unmatched` for none), `method` and `status` (counter).
+pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
+/// HTTP request latency in seconds, by `route` (histogram; buckets 50 µs – 1 s set by the
+/// binary's exporter).
+pub const HTTP_SECONDS: &str = "shardstock_http_request_duration_seconds";
+
 /// Registers help texts and units with the installed recorder. Call once after installing it.
 pub fn describe() {
     describe_counter!(
@@ -332,6 +339,16 @@ pub fn describe() {
         Unit::Count,
         "Live audit: SKU audits that failed to read the store."
     );
+    describe_counter!(
+        HTTP_REQUESTS,
+        Unit::Count,
+        "HTTP requests answered by the mounted router, by route (the matched path template), method and status."
+    );
+    describe_histogram!(
+        HTTP_SECONDS,
+        Unit::Seconds,
+        "HTTP request latency by route, from the request to its response."
+    );
     crate::lock::describe_metrics();
     // Counters that may stay at zero for a whole sale (every script returns expired
     // reservations lazily, so the sweeper often finds none; a home is rarely short): exported
@@ -500,6 +517,18 @@ pub fn error_label(kind: crate::error::ErrorKind) -> &'static str {
 
 pub(crate) fn error(e: &crate::Error) {
     counter!(ERRORS, "kind" => error_label(e.kind())).increment(1);
+}
+
+/// One HTTP request answered (`http/meter.rs`); `took` is `None` for requests no route
+/// matched.
+#[cfg(feature = "http")]
+pub(crate) fn http_request(route: String, method: &str, status: u16, took: Option<Duration>) {
+    let method = method.to_string();
+    if let Some(took) = took {
+        metrics::histogram!(HTTP_SECONDS, "route" => route.clone()).record(took.as_secs_f64());
+    }
+    counter!(HTTP_REQUESTS, "route" => route, "method" => method, "status" => status.to_string())
+        .increment(1);
 }
 
 pub(crate) fn coalesced_batch(requests: usize) {

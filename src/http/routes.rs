@@ -94,7 +94,13 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
         .route("/openapi.json", get(move || openapi(document)))
         .merge(admin)
         .merge(buyer)
-        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route").into_response() })
+        // After routing (a route layer), so the matched route is known; the fallback counts
+        // its own 404s.
+        .route_layer(middleware::from_fn(super::meter::meter))
+        .fallback(|method: axum::http::Method| async move {
+            super::meter::unmatched(&method);
+            ApiError::new(ErrorCode::NotFound, "no such route").into_response()
+        })
         .layer(DefaultBodyLimit::max(options.body_limit))
         .with_state(Api {
             engine,

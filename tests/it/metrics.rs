@@ -26,11 +26,14 @@ use common::http_client::{agent, get};
 use common::ports::free_port;
 use common::process::{Proc, require};
 use common::prometheus::Prometheus;
+use common::serve_process::ServeProcess;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Prometheus scrapes every second; Grafana's `$__rate_interval` is then
@@ -512,8 +515,38 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let redis = RedisServer::start();
     let metrics_addr = format!("127.0.0.1:{}", free_port());
     let orders_addr = format!("127.0.0.1:{}", free_port());
-    let instances = [metrics_addr.as_str(), orders_addr.as_str()];
+    // A `serve` beside them, buyers sending it requests for the whole sale: the HTTP panels.
+    let serve = ServeProcess::start(&redis.url(), &["--audit-every-ms", "0"], &[]);
+    let instances = [metrics_addr.as_str(), orders_addr.as_str(), serve.addr()];
     let prom = prometheus_scraping(&instances);
+    let http_done = Arc::new(AtomicBool::new(false));
+    let http_buyers = {
+        let (base, done) = (serve.base.clone(), Arc::clone(&http_done));
+        std::thread::spawn(move || {
+            let a = agent();
+            let put = a
+                .put(format!("{base}/skus/web"))
+                .header("content-type", "application/json")
+                .send(r#"{"stock":100000,"segments":2,"per_user_limit":0}"#)
+                .unwrap();
+            assert_eq!(put.status().as_u16(), 201);
+            for n in 0u64.. {
+                if done.load(Relaxed) {
+                    return n;
+                }
+                let _ = a
+                    .post(format!("{base}/skus/web/deduct"))
+                    .header("content-type", "application/json")
+                    .send(format!(r#"{{"user":"w{n}","qty":1,"request_id":"r{n}"}}"#));
+                if n % 10 == 0 {
+                    let _ = get(&a, &format!("{base}/skus/web"), &[]);
+                    let _ = get(&a, &format!("{base}/no-such-route"), &[]);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            unreachable!()
+        })
+    };
     eprintln!("prometheus ready after {:.1}s", t0.elapsed().as_secs_f64());
     let agent = agent();
 
@@ -653,6 +686,25 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let orders_text = exposition(&agent, &orders_addr);
     promtool_check_metrics(&orders_text);
     check_described("orders", &orders_text);
+    let serve_text = exposition(&agent, serve.addr());
+    promtool_check_metrics(&serve_text);
+    check_described("serve", &serve_text);
+    // Routes are templates (never a SKU or id), requests no route matched are `unmatched`,
+    // and the latency is a histogram with our buckets.
+    for want in [
+        "shardstock_http_requests_total{route=\"/skus/{sku}/deduct\",method=\"POST\",status=\"200\"}",
+        "shardstock_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"}",
+        "shardstock_http_request_duration_seconds_bucket{route=\"/skus/{sku}/deduct\",le=\"0.00005\"}",
+    ] {
+        assert!(
+            serve_text.lines().any(|l| l.starts_with(want)),
+            "no {want} in serve's exposition:\n{serve_text}"
+        );
+    }
+    assert!(
+        !serve_text.contains("/skus/web"),
+        "a SKU in a route label:\n{serve_text}"
+    );
 
     // Let every rate window ($__rate_interval = 4s) fill with samples taken after the flush.
     let settle = Duration::from_secs(5);
@@ -698,6 +750,9 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let caught = evaluate(&prom, &agent, &misspelt, &instances, false);
     let still_running = sim.child.try_wait().unwrap().is_none();
     let evaluated_at = t0.elapsed();
+    http_done.store(true, Relaxed);
+    let http_requests = http_buyers.join().unwrap();
+    eprintln!("{http_requests} deductions sent to serve");
 
     assert!(
         still_running,

@@ -14,7 +14,7 @@ use shardstock::metrics as names;
 use shardstock::metrics::ERROR_KINDS;
 use std::net::SocketAddr;
 
-/// Latency buckets in seconds, 50 µs – 1 s (deduction latency and lock wait).
+/// Latency buckets in seconds, 50 µs – 1 s (deduction latency, HTTP latency and lock wait).
 pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0,
@@ -63,6 +63,10 @@ fn with_buckets(
     )?
     .set_buckets_for_metric(
         Matcher::Full(lock_names::WAIT_SECONDS.to_string()),
+        &LATENCY_BUCKETS,
+    )?
+    .set_buckets_for_metric(
+        Matcher::Full(names::HTTP_SECONDS.to_string()),
         &LATENCY_BUCKETS,
     )?
     .set_buckets_for_metric(
