@@ -1,6 +1,6 @@
 //! The live audit (opt-in): [`Engine::audit`] of a set of SKUs every few seconds, exported as
 //! gauges, so conservation is a metric an alert can watch (`config/alerts.yml`). An audit
-//! writes nothing ([`Store::peek`](crate::store::Store::peek)), so the live audit goes on while
+//! writes nothing ([`Store::peek`]), so the live audit goes on while
 //! a master refuses writes.
 //!
 //! Which SKUs: every SKU this engine has seen (loaded, sold, read or audited through it) plus
@@ -183,6 +183,8 @@ impl<S: Store> Engine<S> {
                     tracing::error!(sku = %sku, generation,
                         "live audit: the SKU was loaded but its metadata is gone (the store lost its data?)");
                     crate::metrics::audit_sku(self.sku_labels(), sku.as_str(), false);
+                    // Nothing of it is left to sell: its stock gauges say so.
+                    crate::metrics::stock(self.sku_labels(), sku.as_str(), &[], 0, 0);
                 }
                 Ok(Looked::NotReady) => {
                     r.skipped += 1;

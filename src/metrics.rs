@@ -369,6 +369,9 @@ pub struct SkuLabels {
     allow: Vec<String>,
     cap: usize,
     seen: dashmap::DashSet<String>,
+    /// Per labelled SKU, how many per-segment gauges were last set: a SKU reloaded with fewer
+    /// segments (or vanished) zeroes the others rather than leave their old figures.
+    segments: dashmap::DashMap<String, usize>,
 }
 
 impl SkuLabels {
@@ -380,6 +383,7 @@ impl SkuLabels {
             allow,
             cap,
             seen: dashmap::DashSet::new(),
+            segments: dashmap::DashMap::new(),
         }
     }
 
@@ -631,6 +635,15 @@ pub(crate) fn stock(
     for (i, units) in per_segment.iter().enumerate() {
         gauge!(SEGMENT_REMAINING_UNITS, "sku" => label.clone(), "segment" => i.to_string())
             .set(*units as f64);
+    }
+    // Segments the SKU no longer has (a reload with fewer, or its data vanished) hold nothing.
+    let before = labels
+        .segments
+        .insert(label.clone(), per_segment.len())
+        .unwrap_or(0);
+    for i in per_segment.len()..before {
+        gauge!(SEGMENT_REMAINING_UNITS, "sku" => label.clone(), "segment" => i.to_string())
+            .set(0.0);
     }
 }
 
