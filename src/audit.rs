@@ -73,6 +73,17 @@ impl SegmentAudit {
 }
 
 impl Audit {
+    /// Units a buyer can be sold now, per segment ([`SegmentAudit::sellable`]): what `status`
+    /// and the remaining-units gauges show.
+    pub fn sellable_per_segment(&self) -> Vec<u64> {
+        self.segments.iter().map(SegmentAudit::sellable).collect()
+    }
+
+    /// Units held by reservations not past their expiry (`reserved` without `expired`).
+    pub fn live_reserved(&self) -> u64 {
+        self.reserved.saturating_sub(self.expired)
+    }
+
     /// Checks the SKU `sku` described by `meta` from `segs`, what `survey.lua` read of each of
     /// its segments (`None`: missing or of another generation).
     pub(crate) fn check(sku: &Sku, meta: &Meta, segs: &[Option<Survey>]) -> Audit {

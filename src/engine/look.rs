@@ -70,13 +70,13 @@ impl<S: Store> Engine<S> {
         let (meta, segs) = self.look(sku, true).await?;
         let a = crate::Audit::check(sku, &meta, &segs);
         if segs.iter().all(Option::is_some) {
-            let per_segment: Vec<u64> = a.segments.iter().map(|s| s.sellable()).collect();
+            let per_segment = a.sellable_per_segment();
             crate::metrics::stock(
                 &self.inner.sku_labels,
                 sku.as_str(),
                 &per_segment,
                 a.in_transit,
-                a.reserved.saturating_sub(a.expired),
+                a.live_reserved(),
             );
         }
         Ok(a)

@@ -36,60 +36,68 @@ fn gauge(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// Runs `f` on a current-thread runtime with `recorder` as the local recorder: the test's
+/// engine records there, and nothing of the other tests does.
+fn on_local_recorder<T>(
+    recorder: &metrics_exporter_prometheus::PrometheusRecorder,
+    f: impl std::future::Future<Output = T>,
+) -> T {
+    ::metrics::with_local_recorder(recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    })
+}
+
 #[test]
 fn every_reader_of_the_balance_agrees_with_the_audit_after_transfers() {
     let srv = RedisServer::start();
     let url = srv.url();
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    // A local recorder on a current-thread runtime: this test's engine records here only.
-    let (audit, exposition, remaining) = ::metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    let (audit, exposition, remaining) = on_local_recorder(&recorder, async {
+        let engine: Engine<_> = common::prefixed_engine(&srv, Engine::builder(), "ss").await;
+        let sku = Sku::new("bal").unwrap();
+        engine
+            .load(&sku, 40, LoadOptions::new(SEGMENTS).per_user_limit(1))
+            .await
             .unwrap();
-        rt.block_on(async {
-            let engine: Engine<_> = common::prefixed_engine(&srv, Engine::builder(), "ss").await;
-            let sku = Sku::new("bal").unwrap();
-            engine
-                .load(&sku, 40, LoadOptions::new(SEGMENTS).per_user_limit(1))
-                .await
-                .unwrap();
-            // 25 buyers homed on segment 0 (10 units): 15 units move there from the others.
-            for u in users_at(0, 25) {
-                let d = Deduct::new("bal", &u, 1, "r1").unwrap();
-                let r = engine.deduct(&d).await.unwrap();
-                assert!(
-                    matches!(r, shardstock::Deduction::Applied { .. }),
-                    "{u}: {r:?}"
-                );
-            }
-            // One reservation left to expire, not returned (no sweeper, no sale at its home).
-            let holder = &users_at(1, 1)[0];
-            let d = Deduct::new("bal", holder, 1, "h1").unwrap();
-            engine.reserve(&d, Duration::from_millis(50)).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(120)).await;
-
-            let audit = engine.audit(&sku).await.unwrap();
-            let moved: u64 = audit.segments.iter().map(|s| s.state.moved_in).sum();
-            assert!(moved >= 15, "no transfer: {audit:?}");
-            assert!(audit.ok, "{audit:?}");
-            assert_eq!((audit.sold, audit.reserved, audit.expired), (25, 1, 1));
-            for s in &audit.segments {
-                assert!(s.state.balance().is_even(), "{s:?}");
-            }
-
-            // The live audit: nothing unaccounted, nothing in excess, nothing failing.
-            let r = engine.audit_round(&[]).await;
-            assert_eq!(
-                (r.audited, r.failing, r.unaccounted, r.excess, r.vanished),
-                (1, 0, 0, 0, 0),
-                "{r:?}"
+        // 25 buyers homed on segment 0 (10 units): 15 units move there from the others.
+        for u in users_at(0, 25) {
+            let d = Deduct::new("bal", &u, 1, "r1").unwrap();
+            let r = engine.deduct(&d).await.unwrap();
+            assert!(
+                matches!(r, shardstock::Deduction::Applied { .. }),
+                "{u}: {r:?}"
             );
-            assert_eq!(shardstock::live_audit::unaccounted(&audit), (0, 0));
-            let remaining = engine.remaining(&sku).await.unwrap();
-            (audit, handle.render(), remaining)
-        })
+        }
+        // One reservation left to expire, not returned (no sweeper, no sale at its home).
+        let holder = &users_at(1, 1)[0];
+        let d = Deduct::new("bal", holder, 1, "h1").unwrap();
+        engine.reserve(&d, Duration::from_millis(50)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+
+        let audit = engine.audit(&sku).await.unwrap();
+        let moved: u64 = audit.segments.iter().map(|s| s.state.moved_in).sum();
+        assert!(moved >= 15, "no transfer: {audit:?}");
+        assert!(audit.ok, "{audit:?}");
+        assert_eq!((audit.sold, audit.reserved, audit.expired), (25, 1, 1));
+        for s in &audit.segments {
+            assert!(s.state.balance().is_even(), "{s:?}");
+        }
+
+        // The live audit: nothing unaccounted, nothing in excess, nothing failing.
+        let r = engine.audit_round(&[]).await;
+        assert_eq!(
+            (r.audited, r.failing, r.unaccounted, r.excess, r.vanished),
+            (1, 0, 0, 0, 0),
+            "{r:?}"
+        );
+        assert_eq!(shardstock::live_audit::unaccounted(&audit), (0, 0));
+        let remaining = engine.remaining(&sku).await.unwrap();
+        (audit, handle.render(), remaining)
     });
 
     // Engine::remaining: sellable = stock + expired units, per segment; live holds apart.
@@ -225,55 +233,47 @@ fn stock_gauges_follow_a_shrinking_reload_and_a_vanished_sku() {
     let mut srv = RedisServer::start();
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    ::metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    on_local_recorder(&recorder, async {
+        let engine: Engine<_> = common::prefixed_engine(&srv, Engine::builder(), "ss").await;
+        let sku = Sku::new("shrink").unwrap();
+        let seg = |text: &str, i: u32| {
+            gauge(
+                text,
+                &format!("shardstock_segment_remaining_units{{sku=\"shrink\",segment=\"{i}\"}}"),
+            )
+        };
+        engine.load(&sku, 40, LoadOptions::new(4)).await.unwrap();
+        engine.audit_round(&[]).await;
+        let text = handle.render();
+        assert_eq!((seg(&text, 0), seg(&text, 3)), (Some(10.0), Some(10.0)));
+
+        engine
+            .load(&sku, 6, LoadOptions::new(2).replace(true))
+            .await
             .unwrap();
-        rt.block_on(async {
-            let engine: Engine<_> = common::prefixed_engine(&srv, Engine::builder(), "ss").await;
-            let sku = Sku::new("shrink").unwrap();
-            let seg = |text: &str, i: u32| {
-                gauge(
-                    text,
-                    &format!(
-                        "shardstock_segment_remaining_units{{sku=\"shrink\",segment=\"{i}\"}}"
-                    ),
-                )
-            };
-            engine.load(&sku, 40, LoadOptions::new(4)).await.unwrap();
-            engine.audit_round(&[]).await;
-            let text = handle.render();
-            assert_eq!((seg(&text, 0), seg(&text, 3)), (Some(10.0), Some(10.0)));
+        engine.audit_round(&[]).await;
+        let text = handle.render();
+        let all: Vec<Option<f64>> = (0..4).map(|i| seg(&text, i)).collect();
+        assert_eq!(all, [Some(3.0), Some(3.0), Some(0.0), Some(0.0)], "{text}");
 
-            engine
-                .load(&sku, 6, LoadOptions::new(2).replace(true))
-                .await
-                .unwrap();
-            engine.audit_round(&[]).await;
-            let text = handle.render();
-            let all: Vec<Option<f64>> = (0..4).map(|i| seg(&text, i)).collect();
-            assert_eq!(all, [Some(3.0), Some(3.0), Some(0.0), Some(0.0)], "{text}");
-
-            srv.restart_empty();
-            // Until the engine's connections are back (the first rounds may find no store).
-            let mut r = engine.audit_round(&[]).await;
-            for _ in 0..50 {
-                if r.store_up {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                r = engine.audit_round(&[]).await;
+        srv.restart_empty();
+        // Until the engine's connections are back (the first rounds may find no store).
+        let mut r = engine.audit_round(&[]).await;
+        for _ in 0..50 {
+            if r.store_up {
+                break;
             }
-            assert_eq!((r.store_up, r.vanished), (true, 1), "{r:?}");
-            let text = handle.render();
-            let all: Vec<Option<f64>> = (0..4).map(|i| seg(&text, i)).collect();
-            assert_eq!(all, [Some(0.0); 4], "{text}");
-            assert_eq!(
-                gauge(&text, "shardstock_remaining_units{sku=\"shrink\"}"),
-                Some(0.0)
-            );
-            assert_eq!(gauge(&text, "shardstock_audit_vanished_skus"), Some(1.0));
-        })
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            r = engine.audit_round(&[]).await;
+        }
+        assert_eq!((r.store_up, r.vanished), (true, 1), "{r:?}");
+        let text = handle.render();
+        let all: Vec<Option<f64>> = (0..4).map(|i| seg(&text, i)).collect();
+        assert_eq!(all, [Some(0.0); 4], "{text}");
+        assert_eq!(
+            gauge(&text, "shardstock_remaining_units{sku=\"shrink\"}"),
+            Some(0.0)
+        );
+        assert_eq!(gauge(&text, "shardstock_audit_vanished_skus"), Some(1.0));
     });
 }

@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::RedisServer;
-use common::binary::{Run, TIMEOUT, finish, run, run_line, shardstock};
+use common::binary::{Run, finish, run, run_line, shardstock};
 use common::json::u;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -265,31 +265,8 @@ fn with_stdout_closed(mut cmd: std::process::Command, what: &str) -> Run {
 }
 
 /// Waits for `child` (at most [`TIMEOUT`], then kills it and fails) and collects its stderr.
-fn wait_bounded(mut child: std::process::Child, what: &str) -> Run {
-    let mut err = child.stderr.take().unwrap();
-    let stderr = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`{what}` still running after {TIMEOUT:?}: killed");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    Run {
-        what: what.to_string(),
-        status,
-        stdout: String::new(),
-        stderr: stderr.join().unwrap(),
-    }
+fn wait_bounded(child: std::process::Child, what: &str) -> Run {
+    finish((child, what.to_string()))
 }
 
 /// A closed stdout ends every printing command quietly with exit code 141: no panic (101), no

@@ -1636,6 +1636,29 @@ impl Model for Protocol {
                     && m.loaded() as i128 == held + Protocol::in_transit(s)
                     && Protocol::in_transit(s) >= 0
             }),
+            // The audit's and the status's read (`peek`, which writes nothing, so it answers on
+            // a master that refuses writes) sees what the sweeper's survey leaves behind: the
+            // survey returns the expired holds `peek` counts, and nothing else differs.
+            Property::always(
+                "a look that writes nothing sees what a survey returns",
+                |_: &Protocol, s: &State| {
+                    s.segs.iter().all(|g| {
+                        let look = g.s.peek(s.now, true);
+                        let mut after = (*g.s).clone();
+                        let surveyed = after.survey(s.now, true);
+                        let (l, v) = (look.state, surveyed.state);
+                        look.state == g.s.counters
+                            && l.balances()
+                            && look.held == l.reserved
+                            && look.expired == surveyed.reclaimed
+                            && l.stock + look.expired == v.stock
+                            && l.reserved - look.expired == v.reserved
+                            && look.held - look.expired == surveyed.held
+                            && (l.sold, l.moved_in, l.moved_out)
+                                == (v.sold, v.moved_in, v.moved_out)
+                    })
+                },
+            ),
             Property::always("every credit was debited", |_: &Protocol, s: &State| {
                 s.segs.iter().all(|g| {
                     g.s.credited.iter().all(|(id, units)| {
@@ -1782,6 +1805,10 @@ impl Model for Protocol {
                         .any(|r| r.state == RecordState::Reservation(ResvState::Expired))
                 })
             }),
+            Property::sometimes(
+                "a look counts an expired hold",
+                |_: &Protocol, s: &State| s.segs.iter().any(|g| g.s.peek(s.now, false).expired > 0),
+            ),
             Property::sometimes("a reservation is confirmed", |_: &Protocol, s: &State| {
                 s.segs.iter().flat_map(|g| g.s.users.values()).any(|l| {
                     l.records
@@ -1957,6 +1984,7 @@ fn model_holds_with_durability_for_one_user() {
             "a sale uses a transfer's units",
             "limit reached is answered",
             "a reservation expires",
+            "a look counts an expired hold",
             "a reservation is confirmed",
             "a reservation is cancelled",
             "a sale after an expiry",

@@ -180,7 +180,7 @@ pub(crate) async fn run_status<S: Store>(
         #[serde(skip_serializing_if = "Option::is_none")]
         placement: Option<&'a [shardstock::placement::SegmentHome]>,
     }
-    let per_segment: Vec<u64> = audit.segments.iter().map(|s| s.sellable()).collect();
+    let per_segment = audit.sellable_per_segment();
     let st = Status {
         sku: sku.as_str(),
         store: engine.store().name(),
@@ -189,7 +189,7 @@ pub(crate) async fn run_status<S: Store>(
         remaining: per_segment.iter().sum(),
         remaining_per_segment: &per_segment,
         in_transit: audit.in_transit,
-        reserved: audit.reserved.saturating_sub(audit.expired),
+        reserved: audit.live_reserved(),
         expired: audit.expired,
         sold: audit.sold,
         loaded: audit.loaded,

@@ -498,16 +498,14 @@ pub(crate) async fn run_sim<S: Store>(
         reservations_cancelled_units: tally.cancelled,
         reservations_expired_units: tally.left_to_expire,
         // Live holds: the expired ones are counted in `remaining` (sellable).
-        reserved: audit.as_ref().map(|a| a.reserved.saturating_sub(a.expired)),
+        reserved: audit.as_ref().map(|a| a.live_reserved()),
         in_transit: audit.as_ref().map(|a| a.in_transit),
         errors: tally.errors,
         first_error: first_error.get().cloned(),
         remaining: audit
             .as_ref()
-            .map(|a| a.segments.iter().map(|s| s.sellable()).sum()),
-        remaining_per_segment: audit
-            .as_ref()
-            .map(|a| a.segments.iter().map(|s| s.sellable()).collect()),
+            .map(|a| a.sellable_per_segment().iter().sum()),
+        remaining_per_segment: audit.as_ref().map(|a| a.sellable_per_segment()),
         loaded: audit.as_ref().map(|a| a.loaded),
         restocked: audit.as_ref().map(|a| a.restocked),
         sold: audit.as_ref().map(|a| a.sold),

@@ -105,7 +105,8 @@ pub fn spawn(args: &[&str]) -> (Child, String) {
     (child, what)
 }
 
-/// Waits for a spawned process (at most [`TIMEOUT`]) and collects its output.
+/// Waits for a spawned process (at most [`TIMEOUT`], then kills it and fails) and collects
+/// its output (a stream not piped reads as empty).
 pub fn finish((mut child, what): (Child, String)) -> Run {
     let drain = |mut r: Box<dyn Read + Send>| {
         thread::spawn(move || {
@@ -114,8 +115,10 @@ pub fn finish((mut child, what): (Child, String)) -> Run {
             String::from_utf8_lossy(&buf).into_owned()
         })
     };
-    let out = drain(Box::new(child.stdout.take().unwrap()));
-    let err = drain(Box::new(child.stderr.take().unwrap()));
+    // A stream the caller redirected elsewhere (not piped) reads as empty.
+    let empty = || Box::new(std::io::empty()) as Box<dyn Read + Send>;
+    let out = drain(child.stdout.take().map_or_else(empty, |o| Box::new(o) as _));
+    let err = drain(child.stderr.take().map_or_else(empty, |e| Box::new(e) as _));
     let deadline = Instant::now() + TIMEOUT;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -260,32 +260,12 @@ impl Call for SurveyCall<'_> {
             self.at.outbox(),
             self.at.limited_ledgers(),
         ];
-        let detail = if self.detail { "1" } else { "0" };
-        (keys, argv![self.at.generation(), detail])
+        (keys, argv![self.at.generation(), flag(self.detail)])
     }
 
     fn decode(&self, reply: Value) -> Result<Option<Survey>> {
-        let r = Reply::parse(reply, Self::SCRIPT)?;
-        match r.tag() {
-            "survey" => Ok(Some(Survey {
-                state: SegmentState {
-                    stock: r.stock(0)?,
-                    sold: r.stock(1)?,
-                    loaded: r.u64(2)?,
-                    restocked: r.u64(3)?,
-                    reserved: r.stock(4)?,
-                    moved_in: r.u64(5)?,
-                    moved_out: r.u64(6)?,
-                },
-                held: r.u64(7)?,
-                live: r.u64(8)?,
-                orphans: r.u64(9)?,
-                reclaimed: r.u64(10)?,
-                expired: 0,
-            })),
-            "stale" => Ok(None),
-            _ => Err(r.bad()),
-        }
+        let look = decode_look(reply, Self::SCRIPT, "survey")?;
+        Ok(look.map(|(s, reclaimed)| Survey { reclaimed, ..s }))
     }
 
     /// Durability mode: only a survey that returned units wrote anything.
@@ -316,28 +296,39 @@ impl Call for PeekCall<'_> {
     }
 
     fn decode(&self, reply: Value) -> Result<Option<Survey>> {
-        let r = Reply::parse(reply, Self::SCRIPT)?;
-        match r.tag() {
-            "peek" => Ok(Some(Survey {
-                state: SegmentState {
-                    stock: r.stock(0)?,
-                    sold: r.stock(1)?,
-                    loaded: r.u64(2)?,
-                    restocked: r.u64(3)?,
-                    reserved: r.stock(4)?,
-                    moved_in: r.u64(5)?,
-                    moved_out: r.u64(6)?,
-                },
-                held: r.u64(7)?,
-                live: r.u64(8)?,
-                orphans: r.u64(9)?,
-                reclaimed: 0,
-                expired: r.u64(10)?,
-            })),
-            "stale" => Ok(None),
-            _ => Err(r.bad()),
-        }
+        let look = decode_look(reply, Self::SCRIPT, "peek")?;
+        Ok(look.map(|(s, expired)| Survey { expired, ..s }))
     }
+}
+
+/// The reply `survey.lua` and `peek.lua` share (tagged `tag`): the counters, what the
+/// reservations hold, and one last figure, returned apart (the units a survey reclaimed, or
+/// the expired units a peek counted); `None` for `stale`.
+fn decode_look(reply: Value, script: Script, tag: &str) -> Result<Option<(Survey, u64)>> {
+    let r = Reply::parse(reply, script)?;
+    if r.tag() == "stale" {
+        return Ok(None);
+    }
+    if r.tag() != tag {
+        return Err(r.bad());
+    }
+    let survey = Survey {
+        state: SegmentState {
+            stock: r.stock(0)?,
+            sold: r.stock(1)?,
+            loaded: r.u64(2)?,
+            restocked: r.u64(3)?,
+            reserved: r.stock(4)?,
+            moved_in: r.u64(5)?,
+            moved_out: r.u64(6)?,
+        },
+        held: r.u64(7)?,
+        live: r.u64(8)?,
+        orphans: r.u64(9)?,
+        reclaimed: 0,
+        expired: 0,
+    };
+    Ok(Some((survey, r.u64(10)?)))
 }
 
 /// `record.lua`: `user`'s record of `request_id` (read only).
