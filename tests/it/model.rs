@@ -128,6 +128,9 @@ enum Mutation {
     ExpiredStillCounts,
     /// The engine takes a segment whose survey was refused as empty.
     DownIsEmpty,
+    /// The audit's read (`peek`) looks at a clock that never moves: it counts no hold as
+    /// expired, so a survey returns units the look had as reserved and live.
+    PeekIgnoresClock,
 }
 
 /// A request of the world: user index, request id, reservation or sale (qty 1).
@@ -1641,9 +1644,13 @@ impl Model for Protocol {
             // survey returns the expired holds `peek` counts, and nothing else differs.
             Property::always(
                 "a look that writes nothing sees what a survey returns",
-                |_: &Protocol, s: &State| {
+                |m: &Protocol, s: &State| {
+                    let now = match m.world.mutation {
+                        Mutation::PeekIgnoresClock => 0,
+                        _ => s.now,
+                    };
                     s.segs.iter().all(|g| {
-                        let look = g.s.peek(s.now, true);
+                        let look = g.s.peek(now, true);
                         let mut after = (*g.s).clone();
                         let surveyed = after.survey(s.now, true);
                         let (l, v) = (look.state, surveyed.state);
@@ -2174,6 +2181,14 @@ fn mutation_expired_still_counts_is_caught() {
     caught(
         mutant(ONE_USER, Mutation::ExpiredStillCounts),
         "no limit reached for a user holding nothing",
+    );
+}
+
+#[test]
+fn mutation_peek_ignores_clock_is_caught() {
+    caught(
+        mutant(ONE_USER, Mutation::PeekIgnoresClock),
+        "a look that writes nothing sees what a survey returns",
     );
 }
 
