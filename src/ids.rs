@@ -123,6 +123,20 @@ macro_rules! id_type {
                 Self::new(s)
             }
         }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            /// Validates as [`new`](Self::new) does.
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                Self::new(s).map_err(serde::de::Error::custom)
+            }
+        }
     };
 }
 

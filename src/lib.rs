@@ -104,6 +104,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod audit;
+pub mod cart;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -126,6 +127,7 @@ mod router;
 mod shared_read;
 
 pub use audit::{Audit, SegmentAudit};
+pub use cart::{Cart, CartItem, OrderEnd, OrderHold, OrderId, OrderState};
 pub use config::Config;
 pub use engine::{
     Background, BackgroundOptions, Deduct, Deduction, Engine, EngineBuilder, EngineOptions,

@@ -61,6 +61,9 @@ pub const GUARD_EVICTIONS: &str = "shardstock_user_guard_evictions_total";
 pub const GUARD_ENTRIES: &str = "shardstock_user_guard_entries";
 /// Reservation events: created, confirmed, cancelled (counter, label `event`).
 pub const RESERVATIONS: &str = "shardstock_reservations_total";
+/// Orders (carts) by event: held, confirmed, cancelled, expired, refused (counter, label
+/// `event`; each decided once, counted by the instance that decided it).
+pub const ORDERS: &str = "shardstock_orders_total";
 /// Units returned by expired reservations (counter).
 pub const RESERVATION_EXPIRED_UNITS: &str = "shardstock_reservation_expired_units_total";
 /// Units held by live reservations per opted-in SKU (gauge, label `sku`; set with
@@ -218,6 +221,11 @@ pub fn describe() {
         RESERVATIONS,
         Unit::Count,
         "Reservations by event: created, confirmed, cancelled."
+    );
+    describe_counter!(
+        ORDERS,
+        Unit::Count,
+        "Orders (carts) by event: held, confirmed, cancelled, expired, refused."
     );
     describe_counter!(
         RESERVATION_EXPIRED_UNITS,
@@ -585,6 +593,10 @@ pub(crate) fn guard(hit: bool, g: &crate::guard::LocalGuard) {
 
 pub(crate) fn reservation(event: &'static str) {
     counter!(RESERVATIONS, "event" => event).increment(1);
+}
+
+pub(crate) fn order_event(event: &'static str) {
+    counter!(ORDERS, "event" => event).increment(1);
 }
 
 pub(crate) fn reserved(labels: &SkuLabels, sku: &str, units: u64) {

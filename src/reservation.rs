@@ -146,7 +146,7 @@ fn canonical<T: std::str::FromStr + ToString>(s: &str) -> Option<T> {
 /// `%` as `!p`, so the five parts split back whatever the ids hold, and the id has no `%`
 /// (percent-encoding it for a URL path, as for any path segment, never meets an escape of
 /// ours; ids holding `/`, `?` or `#` must be percent-encoded there).
-fn escape(id: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn escape(id: &str) -> std::borrow::Cow<'_, str> {
     if !id.contains(['!', '~', '%']) {
         return id.into();
     }
@@ -163,7 +163,7 @@ fn escape(id: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// [`escape`] undone; `None` for a `!` not followed by `!`, `t` or `p`, or a `%`.
-fn unescape(part: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub(crate) fn unescape(part: &str) -> Option<std::borrow::Cow<'_, str>> {
     if part.contains('%') {
         return None;
     }

@@ -165,6 +165,17 @@ impl Keyspace {
         format!("{}:{{{tag}}}:g{generation}:u:{user}", self.prefix)
     }
 
+    /// Segment `tag`'s hold index (ZSET of `<user> <request id>` of the order items held
+    /// there, by hint) in `generation`.
+    pub fn holds(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:hold", self.prefix)
+    }
+
+    /// Order `id`'s record (`{o<shard>}`: order records spread over slots of their own).
+    pub fn order(&self, shard: u64, id: &str) -> String {
+        format!("{}:{{o{shard}}}:order:{id}", self.prefix)
+    }
+
     /// Segment `tag`'s reservation index (ZSET of `<user> <request id>` by expiry) in
     /// `generation`.
     pub fn reservations(&self, tag: &str, generation: u64) -> String {

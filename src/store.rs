@@ -73,14 +73,17 @@ pub enum RequestKind {
     Sale,
     /// A reservation: the units are held until confirmed, cancelled or expired.
     Reservation,
+    /// An order's item: the units are held until the order's decision settles them.
+    OrderItem,
 }
 
 impl RequestKind {
-    /// The one-letter code the scripts store (`s` / `r`).
+    /// The one-letter code the scripts store (`s` / `r` / `o`).
     pub fn code(self) -> &'static str {
         match self {
             RequestKind::Sale => "s",
             RequestKind::Reservation => "r",
+            RequestKind::OrderItem => "o",
         }
     }
 
@@ -89,6 +92,7 @@ impl RequestKind {
         match s {
             "s" | "" => Some(RequestKind::Sale),
             "r" => Some(RequestKind::Reservation),
+            "o" => Some(RequestKind::OrderItem),
             _ => None,
         }
     }
@@ -123,8 +127,13 @@ pub struct SellArgs<'a> {
     /// Units wanted (> 0); 0: no request, only credit `credits` (and return expired
     /// reservations), answered [`SellReply::Applied`] with the stock after.
     pub qty: u64,
-    /// 0: sell. > 0: hold the units as a reservation for this many ms (store clock).
+    /// 0: sell. > 0: hold the units as a reservation for this many ms (store clock), or, with
+    /// `order_item`, for an order whose deadline is about this far (the sweeper's hint: the
+    /// item itself never expires).
     pub resv_ttl_ms: u64,
+    /// The units are held as an order's item ([`RequestKind::OrderItem`]; needs
+    /// `resv_ttl_ms` > 0): they end only by [`Store::settle`].
+    pub order_item: bool,
     /// How long the record is remembered when the SKU has no per-user limit (with a limit, a
     /// record lives as long as the generation), and how long an ended reservation's record
     /// outlives its end.
@@ -138,7 +147,9 @@ pub struct SellArgs<'a> {
 impl SellArgs<'_> {
     /// The request's kind.
     pub fn kind(&self) -> RequestKind {
-        if self.resv_ttl_ms > 0 {
+        if self.order_item {
+            RequestKind::OrderItem
+        } else if self.resv_ttl_ms > 0 {
             RequestKind::Reservation
         } else {
             RequestKind::Sale
@@ -390,4 +401,36 @@ pub trait Store: Send + Sync + 'static {
         user: &UserId,
         request_id: &RequestId,
     ) -> impl Future<Output = Result<Option<HomeRecord>>> + Send;
+
+    /// `settle.lua` at an order item's home: brings the order's decision to the item `request_id`
+    /// of `user`, of `qty` units — `post`: sold; else voided (units back to stock, or, when
+    /// it was never held, a voided record that makes a late hold take nothing). Idempotent
+    /// (see [`memory::Segment::settle`]); `ttl_ms`: how long a record that ended outlives its
+    /// end.
+    fn settle(
+        &self,
+        home: SegAddr<'_>,
+        user: &UserId,
+        request_id: &RequestId,
+        qty: u64,
+        post: bool,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<SettleReply>> + Send;
+
+    /// `holds_due.lua`: order items held at `seg` past their hint (the deadline on that
+    /// master's clock), at most `max`, oldest first: the sweeper asks each one's order.
+    fn holds_due(
+        &self,
+        seg: SegAddr<'_>,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<DueHold>>> + Send;
+
+    /// `order.lua`: one step on an order's record (see [`crate::cart::record::step`]);
+    /// `ttl_ms` is how long a decided record is remembered.
+    fn order(
+        &self,
+        id: &crate::cart::OrderId,
+        step: crate::cart::OrderStep<'_>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<crate::cart::OrderReply>> + Send;
 }

@@ -438,6 +438,7 @@ impl<S: Store> Engine<S> {
                     user: &SWEEP_USER,
                     qty: 0,
                     resv_ttl_ms: 0,
+                    order_item: false,
                     ttl_ms: 1,
                     credits: &credit,
                     fence: 0,

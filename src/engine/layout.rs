@@ -40,7 +40,7 @@ impl Layout {
 
 impl<S: Store> Engine<S> {
     /// The SKU's layout: cached, or read from its metadata.
-    pub(super) async fn layout(&self, sku: &Sku) -> Result<Arc<Layout>> {
+    pub(crate) async fn layout(&self, sku: &Sku) -> Result<Arc<Layout>> {
         if let Some(l) = self.inner.layouts.get(sku) {
             return Ok(Arc::clone(&l));
         }
@@ -131,7 +131,7 @@ impl<S: Store> Engine<S> {
 
     /// Drops `l` from the cache (unless a newer layout replaced it already): the next call
     /// reads the SKU's metadata afresh.
-    pub(super) fn forget(&self, l: &Layout) {
+    pub(crate) fn forget(&self, l: &Layout) {
         self.inner
             .layouts
             .remove_if(&l.sku, |_, cached| cached.generation == l.generation);

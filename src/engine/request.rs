@@ -51,6 +51,12 @@ pub(crate) enum Intent {
         /// The reservation's lifetime (> 0).
         ttl_ms: u64,
     },
+    /// Hold them for an order whose deadline is about `hint_ms` away; they end only as the
+    /// order's decision settles them.
+    Hold {
+        /// The sweeper's hint: when to ask the order (> 0).
+        hint_ms: u64,
+    },
 }
 
 impl Intent {
@@ -59,6 +65,7 @@ impl Intent {
         match self {
             Intent::Sale => RequestKind::Sale,
             Intent::Reserve { .. } => RequestKind::Reservation,
+            Intent::Hold { .. } => RequestKind::OrderItem,
         }
     }
 
@@ -66,6 +73,7 @@ impl Intent {
     pub(crate) fn hold_ms(self) -> u64 {
         match self {
             Intent::Reserve { ttl_ms } => ttl_ms,
+            Intent::Hold { hint_ms } => hint_ms,
             Intent::Sale => 0,
         }
     }
@@ -130,6 +138,7 @@ impl<'a> Attempt<'a> {
             user: &self.req.user,
             qty: self.req.qty,
             resv_ttl_ms: self.intent.hold_ms(),
+            order_item: matches!(self.intent, Intent::Hold { .. }),
             ttl_ms: self.ttl_ms,
             credits,
             fence: 0,

@@ -123,6 +123,12 @@ impl<S: Store> Engine<S> {
             if let Some(s) = survey {
                 back += s.reclaimed;
                 reserved += s.state.reserved;
+                if s.state.reserved > 0
+                    && let Err(e) = self.sweep_holds(l, index).await
+                {
+                    tracing::warn!(sku = %l.sku, segment = index, error = %e,
+                        "settling order items past their deadline failed; next sweep retries");
+                }
             }
         }
         if let Err(e) = self.drain(l, true).await {
@@ -138,6 +144,19 @@ impl<S: Store> Engine<S> {
         // A sum that misses segments is no figure for the gauge (the audit's reads, which
         // answer while a master refuses writes, set it then).
         Ok((back, (!partial).then_some(reserved)))
+    }
+
+    /// Order items held at segment `index` past their hint: each one's order is asked
+    /// (deciding "expired" when its deadline passed on the record's clock) and the item
+    /// settled as it says; an order still open is left for a later sweep.
+    async fn sweep_holds(&self, l: &Layout, index: u32) -> Result<()> {
+        let mut first = None;
+        for hold in self.inner.store.holds_due(l.seg(index), 256).await? {
+            if let Err(e) = self.sweep_hold(l, index, &hold).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// The SKUs this engine has used (those with a cached layout).

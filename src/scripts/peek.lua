@@ -18,7 +18,8 @@
 --                   audit's); "0": only those past their expiry (held, live, orphans answered 0)
 --
 -- Reply: {"peek", stock, sold, loaded, restocked, reserved, tin, tout, held, live, orphans,
---         expired} where held = units of the index entries whose record is R (expired or not),
+--         expired} where held = units of the index entries whose record is R (expired or not; and
+--         of the hold index entries whose record is O),
 --         live = those entries, orphans = entries whose record is gone or no longer R, expired =
 --         units of the R entries past their expiry | {"stale"}
 -- Cost: one HGET per reservation read (every live one with detail, the expired ones without).
@@ -57,6 +58,11 @@ for i = 1, #index, 2 do
     orphans = orphans + 1
   end
 end
-if detail ~= '1' then held, nlive, orphans = 0, 0, 0 end
+if detail ~= '1' then
+  held, nlive, orphans = 0, 0, 0
+else
+  local h, n, o = holds_detail(base .. 'g' .. gen, read)
+  held, nlive, orphans = held + h, nlive + n, orphans + o
+end
 return { 'peek', st.stock, st.sold, tonumber(st.loaded or '0'), tonumber(st.restocked or '0'),
   st.reserved, st.tin, st.tout, held, nlive, orphans, expired }

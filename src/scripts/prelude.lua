@@ -279,6 +279,24 @@ local function index_reader(gbase, lim, hfv)
   end
 end
 
+-- The hold index of generation `gbase` (`<prefix>:{<tag>}:g<gen>`) as the audit reads it
+-- (Segment::holds_detail): units of the order items held (records O), those items, and
+-- entries whose record is gone or no longer O. `read` is an index_reader of the generation.
+local function holds_detail(gbase, read)
+  local held, n, orphans = 0, 0, 0
+  for _, m in ipairs(redis.call('ZRANGE', gbase .. ':hold', 0, -1)) do
+    local _, _, _, rec = read(m)
+    local s, q
+    if rec then s, q = rec_parse(rec) end
+    if s == 'O' then
+      held, n = held + q, n + 1
+    else
+      orphans = orphans + 1
+    end
+  end
+  return held, n, orphans
+end
+
 -- Returns every expired reservation of the segment `st` (generation `gen`, reservation index
 -- `resv`) to its stock — all of them, no cap — and answers the units returned. The index is a
 -- ZSET of `<user> <request id>` by expiry; each one's record is in the user's ledger. A record

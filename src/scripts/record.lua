@@ -13,7 +13,7 @@
 -- ARGV[3]  request id
 --
 -- Reply: {state, qty} with state the record's letter (A sold, R reserved, C confirmed,
---        K cancelled, X expired) | {} (no record, forgotten, or the segment is missing or of
+--        K cancelled, X expired; an order item's O held, P posted, V voided) | {} (no record, forgotten, or the segment is missing or of
 --        another generation)
 local gen = ARGV[1]
 uint('gen', gen)

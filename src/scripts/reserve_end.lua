@@ -64,7 +64,11 @@ local l = ledger(gbase, st.lim, user, st.hfv)
 local rec = led_rec(l, rid)
 if not rec then return answer({ 'unknown' }) end
 local s, q, u, exp, qs = rec_parse(rec)
-if not s or not live(u, st.now) or s == 'A' then return answer({ 'unknown' }) end
+-- A sale, or an order's item (O, P, V: only its order's decision ends it, settle.lua), is no
+-- reservation.
+if not s or not live(u, st.now) or s == 'A' or s == 'O' or s == 'P' or s == 'V' then
+  return answer({ 'unknown' })
+end
 local to
 if s == 'R' and action == 'confirm' then
   to = 'C'

@@ -68,7 +68,9 @@
 --                        `<qty>:<resv_ttl_ms>:<ttl_ms>`, its length m (>= 1), its m users, then
 --                        their m request ids (2 + 2m arguments; the runs' lengths add up to n):
 --                        qty 0 is no request (the call only credits and reclaims); resv_ttl_ms
---                        0 a sale, > 0 a reservation held this long; ttl_ms the record's
+--                        0 a sale, > 0 a reservation held this long (or, with `:o` after the
+--                        spec, an order's item: record O, no end of its own, indexed in
+--                        `…:g<gen>:hold` by this hint; see settle.lua); ttl_ms the record's
 --                        lifetime without a per-user limit, and how long an ended reservation's
 --                        record outlives its expiry. A coalesced batch of sales is one run, and
 --                        its users are the fields of the run's one HMGET of ledgers as sent.
@@ -83,7 +85,8 @@
 --   p                      replay: this (user, request id) applied before; nothing changed
 --   s                      short: not enough stock here (the stock is the figure above)
 --   l<limit>/<held>/<sold> limit: the user's units here would pass the segment's limit
---   mq | mk                mismatch: same (user, request id), other qty | kind
+--   mq | mk                mismatch: same (user, request id), other qty | kind (sale, reservation,
+--                          order item)
 --   t                      stale: segment missing, of another generation or home function
 --   o                      lock lost: the fence token is no longer the caller's
 --   b<name>                request refused: argument <name> is bad; nothing written for it
@@ -153,9 +156,16 @@ end
 
 -- Each run's spec: the common canonical form in one match, else part by part (naming the bad
 -- part).
+local ITEM
 for r = 1, nr do
   local o = 10 * (r - 1)
   local sv = ARGV[RUN[o + 1]]
+  if string.byte(sv, -1) == 111 and string.sub(sv, -2) == ':o' then
+    -- An order item's run (`<qty>:<hint_ms>:<ttl_ms>:o`): ITEM[r], made only when one comes.
+    ITEM = ITEM or {}
+    ITEM[r] = true
+    sv = string.sub(sv, 1, -3)
+  end
   local q, rv, tt = string.match(sv, '^(%d+):(%d+):(%d+)$')
   if not q or #q > 15 or #rv > 15 or #tt > 15 or (#q > 1 and string.byte(q) == 48)
       or (#rv > 1 and string.byte(rv) == 48) or (#tt > 1 and string.byte(tt) == 48) then
@@ -171,6 +181,7 @@ for r = 1, nr do
       RUN[o + 10] = 'b' .. (string.match(msg, 'bad argument: (%S+)') or 'qty')
     end
   end
+  if not RUN[o + 10] and ITEM and ITEM[r] and rv == '0' then RUN[o + 10] = 'bresv_ttl_ms' end
   if not RUN[o + 10] then
     RUN[o + 4], RUN[o + 5], RUN[o + 6], RUN[o + 7] = tonumber(q), q, tonumber(rv), tonumber(tt)
     -- A one-unit sale's ledger is its request id alone (the short form, see led_parse).
@@ -294,6 +305,7 @@ local stock0 = st.stock
 out = { unpack(ARGV, nb + 1, nb + n) }
 local W, nw = { 'HSET', lkey, unpack(ARGV, nb + 1, nb + 2 * n) }, 2
 local A, na = nil, 0
+local AI -- AI[i]: applied request i is an order item (made only when one is)
 local replays
 local stock, sold, reserved = st.stock, st.sold, st.reserved
 local decide
@@ -303,6 +315,7 @@ for r = 1, nr do
   local p, j0, j1, e = RUN[o + 1], RUN[o + 2], RUN[o + 3], RUN[o + 10]
   local qty, q, resv, ttl = RUN[o + 4], RUN[o + 5], RUN[o + 6], RUN[o + 7]
   local hot, pre, suf = lim > 0 and resv == 0, RUN[o + 8], RUN[o + 9]
+  local item = ITEM and ITEM[r] or false
   local m = j1 - j0 + 1
   local texts
   if lim > 0 and not e and qty > 0 then
@@ -376,7 +389,7 @@ for r = 1, nr do
               pw[npw] = k
             end
           end
-          decide = function(u, rid, l, qty, q, resv, ttl)
+          decide = function(u, rid, l, qty, q, resv, ttl, item)
             if not u then
               -- The end: every parsed ledger written as text.
               for k = 1, npw do
@@ -396,7 +409,9 @@ for r = 1, nr do
               local s, rq, un = rec_parse(rec)
               if s and live(un, un ~= 0 and clock(st) or 0) then
                 if rq ~= qty then return 'mq' end
-                if (s == 'A') ~= (resv == 0) then return 'mk' end
+                -- Kinds: 0 sale (A), 2 order item (O, P, V), 1 reservation (the rest).
+                local rk = s == 'A' and 0 or ((s == 'O' or s == 'P' or s == 'V') and 2 or 1)
+                if rk ~= (resv == 0 and 0 or (item and 2 or 1)) then return 'mk' end
                 -- A replay rewrites its record as it is: the call then has a write of its own,
                 -- so the durability mode's WAIT after it covers the original write too
                 -- (replication is in order), without relying on how a WAIT after a read-only
@@ -420,6 +435,12 @@ for r = 1, nr do
               sold = sold + qty
               l.untl = lim > 0 and 0 or clock(st) + ttl
               val = 'A:' .. q .. ':' .. int(l.untl) .. ':0'
+            elseif item then
+              -- An order item: no end of its own (until 0); exp is the sweeper's hint.
+              reserved = reserved + qty
+              l.exp = clock(st) + resv
+              l.untl = 0
+              val = 'O:' .. q .. ':0:' .. int(l.exp)
             else
               reserved = reserved + qty
               l.exp = clock(st) + resv
@@ -451,11 +472,15 @@ for r = 1, nr do
               na = na + 1
               A[a + 1], A[a + 2], A[a + 3], A[a + 4] = u, rid, q, resv
               A[a + 5], A[a + 6], A[a + 7], A[a + 8] = lim == 0 and l, val, l.untl, l.exp
+              if item then
+                AI = AI or {}
+                AI[na] = true
+              end
             end
             return 'a'
           end
         end
-        out[j] = decide(u, rid, l, qty, q, resv, ttl)
+        out[j] = decide(u, rid, l, qty, q, resv, ttl, item)
       end
     end
   end
@@ -501,7 +526,12 @@ for i = 1, na do
       redis.call('PEXPIREAT', lk, int(A[a + 7]), 'GT')
     end
   end
-  if resv > 0 then redis.call('ZADD', KEYS[2], int(A[a + 8]), u .. ' ' .. rid) end
+  if AI and AI[i] then
+    -- An order item: in the hold index (same hash tag), never in the reservation index.
+    redis.call('ZADD', gbase .. ':hold', int(A[a + 8]), u .. ' ' .. rid)
+  elseif resv > 0 then
+    redis.call('ZADD', KEYS[2], int(A[a + 8]), u .. ' ' .. rid)
+  end
   if ob.on then emit(ob, resv > 0 and 'reserved' or 'sold', gen, rid, u, q, index .. ':' .. q) end
 end
 -- Without a limit, replays rewrite their records last: a twin's replay written before its

@@ -20,7 +20,8 @@
 -- Publishes: `R <gen> <segment key>` on <prefix>:stock when expired reservations came back.
 --
 -- Reply: {"survey", stock, sold, loaded, restocked, reserved, tin, tout, held, live, orphans,
---         reclaimed} where held = units of the index entries whose record is R, live = those
+--         reclaimed} where held = units of the index entries whose record is R (and of the hold index
+--         entries whose record is O: order items), live = those
 --         entries, orphans = entries whose record is gone or no longer R, reclaimed = units
 --         this call returned to stock | {"stale"}
 -- Cost: with detail, one HGET per live reservation's ledger (the audit only).
@@ -55,6 +56,10 @@ for _, m in ipairs(index) do
   else
     orphans = orphans + 1
   end
+end
+if detail == '1' then
+  local h, n, o = holds_detail(gbase, read)
+  held, nlive, orphans = held + h, nlive + n, orphans + o
 end
 return { 'survey', st.stock, st.sold, tonumber(st.loaded or '0'), tonumber(st.restocked or '0'),
   st.reserved, st.tin, st.tout, held, nlive, orphans, back }

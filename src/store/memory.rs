@@ -26,6 +26,8 @@ struct Inner {
     metas: DashMap<Sku, Meta>,
     /// Segments by SKU, then index: looked up by `&Sku` without cloning the id.
     segments: DashMap<Sku, HashMap<u32, Arc<Mutex<Segment>>>>,
+    /// Order records by order id (`order.lua`'s keys).
+    orders: DashMap<crate::cart::OrderId, crate::cart::record::OrderRecord>,
     /// The store's clock: [`Segment`] steps take ms since this instant.
     born: Instant,
 }
@@ -35,6 +37,7 @@ impl Default for Inner {
         Self {
             metas: DashMap::default(),
             segments: DashMap::default(),
+            orders: DashMap::default(),
             born: Instant::now(),
         }
     }
@@ -240,6 +243,53 @@ impl Store for MemoryStore {
         Ok(self.with_segment(home, ReserveEnd::Stale, |s, now| {
             s.reserve_end(user, request_id, action, now)
         }))
+    }
+
+    async fn settle(
+        &self,
+        home: SegAddr<'_>,
+        user: &UserId,
+        request_id: &RequestId,
+        qty: u64,
+        post: bool,
+        ttl_ms: u64,
+    ) -> Result<SettleReply> {
+        Ok(self.with_segment(home, SettleReply::Stale, |s, now| {
+            s.settle(user, request_id, qty, post, ttl_ms, now)
+        }))
+    }
+
+    async fn holds_due(&self, seg: SegAddr<'_>, max: usize) -> Result<Vec<DueHold>> {
+        Ok(self.with_segment(seg, Vec::new(), |s, now| s.holds_due(max, now)))
+    }
+
+    async fn order(
+        &self,
+        id: &crate::cart::OrderId,
+        step: crate::cart::OrderStep<'_>,
+        ttl_ms: u64,
+    ) -> Result<crate::cart::OrderReply> {
+        let now = self.now();
+        // The entry's shard lock makes the step atomic, as one script is.
+        let mut e = self.inner.orders.entry(id.clone());
+        let mut rec = match &mut e {
+            dashmap::Entry::Occupied(o) => Some(o.get().clone()),
+            dashmap::Entry::Vacant(_) => None,
+        };
+        let r = crate::cart::record::step(&mut rec, step, now, ttl_ms);
+        match (e, rec) {
+            (dashmap::Entry::Occupied(mut o), Some(rec)) => {
+                o.insert(rec);
+            }
+            (dashmap::Entry::Occupied(o), None) => {
+                o.remove();
+            }
+            (dashmap::Entry::Vacant(v), Some(rec)) => {
+                v.insert(rec);
+            }
+            (dashmap::Entry::Vacant(_), None) => {}
+        }
+        Ok(r)
     }
 
     async fn survey(&self, seg: SegAddr<'_>, detail: bool) -> Result<Option<Survey>> {

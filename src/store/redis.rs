@@ -605,6 +605,55 @@ impl Store for RedisStore {
             .await
     }
 
+    async fn settle(
+        &self,
+        home: SegAddr<'_>,
+        user: &UserId,
+        request_id: &RequestId,
+        qty: u64,
+        post: bool,
+        ttl_ms: u64,
+    ) -> Result<SettleReply> {
+        let call = lua::order::Settle {
+            at: self.at(home),
+            user,
+            request_id,
+            qty,
+            post,
+            ttl_ms,
+        };
+        let r = self.conn.run(call).await;
+        if !post {
+            self.noticed(home.sku, invalidate::Event::Returned, home.generation);
+        }
+        r
+    }
+
+    async fn holds_due(&self, seg: SegAddr<'_>, max: usize) -> Result<Vec<DueHold>> {
+        self.conn
+            .run(lua::order::HoldsDue {
+                at: self.at(seg),
+                max,
+            })
+            .await
+    }
+
+    async fn order(
+        &self,
+        id: &crate::cart::OrderId,
+        step: crate::cart::OrderStep<'_>,
+        ttl_ms: u64,
+    ) -> Result<crate::cart::OrderReply> {
+        self.conn
+            .run(lua::order::Order {
+                keys: &self.conn.keys,
+                id,
+                step,
+                ttl_ms,
+            })
+            .await
+    }
+
     /// `record.lua`. In durability mode a record found is waited for like a write (see
     /// `lua::segment::RecordRead`).
     async fn record(

@@ -2,6 +2,7 @@
 //!
 //! Reply enums are `#[non_exhaustive]`: a new answer of a script is a new variant.
 
+use crate::ids::{RequestId, UserId};
 use crate::store::RequestKind;
 
 /// Reply of [`Store::sell`](super::Store::sell) (`sell.lua`).
@@ -245,6 +246,72 @@ pub enum RecordState {
     Sold,
     /// A reservation in this state.
     Reservation(ResvState),
+    /// An order's item in this state.
+    Item(ItemState),
+}
+
+/// An order item's state at its home segment. The item is held for its order and ends only as
+/// the order's decision says ([`Store::settle`](super::Store::settle)): it has no clock of its
+/// own, so it never expires on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ItemState {
+    /// Held for its order: counted in `reserved` and against the per-user limit.
+    Held,
+    /// The order was confirmed: the units are sold.
+    Posted,
+    /// The order ended otherwise (cancelled, expired, refused): the units went back, or, when
+    /// the hold never ran, none were taken and a late hold is refused (the record stays).
+    Voided,
+}
+
+impl ItemState {
+    /// The record's letter (`O`, `P`, `V`).
+    pub fn letter(self) -> char {
+        match self {
+            ItemState::Held => 'O',
+            ItemState::Posted => 'P',
+            ItemState::Voided => 'V',
+        }
+    }
+
+    /// The state of a record letter.
+    pub fn from_letter(c: &str) -> Option<Self> {
+        Some(match c {
+            "O" => ItemState::Held,
+            "P" => ItemState::Posted,
+            "V" => ItemState::Voided,
+            _ => return None,
+        })
+    }
+}
+
+/// Reply of [`Store::settle`](super::Store::settle) (`settle.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettleReply {
+    /// The item is now (or was already) in the asked state.
+    Done(ItemState),
+    /// The item had ended the other way: the order's decision was not what this call says.
+    Ended(ItemState),
+    /// Posting an item that was never held (nothing sold).
+    Unknown,
+    /// A record of this request id that is no order item, or of another quantity.
+    Mismatch,
+    /// Segment missing or of another generation.
+    Stale,
+}
+
+/// An order item held past its hint (`holds_due.lua`): the sweeper asks its order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DueHold {
+    /// The item's user.
+    pub user: UserId,
+    /// The item's request id (`<order request id>#<item>`).
+    pub request_id: RequestId,
+    /// Its units.
+    pub qty: u64,
 }
 
 /// One segment as [`Store::survey`](super::Store::survey) reads it: counters and what live

@@ -1058,6 +1058,7 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
             user: &user,
             qty: 1,
             resv_ttl_ms: 0,
+            order_item: false,
             ttl_ms: 60_000,
             credits: &credit,
             fence: 0,

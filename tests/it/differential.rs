@@ -118,6 +118,7 @@ async fn sell<S: Store>(
                 user: &u,
                 qty,
                 resv_ttl_ms: resv_ms,
+                order_item: false,
                 ttl_ms,
                 credits,
                 fence: 0,

@@ -756,6 +756,7 @@ impl Protocol {
             user,
             qty,
             resv_ttl_ms: if resv { RESV_MS } else { 0 },
+            order_item: false,
             ttl_ms: REQUEST_TTL_MS,
             credits,
             fence: 0,

@@ -696,6 +696,7 @@ async fn nemesis_empty_each_call_writes_nothing() {
         user: &cu,
         qty: 3,
         resv_ttl_ms: 0,
+        order_item: false,
         ttl_ms: 30_000,
         credits: &credit,
         fence: 0,

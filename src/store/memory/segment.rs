@@ -14,13 +14,17 @@
 //!   limit, the units the user holds (`held`: sold, confirmed, or reserved and live) and of those
 //!   the units held for good (`sold`);
 //! - the reservation index (expiry, user, request id) of live reservations;
+//! - the hold index (hint, user, request id) of order items held (`holds`, a child module:
+//!   settled only by their order's decision);
 //! - the transfers this segment debited (remembered for the generation; those not yet marked
 //!   done are due to the sweeper once their lease runs out) and those it credited (remembered
 //!   for the generation: a credit is applied at most once per id).
 
 use crate::ids::{RequestId, UserId};
+mod holds;
+
 use crate::store::{
-    Credit, DueTransfer, HomeRecord, RecordState, RequestKind, ReservationAction, ReserveEnd,
+    Credit, DueTransfer, HomeRecord, ItemState, RecordState, RequestKind, ReservationAction, ReserveEnd,
     RestockReply, ResvState, SegmentState, SellArgs, SellReply, Survey, TransferArgs, TransferId,
     TransferReply,
 };
@@ -61,6 +65,7 @@ impl Record {
         match self.state {
             RecordState::Sold => RequestKind::Sale,
             RecordState::Reservation(_) => RequestKind::Reservation,
+            RecordState::Item(_) => RequestKind::OrderItem,
         }
     }
 }
@@ -108,6 +113,8 @@ pub struct Segment {
     pub users: BTreeMap<UserId, Ledger>,
     /// Live reservations: (expiry, user, request id).
     pub reservations: BTreeSet<(u64, UserId, RequestId)>,
+    /// Order items held: (when the sweeper asks their order, user, request id).
+    pub holds: BTreeSet<(u64, UserId, RequestId)>,
     /// Transfers credited here: id → units.
     pub credited: BTreeMap<TransferId, u64>,
     /// Transfers debited here.
@@ -227,7 +234,18 @@ impl Segment {
             };
         }
         self.counters.stock -= qty;
-        let rec = if kind == RequestKind::Sale {
+        let rec = if kind == RequestKind::OrderItem {
+            // Kept until settled, whatever its age: only the order's decision ends it.
+            self.counters.reserved += qty;
+            let hint = now + req.resv_ttl_ms;
+            self.holds.insert((hint, user.clone(), rid.clone()));
+            Record {
+                qty,
+                state: RecordState::Item(ItemState::Held),
+                exp: hint,
+                until: 0,
+            }
+        } else if kind == RequestKind::Sale {
             self.counters.sold += qty;
             Record {
                 qty,
@@ -256,6 +274,10 @@ impl Segment {
             if kind == RequestKind::Sale {
                 l.sold += qty;
             }
+        } else if rec.until == 0 || (l.until == 0 && l.records.len() > 1) {
+            // A held item keeps its ledger for the generation (the scripts PERSIST the key,
+            // and a later record's PEXPIREAT GT leaves a key without a TTL as it is).
+            l.until = 0;
         } else {
             l.until = l.until.max(rec.until);
         }
@@ -454,6 +476,10 @@ impl Segment {
                 None => orphans += 1,
             }
         }
+        if detail {
+            let (h, l, o) = self.holds_detail();
+            (held, live, orphans) = (held + h, live + l, orphans + o);
+        }
         Survey {
             state: self.counters,
             held,
@@ -493,6 +519,10 @@ impl Segment {
                 None if detail => orphans += 1,
                 None => {}
             }
+        }
+        if detail {
+            let (h, l, o) = self.holds_detail();
+            (held, live, orphans) = (held + h, live + l, orphans + o);
         }
         Survey {
             state: self.counters,
@@ -536,6 +566,7 @@ mod tests {
             user: u,
             qty,
             resv_ttl_ms: resv,
+            order_item: false,
             ttl_ms: 1000,
             credits: &[],
             fence: 0,

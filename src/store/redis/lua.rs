@@ -83,6 +83,7 @@ use fred::types::scripts::Script as FredScript;
 use std::sync::{Arc, LazyLock};
 
 pub(crate) mod lock;
+pub(crate) mod order;
 pub(crate) mod outbox;
 pub(crate) mod segment;
 pub(crate) mod sell;
@@ -147,6 +148,12 @@ scripts! {
     Peek "peek" flags "no-writes",
     /// One request's record at its home (read only).
     Record "record",
+    /// An order's decision brought to one of its items.
+    Settle "settle",
+    /// Order items held past their hint (the sweeper's look).
+    HoldsDue "holds_due" flags "no-writes",
+    /// One step on an order's record.
+    Order "order",
     /// Adds units to a segment once per request id.
     Restock "restock",
     /// Starts a (re)load.
@@ -499,6 +506,11 @@ impl SegmentKeys<'_> {
     /// The reservation index.
     pub(crate) fn reservations(&self) -> String {
         self.keys.reservations(&self.tag(), self.seg.generation)
+    }
+
+    /// The hold index (order items held here).
+    pub(crate) fn holds(&self) -> String {
+        self.keys.holds(&self.tag(), self.seg.generation)
     }
 
     /// The transfers credited here.

@@ -8,6 +8,7 @@ use crate::ids::{RequestId, Sku, UserId};
 use crate::placement::Placement;
 use crate::segments::Keyspace;
 use crate::store::{
+    ItemState,
     self, HomeRecord, IfLoaded, LoadSpec, RecordState, RequestKind, ReservationAction,
     RestockReply, ResvState, SegmentState, Survey,
 };
@@ -364,6 +365,10 @@ impl Call for RecordRead<'_> {
         let qty = v.get(1).and_then(Value::as_u64).ok_or_else(bad)?;
         let (kind, state) = match letter.as_str() {
             "A" => (RequestKind::Sale, RecordState::Sold),
+            l if ItemState::from_letter(l).is_some() => (
+                RequestKind::OrderItem,
+                RecordState::Item(ItemState::from_letter(l).ok_or_else(bad)?),
+            ),
             l => (
                 RequestKind::Reservation,
                 RecordState::Reservation(resv_state(l).ok_or_else(bad)?),

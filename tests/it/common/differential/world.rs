@@ -400,6 +400,7 @@ impl<S: Store> World<S> {
             user: &s.user,
             qty: s.qty,
             resv_ttl_ms: s.resv.map_or(0, T::ms),
+            order_item: false,
             ttl_ms: s.ttl.ms(),
             credits,
             fence: 0,
