@@ -223,7 +223,14 @@ impl<S: Store> Engine<S> {
         let ttl = self.ttl_ms();
         let opened = self
             .store()
-            .order(&id, OrderStep::Open { hold_ms, items: &items }, ttl)
+            .order(
+                &id,
+                OrderStep::Open {
+                    hold_ms,
+                    items: &items,
+                },
+                ttl,
+            )
             .await?;
         if opened.conflict {
             return Err(Error::RequestIdConflict {
@@ -249,7 +256,10 @@ impl<S: Store> Engine<S> {
             Some(state) => {
                 self.settle_items(&id, &cart.items, state.posts() == Some(true))
                     .await?;
-                return Ok(OrderHold::Ended { order_id: id, state });
+                return Ok(OrderHold::Ended {
+                    order_id: id,
+                    state,
+                });
             }
             None => return Err(Error::Protocol("order: open answered no record".into())),
         }
@@ -286,21 +296,25 @@ impl<S: Store> Engine<S> {
             }
             out
         });
-        let mut results: Vec<(usize, Result<(Deduction, u64)>)> =
-            futures::future::join_all(runs).await.into_iter().flatten().collect();
+        let mut results: Vec<(usize, Result<(Deduction, u64)>)> = futures::future::join_all(runs)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
         results.sort_by_key(|(i, _)| *i);
         let mut held = Vec::with_capacity(cart.items.len());
         let mut refusal = None;
         let mut error = None;
         for (i, r) in results {
             match r {
-                Ok((Deduction::Applied { segment, units } | Deduction::Replayed { segment, units }, _)) => {
-                    held.push(HeldItem {
-                        sku: cart.items[i].sku.clone(),
-                        qty: units,
-                        segment,
-                    })
-                }
+                Ok((
+                    Deduction::Applied { segment, units } | Deduction::Replayed { segment, units },
+                    _,
+                )) => held.push(HeldItem {
+                    sku: cart.items[i].sku.clone(),
+                    qty: units,
+                    segment,
+                }),
                 Ok((d, _)) => {
                     refusal.get_or_insert((i + 1, d));
                 }
@@ -336,7 +350,10 @@ impl<S: Store> Engine<S> {
                         reason,
                     }
                 }
-                state => OrderHold::Ended { order_id: id, state },
+                state => OrderHold::Ended {
+                    order_id: id,
+                    state,
+                },
             });
         }
         if let Some(e) = error {
@@ -361,7 +378,10 @@ impl<S: Store> Engine<S> {
                 // follow the decision.
                 self.settle_items(&id, &cart.items, state.posts() == Some(true))
                     .await?;
-                Ok(OrderHold::Ended { order_id: id, state })
+                Ok(OrderHold::Ended {
+                    order_id: id,
+                    state,
+                })
             }
             None => Err(Error::Protocol("order: record gone while holding".into())),
         }
@@ -395,7 +415,10 @@ impl<S: Store> Engine<S> {
     /// # Errors
     /// Store errors.
     pub async fn order(&self, id: &OrderId) -> Result<Option<OrderEnd>> {
-        let r = self.store().order(id, OrderStep::Read, self.ttl_ms()).await?;
+        let r = self
+            .store()
+            .order(id, OrderStep::Read, self.ttl_ms())
+            .await?;
         Ok(r.state.map(|state| OrderEnd {
             order_id: id.clone(),
             state,
@@ -434,13 +457,23 @@ impl<S: Store> Engine<S> {
 
     /// Brings a decision to every item (`post`: sell; else give back, or leave a voided
     /// record where none was held). Answers the items whose SKU was reloaded since.
-    async fn settle_items(&self, id: &OrderId, items: &[CartItem], post: bool) -> Result<Vec<usize>> {
+    async fn settle_items(
+        &self,
+        id: &OrderId,
+        items: &[CartItem],
+        post: bool,
+    ) -> Result<Vec<usize>> {
         let runs = items.iter().enumerate().map(|(i, it)| async move {
             let rid = id.item_request_id(i + 1);
-            self.settle_item(&it.sku, id.user(), &rid, it.qty, post).await
+            self.settle_item(&it.sku, id.user(), &rid, it.qty, post)
+                .await
         });
         let mut reloaded = Vec::new();
-        for (i, r) in futures::future::join_all(runs).await.into_iter().enumerate() {
+        for (i, r) in futures::future::join_all(runs)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             match r? {
                 SettleReply::Done(_) => {}
                 SettleReply::Stale | SettleReply::Unknown => reloaded.push(i + 1),
@@ -504,11 +537,21 @@ impl<S: Store> Engine<S> {
             // Not an order item's id: void it (nothing can ever decide it).
             let r = self
                 .store()
-                .settle(l.seg(index), &hold.user, &hold.request_id, hold.qty, false, self.ttl_ms())
+                .settle(
+                    l.seg(index),
+                    &hold.user,
+                    &hold.request_id,
+                    hold.qty,
+                    false,
+                    self.ttl_ms(),
+                )
                 .await?;
             return Ok(matches!(r, SettleReply::Done(_)));
         };
-        let r = self.store().order(&id, OrderStep::Expire, self.ttl_ms()).await?;
+        let r = self
+            .store()
+            .order(&id, OrderStep::Expire, self.ttl_ms())
+            .await?;
         let Some(post) = r.state.and_then(OrderState::posts) else {
             return Ok(false);
         };
@@ -516,7 +559,14 @@ impl<S: Store> Engine<S> {
             crate::metrics::order_event(r.state.map_or("expired", OrderState::as_str));
         }
         self.store()
-            .settle(l.seg(index), &hold.user, &hold.request_id, hold.qty, post, self.ttl_ms())
+            .settle(
+                l.seg(index),
+                &hold.user,
+                &hold.request_id,
+                hold.qty,
+                post,
+                self.ttl_ms(),
+            )
             .await?;
         if !post {
             self.guard().forget(&l.sku, &hold.user);

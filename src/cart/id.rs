@@ -53,7 +53,8 @@ impl OrderId {
 
     /// Item `n`'s request id (1-based): `<request id>#<n>`, at its SKU's home segment.
     pub fn item_request_id(&self, n: usize) -> RequestId {
-        RequestId::new(format!("{}#{n}", self.request_id)).expect("bounded by MAX_ORDER_REQUEST_ID_LEN")
+        RequestId::new(format!("{}#{n}", self.request_id))
+            .expect("bounded by MAX_ORDER_REQUEST_ID_LEN")
     }
 
     /// The order and item number an item's request id names (`None`: no order item's id).
@@ -136,7 +137,8 @@ mod tests {
             let r = RequestId::new(not_an_item).unwrap();
             assert_eq!(OrderId::of_item(id.user(), &r), None, "{not_an_item}");
         }
-        let odd = OrderId::new(UserId::new("a~b").unwrap(), RequestId::new("r!~").unwrap()).unwrap();
+        let odd =
+            OrderId::new(UserId::new("a~b").unwrap(), RequestId::new("r!~").unwrap()).unwrap();
         assert_eq!(odd.to_string().parse::<OrderId>().unwrap(), odd);
         assert!("a~b~c".parse::<OrderId>().is_err());
         let long = RequestId::new("r".repeat(MAX_ORDER_REQUEST_ID_LEN + 1)).unwrap();

@@ -265,8 +265,14 @@ mod tests {
             items: "a:1,b:1",
         };
         assert!(step(&mut r, open, 0, TTL).changed);
-        assert_eq!(step(&mut r, OrderStep::Confirm, 1, TTL).state, Some(OrderState::Holding));
-        assert_eq!(step(&mut r, OrderStep::Held, 2, TTL).state, Some(OrderState::Held));
+        assert_eq!(
+            step(&mut r, OrderStep::Confirm, 1, TTL).state,
+            Some(OrderState::Holding)
+        );
+        assert_eq!(
+            step(&mut r, OrderStep::Held, 2, TTL).state,
+            Some(OrderState::Held)
+        );
         // A confirm one ms before the deadline wins; the cancel after it loses.
         let c = step(&mut r, OrderStep::Confirm, 99, TTL);
         assert_eq!((c.state, c.changed), (Some(OrderState::Confirmed), true));
@@ -276,7 +282,10 @@ mod tests {
         let mut r = None;
         step(&mut r, open, 0, TTL);
         step(&mut r, OrderStep::Held, 1, TTL);
-        assert_eq!(step(&mut r, OrderStep::Read, 100, TTL).state, Some(OrderState::Expired));
+        assert_eq!(
+            step(&mut r, OrderStep::Read, 100, TTL).state,
+            Some(OrderState::Expired)
+        );
         assert_eq!(r.as_ref().unwrap().state, OrderState::Held);
         let c = step(&mut r, OrderStep::Confirm, 100, TTL);
         assert_eq!((c.state, c.changed), (Some(OrderState::Expired), true));
@@ -295,9 +304,20 @@ mod tests {
         assert_eq!(o.state, Some(OrderState::Cancelled));
         let mut r = None;
         step(&mut r, open, 0, TTL);
-        let other = step(&mut r, OrderStep::Open { hold_ms: 100, items: "a:2" }, 1, TTL);
+        let other = step(
+            &mut r,
+            OrderStep::Open {
+                hold_ms: 100,
+                items: "a:2",
+            },
+            1,
+            TTL,
+        );
         assert!(other.conflict);
-        assert_eq!(step(&mut r, OrderStep::Refuse { why: "1 sold_out" }, 2, TTL).why, "1 sold_out");
+        assert_eq!(
+            step(&mut r, OrderStep::Refuse { why: "1 sold_out" }, 2, TTL).why,
+            "1 sold_out"
+        );
         // Forgotten after the TTL.
         assert_eq!(step(&mut r, OrderStep::Read, 2 + TTL, TTL).state, None);
     }

@@ -26,8 +26,9 @@ mod alerts;
 #[cfg(feature = "cli")]
 mod balance;
 #[cfg(feature = "cli")]
-mod cli_admin;
+mod carts;
 #[cfg(feature = "cli")]
+mod cli_admin;
 mod cli_mistakes;
 #[cfg(feature = "cli")]
 mod cli_processes;

@@ -24,9 +24,9 @@ use crate::ids::{RequestId, UserId};
 mod holds;
 
 use crate::store::{
-    Credit, DueTransfer, HomeRecord, ItemState, RecordState, RequestKind, ReservationAction, ReserveEnd,
-    RestockReply, ResvState, SegmentState, SellArgs, SellReply, Survey, TransferArgs, TransferId,
-    TransferReply,
+    Credit, DueTransfer, HomeRecord, ItemState, RecordState, RequestKind, ReservationAction,
+    ReserveEnd, RestockReply, ResvState, SegmentState, SellArgs, SellReply, Survey, TransferArgs,
+    TransferId, TransferReply,
 };
 use std::collections::{BTreeMap, BTreeSet};
 

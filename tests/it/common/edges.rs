@@ -74,6 +74,7 @@ pub fn sell_args<'a, S: Store>(
         user,
         qty,
         resv_ttl_ms,
+        order_item: false,
         ttl_ms: e.options().request_ttl.as_millis() as u64,
         credits,
         fence: 0,

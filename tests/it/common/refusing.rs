@@ -8,9 +8,9 @@ use shardstock::Error;
 use shardstock::ids::{RequestId, Sku, UserId};
 use shardstock::placement::{Placement, SegmentHome};
 use shardstock::store::{
-    DueTransfer, HomeRecord, LoadBegin, LoadSpec, Meta, ReservationAction, ReserveEnd,
-    RestockReply, SegAddr, SegmentLoad, SellArgs, SellReply, Store, Survey, TransferArgs,
-    TransferId, TransferReply,
+    DueHold, DueTransfer, HomeRecord, LoadBegin, LoadSpec, Meta, ReservationAction, ReserveEnd,
+    RestockReply, SegAddr, SegmentLoad, SellArgs, SellReply, SettleReply, Store, Survey,
+    TransferArgs, TransferId, TransferReply,
 };
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -175,6 +175,39 @@ impl<S: Store + Clone> Store for Refusing<S> {
             home.index,
             self.inner.reserve_end(home, user, request_id, action),
         )
+    }
+
+    fn settle(
+        &self,
+        home: SegAddr<'_>,
+        user: &UserId,
+        request_id: &RequestId,
+        qty: u64,
+        post: bool,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<SettleReply>> + Send {
+        self.gated(
+            home.index,
+            self.inner.settle(home, user, request_id, qty, post, ttl_ms),
+        )
+    }
+
+    fn holds_due(
+        &self,
+        seg: SegAddr<'_>,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<DueHold>>> + Send {
+        self.gated(seg.index, self.inner.holds_due(seg, max))
+    }
+
+    /// Order records live in no segment: never refused here.
+    fn order(
+        &self,
+        id: &shardstock::cart::OrderId,
+        step: shardstock::cart::OrderStep<'_>,
+        ttl_ms: u64,
+    ) -> impl Future<Output = Result<shardstock::cart::OrderReply>> + Send {
+        self.inner.order(id, step, ttl_ms)
     }
 
     fn survey(

@@ -70,7 +70,10 @@ impl Segment {
         }
         self.holds.remove(&(rec.exp, user.clone(), rid.clone()));
         self.counters.reserved -= qty;
-        let l = self.users.get_mut(user).expect("a live record has its ledger");
+        let l = self
+            .users
+            .get_mut(user)
+            .expect("a live record has its ledger");
         if post {
             self.counters.sold += qty;
             if limited {
@@ -156,30 +159,51 @@ mod tests {
     fn a_held_item_never_expires_and_ends_as_settled() {
         let mut s = Segment::loaded(1, 5, 2);
         let (u, r) = ids("u", "o#1");
-        assert!(matches!(s.sell(&hold(&u, &r, 2), 0), SellReply::Applied { .. }));
+        assert!(matches!(
+            s.sell(&hold(&u, &r, 2), 0),
+            SellReply::Applied { .. }
+        ));
         // Long past its hint: still held, due to the sweeper.
         assert_eq!(s.survey(10_000, true).held, 2);
         assert_eq!(s.holds_due(10, 10_000).len(), 1);
         assert_eq!(s.counters.reserved, 2);
-        assert_eq!(s.settle(&u, &r, 2, true, 1000, 10_001), SettleReply::Done(ItemState::Posted));
-        assert_eq!(s.settle(&u, &r, 2, true, 1000, 10_002), SettleReply::Done(ItemState::Posted));
-        assert_eq!(s.settle(&u, &r, 2, false, 1000, 10_002), SettleReply::Ended(ItemState::Posted));
+        assert_eq!(
+            s.settle(&u, &r, 2, true, 1000, 10_001),
+            SettleReply::Done(ItemState::Posted)
+        );
+        assert_eq!(
+            s.settle(&u, &r, 2, true, 1000, 10_002),
+            SettleReply::Done(ItemState::Posted)
+        );
+        assert_eq!(
+            s.settle(&u, &r, 2, false, 1000, 10_002),
+            SettleReply::Ended(ItemState::Posted)
+        );
         assert_eq!((s.counters.sold, s.counters.reserved), (2, 0));
         assert!(s.holds_due(10, 20_000).is_empty());
         assert!(s.counters.balances());
         // The user's limit counts the posted units.
         let r2 = RequestId::new("o2#1").unwrap();
-        assert!(matches!(s.sell(&hold(&u, &r2, 1), 1), SellReply::LimitReached { .. }));
+        assert!(matches!(
+            s.sell(&hold(&u, &r2, 1), 1),
+            SellReply::LimitReached { .. }
+        ));
     }
 
     #[test]
     fn a_void_before_the_hold_refuses_the_hold() {
         let mut s = Segment::loaded(1, 5, 0);
         let (u, r) = ids("u", "o#1");
-        assert_eq!(s.settle(&u, &r, 1, false, 1000, 0), SettleReply::Done(ItemState::Voided));
+        assert_eq!(
+            s.settle(&u, &r, 1, false, 1000, 0),
+            SettleReply::Done(ItemState::Voided)
+        );
         assert_eq!(s.sell(&hold(&u, &r, 1), 1), SellReply::Replay);
         assert_eq!(s.counters.stock, 5);
-        assert_eq!(s.settle(&u, &r, 1, true, 1000, 2), SettleReply::Ended(ItemState::Voided));
+        assert_eq!(
+            s.settle(&u, &r, 1, true, 1000, 2),
+            SettleReply::Ended(ItemState::Voided)
+        );
         // Posting what was never held sells nothing.
         let (u2, r2) = ids("v", "o#1");
         assert_eq!(s.settle(&u2, &r2, 1, true, 1000, 2), SettleReply::Unknown);

@@ -8,8 +8,7 @@ use crate::ids::{RequestId, Sku, UserId};
 use crate::placement::Placement;
 use crate::segments::Keyspace;
 use crate::store::{
-    ItemState,
-    self, HomeRecord, IfLoaded, LoadSpec, RecordState, RequestKind, ReservationAction,
+    self, HomeRecord, IfLoaded, ItemState, LoadSpec, RecordState, RequestKind, ReservationAction,
     RestockReply, ResvState, SegmentState, Survey,
 };
 use fred::types::Value;

@@ -17,6 +17,8 @@ pub(crate) struct SellItem {
     qty: u64,
     resv_ttl_ms: u64,
     ttl_ms: u64,
+    /// An order's item: the spec ends `:o`.
+    order_item: bool,
 }
 
 impl SellItem {
@@ -28,11 +30,12 @@ impl SellItem {
             qty: req.qty,
             resv_ttl_ms: req.resv_ttl_ms,
             ttl_ms: req.ttl_ms,
+            order_item: req.order_item,
         }
     }
 
-    fn spec(&self) -> (u64, u64, u64) {
-        (self.qty, self.resv_ttl_ms, self.ttl_ms)
+    fn spec(&self) -> (u64, u64, u64, bool) {
+        (self.qty, self.resv_ttl_ms, self.ttl_ms, self.order_item)
     }
 }
 
@@ -140,12 +143,15 @@ impl Call for Sell<'_> {
                 .take_while(|it| it.spec() == spec)
                 .count();
             let start = buf.len();
-            let (qty, resv, ttl) = spec;
+            let (qty, resv, ttl, item) = spec;
             buf.extend_from_slice(num.format(qty).as_bytes());
             buf.extend_from_slice(b":");
             buf.extend_from_slice(num.format(resv).as_bytes());
             buf.extend_from_slice(b":");
             buf.extend_from_slice(num.format(ttl).as_bytes());
+            if item {
+                buf.extend_from_slice(b":o");
+            }
             spans.push((start, buf.len()));
             let start = buf.len();
             buf.extend_from_slice(num.format(m).as_bytes());

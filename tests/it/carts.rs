@@ -1,0 +1,408 @@
+//! Carts: orders of several SKUs held all or nothing, confirmed, cancelled or expired as one;
+//! the coordinator's pitfalls (a cancel before the hold, a hold after the cancel, repeated
+//! decisions) and its crash points, on both stores.
+
+use crate::common;
+use common::edges::{at, sell_args};
+use common::*;
+use shardstock::cart::{MAX_ITEMS, OrderStep};
+use shardstock::store::{ItemState, RecordState};
+use shardstock::*;
+use std::time::Duration;
+
+fn cart(user: &str, rid: &str, items: &[(&str, u64)], hold_ms: u64) -> Cart {
+    Cart {
+        user: UserId::new(user).unwrap(),
+        request_id: RequestId::new(rid).unwrap(),
+        items: items
+            .iter()
+            .map(|(s, q)| CartItem {
+                sku: Sku::new(s).unwrap(),
+                qty: *q,
+            })
+            .collect(),
+        hold: Duration::from_millis(hold_ms),
+    }
+}
+
+fn order_id(c: &Cart) -> OrderId {
+    OrderId::new(c.user.clone(), c.request_id.clone()).unwrap()
+}
+
+async fn audit_ok<S: Store>(e: &Engine<S>, sku: &str) -> Audit {
+    let a = e.audit(&Sku::new(sku).unwrap()).await.unwrap();
+    assert!(a.ok, "{a:?}");
+    assert_eq!(
+        a.loaded + a.restocked,
+        a.remaining + a.in_transit + a.reserved + a.sold,
+        "{a:?}"
+    );
+    a
+}
+
+/// The home segment of `user`'s request `rid` of `sku` now: (generation, index).
+async fn home<S: Store>(e: &Engine<S>, sku: &Sku, user: &UserId, rid: &RequestId) -> (u64, u32) {
+    let m = e.store().meta(sku).await.unwrap().unwrap();
+    let by_user = m.user_limit > 0;
+    (m.generation, segments::home(user, rid, m.segments, by_user))
+}
+
+/// Each item's record at its home (what the store holds, not what the engine says).
+async fn item_states<S: Store>(e: &Engine<S>, c: &Cart) -> Vec<Option<RecordState>> {
+    let id = order_id(c);
+    let mut out = Vec::new();
+    for (i, it) in c.items.iter().enumerate() {
+        let rid = id.item_request_id(i + 1);
+        let (g, h) = home(e, &it.sku, &c.user, &rid).await;
+        let r = e
+            .store()
+            .record(at(&it.sku, g, h), &c.user, &rid)
+            .await
+            .unwrap();
+        out.push(r.map(|r| r.state));
+    }
+    out
+}
+
+/// A holder that dies after holding this one item: `sell` at its home as the engine sends it.
+async fn hold_one<S: Store>(
+    e: &Engine<S>,
+    sku: &Sku,
+    user: &UserId,
+    rid: &RequestId,
+    qty: u64,
+    hint_ms: u64,
+) {
+    let (g, h) = home(e, sku, user, rid).await;
+    let mut a = sell_args(e, rid, user, qty, hint_ms, &[]);
+    a.order_item = true;
+    let r = e.store().sell(at(sku, g, h), a).await.unwrap();
+    assert!(
+        matches!(r, shardstock::store::SellReply::Applied { .. }),
+        "{r:?}"
+    );
+}
+
+async fn lifecycle<S: Store>(e: Engine<S>) {
+    e.load(
+        &Sku::new("phone").unwrap(),
+        3,
+        LoadOptions::new(2).per_user_limit(1),
+    )
+    .await
+    .unwrap();
+    e.load(
+        &Sku::new("case").unwrap(),
+        10,
+        LoadOptions::new(3).per_user_limit(0),
+    )
+    .await
+    .unwrap();
+    // Held: every item, counted as reserved; a retry replays.
+    let a = cart("ann", "o1", &[("phone", 1), ("case", 2)], 60_000);
+    let held = e.hold_order(&a).await.unwrap();
+    let OrderHold::Held { items, left_ms, .. } = &held else {
+        panic!("{held:?}")
+    };
+    assert_eq!(items.len(), 2);
+    assert!(*left_ms > 0 && *left_ms <= 60_000);
+    assert!(matches!(
+        e.hold_order(&a).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    assert_eq!(audit_ok(&e, "phone").await.reserved, 1);
+    assert_eq!(audit_ok(&e, "case").await.reserved, 2);
+    let held_state = Some(RecordState::Item(ItemState::Held));
+    assert_eq!(item_states(&e, &a).await, vec![held_state; 2]);
+    // The same request id with other items is a conflict; nothing changes.
+    let other = cart("ann", "o1", &[("phone", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&other).await,
+        Err(Error::RequestIdConflict { field: "items", .. })
+    ));
+    // A reservation call cannot end an order's item.
+    let id = order_id(&a);
+    // Confirm: every item sold, once.
+    let c = e.confirm_order(&id).await.unwrap().unwrap();
+    assert_eq!((c.state, c.done), (OrderState::Confirmed, true));
+    let again = e.confirm_order(&id).await.unwrap().unwrap();
+    assert_eq!((again.state, again.done), (OrderState::Confirmed, true));
+    let k = e.cancel_order(&id).await.unwrap().unwrap();
+    assert_eq!((k.state, k.done), (OrderState::Confirmed, false));
+    let posted = Some(RecordState::Item(ItemState::Posted));
+    assert_eq!(item_states(&e, &a).await, vec![posted; 2]);
+    let (p, cs) = (audit_ok(&e, "phone").await, audit_ok(&e, "case").await);
+    assert_eq!((p.sold, p.reserved, cs.sold, cs.reserved), (1, 0, 2, 0));
+    // The per-user limit counts the confirmed phone: ann's second cart is refused at item 1
+    // and holds nothing (its case was given back before the answer).
+    let a2 = cart("ann", "o2", &[("case", 1), ("phone", 1)], 60_000);
+    let r = e.hold_order(&a2).await.unwrap();
+    assert!(
+        matches!(
+            &r,
+            OrderHold::Refused {
+                item: 2,
+                reason: Deduction::LimitReached { limit: 1 },
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(audit_ok(&e, "case").await.reserved, 0);
+    assert_eq!(
+        e.order(&order_id(&a2)).await.unwrap().unwrap().state,
+        OrderState::Refused
+    );
+    // A retry of the refused order replays the refusal.
+    assert!(matches!(
+        e.hold_order(&a2).await.unwrap(),
+        OrderHold::Refused { item: 2, .. }
+    ));
+    // Cancel: every item back, the user's chance too.
+    let b = cart("bob", "o1", &[("phone", 1), ("case", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&b).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    let k = e.cancel_order(&order_id(&b)).await.unwrap().unwrap();
+    assert_eq!((k.state, k.done), (OrderState::Cancelled, true));
+    assert!(!e.confirm_order(&order_id(&b)).await.unwrap().unwrap().done);
+    let voided = Some(RecordState::Item(ItemState::Voided));
+    assert_eq!(item_states(&e, &b).await, vec![voided; 2]);
+    let b2 = cart("bob", "o2", &[("phone", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&b2).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    // Sold out names the item; nothing held.
+    let c1 = cart("cat", "o1", &[("case", 1), ("phone", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&c1).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    let d1 = cart("dan", "o1", &[("case", 1), ("phone", 1)], 60_000);
+    let r = e.hold_order(&d1).await.unwrap();
+    assert!(
+        matches!(
+            &r,
+            OrderHold::Refused {
+                item: 2,
+                reason: Deduction::SoldOut,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let p = audit_ok(&e, "phone").await;
+    assert_eq!((p.sold, p.reserved, p.remaining), (1, 2, 0));
+    // Bad input changes nothing.
+    for bad in [
+        cart("eve", "o1", &[], 1000),
+        cart("eve", "o1", &[("case", 0)], 1000),
+        cart("eve", "o1", &[("case", 1)], 0),
+        cart("eve", &"r".repeat(126), &[("case", 1)], 1000),
+    ] {
+        assert!(
+            matches!(e.hold_order(&bad).await, Err(Error::InvalidInput { .. })),
+            "{bad:?}"
+        );
+    }
+    let many: Vec<(&str, u64)> = vec![("case", 1); MAX_ITEMS + 1];
+    assert!(matches!(
+        e.hold_order(&cart("eve", "o1", &many, 1000)).await,
+        Err(Error::InvalidInput { field: "items", .. })
+    ));
+    assert_eq!(
+        e.order(&order_id(&cart("eve", "o1", &[], 1)))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn an_order_is_held_confirmed_or_cancelled_as_one_both_stores() {
+    lifecycle(memory_engine(Engine::builder())).await;
+    let srv = RedisServer::start();
+    lifecycle(redis_engine(&srv, Engine::builder()).await).await;
+}
+
+/// The coordinator's pitfalls: a cancel that arrives before the order was ever opened (empty
+/// rollback) is remembered, and the hold that comes after it holds nothing (suspension); a
+/// hold arriving at an item after its order was voided takes nothing.
+async fn pitfalls<S: Store>(e: Engine<S>) {
+    e.load(
+        &Sku::new("ticket").unwrap(),
+        5,
+        LoadOptions::new(2).per_user_limit(0),
+    )
+    .await
+    .unwrap();
+    e.load(
+        &Sku::new("parking").unwrap(),
+        5,
+        LoadOptions::new(2).per_user_limit(1),
+    )
+    .await
+    .unwrap();
+    let a = cart("ann", "late", &[("ticket", 1), ("parking", 1)], 60_000);
+    let k = e.cancel_order(&order_id(&a)).await.unwrap().unwrap();
+    assert_eq!((k.state, k.done), (OrderState::Cancelled, true));
+    let r = e.hold_order(&a).await.unwrap();
+    assert!(
+        matches!(
+            r,
+            OrderHold::Ended {
+                state: OrderState::Cancelled,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(audit_ok(&e, "ticket").await.reserved, 0);
+    assert_eq!(audit_ok(&e, "parking").await.reserved, 0);
+    // An item voided before its hold ran: the hold replays the void and takes nothing.
+    let b = cart("bob", "slow", &[("ticket", 2)], 60_000);
+    let id = order_id(&b);
+    let rid = id.item_request_id(1);
+    let (g, h) = home(&e, &b.items[0].sku, &b.user, &rid).await;
+    let v = e
+        .store()
+        .settle(at(&b.items[0].sku, g, h), &b.user, &rid, 2, false, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(v, shardstock::store::SettleReply::Done(ItemState::Voided));
+    e.store()
+        .order(&id, OrderStep::Cancel, 60_000)
+        .await
+        .unwrap();
+    let r = e.hold_order(&b).await.unwrap();
+    assert!(
+        matches!(
+            r,
+            OrderHold::Ended {
+                state: OrderState::Cancelled,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let t = audit_ok(&e, "ticket").await;
+    assert_eq!((t.reserved, t.remaining), (0, 5));
+    // The same SKU twice in one order, under a limit of 1: the second item is refused, the
+    // first given back.
+    let c = cart("cat", "twice", &[("parking", 1), ("parking", 1)], 60_000);
+    let r = e.hold_order(&c).await.unwrap();
+    assert!(
+        matches!(
+            r,
+            OrderHold::Refused {
+                item: 2,
+                reason: Deduction::LimitReached { .. },
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(audit_ok(&e, "parking").await.reserved, 0);
+    let c2 = cart(
+        "cat",
+        "once",
+        &[("parking", 1), ("ticket", 2), ("ticket", 1)],
+        60_000,
+    );
+    assert!(matches!(
+        e.hold_order(&c2).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    assert_eq!(audit_ok(&e, "ticket").await.reserved, 3);
+}
+
+#[tokio::test]
+async fn empty_rollback_and_suspension_both_stores() {
+    pitfalls(memory_engine(Engine::builder())).await;
+    let srv = RedisServer::start();
+    pitfalls(redis_engine(&srv, Engine::builder()).await).await;
+}
+
+/// The deadline on the record's clock decides: a confirm after it answers expired, and the
+/// sweeper gives every item back; a holder that died after holding one item of two leaves
+/// nothing stranded past the deadline and one sweep.
+async fn deadline<S: Store>(e: Engine<S>) {
+    e.load(
+        &Sku::new("a").unwrap(),
+        4,
+        LoadOptions::new(2).per_user_limit(1),
+    )
+    .await
+    .unwrap();
+    e.load(
+        &Sku::new("b").unwrap(),
+        4,
+        LoadOptions::new(2).per_user_limit(0),
+    )
+    .await
+    .unwrap();
+    let x = cart("ann", "x", &[("a", 1), ("b", 1)], 200);
+    assert!(matches!(
+        e.hold_order(&x).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    // A holder that died half way: the record opened, one item held, nothing more.
+    let y = cart("bob", "y", &[("a", 1), ("b", 1)], 200);
+    let yid = order_id(&y);
+    e.store()
+        .order(
+            &yid,
+            OrderStep::Open {
+                hold_ms: 200,
+                items: "a:1,b:1",
+            },
+            60_000,
+        )
+        .await
+        .unwrap();
+    hold_one(
+        &e,
+        &Sku::new("b").unwrap(),
+        &y.user,
+        &yid.item_request_id(2),
+        1,
+        200,
+    )
+    .await;
+    assert_eq!(audit_ok(&e, "b").await.reserved, 2);
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    // Read: expired before anything wrote it.
+    assert_eq!(
+        e.order(&order_id(&x)).await.unwrap().unwrap().state,
+        OrderState::Expired
+    );
+    let c = e.confirm_order(&order_id(&x)).await.unwrap().unwrap();
+    assert_eq!((c.state, c.done), (OrderState::Expired, false));
+    // Nothing expires by itself: bob's item is still held until a sweep asks its order.
+    assert_eq!(audit_ok(&e, "b").await.reserved, 1);
+    e.sweep().await.unwrap();
+    let (a, b) = (audit_ok(&e, "a").await, audit_ok(&e, "b").await);
+    assert_eq!(
+        (a.reserved, a.remaining, b.reserved, b.remaining),
+        (0, 4, 0, 4)
+    );
+    assert_eq!(
+        e.order(&yid).await.unwrap().unwrap().state,
+        OrderState::Expired
+    );
+    // ann's chance came back (the limit counts no expired item).
+    let x2 = cart("ann", "x2", &[("a", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&x2).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+}
+
+#[tokio::test]
+async fn the_deadline_and_the_sweeper_end_what_nobody_decided_both_stores() {
+    deadline(memory_engine(Engine::builder())).await;
+    let srv = RedisServer::start();
+    deadline(redis_engine(&srv, Engine::builder()).await).await;
+}
