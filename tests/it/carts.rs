@@ -3,9 +3,10 @@
 //! decisions) and its crash points, on both stores.
 
 use crate::common;
-use common::edges::{at, sell_args};
+use common::edges::sell_args;
 use common::*;
 use shardstock::cart::{MAX_ITEMS, OrderStep};
+use shardstock::store::SegAddr;
 use shardstock::store::{ItemState, RecordState};
 use shardstock::*;
 use std::time::Duration;
@@ -40,11 +41,22 @@ async fn audit_ok<S: Store>(e: &Engine<S>, sku: &str) -> Audit {
     a
 }
 
-/// The home segment of `user`'s request `rid` of `sku` now: (generation, index).
-async fn home<S: Store>(e: &Engine<S>, sku: &Sku, user: &UserId, rid: &RequestId) -> (u64, u32) {
+/// The home segment of `user`'s request `rid` of `sku` now: (generation, index, placement
+/// suffix).
+async fn home<S: Store>(
+    e: &Engine<S>,
+    sku: &Sku,
+    user: &UserId,
+    rid: &RequestId,
+) -> (u64, u32, Option<u16>) {
     let m = e.store().meta(sku).await.unwrap().unwrap();
     let by_user = m.user_limit > 0;
-    (m.generation, segments::home(user, rid, m.segments, by_user))
+    let h = segments::home(user, rid, m.segments, by_user);
+    (m.generation, h, m.placement.suffix(h))
+}
+
+fn at(sku: &Sku, (g, h, suffix): (u64, u32, Option<u16>)) -> SegAddr<'_> {
+    SegAddr::new(sku, g, h).with_suffix(suffix)
 }
 
 /// Each item's record at its home (what the store holds, not what the engine says).
@@ -53,10 +65,10 @@ async fn item_states<S: Store>(e: &Engine<S>, c: &Cart) -> Vec<Option<RecordStat
     let mut out = Vec::new();
     for (i, it) in c.items.iter().enumerate() {
         let rid = id.item_request_id(i + 1);
-        let (g, h) = home(e, &it.sku, &c.user, &rid).await;
+        let h = home(e, &it.sku, &c.user, &rid).await;
         let r = e
             .store()
-            .record(at(&it.sku, g, h), &c.user, &rid)
+            .record(at(&it.sku, h), &c.user, &rid)
             .await
             .unwrap();
         out.push(r.map(|r| r.state));
@@ -73,10 +85,10 @@ async fn hold_one<S: Store>(
     qty: u64,
     hint_ms: u64,
 ) {
-    let (g, h) = home(e, sku, user, rid).await;
+    let h = home(e, sku, user, rid).await;
     let mut a = sell_args(e, rid, user, qty, hint_ms, &[]);
     a.order_item = true;
-    let r = e.store().sell(at(sku, g, h), a).await.unwrap();
+    let r = e.store().sell(at(sku, h), a).await.unwrap();
     assert!(
         matches!(r, shardstock::store::SellReply::Applied { .. }),
         "{r:?}"
@@ -265,10 +277,10 @@ async fn pitfalls<S: Store>(e: Engine<S>) {
     let b = cart("bob", "slow", &[("ticket", 2)], 60_000);
     let id = order_id(&b);
     let rid = id.item_request_id(1);
-    let (g, h) = home(&e, &b.items[0].sku, &b.user, &rid).await;
+    let h = home(&e, &b.items[0].sku, &b.user, &rid).await;
     let v = e
         .store()
-        .settle(at(&b.items[0].sku, g, h), &b.user, &rid, 2, false, 60_000)
+        .settle(at(&b.items[0].sku, h), &b.user, &rid, 2, false, 60_000)
         .await
         .unwrap();
     assert_eq!(v, shardstock::store::SettleReply::Done(ItemState::Voided));
@@ -371,7 +383,19 @@ async fn deadline<S: Store>(e: Engine<S>) {
         200,
     )
     .await;
-    assert_eq!(audit_ok(&e, "b").await.reserved, 2);
+    // A decider that died between the decision and the items: confirmed on the record only.
+    let z = cart("cat", "z", &[("a", 1), ("b", 1)], 200);
+    assert!(matches!(
+        e.hold_order(&z).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    let zr = e
+        .store()
+        .order(&order_id(&z), OrderStep::Confirm, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(zr.state, Some(OrderState::Confirmed));
+    assert_eq!(audit_ok(&e, "b").await.reserved, 3);
     tokio::time::sleep(Duration::from_millis(260)).await;
     // Read: expired before anything wrote it.
     assert_eq!(
@@ -380,14 +404,22 @@ async fn deadline<S: Store>(e: Engine<S>) {
     );
     let c = e.confirm_order(&order_id(&x)).await.unwrap().unwrap();
     assert_eq!((c.state, c.done), (OrderState::Expired, false));
-    // Nothing expires by itself: bob's item is still held until a sweep asks its order.
-    assert_eq!(audit_ok(&e, "b").await.reserved, 1);
+    // Nothing expires by itself: bob's and cat's items are still held until a sweep asks
+    // their orders.
+    assert_eq!(audit_ok(&e, "b").await.reserved, 2);
     e.sweep().await.unwrap();
     let (a, b) = (audit_ok(&e, "a").await, audit_ok(&e, "b").await);
     assert_eq!(
         (a.reserved, a.remaining, b.reserved, b.remaining),
-        (0, 4, 0, 4)
+        (0, 3, 0, 3)
     );
+    assert_eq!(
+        (a.sold, b.sold),
+        (1, 1),
+        "cat's confirmed order sold by the sweeper"
+    );
+    let posted = Some(RecordState::Item(ItemState::Posted));
+    assert_eq!(item_states(&e, &z).await, vec![posted; 2]);
     assert_eq!(
         e.order(&yid).await.unwrap().unwrap().state,
         OrderState::Expired
@@ -405,4 +437,166 @@ async fn the_deadline_and_the_sweeper_end_what_nobody_decided_both_stores() {
     deadline(memory_engine(Engine::builder())).await;
     let srv = RedisServer::start();
     deadline(redis_engine(&srv, Engine::builder()).await).await;
+}
+
+/// Every order's items, as their records hold them, agree with the order's record: all
+/// posted iff confirmed; otherwise none posted (voided, or never held).
+async fn all_or_nothing<S: Store>(e: &Engine<S>, carts: &[Cart]) -> (u64, u64) {
+    let (mut confirmed, mut other) = (0, 0);
+    for c in carts {
+        let state = e.order(&order_id(c)).await.unwrap().map(|o| o.state);
+        let items = item_states(e, c).await;
+        let posted = items
+            .iter()
+            .filter(|s| **s == Some(RecordState::Item(ItemState::Posted)))
+            .count();
+        let held = items
+            .iter()
+            .filter(|s| **s == Some(RecordState::Item(ItemState::Held)))
+            .count();
+        assert_eq!(held, 0, "{c:?} {state:?} {items:?}");
+        if state == Some(OrderState::Confirmed) {
+            assert_eq!(posted, c.items.len(), "{c:?} {items:?}");
+            confirmed += 1;
+        } else {
+            assert_eq!(posted, 0, "{c:?} {state:?} {items:?}");
+            other += 1;
+        }
+    }
+    (confirmed, other)
+}
+
+/// Many two-item carts race for few units while confirms, cancels and the deadline race each
+/// other, and some holders give up half way (their futures dropped): once the deadline and
+/// one sweep have passed, every order is in one state for all its items, nothing is held,
+/// and the units sold are the confirmed orders'.
+async fn storm<S: Store>(e: Engine<S>) {
+    e.load(
+        &Sku::new("x").unwrap(),
+        30,
+        LoadOptions::new(4).per_user_limit(1),
+    )
+    .await
+    .unwrap();
+    e.load(
+        &Sku::new("y").unwrap(),
+        40,
+        LoadOptions::new(4).per_user_limit(0),
+    )
+    .await
+    .unwrap();
+    let carts: Vec<Cart> = (0..80)
+        .map(|i| cart(&format!("u{i}"), "c", &[("x", 1), ("y", 1)], 400))
+        .collect();
+    let tasks = carts.iter().enumerate().map(|(i, c)| {
+        let e = e.clone();
+        let c = c.clone();
+        async move {
+            let hold = e.hold_order(&c);
+            let r = if i % 7 == 3 {
+                // Gives up half way: whatever it held is left to the deadline.
+                let _ = tokio::time::timeout(Duration::from_micros(300), hold).await;
+                return;
+            } else {
+                hold.await.unwrap()
+            };
+            if let OrderHold::Held { order_id, .. } = r {
+                match i % 4 {
+                    0 => {
+                        let (a, b) =
+                            tokio::join!(e.confirm_order(&order_id), e.cancel_order(&order_id));
+                        let (a, b) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+                        assert_eq!(a.state, b.state, "one decision");
+                        assert!(a.done != b.done, "{a:?} {b:?}");
+                    }
+                    1 => {
+                        e.confirm_order(&order_id).await.unwrap();
+                    }
+                    2 => {
+                        e.cancel_order(&order_id).await.unwrap();
+                    }
+                    _ => {} // left to expire
+                }
+            }
+        }
+    });
+    futures::future::join_all(tasks.map(tokio::spawn)).await;
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    e.sweep().await.unwrap();
+    let (confirmed, _) = all_or_nothing(&e, &carts).await;
+    let (x, y) = (audit_ok(&e, "x").await, audit_ok(&e, "y").await);
+    assert_eq!(
+        (x.reserved, y.reserved, x.in_transit, y.in_transit),
+        (0, 0, 0, 0)
+    );
+    assert_eq!((x.sold, y.sold), (confirmed, confirmed));
+    assert!(confirmed > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cart_storm_ends_every_order_in_one_state_both_stores() {
+    storm(memory_engine(Engine::builder())).await;
+    let srv = RedisServer::start();
+    storm(redis_engine(&srv, Engine::builder()).await).await;
+    storm(coalesced_engine(&srv, Engine::builder(), Coalescing::default(), "co").await).await;
+}
+
+/// The suites on a 3-master cluster: an order's record and its items in other slots, on
+/// other masters (one cluster for all, one key prefix each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn carts_on_a_cluster() {
+    let c = cluster::RedisCluster::start(3, 0);
+    lifecycle(prefixed_engine(&c, Engine::builder(), "life").await).await;
+    pitfalls(prefixed_engine(&c, Engine::builder(), "pit").await).await;
+    deadline(prefixed_engine(&c, Engine::builder(), "dl").await).await;
+    storm(coalesced_engine(&c, Engine::builder(), Coalescing::default(), "st").await).await;
+}
+
+/// A reload ends every hold of the generation it replaces, an order's items included: the
+/// confirm that follows names the reloaded item (nothing sold there), the audit stays true.
+async fn reload<S: Store>(e: Engine<S>) {
+    e.load(&Sku::new("r1").unwrap(), 5, LoadOptions::new(2))
+        .await
+        .unwrap();
+    e.load(&Sku::new("r2").unwrap(), 5, LoadOptions::new(2))
+        .await
+        .unwrap();
+    let a = cart("ann", "re", &[("r1", 1), ("r2", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&a).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    e.load(
+        &Sku::new("r2").unwrap(),
+        7,
+        LoadOptions::new(3).replace(true),
+    )
+    .await
+    .unwrap();
+    let c = e.confirm_order(&order_id(&a)).await.unwrap().unwrap();
+    assert_eq!(
+        (c.state, c.reloaded.as_slice()),
+        (OrderState::Confirmed, &[2][..])
+    );
+    let (r1, r2) = (audit_ok(&e, "r1").await, audit_ok(&e, "r2").await);
+    assert_eq!(
+        (r1.sold, r1.reserved, r2.sold, r2.reserved, r2.remaining),
+        (1, 0, 0, 0, 7)
+    );
+    // Held in the new generation, cancelled: both back.
+    let b = cart("bob", "re", &[("r1", 1), ("r2", 1)], 60_000);
+    assert!(matches!(
+        e.hold_order(&b).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    let k = e.cancel_order(&order_id(&b)).await.unwrap().unwrap();
+    assert!(k.done && k.reloaded.is_empty(), "{k:?}");
+    assert_eq!(audit_ok(&e, "r2").await.remaining, 7);
+}
+
+#[tokio::test]
+async fn a_reload_mid_order_is_named_both_stores() {
+    reload(memory_engine(Engine::builder().per_user_limit(0))).await;
+    let srv = RedisServer::start();
+    reload(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
 }
