@@ -147,6 +147,11 @@ pub use strategy::Strategy;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// `docs/carts.md`'s example, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/carts.md")]
+pub struct CartsDoctests;
+
 #[cfg(test)]
 mod layout {
     use std::path::{Path, PathBuf};

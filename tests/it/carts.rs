@@ -600,3 +600,46 @@ async fn a_reload_mid_order_is_named_both_stores() {
     let srv = RedisServer::start();
     reload(redis_engine(&srv, Engine::builder().per_user_limit(0)).await).await;
 }
+
+/// An item whose segment refuses writes (a master below `min-replicas-to-write`: nothing runs
+/// there): the hold answers the refusal as an error — outcome unknown, the order still
+/// holding — and whatever the caller does next ends in one state: a retry once the segment
+/// answers holds every item; a cancel gives back what was held, and, retried once the segment
+/// answers, leaves the void there so that a late hold takes nothing.
+#[tokio::test]
+async fn an_item_behind_a_refusing_segment_leaves_the_order_unknown_then_one_state() {
+    use common::refusing::Refusing;
+    use shardstock::store::memory::MemoryStore;
+    let store = Refusing::new(MemoryStore::new());
+    let e = Engine::builder().per_user_limit(1).build(store.clone()).unwrap();
+    e.load(&Sku::new("p").unwrap(), 6, LoadOptions::new(3)).await.unwrap();
+    e.load(&Sku::new("q").unwrap(), 6, LoadOptions::new(3)).await.unwrap();
+    for (user, then_cancel) in [("ann", false), ("bob", true)] {
+        let c = cart(user, "o", &[("p", 1), ("q", 1)], 60_000);
+        let id = order_id(&c);
+        let (_, q_home, _) = home(&e, &c.items[1].sku, &c.user, &id.item_request_id(2)).await;
+        store.set_down(&[q_home]);
+        let r = e.hold_order(&c).await;
+        assert!(matches!(r, Err(Error::NoReplicas(_))), "{r:?}");
+        assert_eq!(e.order(&id).await.unwrap().unwrap().state, OrderState::Holding);
+        if then_cancel {
+            let k = e.cancel_order(&id).await;
+            assert!(matches!(k, Err(Error::NoReplicas(_))), "{k:?}");
+            store.set_down(&[]);
+            let k = e.cancel_order(&id).await.unwrap().unwrap();
+            assert_eq!((k.state, k.done), (OrderState::Cancelled, true));
+            let voided = Some(RecordState::Item(ItemState::Voided));
+            assert_eq!(item_states(&e, &c).await, vec![voided; 2]);
+            // The hold, re-sent late, takes nothing.
+            let r = e.hold_order(&c).await.unwrap();
+            assert!(matches!(r, OrderHold::Ended { state: OrderState::Cancelled, .. }), "{r:?}");
+        } else {
+            store.set_down(&[]);
+            assert!(matches!(e.hold_order(&c).await.unwrap(), OrderHold::Held { .. }));
+            let k = e.confirm_order(&id).await.unwrap().unwrap();
+            assert_eq!((k.state, k.done), (OrderState::Confirmed, true));
+        }
+    }
+    let (p, q) = (audit_ok(&e, "p").await, audit_ok(&e, "q").await);
+    assert_eq!((p.sold, p.reserved, q.sold, q.reserved), (1, 0, 1, 0));
+}
