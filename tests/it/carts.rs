@@ -284,6 +284,11 @@ async fn pitfalls<S: Store>(e: Engine<S>) {
         .await
         .unwrap();
     assert_eq!(v, shardstock::store::SettleReply::Done(ItemState::Voided));
+    // The hold that was in flight meanwhile arrives: it replays the void and takes nothing.
+    let mut late = sell_args(&e, &rid, &b.user, 2, 60_000, &[]);
+    late.order_item = true;
+    let r = e.store().sell(at(&b.items[0].sku, h), late).await.unwrap();
+    assert_eq!(r, shardstock::store::SellReply::Replay);
     e.store()
         .order(&id, OrderStep::Cancel, 60_000)
         .await
