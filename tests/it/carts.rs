@@ -616,9 +616,16 @@ async fn an_item_behind_a_refusing_segment_leaves_the_order_unknown_then_one_sta
     use common::refusing::Refusing;
     use shardstock::store::memory::MemoryStore;
     let store = Refusing::new(MemoryStore::new());
-    let e = Engine::builder().per_user_limit(1).build(store.clone()).unwrap();
-    e.load(&Sku::new("p").unwrap(), 6, LoadOptions::new(3)).await.unwrap();
-    e.load(&Sku::new("q").unwrap(), 6, LoadOptions::new(3)).await.unwrap();
+    let e = Engine::builder()
+        .per_user_limit(1)
+        .build(store.clone())
+        .unwrap();
+    e.load(&Sku::new("p").unwrap(), 6, LoadOptions::new(3))
+        .await
+        .unwrap();
+    e.load(&Sku::new("q").unwrap(), 6, LoadOptions::new(3))
+        .await
+        .unwrap();
     for (user, then_cancel) in [("ann", false), ("bob", true)] {
         let c = cart(user, "o", &[("p", 1), ("q", 1)], 60_000);
         let id = order_id(&c);
@@ -626,7 +633,10 @@ async fn an_item_behind_a_refusing_segment_leaves_the_order_unknown_then_one_sta
         store.set_down(&[q_home]);
         let r = e.hold_order(&c).await;
         assert!(matches!(r, Err(Error::NoReplicas(_))), "{r:?}");
-        assert_eq!(e.order(&id).await.unwrap().unwrap().state, OrderState::Holding);
+        assert_eq!(
+            e.order(&id).await.unwrap().unwrap().state,
+            OrderState::Holding
+        );
         if then_cancel {
             let k = e.cancel_order(&id).await;
             assert!(matches!(k, Err(Error::NoReplicas(_))), "{k:?}");
@@ -637,14 +647,52 @@ async fn an_item_behind_a_refusing_segment_leaves_the_order_unknown_then_one_sta
             assert_eq!(item_states(&e, &c).await, vec![voided; 2]);
             // The hold, re-sent late, takes nothing.
             let r = e.hold_order(&c).await.unwrap();
-            assert!(matches!(r, OrderHold::Ended { state: OrderState::Cancelled, .. }), "{r:?}");
+            assert!(
+                matches!(
+                    r,
+                    OrderHold::Ended {
+                        state: OrderState::Cancelled,
+                        ..
+                    }
+                ),
+                "{r:?}"
+            );
         } else {
             store.set_down(&[]);
-            assert!(matches!(e.hold_order(&c).await.unwrap(), OrderHold::Held { .. }));
+            assert!(matches!(
+                e.hold_order(&c).await.unwrap(),
+                OrderHold::Held { .. }
+            ));
             let k = e.confirm_order(&id).await.unwrap().unwrap();
             assert_eq!((k.state, k.done), (OrderState::Confirmed, true));
         }
     }
     let (p, q) = (audit_ok(&e, "p").await, audit_ok(&e, "q").await);
     assert_eq!((p.sold, p.reserved, q.sold, q.reserved), (1, 0, 1, 0));
+}
+
+/// Under the lock strategy the items are held by the same script under the segment's fenced
+/// lock; an unsafe baseline refuses orders (it keeps no records).
+#[tokio::test]
+async fn carts_under_the_lock_strategy_and_refused_by_baselines() {
+    let srv = RedisServer::start();
+    let lock = strategy_engine(
+        &srv,
+        Engine::builder(),
+        Strategy::Lock,
+        lock_opts(2_000, 2_000),
+    )
+    .await;
+    lifecycle(lock).await;
+    let naive = strategy_engine(
+        &srv,
+        Engine::builder().per_user_limit(0),
+        Strategy::Naive,
+        lock_opts(2_000, 2_000),
+    )
+    .await;
+    let r = naive
+        .hold_order(&cart("ann", "n", &[("phone", 1)], 1_000))
+        .await;
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
 }
