@@ -219,6 +219,11 @@ impl<S: Store> Engine<S> {
             ));
         }
         let id = OrderId::new(cart.user.clone(), cart.request_id.clone())?;
+        // Every SKU loaded (and ready) before anything is written: an unknown SKU is an error
+        // that leaves no record and holds nothing.
+        for it in &cart.items {
+            self.layout(&it.sku).await?;
+        }
         let items = items_text(&cart.items);
         let ttl = self.ttl_ms();
         let opened = self
@@ -237,6 +242,9 @@ impl<S: Store> Engine<S> {
                 request_id: cart.request_id.to_string(),
                 field: "items",
             });
+        }
+        if opened.changed && opened.state == Some(OrderState::Expired) {
+            crate::metrics::order_event("expired");
         }
         match opened.state {
             Some(OrderState::Holding | OrderState::Held) => {}
@@ -330,9 +338,24 @@ impl<S: Store> Engine<S> {
                 .order(&id, OrderStep::Refuse { why: &why }, ttl)
                 .await?;
             let state = r.state.unwrap_or(OrderState::Cancelled);
-            self.settle_items(&id, &cart.items, state.posts() == Some(true))
-                .await?;
-            crate::metrics::order_event("refused");
+            if state == OrderState::Held {
+                // Another call held every item (this one was turned away: another attempt of
+                // the user on a SKU ran in this process). The order is held: nothing to undo.
+                return Ok(OrderHold::Held {
+                    items: self.held_items(&id, &cart.items).await?,
+                    order_id: id,
+                    left_ms: r.left_ms,
+                });
+            }
+            let Some(post) = state.posts() else {
+                return Err(Error::Protocol(format!(
+                    "order {id}: {state} after a refusal"
+                )));
+            };
+            self.settle_items(&id, &cart.items, post).await?;
+            if r.changed {
+                crate::metrics::order_event("refused");
+            }
             return Ok(match state {
                 OrderState::Refused if r.why == why => OrderHold::Refused {
                     order_id: id,
@@ -357,11 +380,26 @@ impl<S: Store> Engine<S> {
             });
         }
         if let Some(e) = error {
+            if matches!(
+                e.kind(),
+                crate::ErrorKind::InvalidInput
+                    | crate::ErrorKind::RequestIdConflict
+                    | crate::ErrorKind::NotLoaded
+            ) {
+                // No retry can hold this order (an item's request id taken by another request,
+                // its SKU gone): cancel it, give back what it held, then say why.
+                self.store().order(&id, OrderStep::Cancel, ttl).await?;
+                self.settle_items(&id, &cart.items, false).await?;
+                return Err(e);
+            }
             // Unknown: some items may be held. The order stays holding: a retry finishes it,
             // a cancel or the deadline ends it (and the sweeper gives the units back).
             return Err(e);
         }
         let r = self.store().order(&id, OrderStep::Held, ttl).await?;
+        if r.changed && r.state == Some(OrderState::Expired) {
+            crate::metrics::order_event("expired");
+        }
         match r.state {
             Some(OrderState::Held) => {
                 if r.changed {
@@ -453,6 +491,21 @@ impl<S: Store> Engine<S> {
             left_ms: r.left_ms,
             reloaded,
         }))
+    }
+
+    /// Where each item is held: its home in the SKU's current layout.
+    async fn held_items(&self, id: &OrderId, items: &[CartItem]) -> Result<Vec<HeldItem>> {
+        let mut out = Vec::with_capacity(items.len());
+        for (i, it) in items.iter().enumerate() {
+            let l = self.layout(&it.sku).await?;
+            let rid = id.item_request_id(i + 1);
+            out.push(HeldItem {
+                sku: it.sku.clone(),
+                qty: it.qty,
+                segment: crate::segments::home(id.user(), &rid, l.segments, l.user_limit > 0),
+            });
+        }
+        Ok(out)
     }
 
     /// Brings a decision to every item (`post`: sell; else give back, or leave a voided
@@ -587,7 +640,7 @@ mod tests {
     fn items_and_refusals_read_back() {
         let items = vec![
             CartItem {
-                sku: Sku::new("phone:1").unwrap(),
+                sku: Sku::new("phone-1").unwrap(),
                 qty: 1,
             },
             CartItem {

@@ -51,6 +51,7 @@ mod history;
 #[cfg(feature = "cli")]
 mod metrics;
 mod model;
+mod model_orders;
 mod nemesis;
 mod nemesis_cluster;
 mod nemesis_empty;
