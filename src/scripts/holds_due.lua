@@ -11,13 +11,12 @@
 -- KEYS[1]  segment hash          <prefix>:{<tag>}:seg
 -- KEYS[2]  hold index            <prefix>:{<tag>}:g<gen>:hold
 -- ARGV[1]  gen
--- ARGV[2]  max                   at most this many items (1..1000)
+-- ARGV[2]  max                   at most this many items (> 0)
 --
 -- Reply: {"due", user, request id, qty, ...} oldest hint first | {"stale"}
 local gen = ARGV[1]
 uint('gen', gen)
 local max = posint('max', ARGV[2])
-if max > 1000 then bad('max') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':hold' then bad('keys') end

@@ -4,11 +4,15 @@
 //!
 //! 1. `stores_agree_step_by_step`: random sequences of store steps — sales and reservations
 //!    (with credits), transfers (fresh and replayed ids, ids past 2^53), transfer_done,
-//!    transfers_due, restock, reserve_end (confirm / cancel / inspect), survey, record, steps
-//!    addressed to the previous generation after a reload, and clock advances — run in
-//!    lockstep on the three stores; the answers and the state read after every step (each
-//!    segment surveyed, transfers due, every record, the metadata) must be identical, and each
-//!    segment must balance.
+//!    transfers_due, restock, reserve_end (confirm / cancel / inspect), survey, record; carts:
+//!    order items held (short or long hints) and held again, settled (post and void: of items
+//!    held, never held, already settled, with another qty, of a sale's or a reservation's id),
+//!    holds_due, every step of an order's record (open with short or long holds, held, refuse,
+//!    confirm, cancel, expire, read); steps addressed to the previous generation after a
+//!    reload, and clock advances — run in lockstep on the three stores; the answers and the
+//!    state read after every step (each segment peeked and surveyed, transfers and items due,
+//!    every record, the case's orders, the metadata) must be identical, and each segment must
+//!    balance with `held` (reservations and items) equal to `reserved`.
 //! 2. `engines_agree`: the same one level up, through an `Engine` on each store: outcomes and
 //!    audits identical, every audit balanced with nothing in transit.
 //! 3. `stores_and_engines_agree_on_a_cluster`: 1 and 2 with the Redis stores on a 3-master
@@ -16,26 +20,29 @@
 //! 4. Named scenarios, each asserted on every store: transfers and re-sent credits; the reclaim
 //!    of more than 64 expired reservations in one step (a regression: the old scripts capped it
 //!    at 64); a reload between a transfer's debit and its credit; the request-TTL boundary of the
-//!    per-user ledger (a regression: the limit lapsed with the record TTL).
+//!    per-user ledger (a regression: the limit lapsed with the record TTL). Those of carts:
+//!    `tests/it/differential_carts.rs`.
 //!
 //! Mutation checks of property 1 (done, each shrunk by proptest to a 4- or 5-step case):
 //! `transfer.lua` renewing the lease of a replayed transfer already done (it is due again:
 //! the transfers-due lines differ); `sell.lua` crediting with `HSET` instead of `HSETNX` (a
-//! re-sent credit applies twice: `[transit] 2 units credited by transfers but only 1 debited`).
-//! Those of the scenarios: at each.
+//! re-sent credit applies twice: `[transit] 2 units credited by transfers but only 1 debited`);
+//! `settle.lua` voiding a held item into stock without taking it from `reserved` (shrunk to
+//! load, hold, void: `[balance]`). Those of the scenarios: at each.
 //!
 //! Timers and how races with them are kept out: see `tests/it/common/differential.rs`.
 //! Environment: `DIFF_CASES`, `DIFF_SHRINK_SECS`, `DIFF_TAIL`.
 
 use crate::common;
 
+use common::differential::scenario::{audit_of, load, sell, three_stores};
 use common::differential::{engines, run};
-use common::edges::{run_all, sku};
+use common::edges::{at, run_all, sku};
 use common::*;
 use futures::FutureExt;
 use shardstock::store::{
     Credit, HomeRecord, RecordState, RequestKind, ReservationAction, ReserveEnd, ResvState,
-    SegAddr, SellArgs, SellReply, TransferArgs, TransferReply,
+    SellReply, TransferArgs, TransferReply,
 };
 use shardstock::*;
 use std::time::Duration;
@@ -62,80 +69,6 @@ fn stores_and_engines_agree_on_a_cluster() {
 // ---------------------------------------------------------------------------------------------
 // Named scenarios: each runs on the memory store, Redis and coalesced Redis, and asserts every
 // answer; a failure names its store.
-
-/// The three stores of a scenario (the Redis ones on `srv`, own key prefixes).
-async fn three_stores(srv: &RedisServer) -> (MemoryStore, RedisStore, RedisStore) {
-    let (r, c) = run::redis_stores(srv).await;
-    (MemoryStore::new(), r, c)
-}
-
-/// Loads `name` with `load --replace` semantics through an engine (load_begin, load_segment,
-/// drop_segment, load_commit); returns the generation.
-async fn load<S: Store + Clone>(
-    store: &S,
-    name: &str,
-    total: u64,
-    segments: u32,
-    limit: u64,
-) -> u64 {
-    Engine::builder()
-        .build(store.clone())
-        .unwrap()
-        .load(
-            &sku(name),
-            total,
-            LoadOptions::new(segments)
-                .replace(true)
-                .per_user_limit(limit),
-        )
-        .await
-        .unwrap()
-}
-
-fn at(s: &Sku, generation: u64, index: u32) -> SegAddr<'_> {
-    SegAddr::new(s, generation, index)
-}
-
-/// `sell` of `qty` for `user` / `rid` (a reservation held `resv_ms` when > 0), records kept
-/// `ttl_ms`, crediting `credits`.
-#[allow(clippy::too_many_arguments)]
-async fn sell<S: Store>(
-    store: &S,
-    home: SegAddr<'_>,
-    user: &str,
-    rid: &str,
-    qty: u64,
-    resv_ms: u64,
-    ttl_ms: u64,
-    credits: &[Credit],
-) -> SellReply {
-    let (u, r) = (UserId::new(user).unwrap(), RequestId::new(rid).unwrap());
-    store
-        .sell(
-            home,
-            SellArgs {
-                request_id: &r,
-                user: &u,
-                qty,
-                resv_ttl_ms: resv_ms,
-                order_item: false,
-                ttl_ms,
-                credits,
-                fence: 0,
-            },
-        )
-        .await
-        .unwrap()
-}
-
-async fn audit_of<S: Store + Clone>(store: &S, name: &str) -> Audit {
-    Engine::builder()
-        .build(store.clone())
-        .unwrap()
-        .audit(&sku(name))
-        .await
-        .unwrap()
-}
 
 /// Transfers debit once per id (a re-send replays its units, whatever its other fields, also
 /// after it was marked done); a credit applies once per id, however often it is re-sent; ids

@@ -40,6 +40,7 @@ mod cluster_placement;
 mod coalescing;
 mod deduct;
 mod differential;
+mod differential_carts;
 mod durability;
 mod edges_dropped_calls;
 mod edges_generations;

@@ -578,7 +578,7 @@ mod tests {
         for (i, s) in Script::ALL.iter().enumerate() {
             assert_eq!(*s as usize, i);
             let (shebang, rest) = s.source().split_once('\n').unwrap();
-            let read_only = matches!(s, Script::OutboxLag | Script::Peek);
+            let read_only = matches!(s, Script::OutboxLag | Script::Peek | Script::HoldsDue);
             assert_eq!(
                 shebang,
                 if read_only {

@@ -10,18 +10,21 @@
 //! - [`run`]: a case run in lockstep on the three stores (memory, Redis, coalesced Redis), as
 //!   a property or as a fixed list, and its verdict;
 //! - [`engines`]: the same idea one level up: random request sequences through an `Engine` on
-//!   each store, transcripts of outcomes and audits compared.
+//!   each store, transcripts of outcomes and audits compared;
+//! - [`scenario`]: the helpers of the named scenarios (three stores, a load, a sale, an order
+//!   item's hold and settle).
 //!
 //! # Time
 //! Both stores keep real time (the memory store: ms since it was created; Redis: `TIME`), so
-//! every timer a step starts (reservation TTL, record TTL, transfer lease, restock record) is
+//! every timer a step starts (reservation TTL, record TTL, transfer lease, restock record, the
+//! hint after which `holds_due` lists an order item, an order's hold and its record's TTL) is
 //! either **long** ([`LONG_MS`], never reached within a case) or **short** ([`SHORT_MS`]). A
 //! case never looks at a short timer near its end: the runner notes when the first short timer
 //! since the last advance started and, once [`AUTO_ADVANCE_AFTER`] passed, sleeps [`ADVANCE`]
 //! (past every short timer, record TTLs after reservation expiries included) before the next
 //! step; a step that still ends within [`MARGIN`] of the shortest timer taints the case, which
-//! is run again (at most 3 times). A step that reads time-dependent values (a transfer's lease
-//! left) is normalised: `due` (0) or `leased`.
+//! is run again (at most 3 times). A step that reads time-dependent values is normalised: a
+//! transfer's lease left to `due` (0) or `leased`, an order's time left to `open` or `-`.
 #![allow(dead_code)]
 
 use std::ops::RangeInclusive;
@@ -30,6 +33,7 @@ use std::time::Duration;
 pub mod engines;
 pub mod op;
 pub mod run;
+pub mod scenario;
 pub mod world;
 
 /// A short timer's length (ms): reservations, record TTLs, leases and restock records.

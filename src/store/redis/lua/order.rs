@@ -73,7 +73,7 @@ impl Call for HoldsDue<'_> {
     fn encode(&self) -> (Vec<String>, Vec<String>) {
         (
             vec![self.at.segment(), self.at.holds()],
-            argv![self.at.generation(), self.max.clamp(1, 1000)],
+            argv![self.at.generation(), self.max.min(1_000_000)],
         )
     }
 

@@ -4,6 +4,11 @@
 //! picks an earlier request, reservation or transfer counting back from the latest (0), modulo
 //! their number, so shrinking keeps the target. Small pools of users and request ids make ids
 //! repeat (replays, conflicts, the same id under another user).
+//!
+//! Carts: order items (`o<k>#1`, a pool of its own) are held at a home that follows the user
+//! and id ([`item_home`]), so a settle of an id never held meets its late hold there; the
+//! case's orders (`k0`..`k3` of a user named after the case: the Redis stores are shared by
+//! every case) take each step of an order's record.
 
 use super::{LONG_MS, SHORT_MS};
 use proptest::prelude::*;
@@ -61,6 +66,42 @@ pub enum Again {
     OtherKind,
     /// Same id and qty, another user: another request.
     OtherUser(u8),
+}
+
+/// Which item a [`Op::Settle`] settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum On {
+    /// The nth order item named so far (held, or settled before any hold).
+    Item(usize),
+    /// The nth request sent, whatever its kind (a sale's or a reservation's id: mismatch).
+    Sent(usize),
+    /// Item `o<rid>#1` of `u<user>` at its home, of `qty` units, held or not (never held:
+    /// a void writes a voided record, a post is unknown).
+    Fresh { user: u8, rid: u8, qty: u64 },
+}
+
+/// One step on an order's record ([`shardstock::cart::OrderStep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OStep {
+    /// Open with a hold of `hold` for items `ITEMS[items]` (another list: a conflict).
+    Open {
+        hold: T,
+        items: usize,
+    },
+    Held,
+    Refuse,
+    Confirm,
+    Cancel,
+    Expire,
+    Read,
+}
+
+/// The item lists an order opens with.
+pub const ITEMS: [&str; 2] = ["a:1,b:2", "a:2"];
+
+/// The home segment of order item `o<rid>#1` of `u<user>` among `n` segments.
+pub fn item_home(user: u8, rid: u8, n: u32) -> u32 {
+    (u32::from(user) * 3 + u32::from(rid)) % n
 }
 
 /// One step of a differential case.
@@ -127,9 +168,33 @@ pub enum Op {
     Peek { seg: u32, detail: bool },
     /// `record` of the nth request sent.
     Record { nth: usize },
+    /// `sell` of order item `o<rid>#1` of `u<user>` (`order_item`) at its home, the hint
+    /// `hint` (short: due to the sweeper within the case; the item itself never expires).
+    Hold {
+        user: u8,
+        rid: u8,
+        qty: u64,
+        hint: T,
+    },
+    /// The nth order item named so far held again as first named (same qty): a replay, or the
+    /// late hold after a void (it takes nothing).
+    Rehold { nth: usize },
+    /// `settle` of an item: `post` or void, `other_qty` (qty off: mismatch), records of ended
+    /// items kept `ttl`.
+    Settle {
+        on: On,
+        post: bool,
+        other_qty: bool,
+        ttl: T,
+    },
+    /// `holds_due` at `seg`, at most `max`.
+    HoldsDue { seg: u32, max: usize },
+    /// `order` step `step` on the case's order `k<oid>`, decided records kept `ttl`.
+    Order { oid: u8, step: OStep, ttl: T },
     /// A step addressed to the previous generation (after a reload): 0 a sale, 1 a credit of
     /// one of its transfers at the transfer's destination, 2 a transfer, 3 a restock, 4 the end
-    /// of one of its reservations, 5 a survey, 6 transfers_due, 7 transfer_done, 8 a record.
+    /// of one of its reservations, 5 a survey, 6 transfers_due, 7 transfer_done, 8 a record,
+    /// 9 holds_due, 10 the void of one of its order items, 11 an order item's hold.
     Stale { seg: u32, what: u8, nth: usize },
     /// Sleep past every short timer. The state read after it does not survey (a survey
     /// returns expired reservations): the next step finds them expired but not yet returned.
@@ -140,6 +205,27 @@ fn timer() -> impl Strategy<Value = T> {
     prop_oneof![
         3 => Just(T::Long),
         1 => SHORT_MS.prop_map(T::Short),
+    ]
+}
+
+fn on() -> impl Strategy<Value = On> {
+    prop_oneof![
+        4 => (0usize..32).prop_map(On::Item),
+        1 => (0usize..32).prop_map(On::Sent),
+        2 => (0u8..3, 0u8..4, 1u64..4).prop_map(|(user, rid, qty)| On::Fresh { user, rid, qty }),
+    ]
+}
+
+fn ostep() -> impl Strategy<Value = OStep> {
+    prop_oneof![
+        3 => (prop_oneof![Just(T::Long), SHORT_MS.prop_map(T::Short)], 0..ITEMS.len())
+            .prop_map(|(hold, items)| OStep::Open { hold, items }),
+        2 => Just(OStep::Held),
+        1 => Just(OStep::Refuse),
+        2 => Just(OStep::Confirm),
+        1 => Just(OStep::Cancel),
+        1 => Just(OStep::Expire),
+        1 => Just(OStep::Read),
     ]
 }
 
@@ -177,7 +263,15 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (seg.clone(), any::<bool>()).prop_map(|(seg, detail)| Op::Survey { seg, detail }),
         1 => (seg.clone(), any::<bool>()).prop_map(|(seg, detail)| Op::Peek { seg, detail }),
         2 => (0usize..32).prop_map(|nth| Op::Record { nth }),
-        1 => (seg, 0u8..9, 0usize..32).prop_map(|(seg, what, nth)| Op::Stale { seg, what, nth }),
+        5 => (0u8..3, 0u8..4, 1u64..4, timer())
+            .prop_map(|(user, rid, qty, hint)| Op::Hold { user, rid, qty, hint }),
+        2 => (0usize..32).prop_map(|nth| Op::Rehold { nth }),
+        5 => (on(), any::<bool>(), proptest::bool::weighted(0.15), timer())
+            .prop_map(|(on, post, other_qty, ttl)| Op::Settle { on, post, other_qty, ttl }),
+        2 => (seg.clone(), prop_oneof![3 => Just(256usize), 1 => 0usize..3])
+            .prop_map(|(seg, max)| Op::HoldsDue { seg, max }),
+        6 => (0u8..3, ostep(), timer()).prop_map(|(oid, step, ttl)| Op::Order { oid, step, ttl }),
+        1 => (seg, 0u8..12, 0usize..32).prop_map(|(seg, what, nth)| Op::Stale { seg, what, nth }),
         1 => Just(Op::Advance),
     ]
 }

@@ -1,8 +1,13 @@
 //! One store of a differential case: what it was told (generations, requests, transfers), one
 //! [`Op`] as a transcript line ([`World::step`]), the state read after each step
-//! ([`World::snapshot`]) and the invariants checked on it. Generations are normalised (`G1`,
-//! `G2`, ...: they are clock-based and differ between stores), transfer leases to `due` /
-//! `leased`; everything else is compared as the store answered it.
+//! ([`World::snapshot`], in [`snapshot`]) and the invariants checked on it; the cart steps
+//! (order items, settles, holds due, orders' records) in [`carts`]. Generations are normalised
+//! (`G1`, `G2`, ...: they are clock-based and differ between stores), transfer leases to `due`
+//! / `leased`, an open order's time left to `open`; everything else is compared as the store
+//! answered it.
+
+mod carts;
+mod snapshot;
 
 use super::ADVANCE;
 use super::op::{Again, Op, T, TRANSFER_IDS};
@@ -25,6 +30,9 @@ pub struct Gen {
     pub sent: Vec<Sent>,
     /// Transfers it debited (once per donor and id), in order.
     pub moved: Vec<Moved>,
+    /// Order items named in it (held, or settled before any hold), once per (segment, user,
+    /// id), as first named.
+    pub items: Vec<Sent>,
 }
 
 /// A request sent with `sell`.
@@ -34,7 +42,10 @@ pub struct Sent {
     pub user: UserId,
     pub rid: RequestId,
     pub qty: u64,
+    /// A reservation held this long, or an order item's hint (`item`).
     pub resv: Option<T>,
+    /// An order item (`resv` is its hint).
+    pub item: bool,
     pub ttl: T,
 }
 
@@ -58,6 +69,10 @@ pub struct World<S: Store> {
     pub cur: Option<Gen>,
     pub old: Option<Gen>,
     gens: Vec<u64>,
+    /// The user of the case's orders (named after the case: order records are not per SKU).
+    owner: UserId,
+    /// The case's orders stepped so far (`k<oid>`), read after every step.
+    orders: Vec<u8>,
     /// Violated invariants, each `[tag] text`.
     pub bad: Vec<String>,
 }
@@ -95,6 +110,8 @@ impl<S: Store + Clone> World<S> {
             store,
             loader,
             sku: Sku::new(name).unwrap(),
+            owner: uid(name),
+            orders: Vec::new(),
             cur: None,
             old: None,
             gens: Vec::new(),
@@ -148,6 +165,9 @@ impl<S: Store> World<S> {
         if let Op::Stale { seg, what, nth } = op {
             return self.stale(*seg, *what, *nth).await;
         }
+        if let Op::Order { oid, step, ttl } = op {
+            return self.order(*oid, *step, *ttl).await;
+        }
         let Some(g) = self.cur.clone() else {
             return Out::skip();
         };
@@ -170,6 +190,7 @@ impl<S: Store> World<S> {
                     rid: RequestId::new(format!("r{rid}")).unwrap(),
                     qty: *qty,
                     resv: *resv,
+                    item: false,
                     ttl: *ttl,
                 };
                 let (line, applied) = self.sell(&g, &s, &[]).await;
@@ -204,6 +225,7 @@ impl<S: Store> World<S> {
                     rid: RequestId::new(format!("r{rid}")).unwrap(),
                     qty: *qty,
                     resv: resv.then_some(T::Long),
+                    item: false,
                     ttl: T::Long,
                 };
                 let (line, _) = self.sell(&g, &s, &credits).await;
@@ -291,6 +313,7 @@ impl<S: Store> World<S> {
                 format!("restock @{} {id} {qty}/{}: {r:?}", seg % n, qty + extra)
             }
             Op::End { nth, action } => {
+                // Order items too: reserve_end knows none of them (unknown).
                 let resvs: Vec<&Sent> = g.sent.iter().filter(|s| s.resv.is_some()).collect();
                 let Some(s) = pick(&resvs, *nth).map(|s| (*s).clone()) else {
                     return Out::skip();
@@ -314,6 +337,8 @@ impl<S: Store> World<S> {
                 match how {
                     Again::Same => {}
                     Again::OtherQty => s.qty = s.qty % 5 + 1,
+                    // A sale becomes a reservation, a reservation a sale, an item a reservation.
+                    Again::OtherKind if s.item => s.item = false,
                     Again::OtherKind => {
                         s.resv = match s.resv {
                             Some(_) => None,
@@ -351,7 +376,14 @@ impl<S: Store> World<S> {
                 self.err("record", &r);
                 format!("record {} {} @{}: {r:?}", s.user, s.rid, s.seg)
             }
-            Op::Load { .. } | Op::Advance | Op::Stale { .. } => unreachable!(),
+            Op::Hold { .. } | Op::Rehold { .. } | Op::Settle { .. } | Op::HoldsDue { .. } => {
+                let Some((line, started)) = self.cart_step(&g, op).await else {
+                    return Out::skip();
+                };
+                short = started;
+                line
+            }
+            Op::Load { .. } | Op::Advance | Op::Stale { .. } | Op::Order { .. } => unreachable!(),
         };
         Out { line, short }
     }
@@ -384,6 +416,7 @@ impl<S: Store> World<S> {
             placement,
             sent: Vec::new(),
             moved: Vec::new(),
+            items: Vec::new(),
         };
         self.old = self.cur.replace(g);
         let name = self.gen_name(generation);
@@ -400,7 +433,7 @@ impl<S: Store> World<S> {
             user: &s.user,
             qty: s.qty,
             resv_ttl_ms: s.resv.map_or(0, T::ms),
-            order_item: false,
+            order_item: s.item,
             ttl_ms: s.ttl.ms(),
             credits,
             fence: 0,
@@ -418,7 +451,11 @@ impl<S: Store> World<S> {
         let applied = s.qty > 0 && matches!(r, Ok(SellReply::Applied { .. }));
         let kind = match s.resv {
             None => "sale".to_string(),
-            Some(t) => format!("resv {}", if t.is_short() { "short" } else { "long" }),
+            Some(t) => format!(
+                "{} {}",
+                if s.item { "item" } else { "resv" },
+                if t.is_short() { "short" } else { "long" }
+            ),
         };
         (
             format!(
@@ -484,6 +521,7 @@ impl<S: Store> World<S> {
                     rid: r,
                     qty: 1,
                     resv: None,
+                    item: false,
                     ttl: T::Long,
                 };
                 self.sell(&g, &s, &[]).await.0
@@ -503,6 +541,7 @@ impl<S: Store> World<S> {
                     rid: r,
                     qty: 0,
                     resv: None,
+                    item: false,
                     ttl: T::Long,
                 };
                 format!("credit of {}: {}", t.id, self.sell(&g, &s, &c).await.0)
@@ -554,13 +593,19 @@ impl<S: Store> World<S> {
                 self.err("transfer_done", &r);
                 format!("done {}: {r:?}", t.id)
             }
-            _ => {
+            8 => {
                 let Some(s) = pick(&g.sent, nth).cloned() else {
                     return Out::skip();
                 };
                 let r = self.store.record(at(s.seg), &s.user, &s.rid).await;
                 self.err("record", &r);
                 format!("record {} {}: {r:?}", s.user, s.rid)
+            }
+            _ => {
+                let Some(line) = self.stale_cart(&g, seg, what, nth).await else {
+                    return Out::skip();
+                };
+                line
             }
         };
         let name = self.gen_name(g.generation);
@@ -577,116 +622,6 @@ impl<S: Store> World<S> {
             self.bad
                 .push(format!("[due-order] transfers_due not by lease end: {v:?}"));
         }
-    }
-
-    /// The state after a step, as lines: each segment surveyed (`survey`: false after an
-    /// advance, so expired reservations stay for the next step to return), the transfers due
-    /// at each, the record of every request sent in this generation, and the metadata. Checks
-    /// the invariants on the way.
-    pub async fn snapshot(&mut self, survey: bool) -> Vec<String> {
-        let mut lines = Vec::new();
-        let meta = self.store.meta(&self.sku).await;
-        self.err("meta", &meta);
-        if let Ok(Some(m)) = &meta {
-            let name = self.gen_name(m.generation);
-            lines.push(format!(
-                "  meta {name} segments {} loaded {} ready {} limit {} outbox {} hf {}",
-                m.segments, m.loaded, m.ready, m.user_limit, m.outbox_segments, m.home_fn,
-            ));
-        }
-        let Some(g) = self.cur.clone() else {
-            return lines;
-        };
-        let sku = self.sku.clone();
-        let segs: Vec<u32> = (0..g.segments).collect();
-        // What the audit reads (writes nothing, so it sees expired reservations not yet
-        // returned, after an `Advance`), before the survey returns them.
-        let peeks = segs
-            .iter()
-            .map(|i| self.store.peek(Self::at(&sku, &g, *i), true));
-        for (i, p) in join_all(peeks).await.into_iter().enumerate() {
-            self.err("peek", &p);
-            if let Ok(Some(p)) = &p {
-                let st = p.state;
-                if !st.balances() || p.held != st.reserved || p.orphans > 0 || p.expired > p.held {
-                    self.bad.push(format!(
-                        "[peek] segment {i}: {p:?} (balanced; held = reserved, expired among them; no orphans)"
-                    ));
-                }
-            }
-            lines.push(format!("  peek {i}: {p:?}"));
-        }
-        if survey {
-            let reads = segs
-                .iter()
-                .map(|i| self.store.survey(Self::at(&sku, &g, *i), true));
-            let surveys = join_all(reads).await;
-            let (mut out, mut inn) = (0u64, 0u64);
-            for (i, s) in surveys.into_iter().enumerate() {
-                self.err("survey", &s);
-                match s {
-                    Ok(Some(s)) => {
-                        let st = s.state;
-                        if !st.balances() || s.held != st.reserved || s.orphans > 0 {
-                            self.bad.push(format!(
-                                "[balance] segment {i}: {s:?} (loaded + restocked + moved_in must equal stock + reserved + sold + moved_out; held = reserved; no orphans)"
-                            ));
-                        }
-                        out += st.moved_out;
-                        inn += st.moved_in;
-                        lines.push(format!("  seg {i}: {s:?}"));
-                    }
-                    other => {
-                        self.bad.push(format!(
-                            "[missing] segment {i} of the current generation: {other:?}"
-                        ));
-                        lines.push(format!("  seg {i}: {other:?}"));
-                    }
-                }
-            }
-            if inn > out {
-                self.bad.push(format!(
-                    "[transit] {inn} units credited by transfers but only {out} debited"
-                ));
-            }
-        }
-        let dues = segs
-            .iter()
-            .map(|i| self.store.transfers_due(Self::at(&sku, &g, *i), 1000));
-        for (i, d) in join_all(dues).await.into_iter().enumerate() {
-            self.err("transfers_due", &d);
-            if let Ok(d) = &d {
-                self.check_due_order(d);
-            }
-            if let Ok(d) = d
-                && !d.is_empty()
-            {
-                lines.push(format!("  due @{i}: {}", due_line(d)));
-            }
-        }
-        let mut asked: Vec<(u32, UserId, RequestId)> = g
-            .sent
-            .iter()
-            .map(|s| (s.seg, s.user.clone(), s.rid.clone()))
-            .collect();
-        asked.sort();
-        asked.dedup();
-        let reads = asked
-            .iter()
-            .map(|(seg, u, r)| self.store.record(Self::at(&sku, &g, *seg), u, r));
-        let records = join_all(reads).await;
-        let mut shown = Vec::new();
-        for ((seg, u, r), rec) in asked.iter().zip(records) {
-            self.err("record", &rec);
-            match rec {
-                Ok(None) => {}
-                other => shown.push(format!("{u}/{r}@{seg}={other:?}")),
-            }
-        }
-        if !shown.is_empty() {
-            lines.push(format!("  records {}", shown.join(" ")));
-        }
-        lines
     }
 }
 
