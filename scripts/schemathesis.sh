@@ -10,7 +10,8 @@
 #      body, id and token, so no request of this run may change anything.
 #   2. The API keeps its contract. A run of every mode (positive and negative) and every phase
 #      (schema examples, coverage, fuzzing, stateful: load -> deduct/reserve/restock/status/
-#      audit and reserve -> confirm/cancel follow the document's links) with every check
+#      audit, reserve -> confirm/cancel and an order -> its read/confirm/cancel follow the
+#      document's links) with every check
 #      (`--checks all`: no 5xx, statuses, content types, headers and bodies as documented,
 #      valid data accepted, invalid data rejected, a missing token refused, 405 with `Allow`
 #      for other methods, ...). Then the audit of every SKU the run loaded must balance
@@ -21,7 +22,8 @@
 #      request the document allows is accepted, whatever the hooks of run 2 would have changed.
 #
 # Run 2 applies scripts/schemathesis/hooks.py to its positive cases: the one bound a pattern
-# cannot state (an id is at most 128 *bytes* of UTF-8; the pattern counts characters). Both
+# cannot state (an id is at most 128 *bytes* of UTF-8, an order's request id 125; the pattern
+# counts characters). Both
 # tokens are set (the same value), so the document the server serves declares bearer auth on the
 # admin and buyer routes, as docs/openapi.json does.
 #

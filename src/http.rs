@@ -5,7 +5,9 @@
 //! Routes (docs/http.md has the bodies and replies; `GET /openapi.json` the contract):
 //! `PUT /skus/{sku}` load · `POST /skus/{sku}/restock` · `POST /skus/{sku}/deduct` ·
 //! `GET /skus/{sku}` status · `GET /skus/{sku}/audit` · `POST /skus/{sku}/reservations` ·
-//! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `GET /healthz`
+//! `POST /reservations/{id}/confirm` · `POST /reservations/{id}/cancel` · `POST /orders` ·
+//! `GET /orders/{order_id}` · `POST /orders/{order_id}/confirm` ·
+//! `POST /orders/{order_id}/cancel` (carts: [`crate::cart`]) · `GET /healthz`
 //! (liveness: the process answers; the store is not asked) · `GET /readyz` (readiness:
 //! [`Engine::readiness`] within [`ApiOptions::ready_timeout`]; 200 `ready` or `degraded`, 503
 //! `unavailable` when the store does not answer) · `GET /openapi.json` · `GET /metrics` (when
@@ -15,7 +17,7 @@
 //!
 //! **Tokens, limits, timeouts** ([`ApiOptions`]). The admin routes (load, status, restock,
 //! audit) require `Authorization: Bearer <admin token>` when [`ApiOptions::admin_token`] is set,
-//! the buyer routes (deduct, reservations, confirm, cancel) `Bearer <buyer token>` when
+//! the buyer routes (deduct, reservations, orders, confirm, cancel) `Bearer <buyer token>` when
 //! [`ApiOptions::buyer_token`] is set; `/healthz`, `/readyz` and `/metrics` stay open. A
 //! missing or wrong token answers 401 with `WWW-Authenticate: Bearer` (tokens compared in
 //! constant time).
@@ -34,7 +36,7 @@
 //! `utf-8`); another type answers 415. Errors are JSON `{"error": "...", "code": "...",
 //! "field": "..."?}`: `code` is an [`ErrorCode`], stable and machine-readable (an engine
 //! error's code is its [`ErrorKind`](crate::error::ErrorKind)'s name), and the status is the
-//! code's: 400 invalid input (naming the field), 401, 404 unknown SKU, reservation or route,
+//! code's: 400 invalid input (naming the field), 401, 404 unknown SKU, reservation, order or route,
 //! 405 a method the route lacks (naming the ones it has), 409 conflicts (already loaded, request
 //! id reused with other parameters), 413, 415, 422 a request the configured strategy cannot
 //! serve, 503 with `Retry-After` for failures a retry with the same request id may get past

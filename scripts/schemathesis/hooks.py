@@ -1,8 +1,9 @@
 """Schemathesis hooks for shardstock's API (loaded by run 2 of scripts/schemathesis.sh).
 
 The one bound a pattern cannot state: a user or request id is at most 128 *bytes* of UTF-8
-(the pattern counts characters; the descriptions say bytes). A positive case's ids, in the body
-or inside a reservation id in the path, are cut to 128 bytes at a character boundary. Negative
+(the pattern counts characters; the descriptions say bytes), an order's request id at most 125
+(its items' ids are `<request id>#<n>`). A positive case's ids, in the body or inside a
+reservation or order id in the path, are cut to their bound at a character boundary. Negative
 cases are left as generated.
 
 The request id itself needs no hook: the document declares one carrier, the body's
@@ -19,6 +20,7 @@ def _positive(case):
 
 
 MAX_ID_BYTES = 128
+MAX_ORDER_REQUEST_ID_BYTES = 125
 
 
 def _cut(text, limit=MAX_ID_BYTES):
@@ -29,14 +31,14 @@ def _cut(text, limit=MAX_ID_BYTES):
     return raw[:limit].decode(errors="ignore")
 
 
-def _cut_escaped(part):
-    """A reservation id's user or request id part (`!`, `~`, `%` escaped as !! / !t / !p), cut
-    so that it stands for at most 128 bytes, without splitting an escape."""
+def _cut_escaped(part, limit=MAX_ID_BYTES):
+    """A reservation or order id's user or request id part (`!`, `~`, `%` escaped as !! / !t /
+    !p), cut so that it stands for at most `limit` bytes, without splitting an escape."""
     out, size, i = [], 0, 0
     while i < len(part):
         unit = part[i : i + 2] if part[i] == "!" else part[i]
         width = 1 if unit.startswith("!") else len(unit.encode())
-        if size + width > MAX_ID_BYTES:
+        if size + width > limit:
             break
         out.append(unit)
         size += width
@@ -46,16 +48,24 @@ def _cut_escaped(part):
 
 def _cut_ids(case):
     """Cuts a positive `case`'s ids to their byte bound."""
+    order = getattr(getattr(case, "operation", None), "path", None) == "/orders"
     if isinstance(case.body, dict):
         for field in ("user", "request_id"):
             if isinstance(case.body.get(field), str):
-                case.body[field] = _cut(case.body[field])
+                limit = MAX_ORDER_REQUEST_ID_BYTES if order and field == "request_id" else MAX_ID_BYTES
+                case.body[field] = _cut(case.body[field], limit)
     params = case.path_parameters or {}
     rid = params.get("id")
     if isinstance(rid, str) and rid.count("~") == 4:
         head = rid.split("~")
         head[3], head[4] = _cut_escaped(head[3]), _cut_escaped(head[4])
         params["id"] = "~".join(head)
+    oid = params.get("order_id")
+    if isinstance(oid, str) and oid.count("~") == 1:
+        user, request_id = oid.split("~")
+        params["order_id"] = "~".join(
+            (_cut_escaped(user), _cut_escaped(request_id, MAX_ORDER_REQUEST_ID_BYTES))
+        )
     return case
 
 

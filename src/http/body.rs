@@ -79,6 +79,28 @@ impl Body {
             .ok_or_else(|| ApiError::invalid(field, "required"))
     }
 
+    /// An array of JSON objects, each read as a body of its own (the caller names their
+    /// fields `<field>[<index>].<name>` with [`ApiError::within`]); `None` when absent or
+    /// `null`.
+    pub(super) fn objects(&self, field: &str) -> Result<Option<Vec<Body>>, ApiError> {
+        match self.0.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::Object(m) => Ok(Body(m.clone())),
+                    _ => Err(ApiError::invalid(
+                        &format!("{field}[{i}]"),
+                        "expected a JSON object",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(ApiError::invalid(field, "expected an array")),
+        }
+    }
+
     pub(super) fn bool(&self, field: &str) -> Result<Option<bool>, ApiError> {
         match self.0.get(field) {
             None | Some(Value::Null) => Ok(None),

@@ -34,6 +34,9 @@ pub enum ErrorCode {
     NotLoaded,
     /// 404: no such reservation (`field`: `reservation`).
     UnknownReservation,
+    /// 404: no such order (`field`: `order`): never held, or forgotten a request TTL after it
+    /// ended.
+    UnknownOrder,
     /// 404: no such route (or `/metrics` without a metrics recorder).
     NotFound,
     /// 405 + `Allow`: the route exists but not with this method; the message and `Allow` list
@@ -81,11 +84,12 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::InvalidInput,
         ErrorCode::Unauthorized,
         ErrorCode::NotLoaded,
         ErrorCode::UnknownReservation,
+        ErrorCode::UnknownOrder,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
         ErrorCode::AlreadyLoaded,
@@ -112,6 +116,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::NotLoaded => ErrorKind::NotLoaded.as_str(),
             ErrorCode::UnknownReservation => "unknown_reservation",
+            ErrorCode::UnknownOrder => "unknown_order",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::AlreadyLoaded => ErrorKind::AlreadyLoaded.as_str(),
@@ -137,9 +142,10 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidInput => StatusCode::BAD_REQUEST,
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-            ErrorCode::NotLoaded | ErrorCode::UnknownReservation | ErrorCode::NotFound => {
-                StatusCode::NOT_FOUND
-            }
+            ErrorCode::NotLoaded
+            | ErrorCode::UnknownReservation
+            | ErrorCode::UnknownOrder
+            | ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::AlreadyLoaded | ErrorCode::RequestIdConflict => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -202,8 +208,8 @@ pub struct ApiError {
     code: ErrorCode,
     error: String,
     field: Option<String>,
-    /// One more member of the JSON body (`request_id` / `reservation` / `sku` of a timed-out
-    /// call).
+    /// One more member of the JSON body (`request_id` / `reservation` / `order` / `sku` of a
+    /// timed-out call).
     extra: Option<(&'static str, String)>,
     /// `WWW-Authenticate` (a 401).
     authenticate: Option<&'static str>,
@@ -219,17 +225,22 @@ pub(super) struct ErrorBody {
     error: String,
     /// What went wrong, for machines (stable).
     code: ErrorCode,
-    /// The input to blame: a body field (`qty`, `user`, ...), `body`, `sku`, `reservation`,
-    /// `request_id`, a header (`Idempotency-Key`, `Authorization`, `Content-Type`), `method`,
-    /// `path` or `strategy`. Absent when no input is to blame.
+    /// The input to blame: a body field (`qty`, `user`, ...; an order item's as
+    /// `items[0].qty`), `body`, `sku`, `reservation`, `order`, `request_id`, a header
+    /// (`Idempotency-Key`, `Authorization`, `Content-Type`), `method`, `path` or `strategy`.
+    /// Absent when no input is to blame.
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<String>,
-    /// The request id to retry with (a restock, deduct or reservation cut by the timeout).
+    /// The request id to retry with (a restock, deduct, reservation or order cut by the
+    /// timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     request_id: Option<String>,
     /// The reservation to retry (a confirm or cancel cut by the timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     reservation: Option<String>,
+    /// The order to retry (an order's confirm, cancel or read cut by the timeout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<String>,
     /// The SKU whose load to retry (a load cut by the timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     sku: Option<String>,
@@ -261,6 +272,22 @@ impl ApiError {
     /// The same error, blaming `field`.
     pub fn with_field(mut self, field: &str) -> Self {
         self.field = Some(field.to_string());
+        self
+    }
+
+    /// The same error about a field of the object at `at` (`items[0]`): its field becomes
+    /// `<at>.<field>` (`items[0].qty`), in the message too; an error without a field blames `at`.
+    pub(super) fn within(mut self, at: &str) -> Self {
+        match self.field.take() {
+            Some(f) => {
+                let path = format!("{at}.{f}");
+                if let Some(rest) = self.error.strip_prefix(&format!("invalid {f}:")) {
+                    self.error = format!("invalid {path}:{rest}");
+                }
+                self.field = Some(path);
+            }
+            None => self.field = Some(at.to_string()),
+        }
         self
     }
 
@@ -351,12 +378,14 @@ impl IntoResponse for ApiError {
             field: self.field,
             request_id: None,
             reservation: None,
+            order: None,
             sku: None,
         };
         if let Some((what, id)) = self.extra {
             match what {
                 "request_id" => body.request_id = Some(id),
                 "reservation" => body.reservation = Some(id),
+                "order" => body.order = Some(id),
                 _ => body.sku = Some(id),
             }
         }

@@ -7,6 +7,7 @@
 use super::ApiError;
 use super::body::Body;
 use crate::Deduction;
+use crate::cart::{HeldItem, OrderState};
 use crate::store::ResvState;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -25,6 +26,15 @@ pub(super) const ID_PATTERN: &str = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$";
 /// `!t`, `!p`).
 #[cfg(test)]
 pub(super) const RESERVATION_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}~(0|[1-9][0-9]{0,14})~([0-9]|[1-9][0-9]{1,2}|10[01][0-9]|102[0-3])~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}$";
+/// An order's request id: a request id of at most
+/// [`MAX_ORDER_REQUEST_ID_LEN`](crate::cart::MAX_ORDER_REQUEST_ID_LEN) bytes (room for its
+/// items' `#<n>`).
+#[cfg(test)]
+pub(super) const ORDER_REQUEST_ID_PATTERN: &str = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,125}$";
+/// An order id: `<user>~<request id>`, `!`, `~` and `%` in the ids escaped as in a
+/// reservation id.
+#[cfg(test)]
+pub(super) const ORDER_PATTERN: &str = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$";
 
 /// `PUT /skus/{sku}`: load a SKU (a new generation). `null` is the same as an absent field.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -104,6 +114,44 @@ pub(super) struct ReserveRequest {
     pub ttl_ms: u64,
 }
 
+/// `POST /orders`: hold every item of an order, or none. `null` is the same as an absent
+/// field.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // The schema of the body the handler reads field by field.
+pub(super) struct OrderRequest {
+    /// The buyer.
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,128}$")]
+    pub user: String,
+    /// The order's request id, exactly-once per user: a retry with the same id and the same
+    /// items answers the same order; the same id with other items answers 409
+    /// `request_id_conflict` (`field`: `items`). 1 to 125 bytes of UTF-8 (the items' ids are
+    /// `<request id>#<n>`).
+    #[schema(pattern = "^[^{}\\s\\x00-\\x1f\\x7f-\\x9f]{1,125}$")]
+    pub request_id: String,
+    /// The items, 1 to 32; a SKU may appear more than once.
+    #[schema(min_items = 1, max_items = 32)]
+    pub items: Vec<OrderItemRequest>,
+    /// How long the items are held before the order expires unconfirmed, in milliseconds on
+    /// the clock of the order's record: at least 1 and at most the engine's request TTL
+    /// (`engine.request_ttl_ms`).
+    #[schema(minimum = 1, maximum = 86_400_000)]
+    pub hold_ms: u64,
+}
+
+/// One item of `POST /orders`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // The schema of the body the handler reads field by field.
+pub(super) struct OrderItemRequest {
+    /// The SKU.
+    #[schema(pattern = "^[A-Za-z0-9_.-]{1,64}$", example = "phone")]
+    pub sku: String,
+    /// Units to hold, at most the engine's `max_qty`.
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub qty: u64,
+}
+
 /// The fields each request body may have (anything else is a 400 naming the field).
 pub(super) mod fields {
     pub(in crate::http) const LOAD: &[&str] =
@@ -111,6 +159,8 @@ pub(super) mod fields {
     pub(in crate::http) const RESTOCK: &[&str] = &["qty", "request_id"];
     pub(in crate::http) const DEDUCT: &[&str] = &["user", "qty", "request_id"];
     pub(in crate::http) const RESERVE: &[&str] = &["user", "qty", "request_id", "ttl_ms"];
+    pub(in crate::http) const ORDER: &[&str] = &["user", "request_id", "items", "hold_ms"];
+    pub(in crate::http) const ORDER_ITEM: &[&str] = &["sku", "qty"];
 }
 
 impl LoadRequest {
@@ -244,6 +294,68 @@ pub(super) struct EndReply {
     pub done: bool,
 }
 
+/// 200 to `POST /orders`: `held`, `refused` or `ended`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub(super) enum OrderHoldReply {
+    /// Every item is held (by this call, or by an earlier one with this request id) until the
+    /// deadline: confirm or cancel the order with `order_id`.
+    Held {
+        /// The order's id, `<user>~<request id>`.
+        #[schema(value_type = String, pattern = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$")]
+        order_id: crate::OrderId,
+        /// The items as held, in the request's order.
+        items: Vec<HeldItem>,
+        /// Milliseconds left to the deadline (on the clock of the order's record).
+        left_ms: u64,
+    },
+    /// An item could not be held: the order is refused, and nothing is held anywhere (every
+    /// item it had held was given back before this answer).
+    Refused {
+        /// The order's id.
+        #[schema(value_type = String, pattern = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$")]
+        order_id: crate::OrderId,
+        /// The first item refused, 1-based (`items[item - 1]` of the request).
+        #[schema(minimum = 1, maximum = 32)]
+        item: usize,
+        /// Its SKU.
+        #[schema(value_type = String)]
+        sku: crate::Sku,
+        /// Why, as a deduction would answer it (`sold_out`, `insufficient`, `limit_reached`,
+        /// `over_limit`, `user_busy`).
+        reason: Deduction,
+    },
+    /// This request id's order was decided before (confirmed, cancelled, expired; or
+    /// cancelled before it was ever held): nothing was held by this call.
+    Ended {
+        /// The order's id.
+        #[schema(value_type = String, pattern = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$")]
+        order_id: crate::OrderId,
+        /// Its state.
+        state: OrderState,
+    },
+}
+
+/// 200 to `POST /orders/{order_id}/confirm`, `/cancel` and `GET /orders/{order_id}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct OrderEndReply {
+    /// The order's id.
+    pub order_id: String,
+    /// Its one state, for all its items (a `GET` of an open order past its deadline reads
+    /// `expired`).
+    pub state: OrderState,
+    /// True when this call (or an earlier one with the same intent) brought it there; false
+    /// when it had ended otherwise (e.g. confirming after the deadline: `expired`, nothing
+    /// sold), and always false for a `GET`.
+    pub done: bool,
+    /// Open (`holding`, `held`): milliseconds left to the deadline; else 0.
+    pub left_ms: u64,
+    /// Items (1-based) whose SKU was reloaded since they were held: a reload ends every hold
+    /// of the generation it replaces, so the decision did not reach them. Empty in the normal
+    /// case (always for a `GET`).
+    pub reloaded: Vec<usize>,
+}
+
 /// 200 to `GET /healthz` (liveness).
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct HealthReply {
@@ -261,8 +373,9 @@ pub(super) struct HealthReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cart::MAX_ORDER_REQUEST_ID_LEN;
     use crate::ids::{MAX_ID_LEN, MAX_SEGMENTS, MAX_SKU_LEN};
-    use crate::{RequestId, Sku, UserId};
+    use crate::{OrderId, RequestId, Sku, UserId};
 
     /// Whether `c` is in ID_PATTERN's class as a JSON Schema validator (and schemathesis,
     /// through Python's `re`) reads it: `\s` is Unicode whitespace there.
@@ -304,5 +417,26 @@ mod tests {
             &part,
         ];
         assert_eq!(RESERVATION_PATTERN, format!("^{}$", parts.join("~")));
+        // An order's: the request id shorter by room for `#<item>`.
+        let short = MAX_ORDER_REQUEST_ID_LEN;
+        assert_eq!(
+            ORDER_REQUEST_ID_PATTERN,
+            ID_PATTERN.replace(&format!("{{1,{MAX_ID_LEN}}}"), &format!("{{1,{short}}}"))
+        );
+        let order_rid = part.replace(&format!("{{1,{MAX_ID_LEN}}}"), &format!("{{1,{short}}}"));
+        assert_eq!(ORDER_PATTERN, format!("^{part}~{order_rid}$"));
+        let longest = OrderId::new(
+            UserId::new("u".repeat(MAX_ID_LEN)).unwrap(),
+            RequestId::new("r".repeat(short)).unwrap(),
+        )
+        .unwrap();
+        assert!(longest.to_string().parse::<OrderId>().is_ok());
+        assert!(
+            OrderId::new(
+                UserId::new("u").unwrap(),
+                RequestId::new("r".repeat(short + 1)).unwrap()
+            )
+            .is_err()
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! and the body types' schemas (utoipa), completed here with what depends on the server and
 //! what every route shares: each operation's error replies (status, the codes it may answer,
 //! headers), the bearer tokens the server was given, and the bounds the engine's options set
-//! (`qty` up to `max_qty`, `ttl_ms` up to the request TTL).
+//! (`qty` up to `max_qty`, `ttl_ms` and `hold_ms` up to the request TTL).
 //!
 //! `docs/openapi.json` is the document of a server with the default engine options, an admin
 //! and a buyer token, and a metrics renderer (`shardstock serve` with both tokens set); the
@@ -20,9 +20,10 @@ use utoipa::OpenApi;
     info(
         title = "shardstock",
         description = "Flash-sale inventory over HTTP: load a SKU, sell it exactly once per \
-            (user, request id), reserve, confirm, cancel, restock, audit. Business outcomes \
-            (sold out, insufficient, limit reached, user busy, over limit, replayed) are 200 \
-            replies with an `outcome`; errors are JSON `{\"error\", \"code\", \"field\"?}` with \
+            (user, request id), reserve, confirm, cancel, hold orders of several SKUs all or \
+            nothing, restock, audit. Business outcomes \
+            (sold out, insufficient, limit reached, user busy, over limit, replayed, an order \
+            refused) are 200 replies with an `outcome`; errors are JSON `{\"error\", \"code\", \"field\"?}` with \
             the status of their `code`. A field sent as `null` is the same as an absent one. \
             A write's request id is the body's `request_id` (an `Idempotency-Key` header is \
             accepted instead, the same id when both are sent). Retry a 503 (it carries \
@@ -38,6 +39,10 @@ use utoipa::OpenApi;
         routes::reserve,
         routes::confirm,
         routes::cancel,
+        routes::hold_order,
+        routes::order,
+        routes::confirm_order,
+        routes::cancel_order,
         routes::healthz,
         routes::readyz,
         routes::render_metrics,
@@ -46,7 +51,7 @@ use utoipa::OpenApi;
     components(schemas(ErrorBody, ErrorCode)),
     tags(
         (name = "admin", description = "Load, restock, status, audit: `Bearer <admin token>` when the server has one"),
-        (name = "buyer", description = "Deduct, reservations, confirm, cancel: `Bearer <buyer token>` when the server has one"),
+        (name = "buyer", description = "Deduct, reservations, orders, confirm, cancel: `Bearer <buyer token>` when the server has one"),
         (name = "open", description = "Liveness, readiness, metrics and this document: never behind a token"),
     )
 )]
@@ -69,9 +74,19 @@ fn errors(operation: &str) -> Vec<ErrorCode> {
     let (own, body, engine): (&[ErrorCode], bool, bool) = match operation {
         "load" => (&[AlreadyLoaded], true, true),
         "restock" => (&[NotLoaded, RequestIdConflict], true, true),
-        "deduct" | "reserve" => (&[NotLoaded, RequestIdConflict, Config], true, true),
+        "deduct" | "reserve" | "hold_order" => {
+            (&[NotLoaded, RequestIdConflict, Config], true, true)
+        }
         "status" | "audit" => (&[InvalidInput, NotLoaded], false, true),
         "confirm" | "cancel" => (&[InvalidInput, NotLoaded, UnknownReservation], false, true),
+        // An item's request id taken by a sale or reservation of the same user: 409 `kind`.
+        "confirm_order" => (
+            &[InvalidInput, UnknownOrder, RequestIdConflict],
+            false,
+            true,
+        ),
+        "cancel_order" => (&[InvalidInput, RequestIdConflict], false, true),
+        "order" => (&[InvalidInput, UnknownOrder], false, true),
         "metrics" => (&[NotFound], false, false),
         _ => (&[], false, false),
     };
@@ -107,7 +122,17 @@ pub(super) fn document(engine: &EngineOptions, options: &ApiOptions) -> String {
     }
     set(
         schemas,
+        &["OrderItemRequest", "properties", "qty", "maximum"],
+        max_qty,
+    );
+    set(
+        schemas,
         &["ReserveRequest", "properties", "ttl_ms", "maximum"],
+        ttl_ms.clone(),
+    );
+    set(
+        schemas,
+        &["OrderRequest", "properties", "hold_ms", "maximum"],
         ttl_ms,
     );
     // Security schemes for the tokens the server has.
@@ -237,7 +262,9 @@ fn set(v: &mut Value, path: &[&str], value: Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::messages::{self, ID_PATTERN, RESERVATION_PATTERN, SKU_PATTERN};
+    use super::super::messages::{
+        self, ID_PATTERN, ORDER_PATTERN, ORDER_REQUEST_ID_PATTERN, RESERVATION_PATTERN, SKU_PATTERN,
+    };
     use super::*;
     use std::path::Path;
 
@@ -277,6 +304,8 @@ mod tests {
             ("RestockRequest", messages::fields::RESTOCK),
             ("DeductRequest", messages::fields::DEDUCT),
             ("ReserveRequest", messages::fields::RESERVE),
+            ("OrderRequest", messages::fields::ORDER),
+            ("OrderItemRequest", messages::fields::ORDER_ITEM),
         ] {
             let s = &d["components"]["schemas"][name];
             let mut props: Vec<&str> = s["properties"]
@@ -309,6 +338,19 @@ mod tests {
             60_000
         );
         assert_eq!(
+            schemas["OrderItemRequest"]["properties"]["qty"]["maximum"],
+            7
+        );
+        assert_eq!(
+            schemas["OrderRequest"]["properties"]["hold_ms"]["maximum"],
+            60_000
+        );
+        let items = &schemas["OrderRequest"]["properties"]["items"];
+        assert_eq!(
+            (&items["minItems"], &items["maxItems"]),
+            (&json!(1), &json!(crate::cart::MAX_ITEMS))
+        );
+        assert_eq!(
             schemas["LoadRequest"]["properties"]["stock"]["maximum"],
             crate::ids::MAX_UNITS
         );
@@ -325,7 +367,14 @@ mod tests {
             let end = rest.find('"').unwrap();
             let p = rest[..end].replace("\\\\", "\\");
             assert!(
-                [SKU_PATTERN, ID_PATTERN, RESERVATION_PATTERN].contains(&p.as_str()),
+                [
+                    SKU_PATTERN,
+                    ID_PATTERN,
+                    RESERVATION_PATTERN,
+                    ORDER_REQUEST_ID_PATTERN,
+                    ORDER_PATTERN
+                ]
+                .contains(&p.as_str()),
                 "{p}"
             );
             seen += 1;
@@ -355,6 +404,21 @@ mod tests {
             &closed["paths"]["/skus/{sku}/reservations"]["post"]["responses"]["201"]["links"];
         assert_eq!(links["confirm"]["operationId"], "confirm");
         assert!(links["confirm"].get("operation_id").is_none());
+        let links = &closed["paths"]["/orders"]["post"]["responses"]["200"]["links"];
+        for op in ["order", "confirm_order", "cancel_order"] {
+            assert_eq!(links[op]["operationId"], op);
+            assert_eq!(
+                links[op]["parameters"]["order_id"],
+                "$response.body#/order_id"
+            );
+        }
+        let order = &closed["paths"]["/orders/{order_id}"]["get"];
+        assert_eq!(order["security"], json!([{ "buyer_token": [] }]));
+        assert!(
+            order["responses"]["404"]
+                .to_string()
+                .contains("unknown_order")
+        );
     }
 
     /// One carrier of the request id in the document: the body's `request_id`, required where
@@ -368,6 +432,7 @@ mod tests {
         for (name, required) in [
             ("DeductRequest", true),
             ("ReserveRequest", true),
+            ("OrderRequest", true),
             ("RestockRequest", false),
         ] {
             let listed = schemas[name]["required"]

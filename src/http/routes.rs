@@ -4,13 +4,14 @@
 
 use super::body::{Body, need_request_id, request_id};
 use super::messages::{
-    DeductRequest, EndReply, HealthReply, LoadReply, LoadRequest, ReserveReply, ReserveRequest,
-    RestockReply, RestockRequest, StatusReply, fields,
+    DeductRequest, EndReply, HealthReply, LoadReply, LoadRequest, OrderEndReply, OrderHoldReply,
+    OrderRequest, ReserveReply, ReserveRequest, RestockReply, RestockRequest, StatusReply, fields,
 };
 use super::{ApiError, ApiOptions, ErrorCode, Json, Render, Token, json_errors};
+use crate::cart::MAX_ITEMS;
 use crate::{
-    Audit, Deduct, Deduction, Engine, Error, LoadOptions, Readiness, RequestId, ReservationEnd,
-    ReservationId, Reserved, Sku, Store, UserId,
+    Audit, Cart, CartItem, Deduct, Deduction, Engine, Error, LoadOptions, OrderEnd, OrderHold,
+    OrderId, Readiness, RequestId, ReservationEnd, ReservationId, Reserved, Sku, Store, UserId,
 };
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -83,7 +84,11 @@ pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Route
             .route("/skus/{sku}/deduct", post(deduct::<S>))
             .route("/skus/{sku}/reservations", post(reserve::<S>))
             .route("/reservations/{id}/confirm", post(confirm::<S>))
-            .route("/reservations/{id}/cancel", post(cancel::<S>)),
+            .route("/reservations/{id}/cancel", post(cancel::<S>))
+            .route("/orders", post(hold_order::<S>))
+            .route("/orders/{order_id}", get(order::<S>))
+            .route("/orders/{order_id}/confirm", post(confirm_order::<S>))
+            .route("/orders/{order_id}/cancel", post(cancel_order::<S>)),
         options.buyer_token.clone(),
         "buyer",
     );
@@ -485,4 +490,168 @@ async fn cancel<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> 
         .call(Some(("reservation", &id)), api.engine.cancel(&rid))
         .await??;
     ended(id, r)
+}
+
+/// An order from the headers and body, every field checked here (an item's complaints name it
+/// as `items[<index>].<field>`, 0-based), so a refused body reaches no engine call.
+fn cart(headers: &HeaderMap, body: &Body, max_qty: u64) -> Result<Cart, ApiError> {
+    body.allow(fields::ORDER)?;
+    let user = UserId::new(body.need_str("user")?)?;
+    let request_id = need_request_id(headers, body)?;
+    let items = body
+        .objects("items")?
+        .ok_or_else(|| ApiError::invalid("items", "required"))?;
+    if items.is_empty() || items.len() > MAX_ITEMS {
+        return Err(ApiError::invalid(
+            "items",
+            format!("an order holds 1 to {MAX_ITEMS} items"),
+        ));
+    }
+    let item = |item: &Body| -> Result<CartItem, ApiError> {
+        item.allow(fields::ORDER_ITEM)?;
+        let sku = Sku::new(item.need_str("sku")?)?;
+        let qty = item.need_u64("qty")?;
+        crate::ids::check_qty("qty", qty, max_qty)?;
+        Ok(CartItem { sku, qty })
+    };
+    let items = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| item(it).map_err(|e| e.within(&format!("items[{i}]"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let hold = Duration::from_millis(body.need_u64("hold_ms")?);
+    Ok(Cart {
+        user,
+        request_id,
+        items,
+        hold,
+    })
+}
+
+/// Hold every item of an order until `hold_ms` passes, or none; exactly once per (user,
+/// request id). Confirm or cancel it with the reply's `order_id`.
+///
+/// Each item is held at its SKU's home segment as a reservation is. `held`: every item is
+/// held (now, or by an earlier call with this request id: a retry after a lost reply answers
+/// the same order). `refused`: item `item` (1-based) could not be held (`reason` as a
+/// deduction answers it), and nothing is held anywhere once this answers. `ended`: the order
+/// was decided before (a retry after a confirm, cancel, expiry; a cancel that came first).
+/// The request id is the body's `request_id`, or an `Idempotency-Key` header, as for a sale;
+/// the same id with other items is 409 `request_id_conflict` naming `items`. A 404
+/// `not_loaded` names the item whose SKU is not loaded (`items[<index>].sku`); a 503 leaves
+/// the outcome unknown: retry with the same request id, or cancel the order.
+#[utoipa::path(post, path = "/orders", operation_id = "hold_order", tag = "buyer",
+    request_body(content = OrderRequest, content_type = "application/json"),
+    responses((status = 200, description = "The outcome (`held`, `refused`, `ended`)", body = OrderHoldReply, links(
+        ("order" = (operation_id = "order", parameters(("order_id" = "$response.body#/order_id")))),
+        ("confirm_order" = (operation_id = "confirm_order", parameters(("order_id" = "$response.body#/order_id")))),
+        ("cancel_order" = (operation_id = "cancel_order", parameters(("order_id" = "$response.body#/order_id"))))))))]
+async fn hold_order<S: Store>(
+    State(api): State<Api<S>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let cart = cart(&headers, &body, api.engine.options().max_qty)?;
+    let id = Some(("request_id", cart.request_id.as_str()));
+    let held = match api.call(id, api.engine.hold_order(&cart)).await? {
+        Ok(h) => h,
+        // Which item: the first of the SKU.
+        Err(Error::NotLoaded(sku)) => {
+            let at = cart
+                .items
+                .iter()
+                .position(|it| it.sku.as_str() == sku)
+                .map_or_else(|| "items".to_string(), |i| format!("items[{i}].sku"));
+            return Err(ApiError::from(Error::NotLoaded(sku)).with_field(&at));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let reply = match held {
+        OrderHold::Held {
+            order_id,
+            items,
+            left_ms,
+        } => OrderHoldReply::Held {
+            order_id,
+            items,
+            left_ms,
+        },
+        OrderHold::Refused {
+            order_id,
+            item,
+            sku,
+            reason,
+        } => OrderHoldReply::Refused {
+            order_id,
+            item,
+            sku,
+            reason,
+        },
+        OrderHold::Ended { order_id, state } => OrderHoldReply::Ended { order_id, state },
+    };
+    ok(StatusCode::OK, &reply)
+}
+
+/// The reply about order `id`: 404 when there is no such order.
+fn order_end(id: &str, r: Option<OrderEnd>) -> ApiResult {
+    let Some(r) = r else {
+        return Err(
+            ApiError::new(ErrorCode::UnknownOrder, format!("no order {id:?}")).with_field("order"),
+        );
+    };
+    ok(
+        StatusCode::OK,
+        &OrderEndReply {
+            order_id: r.order_id.to_string(),
+            state: r.state,
+            done: r.done,
+            left_ms: r.left_ms,
+            reloaded: r.reloaded,
+        },
+    )
+}
+
+/// Confirm an order: every item is sold, before the deadline on the clock of the order's
+/// record. After it the order is `expired` (`done` false, nothing sold, every item given
+/// back); a cancelled or refused order stays so (`done` false); an order still `holding` (its
+/// hold has not answered) stays open (`done` false: confirm again once it is held).
+#[utoipa::path(post, path = "/orders/{order_id}/confirm", operation_id = "confirm_order", tag = "buyer",
+    params(("order_id" = String, Path, description = "The order id, `<user>~<request id>`, as the order reply gave it",
+        pattern = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$")),
+    responses((status = 200, description = "The order's state", body = OrderEndReply)))]
+async fn confirm_order<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
+    let oid = id.parse::<OrderId>()?;
+    let r = api
+        .call(Some(("order", &id)), api.engine.confirm_order(&oid))
+        .await??;
+    order_end(&id, r)
+}
+
+/// Cancel an order: every item goes back (a confirmed order stays confirmed: `done` false). An
+/// order not held yet, or unknown, is remembered as cancelled (200 `cancelled`, never 404), so
+/// its hold, if it comes later, holds nothing.
+#[utoipa::path(post, path = "/orders/{order_id}/cancel", operation_id = "cancel_order", tag = "buyer",
+    params(("order_id" = String, Path, description = "The order id, `<user>~<request id>`, as the order reply gave it",
+        pattern = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$")),
+    responses((status = 200, description = "The order's state", body = OrderEndReply)))]
+async fn cancel_order<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
+    let oid = id.parse::<OrderId>()?;
+    let r = api
+        .call(Some(("order", &id)), api.engine.cancel_order(&oid))
+        .await??;
+    order_end(&id, r)
+}
+
+/// An order's state, read without writing (an open order past its deadline reads `expired`;
+/// `done` is false and `reloaded` empty).
+#[utoipa::path(get, path = "/orders/{order_id}", operation_id = "order", tag = "buyer",
+    params(("order_id" = String, Path, description = "The order id, `<user>~<request id>`, as the order reply gave it",
+        pattern = "^(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,128}~(?:[^{}\\s\\x00-\\x1f\\x7f-\\x9f~%!]|!!|!t|!p){1,125}$")),
+    responses((status = 200, description = "The order's state", body = OrderEndReply)))]
+async fn order<S: Store>(State(api): State<Api<S>>, Path(id): Path<String>) -> ApiResult {
+    let oid = id.parse::<OrderId>()?;
+    let r = api
+        .call(Some(("order", &id)), api.engine.order(&oid))
+        .await??;
+    order_end(&id, r)
 }

@@ -50,6 +50,8 @@ mod edges_reservations;
 mod failover;
 mod history;
 #[cfg(feature = "cli")]
+mod http_orders;
+#[cfg(feature = "cli")]
 mod metrics;
 mod model;
 mod model_orders;

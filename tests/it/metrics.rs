@@ -515,7 +515,8 @@ fn every_panel_query_returns_series_from_a_live_sale() {
     let redis = RedisServer::start();
     let metrics_addr = format!("127.0.0.1:{}", free_port());
     let orders_addr = format!("127.0.0.1:{}", free_port());
-    // A `serve` beside them, buyers sending it requests for the whole sale: the HTTP panels.
+    // A `serve` beside them, buyers sending it requests for the whole sale: the HTTP panels,
+    // and orders (carts) held, confirmed and cancelled: the orders panel.
     let serve = ServeProcess::start(&redis.url(), &["--audit-every-ms", "0"], &[]);
     let instances = [metrics_addr.as_str(), orders_addr.as_str(), serve.addr()];
     let prom = prometheus_scraping(&instances);
@@ -541,6 +542,18 @@ fn every_panel_query_returns_series_from_a_live_sale() {
                 if n % 10 == 0 {
                     let _ = get(&a, &format!("{base}/skus/web"), &[]);
                     let _ = get(&a, &format!("{base}/no-such-route"), &[]);
+                    // An order (cart) held, then confirmed or cancelled: the orders panel.
+                    let _ = a
+                        .post(format!("{base}/orders"))
+                        .header("content-type", "application/json")
+                        .send(format!(
+                            r#"{{"user":"c{n}","request_id":"o{n}","items":[{{"sku":"web","qty":1}}],"hold_ms":60000}}"#
+                        ));
+                    let end = if n % 20 == 0 { "confirm" } else { "cancel" };
+                    let _ = a
+                        .post(format!("{base}/orders/c{n}~o{n}/{end}"))
+                        .header("content-type", "application/json")
+                        .send("");
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }

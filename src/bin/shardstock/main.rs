@@ -192,8 +192,9 @@ enum Command {
     ///
     /// Routes: PUT /skus/{sku} (load), POST /skus/{sku}/restock, POST /skus/{sku}/deduct,
     /// GET /skus/{sku} (status), GET /skus/{sku}/audit, POST /skus/{sku}/reservations,
-    /// POST /reservations/{id}/confirm, POST /reservations/{id}/cancel, GET /healthz and
-    /// GET /metrics (also on --metrics-addr when given). Requests may carry their request id
+    /// POST /reservations/{id}/confirm, POST /reservations/{id}/cancel, POST /orders,
+    /// GET /orders/{order_id}, POST /orders/{order_id}/confirm, POST /orders/{order_id}/cancel,
+    /// GET /healthz and GET /metrics (also on --metrics-addr when given). Requests may carry their request id
     /// in an Idempotency-Key header. In-flight requests finish before the process exits.
     Serve(serve::ServeArgs),
     /// Consume the outbox: hand every sale, reservation, confirmation, cancellation and
