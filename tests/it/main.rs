@@ -29,6 +29,8 @@ mod balance;
 mod carts;
 #[cfg(feature = "cli")]
 mod cli_admin;
+#[cfg(feature = "cli")]
+mod cli_cart;
 mod cli_mistakes;
 #[cfg(feature = "cli")]
 mod cli_processes;

@@ -1,4 +1,5 @@
-//! The one-shot commands that administer a SKU's stock: `load`, `restock`, `status`, `audit`.
+//! The one-shot commands that administer a SKU's stock: `load`, `restock`, `status`, `audit`,
+//! and `sweep` (one sweeper's work, for a deployment without a running `serve`).
 
 use crate::{Failure, print_json, unique_stem};
 use clap::Args;
@@ -53,6 +54,87 @@ pub(crate) struct SkuArgs {
     /// SKU id.
     #[arg(long)]
     sku: String,
+}
+
+/// Arguments of `sweep`.
+#[derive(Debug, Args)]
+pub(crate) struct SweepArgs {
+    /// Sweep rounds at most: another round runs while the last one left fewer units reserved
+    /// or in transit than the one before (a round settles at most 256 order items per
+    /// segment).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+}
+
+pub(crate) async fn run_sweep<S: Store>(
+    engine: Engine<S>,
+    a: SweepArgs,
+    json: bool,
+) -> Result<ExitCode, Failure> {
+    #[derive(Serialize)]
+    struct SkuAfter {
+        sku: String,
+        reserved: u64,
+        in_transit: u64,
+        audit_ok: bool,
+    }
+    #[derive(Serialize)]
+    struct Swept {
+        rounds: u32,
+        /// Units of expired reservations given back (order items settled are not counted
+        /// here: `reserved` after the sweep shows what is still held).
+        reservation_units_back: u64,
+        skus: Vec<SkuAfter>,
+    }
+    let (mut rounds, mut back, mut before) = (0, 0, u64::MAX);
+    let after = loop {
+        rounds += 1;
+        back += engine.sweep().await?;
+        let mut after = Vec::new();
+        for sku in engine.store().skus().await? {
+            let audit = match engine.audit(&sku).await {
+                Ok(audit) => audit,
+                // Listed but not (or no longer) loaded: nothing to sweep.
+                Err(shardstock::Error::NotLoaded(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            after.push(SkuAfter {
+                sku: audit.sku.clone(),
+                reserved: audit.live_reserved(),
+                in_transit: audit.in_transit,
+                audit_ok: audit.ok,
+            });
+        }
+        let pending: u64 = after.iter().map(|s| s.reserved + s.in_transit).sum();
+        if pending == 0 || pending >= before || rounds >= a.rounds {
+            break after;
+        }
+        before = pending;
+    };
+    let ok = after.iter().all(|s| s.audit_ok);
+    if json {
+        print_json(&Swept {
+            rounds,
+            reservation_units_back: back,
+            skus: after,
+        })?;
+    } else {
+        say!("swept {rounds} round(s): {back} units of expired reservations given back");
+        for s in &after {
+            say!(
+                "  {}: reserved {}, in transit {}, audit {}",
+                s.sku,
+                s.reserved,
+                s.in_transit,
+                if s.audit_ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::failure::CHECK_FAILED)
+    })
 }
 
 pub(crate) async fn run_load<S: Store>(

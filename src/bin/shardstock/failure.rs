@@ -8,8 +8,8 @@ use std::process::ExitCode;
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
     0  ok
-    1  a check failed: `audit` found a conservation problem, `sim` oversold or its audit
-       failed
+    1  a check failed: `audit` (or `sweep`) found a conservation problem, `sim` oversold,
+       its audit failed or (--cart) an order's items were not all in its one state
     2  invalid command line (unknown flag, missing or malformed value)
     3  Redis (or PostgreSQL for `orders`) cannot be reached or failed: connection refused,
        timeout, permission denied (ACL), a port that does not speak the Redis protocol;

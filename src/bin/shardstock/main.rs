@@ -1,6 +1,6 @@
 //! `shardstock`: command-line front end of the sharded inventory engine.
 //!
-//! Commands: `load`, `restock`, `status`, `audit` (`admin.rs`), `sim` (a flash-sale load
+//! Commands: `load`, `restock`, `status`, `audit`, `sweep` (`admin.rs`), `sim` (a flash-sale load
 //! generator, `sim.rs`), `serve` (the HTTP API of [`shardstock::http`], `serve.rs`) and
 //! `orders` (the outbox consumer, `orders.rs`); the Prometheus recorder they share is set up in
 //! `exporter.rs`, the failures and their exit codes are in `failure.rs`. This file reads the
@@ -180,13 +180,25 @@ enum Command {
     Audit(admin::SkuArgs),
     /// Show a SKU's stock: remaining in total and per segment, reserved and sold.
     Status(admin::SkuArgs),
-    /// Simulate a flash sale: many concurrent buyers against one SKU.
+    /// Do a sweeper's work now, over every SKU in the store: give back expired reservations,
+    /// settle order items held past their deadline as their order's record says (an order
+    /// still open then is expired), credit home units left in transit.
+    ///
+    /// What `serve` runs every --sweep-ms, for when no serve runs (e.g. after a `sim --cart`
+    /// process died mid-sale). Prints what each SKU still has reserved or in transit, and
+    /// exits with code 1 when a SKU's audit fails.
+    Sweep(admin::SweepArgs),
+    /// Simulate a flash sale: many concurrent buyers against one SKU (or, with --cart N,
+    /// N-item carts over N SKUs).
     ///
     /// Loads the SKU afresh (unless --skip-load), fires --requests buy requests (or sells for
     /// --duration seconds, restocking as it goes) from --concurrency workers, then reports
     /// outcomes, latency percentiles, remaining stock and an audit. Several processes may run
-    /// with --skip-load against the same Redis SKU; each uses its own request ids. Exits with
-    /// code 1 when units were oversold or the audit failed.
+    /// with --skip-load against the same Redis SKU; each uses its own request ids. With
+    /// --cart N each request is an order of one item of each of the SKUs <SKU>-1 .. <SKU>-N,
+    /// confirmed, cancelled or left to expire, and every order is read back and checked after
+    /// the last deadline. Exits with code 1 when units were oversold, an audit failed or a
+    /// cart check failed.
     Sim(sim::SimArgs),
     /// Serve the engine over HTTP/JSON until SIGTERM or ctrl-c.
     ///
@@ -412,6 +424,7 @@ async fn dispatch<S: Store>(
         Command::Restock(a) => admin::run_restock(engine, a, json).await,
         Command::Audit(a) => admin::run_audit(engine, a, json).await,
         Command::Status(a) => admin::run_status(engine, a, json).await,
+        Command::Sweep(a) => admin::run_sweep(engine, a, json).await,
         Command::Sim(a) => sim::run_sim(engine, a, json).await,
         Command::Serve(a) => serve::run_serve(engine, a).await,
         Command::Orders(_) => Err(Failure::config("orders needs Redis (--redis URL)")),

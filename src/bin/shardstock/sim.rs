@@ -1,6 +1,7 @@
 //! `shardstock sim`: a flash sale against one SKU, with outcome counts, latency percentiles
 //! and an oversell check from the store's own books.
 
+mod cart;
 mod report;
 
 use crate::{Failure, print_json, unique_stem};
@@ -57,8 +58,9 @@ pub(crate) struct SimArgs {
     /// Share of requests that reserve (pre-deduct with a TTL) instead of buying outright.
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     reserve_ratio: f64,
-    /// Share of reservations confirmed right away; half of the rest are cancelled and the
-    /// other half left to expire (the sim then waits for them and sweeps).
+    /// Share of reservations (with --cart: of orders held) confirmed right away; half of the
+    /// rest are cancelled and the other half left to expire (the sim then waits for them and
+    /// sweeps).
     #[arg(long, value_name = "F", default_value_t = 0.5)]
     confirm_ratio: f64,
     /// Reservation TTL in milliseconds.
@@ -76,6 +78,31 @@ pub(crate) struct SimArgs {
     /// With --duration: restock --stock units every this many seconds (0 = never).
     #[arg(long, value_name = "SECONDS", default_value_t = 2.0, requires = "duration", value_parser = non_negative_seconds)]
     restock_every: f64,
+    /// Sell carts of N items (2..=32) instead of one SKU: loads the N SKUs <SKU>-1 .. <SKU>-N
+    /// (--sku is their stem; each gets --stock units over --segments segments and the per-user
+    /// limit), and each of --requests buyers holds one order of --qty units of every one of
+    /// them (all or nothing), then confirms it (--confirm-ratio), cancels it (half of the
+    /// rest) or leaves it to expire after --hold-ms. After the last deadline the sim sweeps
+    /// and checks: every order's items all posted if it was confirmed, else all voided or
+    /// never held; the audit of every SKU; nothing in transit or reserved; units sold of each
+    /// SKU = confirmed orders × --qty. Exit code 1 when a check fails. Needs the lua, lock or
+    /// redlock strategy.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=32), conflicts_with_all = ["duration", "reserve_ratio", "skip_load"])]
+    cart: Option<u8>,
+    /// With --cart: how long an order's items are held before it expires unconfirmed, in
+    /// milliseconds (at most the engine's request TTL).
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    hold_ms: u64,
+    /// This run's request ids are <ID>-<i> for request i (default: a fresh r<pid>-<nanos>), so
+    /// that another process can find its orders (--check-only).
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
+    /// With --cart and --run-id: load nothing, sell nothing and sweep nothing; read back the
+    /// orders of that earlier run (give the same --sku, --cart, --requests, --users and
+    /// --qty) and run the end checks on them: a sale killed mid-storm, finished since by
+    /// `shardstock sweep` (or a serve's sweeper) after its deadlines.
+    #[arg(long, requires_all = ["cart", "run_id"])]
+    check_only: bool,
     #[command(flatten)]
     pub(crate) store: crate::StoreTuning,
     #[command(flatten)]
@@ -195,6 +222,51 @@ impl Tally {
     }
 }
 
+/// The run's id: `--run-id`, or a fresh `r<pid>-<nanos>`. Request `i` is `<run id>-<i>`.
+fn run_id(given: Option<&str>) -> Result<String, Failure> {
+    match given {
+        Some(id) => {
+            // The longest request id this run makes must be valid (and, with --cart, leave
+            // room for the items' `#<n>`).
+            RequestId::new(format!("{id}-{}", u64::MAX))
+                .map_err(|e| Failure::new(format!("--run-id {id:?}: {e}")))?;
+            Ok(id.to_owned())
+        }
+        None => Ok(format!("r{}", unique_stem())),
+    }
+}
+
+/// A live progress bar for people over `next` (of `len`, or a spinner); none for --json and
+/// when stderr is not a terminal. Abort the task and clear the bar when done.
+fn progress(
+    json: bool,
+    len: Option<u64>,
+    what: &str,
+    next: &Arc<AtomicU64>,
+) -> Option<(indicatif::ProgressBar, tokio::task::JoinHandle<()>)> {
+    (!json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+        let bar = match len {
+            None => indicatif::ProgressBar::new_spinner(),
+            Some(n) => indicatif::ProgressBar::new(n),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{{spinner}} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {what} ({{rate}})"
+            ))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .with_key("rate", rate),
+        );
+        let (b, n) = (bar.clone(), Arc::clone(next));
+        let task = tokio::spawn(async move {
+            loop {
+                b.set_position(n.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        (bar, task)
+    })
+}
+
 fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("static histogram bounds are valid")
 }
@@ -219,6 +291,9 @@ pub(crate) async fn run_sim<S: Store>(
     a: SimArgs,
     json: bool,
 ) -> Result<ExitCode, Failure> {
+    if let Some(n) = a.cart {
+        return cart::run_cart(engine, a, usize::from(n), json).await;
+    }
     let sku = Sku::new(&a.sku)?;
     let max_qty = engine.options().max_qty;
     if a.qty > max_qty {
@@ -259,7 +334,7 @@ pub(crate) async fn run_sim<S: Store>(
             .await?;
     }
 
-    let run_id = format!("r{}", unique_stem());
+    let run_id = run_id(a.run_id.as_deref())?;
     let (reserve_ratio, confirm_ratio, ttl_ms) = (a.reserve_ratio, a.confirm_ratio, a.ttl_ms);
     if !(0.0..=1.0).contains(&reserve_ratio) || !(0.0..=1.0).contains(&confirm_ratio) {
         return Err(Failure::new(
@@ -271,28 +346,12 @@ pub(crate) async fn run_sim<S: Store>(
     // Conservation as a live metric while the sale runs (shardstock_audit_*; see live_audit).
     let _audit = engine.start_live_audit(Duration::from_secs(1), vec![sku.clone()]);
     let next = Arc::new(AtomicU64::new(0));
-    // A live progress bar for people; hidden for --json and when stderr is not a terminal.
-    let progress = (!json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
-        let bar = match a.duration {
-            Some(_) => indicatif::ProgressBar::new_spinner(),
-            None => indicatif::ProgressBar::new(a.requests),
-        };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({rate})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .with_key("rate", rate),
-        );
-        let (b, n) = (bar.clone(), Arc::clone(&next));
-        let task = tokio::spawn(async move {
-            loop {
-                b.set_position(n.load(Ordering::Relaxed));
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
-        (bar, task)
-    });
+    let progress = progress(
+        json,
+        a.duration.is_none().then_some(a.requests),
+        "requests",
+        &next,
+    );
     let first_error = Arc::new(OnceLock::<String>::new());
     let workers = match a.duration {
         Some(_) => a.concurrency,
@@ -467,18 +526,7 @@ pub(crate) async fn run_sim<S: Store>(
         strategy: engine.store().strategy(),
         strategy_safe: engine.store().strategy().exactly_once(),
         lock: engine.store().lock_figures(),
-        coalescing: engine.store().coalescing().map(|c| CoalescingReport {
-            max_batch: c.options.max_batch,
-            window_us: c.options.window.as_micros() as u64,
-            max_in_flight: c.options.max_in_flight,
-            calls: c.calls,
-            requests: c.requests,
-            mean_batch: if c.calls == 0 {
-                0.0
-            } else {
-                c.requests as f64 / c.calls as f64
-            },
-        }),
+        coalescing: coalescing_report(&engine),
         run_id,
         generation: audit.as_ref().map(|a| a.generation),
         segments: audit.as_ref().map_or(0, |a| a.segments.len()),
@@ -519,6 +567,7 @@ pub(crate) async fn run_sim<S: Store>(
         p99_ms: ms(hist.value_at_quantile(0.99)),
         p999_ms: ms(hist.value_at_quantile(0.999)),
         max_ms: ms(hist.max()),
+        cart: None,
     };
 
     if json {
@@ -535,6 +584,22 @@ pub(crate) async fn run_sim<S: Store>(
             ExitCode::SUCCESS
         },
     )
+}
+
+/// The store's request coalescing as reported (`None`: one script call per request).
+fn coalescing_report<S: Store>(engine: &Engine<S>) -> Option<CoalescingReport> {
+    engine.store().coalescing().map(|c| CoalescingReport {
+        max_batch: c.options.max_batch,
+        window_us: c.options.window.as_micros() as u64,
+        max_in_flight: c.options.max_in_flight,
+        calls: c.calls,
+        requests: c.requests,
+        mean_batch: if c.calls == 0 {
+            0.0
+        } else {
+            c.requests as f64 / c.calls as f64
+        },
+    })
 }
 
 /// Restocks `units` every `every` until `deadline` (a timed sale), one fresh request id each.
