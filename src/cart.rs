@@ -100,7 +100,8 @@ pub enum OrderHold {
         reason: Deduction,
     },
     /// This request id's order was decided before (a retry after it was confirmed, cancelled,
-    /// expired or refused; or cancelled before it was ever held): nothing held by this call.
+    /// expired or refused; or cancelled before it was ever held), or its deadline passed while
+    /// this call held its items: nothing is held for it once answered (unless confirmed).
     Ended {
         /// The order.
         order_id: OrderId,

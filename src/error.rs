@@ -39,11 +39,13 @@ pub enum Error {
     NotReady(String),
     /// The request id was used before with other parameters. Use a fresh request id per
     /// distinct request; re-send the same parameters only when retrying the same request.
-    #[error("request id {request_id:?} was already used with a different {field}")]
+    #[error(
+        "request id {request_id:?} was already used with other parameters: {field} not the same"
+    )]
     RequestIdConflict {
         /// The request id.
         request_id: String,
-        /// Which parameter differs (`user` or `qty`).
+        /// Which parameter differs (`qty`, `kind`, or an order's `items`).
         field: &'static str,
     },
     /// A lock-based strategy did not get its segment's lock within `lock_wait`, or lost it

@@ -347,11 +347,10 @@ impl Orders {
                         Self::send(s, who, Call::Hold(1));
                         Run::Holding([None, None])
                     }
-                    (Run::Opening | Run::Marking | Run::Refusing, Reply::Record(Some(st)))
-                        if st == OrderState::Held =>
-                    {
-                        Run::Done
-                    }
+                    (
+                        Run::Opening | Run::Marking | Run::Refusing,
+                        Reply::Record(Some(OrderState::Held)),
+                    ) => Run::Done,
                     (Run::Opening | Run::Marking | Run::Refusing, Reply::Record(Some(st))) => {
                         let post = st.posts() == Some(true);
                         Self::settle_both(s, who, post);
@@ -373,7 +372,7 @@ impl Orders {
                         }
                     }
                     (Run::Settling(post, n), Reply::Settled) => {
-                        self.settled(s, post, n, Run::Done, |p, n| Run::Settling(p, n))
+                        self.settled(s, post, n, Run::Done, Run::Settling)
                     }
                     (run, _) => run,
                 };
@@ -393,7 +392,7 @@ impl Orders {
                         None => Job::Done,
                     },
                     (Job::Settling(post, n), Reply::Settled) => {
-                        self.settled(s, post, n, Job::Done, |p, n| Job::Settling(p, n))
+                        self.settled(s, post, n, Job::Done, Job::Settling)
                     }
                     (job, _) => job,
                 };
