@@ -1007,6 +1007,40 @@ fn every_script_runs_in_one_slot_after_a_script_flush() {
         tokio::time::sleep(Duration::from_millis(120)).await;
         plain.sweep().await.unwrap();
 
+        // Carts: an order's record (order), its items settled (settle), and one left to its
+        // deadline, whose items the sweeper lists (holds_due) and settles.
+        for k in ["cart-a", "cart-b"] {
+            plain
+                .load(&Sku::new(k).unwrap(), 4, LoadOptions::new(2))
+                .await
+                .unwrap();
+        }
+        let cart = |user: &str, hold_ms: u64| shardstock::Cart {
+            user: UserId::new(user).unwrap(),
+            request_id: RequestId::new("cart").unwrap(),
+            items: ["cart-a", "cart-b"]
+                .map(|k| shardstock::CartItem {
+                    sku: Sku::new(k).unwrap(),
+                    qty: 1,
+                })
+                .to_vec(),
+            hold: Duration::from_millis(hold_ms),
+        };
+        let held = plain.hold_order(&cart("k", 60_000)).await.unwrap();
+        let shardstock::OrderHold::Held { order_id, .. } = held else {
+            panic!("{held:?}")
+        };
+        assert!(plain.confirm_order(&order_id).await.unwrap().unwrap().done);
+        let left = plain.hold_order(&cart("l", 50)).await.unwrap();
+        assert!(
+            matches!(left, shardstock::OrderHold::Held { .. }),
+            "{left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        plain.sweep().await.unwrap();
+        let a = plain.audit(&Sku::new("cart-a").unwrap()).await.unwrap();
+        assert!(a.ok && a.sold == 1 && a.reserved == 0, "{a:?}");
+
         // Units left in transit: a transfer debited at a segment on another master than the
         // request's home, then the process "dies" before the home credits it. The sweeper
         // (transfer: due, the debit re-sent, done; sell: the credit) credits them home.
