@@ -33,7 +33,7 @@ pub use record::{OrderReply, OrderState, OrderStep};
 use crate::engine::{Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};
 use crate::ids::{RequestId, Sku, UserId};
-use crate::store::{SettleReply, Store};
+use crate::store::{ItemState, RecordState, SettleReply, Store};
 use std::time::Duration;
 
 /// One line of a cart.
@@ -314,7 +314,11 @@ impl<S: Store> Engine<S> {
         let mut held = Vec::with_capacity(cart.items.len());
         let mut refusal = None;
         let mut error = None;
+        let mut replayed = Vec::new();
         for (i, r) in results {
+            if let Ok((Deduction::Replayed { segment, .. }, generation)) = &r {
+                replayed.push((i, *generation, *segment));
+            }
             match r {
                 Ok((
                     Deduction::Applied { segment, units } | Deduction::Replayed { segment, units },
@@ -390,12 +394,30 @@ impl<S: Store> Engine<S> {
                 // No retry can hold this order (an item's request id taken by another request,
                 // its SKU gone): cancel it, give back what it held, then say why.
                 self.store().order(&id, OrderStep::Cancel, ttl).await?;
-                self.settle_items(&id, &cart.items, false).await?;
+                self.release_items(&id, &cart.items).await?;
                 return Err(e);
             }
             // Unknown: some items may be held. The order stays holding: a retry finishes it,
             // a cancel or the deadline ends it (and the sweeper gives the units back).
             return Err(e);
+        }
+        if !self.replays_held(&id, &cart.items, &replayed).await? {
+            // An item replayed a record that is not held: it ended with an order decided
+            // before — this one (cancelled meanwhile: the record says so), or an earlier order
+            // of this request id, forgotten since (the record was made again by this call).
+            let r = self.store().order(&id, OrderStep::Cancel, ttl).await?;
+            self.release_items(&id, &cart.items).await?;
+            return match r.state {
+                Some(OrderState::Cancelled) if r.changed => Err(Error::RequestIdConflict {
+                    request_id: cart.request_id.to_string(),
+                    field: "request_id",
+                }),
+                Some(state) => Ok(OrderHold::Ended {
+                    order_id: id,
+                    state,
+                }),
+                None => Err(Error::Protocol("order: record gone while holding".into())),
+            };
         }
         let r = self.store().order(&id, OrderStep::Held, ttl).await?;
         if r.changed && r.state == Some(OrderState::Expired) {
@@ -494,6 +516,41 @@ impl<S: Store> Engine<S> {
         }))
     }
 
+    /// Whether every item whose hold was a replay is held now (a replay of a posted or voided
+    /// item is no hold). One record read per replayed item; none in the common case.
+    async fn replays_held(
+        &self,
+        id: &OrderId,
+        items: &[CartItem],
+        replayed: &[(usize, u64, u32)],
+    ) -> Result<bool> {
+        for &(i, generation, segment) in replayed {
+            let sku = &items[i].sku;
+            let suffix = self.suffix_of(sku, generation, segment).await?;
+            let at = crate::store::SegAddr::new(sku, generation, segment).with_suffix(suffix);
+            let rid = id.item_request_id(i + 1);
+            let rec = self.store().record(at, id.user(), &rid).await?;
+            if rec.is_none_or(|r| r.state != RecordState::Item(ItemState::Held)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Voids every item, passing over those that ended otherwise (an earlier order's) or whose
+    /// request id another request holds: what a hold no retry can finish leaves behind.
+    async fn release_items(&self, id: &OrderId, items: &[CartItem]) -> Result<()> {
+        let runs = items.iter().enumerate().map(|(i, it)| async move {
+            let rid = id.item_request_id(i + 1);
+            self.settle_item(&it.sku, id.user(), &rid, it.qty, false)
+                .await
+        });
+        for r in futures::future::join_all(runs).await {
+            r?;
+        }
+        Ok(())
+    }
+
     /// Where each item is held: its home in the SKU's current layout.
     async fn held_items(&self, id: &OrderId, items: &[CartItem]) -> Result<Vec<HeldItem>> {
         let mut out = Vec::with_capacity(items.len());
@@ -558,17 +615,23 @@ impl<S: Store> Engine<S> {
         qty: u64,
         post: bool,
     ) -> Result<SettleReply> {
-        let l = match self.layout(sku).await {
-            Ok(l) => l,
-            Err(Error::NotLoaded(_)) => return Ok(SettleReply::Stale),
-            Err(e) => return Err(e),
-        };
-        let home = crate::segments::home(user, rid, l.segments, l.user_limit > 0);
-        let r = self
-            .store()
-            .settle(l.seg(home), user, rid, qty, post, self.ttl_ms())
-            .await?;
-        if r == SettleReply::Stale {
+        let mut r = SettleReply::Stale;
+        // A stale answer from a cached layout is asked again in the SKU's layout now (another
+        // instance may have held the item in a generation this one has not seen yet).
+        for _ in 0..2 {
+            let l = match self.layout(sku).await {
+                Ok(l) => l,
+                Err(Error::NotLoaded(_)) => return Ok(SettleReply::Stale),
+                Err(e) => return Err(e),
+            };
+            let home = crate::segments::home(user, rid, l.segments, l.user_limit > 0);
+            r = self
+                .store()
+                .settle(l.seg(home), user, rid, qty, post, self.ttl_ms())
+                .await?;
+            if r != SettleReply::Stale {
+                break;
+            }
             self.forget(&l);
         }
         if !post && matches!(r, SettleReply::Done(_)) {

@@ -117,7 +117,7 @@ sell_keys_args() {
   SELL_KEYS=("$seg" "$g:resv" "$g:in" "${base}out")
   SELL_ARGS=(1 "$hf" 0 0 0 "$n")
   if [ "$kind" = runs ]; then
-    SELL_KEYS+=("$g:led")
+    SELL_KEYS+=("$g:led" "$g:hold")
     SELL_ARGS+=("1:0:$ttl" "$n")
     for ((j = 0; j < n; j++)); do SELL_ARGS+=(u__rand_int__); done
     for ((j = 0; j < n; j++)); do SELL_ARGS+=(r__rand_int__); done

@@ -91,7 +91,10 @@ impl<S: Store> Engine<S> {
         for _ in 0..STALE_RETRIES {
             let layout = self.layout(&req.sku).await?;
             let a = self.attempt(&layout, req, intent).traced(trace);
-            let flow = if layout.user_limit > 0 {
+            // An order's item skips the in-process guard: a double submit of the order must
+            // replay, not be turned away as `UserBusy` (which would refuse the whole order);
+            // sell.lua decides the limit exactly either way.
+            let flow = if layout.user_limit > 0 && !matches!(intent, Intent::Hold { .. }) {
                 // Not boxed: a box cost every limited sale an allocation and a copy of ~800
                 // bytes (measured: ~6 % of the client's CPU per sale at 256 tasks); inline,
                 // the call's future grows from 936 to 1,168 bytes.

@@ -149,11 +149,32 @@ impl<S: Store> Engine<S> {
     /// Order items held at segment `index` past their hint: each one's order is asked
     /// (deciding "expired" when its deadline passed on the record's clock) and the item
     /// settled as it says; an order still open is left for a later sweep.
+    ///
+    /// Items are asked 16 at a time, and the segment is listed again while a full batch made
+    /// progress: a storm of dead holders leaves no item for a later sweep but those whose
+    /// order's master does not answer.
     async fn sweep_holds(&self, l: &Layout, index: u32) -> Result<()> {
+        const BATCH: usize = 256;
         let mut first = None;
-        for hold in self.inner.store.holds_due(l.seg(index), 256).await? {
-            if let Err(e) = self.sweep_hold(l, index, &hold).await {
-                first.get_or_insert(e);
+        for _ in 0..64 {
+            let due = self.inner.store.holds_due(l.seg(index), BATCH).await?;
+            let n = due.len();
+            let mut settled = Vec::with_capacity(n);
+            for chunk in due.chunks(16) {
+                let runs = chunk.iter().map(|hold| self.sweep_hold(l, index, hold));
+                settled.extend(futures::future::join_all(runs).await);
+            }
+            let mut progress = false;
+            for r in settled {
+                match r {
+                    Ok(done) => progress |= done,
+                    Err(e) => {
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            if n < BATCH || !progress {
+                break;
             }
         }
         first.map_or(Ok(()), Err)

@@ -24,7 +24,10 @@ local v = redis.call('HMGET', KEYS[1], 'gen', 'lim', 'hf')
 if not v[1] or v[1] ~= gen then return { 'stale' } end
 local read = index_reader(gbase, tonumber(v[2] or '0'), tonumber(v[3] or '0'))
 local out = { 'due' }
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', int(now_ms()), 'LIMIT', 0, max)) do
+-- Entries whose record is no longer O are passed over before the bound counts (as
+-- Segment::holds_due filters first).
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', int(now_ms()))) do
+  if #out >= 1 + 3 * max then break end
   local user, rid, _, rec = read(m)
   if rec then
     local s, _, _, _, qs = rec_parse(rec)

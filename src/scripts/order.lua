@@ -77,8 +77,11 @@ if not rec then
   write(rec)
   return reply(rec, true, false)
 end
+-- A record found is written back even when this step changes nothing: in durability mode the
+-- WAIT after this call then covers the write it answers from (another caller's, whose own WAIT
+-- may have fallen short), so nothing acts on a decision a failover could still lose.
 if step == 'open' and rec.items ~= '' and items ~= rec.items then
-  if changed then write(rec) end
+  write(rec)
   return reply(rec, changed, true)
 end
 local to
@@ -97,5 +100,5 @@ if to then
   if to ~= 'H' then rec.un = math.max(rec.un, now + ttl) end
   changed = true
 end
-if changed then write(rec) end
+write(rec)
 return reply(rec, changed, false)

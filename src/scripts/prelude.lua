@@ -332,7 +332,8 @@ local function reclaim(st, gen, resv, ob)
 end
 
 -- A reload (or a drop) ends generation `old` of segment `seg` while the segment still holds it:
--- its live reservations end with it, unsold (their records become K); with the outbox on (that
+-- its live reservations end with it, unsold (their records become K), and so do its order
+-- items held (V); with the outbox on (that
 -- generation's `out`, given) each one gets a `cancelled` event, so an order service does not
 -- keep an unpaid order forever. Runs before the segment hash is replaced; the generation's other
 -- keys are unlinked afterwards by the caller (RedisStore, SCAN of `…:g<old>:*`).
@@ -354,4 +355,16 @@ local function end_reservations(seg, old, out, okey)
     end
   end
   redis.call('DEL', resv)
+  -- Order items held end with the generation too (V: given back with it); their orders'
+  -- confirms name them as reloaded.
+  local holds = gbase .. ':hold'
+  for _, m in ipairs(redis.call('ZRANGE', holds, 0, -1)) do
+    local user, rid, l, v = read(m)
+    if v and string.sub(v, 1, 1) == 'O' then
+      local _, _, _, _, qs = rec_parse(v)
+      led_put(l, rid, 'V' .. string.sub(v, 2))
+      emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
+    end
+  end
+  redis.call('DEL', holds)
 end

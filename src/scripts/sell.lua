@@ -53,6 +53,8 @@
 -- KEYS[5]     limited ledgers     <prefix>:{<tag>}:g<gen>:led (one field per user; declared so
 --                                  that Redis refuses a call it may not run — ACL key rights,
 --                                  a slot being migrated — before it writes anything)
+-- KEYS[6]     hold index          <prefix>:{<tag>}:g<gen>:hold (order items held: declared, so
+--                                  that a call Redis may not run fails before its first write)
 -- Without a limit, each user's ledger `…:g<gen>:u:<user>` is named here from KEYS[1] (same hash
 -- tag, see the prelude); every request's record is read before the first write, so a key Redis
 -- refuses fails the call before it wrote anything.
@@ -108,11 +110,11 @@ if ARGV[5] ~= '0' then
 end
 local nb = 6 + 3 * c
 local n = posint('n', ARGV[nb])
-if n > 1000 or #KEYS ~= 5 then bad('n') end
+if n > 1000 or #KEYS ~= 6 then bad('n') end
 local base = seg_base(KEYS[1])
 local gbase = base .. 'g' .. gen
 if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~= gbase .. ':in'
-    or KEYS[4] ~= base .. 'out' or KEYS[5] ~= gbase .. ':led' then
+    or KEYS[4] ~= base .. 'out' or KEYS[5] ~= gbase .. ':led' or KEYS[6] ~= gbase .. ':hold' then
   bad('keys')
 end
 -- The runs, flat (no table per run or request: allocations are most of what Lua costs here):
@@ -528,7 +530,7 @@ for i = 1, na do
   end
   if AI and AI[i] then
     -- An order item: in the hold index (same hash tag), never in the reservation index.
-    redis.call('ZADD', gbase .. ':hold', int(A[a + 8]), u .. ' ' .. rid)
+    redis.call('ZADD', KEYS[6], int(A[a + 8]), u .. ' ' .. rid)
   elseif resv > 0 then
     redis.call('ZADD', KEYS[2], int(A[a + 8]), u .. ' ' .. rid)
   end

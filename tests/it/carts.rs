@@ -696,3 +696,69 @@ async fn carts_under_the_lock_strategy_and_refused_by_baselines() {
         .await;
     assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
 }
+
+/// A double submit of one order in one process (the same request id, both calls at once):
+/// both answer the order held — the in-process guard's "user busy" never refuses an order.
+/// And a request id used again once its order was forgotten (past the request TTL): its items'
+/// records, sold under a per-user limit, are no hold; the new order is refused as a conflict
+/// and nothing more is sold or held.
+async fn double_submit_and_forgotten<S: Store>(e: Engine<S>) {
+    e.load(
+        &Sku::new("d1").unwrap(),
+        6,
+        LoadOptions::new(2).per_user_limit(2),
+    )
+    .await
+    .unwrap();
+    e.load(
+        &Sku::new("d2").unwrap(),
+        6,
+        LoadOptions::new(2).per_user_limit(2),
+    )
+    .await
+    .unwrap();
+    for n in 0..6 {
+        let c = cart(&format!("u{n}"), "twice", &[("d1", 1), ("d2", 1)], 250);
+        let (a, b) = tokio::join!(e.hold_order(&c), e.hold_order(&c));
+        for r in [a, b] {
+            let r = r.unwrap();
+            assert!(matches!(r, OrderHold::Held { .. }), "{r:?}");
+        }
+    }
+    let d1 = audit_ok(&e, "d1").await;
+    assert_eq!((d1.reserved, d1.remaining), (6, 0));
+    for n in 0..6 {
+        let c = cart(&format!("u{n}"), "twice", &[], 1);
+        e.cancel_order(&order_id(&c)).await.unwrap();
+    }
+    // Forgotten: a confirmed order, its record gone after the request TTL (300 ms here).
+    let c = cart("ann", "once", &[("d1", 1), ("d2", 1)], 200);
+    assert!(matches!(
+        e.hold_order(&c).await.unwrap(),
+        OrderHold::Held { .. }
+    ));
+    assert!(e.confirm_order(&order_id(&c)).await.unwrap().unwrap().done);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(e.order(&order_id(&c)).await.unwrap(), None);
+    let again = e.hold_order(&c).await;
+    assert!(
+        matches!(
+            again,
+            Err(Error::RequestIdConflict {
+                field: "request_id",
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    let (d1, d2) = (audit_ok(&e, "d1").await, audit_ok(&e, "d2").await);
+    assert_eq!((d1.sold, d1.reserved, d2.sold, d2.reserved), (1, 0, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_double_submit_holds_once_and_a_forgotten_order_is_no_hold_both_stores() {
+    let b = || Engine::builder().request_ttl(Duration::from_millis(300));
+    double_submit_and_forgotten(memory_engine(b())).await;
+    let srv = RedisServer::start();
+    double_submit_and_forgotten(redis_engine(&srv, b()).await).await;
+}

@@ -145,6 +145,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
             format!("t:{{strict#0}}:g{g}:in"),
             "t:{strict#0}:out".to_string(),
             format!("t:{{strict#0}}:g{g}:led"),
+            format!("t:{{strict#0}}:g{g}:hold"),
         ];
         let mut args: Vec<String> = vec![g.clone(), hf.clone(), "0".into(), "0".into()];
         args.push(credits.len().to_string());
@@ -381,6 +382,7 @@ fn sell_call(sku: &str, g: u64, n: usize) -> (Vec<String>, Vec<String>) {
         format!("{seg}:g{g}:in"),
         format!("{seg}:out"),
         format!("{seg}:g{g}:led"),
+        format!("{seg}:g{g}:hold"),
     ];
     let args = [
         g.to_string(),

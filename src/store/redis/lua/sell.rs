@@ -39,7 +39,7 @@ impl SellItem {
     }
 }
 
-/// What every `sell.lua` call at one segment sends alike: its five keys, its generation and
+/// What every `sell.lua` call at one segment sends alike: its six keys, its generation and
 /// its index, made once (a coalescing lane keeps one) and cloned by a count per call instead
 /// of formatted again.
 pub(crate) struct SellHead {
@@ -59,6 +59,7 @@ impl SellHead {
                 at.credits(),
                 at.outbox(),
                 at.limited_ledgers(),
+                at.holds(),
             ]
             .into_iter()
             .map(Key::from)
