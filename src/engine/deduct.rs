@@ -94,11 +94,17 @@ impl<S: Store> Engine<S> {
             // An order's item skips the in-process guard: a double submit of the order must
             // replay, not be turned away as `UserBusy` (which would refuse the whole order);
             // sell.lua decides the limit exactly either way.
-            let flow = if layout.user_limit > 0 && !matches!(intent, Intent::Hold { .. }) {
+            let hold = matches!(intent, Intent::Hold { .. });
+            let flow = if layout.user_limit > 0 && !hold {
                 // Not boxed: a box cost every limited sale an allocation and a copy of ~800
                 // bytes (measured: ~6 % of the client's CPU per sale at 256 tasks); inline,
                 // the call's future grows from 936 to 1,168 bytes.
                 self.guarded(&a).await?
+            } else if hold && layout.user_limit > 0 && req.qty > layout.user_limit {
+                // Never possible under this limit, as the guard answers it (unless the request
+                // id is taken).
+                let limit = layout.user_limit;
+                Box::pin(self.replay_or(&a, Deduction::OverLimit { limit })).await?
             } else {
                 self.decide(&a).await?
             };

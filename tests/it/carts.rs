@@ -306,6 +306,20 @@ async fn pitfalls<S: Store>(e: Engine<S>) {
     );
     let t = audit_ok(&e, "ticket").await;
     assert_eq!((t.reserved, t.remaining), (0, 5));
+    // Over the per-user limit alone: final, as a deduction answers it.
+    let big = cart("cat", "big", &[("ticket", 1), ("parking", 2)], 60_000);
+    let r = e.hold_order(&big).await.unwrap();
+    assert!(
+        matches!(
+            r,
+            OrderHold::Refused {
+                item: 2,
+                reason: Deduction::OverLimit { limit: 1 },
+                ..
+            }
+        ),
+        "{r:?}"
+    );
     // The same SKU twice in one order, under a limit of 1: the second item is refused, the
     // first given back.
     let c = cart("cat", "twice", &[("parking", 1), ("parking", 1)], 60_000);

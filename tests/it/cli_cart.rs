@@ -222,9 +222,15 @@ fn sim_cart_killed_mid_sale_is_finished_by_a_fresh_sweep() {
         .sum();
     assert!(left > 0, "the killed sale left nothing held");
 
-    // After every deadline (the last order opened before the kill), a fresh process sweeps.
+    // After every deadline (the last order opened before the kill) and every lease of a
+    // transfer the dead process debited without crediting (the engine's default, 5 s), a
+    // fresh process sweeps.
+    let lease_ms = shardstock::EngineOptions::default()
+        .transfer_lease
+        .as_millis() as u64;
     std::thread::sleep(
-        (killed_at + Duration::from_millis(HOLD_MS + 300)).duration_since(Instant::now()),
+        (killed_at + Duration::from_millis(HOLD_MS.max(lease_ms) + 300))
+            .duration_since(Instant::now()),
     );
     let r = run(&["sweep", "--redis", &url, "--json"]);
     r.expect_code(0);
