@@ -4,7 +4,7 @@
 //! No script sees every item of an order (they live at their SKUs' home segments, in other
 //! slots), so one place decides: the order's **record** ([`record`]), in a slot of its own,
 //! written once when decided, on whose clock the deadline is kept. The items are holds at
-//! their home segments ([`ItemState`](crate::store::ItemState)) that have no clock: they end
+//! their home segments ([`ItemState`]) that have no clock: they end
 //! only when the decision is brought to them ([`Store::settle`]).
 //!
 //! The protocol, each step idempotent:
