@@ -101,16 +101,21 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits until every node reports `cluster_state:ok` and every replica's master link is
-    /// up; panics with the nodes' views after `timeout`.
+    /// Waits until every node reports `cluster_state:ok`, every replica's master link is up
+    /// and, under `min-replicas-to-write`, every master counts a good replica (a master
+    /// refreshes that count once a second, after the link is up: until then it refuses
+    /// writes); panics with the nodes' views after `timeout`.
     pub fn wait_ready(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             let ready = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
                 let info = n.cli(&["CLUSTER", "INFO"]);
                 let repl = n.cli(&["INFO", "replication"]);
+                let replicated = !repl.contains("min_slaves_good_slaves:0")
+                    || repl.contains("connected_slaves:0");
                 info.contains("cluster_state:ok")
                     && (!repl.contains("role:slave") || repl.contains("master_link_status:up"))
+                    && replicated
             });
             if ready {
                 return;
