@@ -259,7 +259,12 @@ pub(crate) fn unique_stem() -> String {
 }
 
 fn init_logging() {
-    let default = Targets::new().with_default(LevelFilter::WARN);
+    // fred's `interfaces` warns when a command meets a client already stopped — QUIT at the
+    // end of a command while a pool client is still shutting down: noise to a command-line
+    // user (its errors still show).
+    let default = Targets::new()
+        .with_default(LevelFilter::WARN)
+        .with_target("fred::interfaces", LevelFilter::ERROR);
     let filter = match std::env::var("RUST_LOG") {
         Ok(s) if !s.trim().is_empty() => s.parse::<Targets>().unwrap_or_else(|e| {
             eprintln!("warning: ignoring RUST_LOG={s:?}: {e}");
