@@ -346,25 +346,19 @@ local function end_reservations(seg, old, out, okey)
   outbox_ready(ob)
   local index = seg_index(seg)
   local read = index_reader(gbase, lim, hfv)
-  for _, m in ipairs(redis.call('ZRANGE', resv, 0, -1)) do
-    local user, rid, l, v = read(m)
-    if v and string.sub(v, 1, 1) == 'R' then
-      local _, _, _, _, qs = rec_parse(v)
-      led_put(l, rid, 'K' .. string.sub(v, 2))
-      emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
+  -- Each index's records still live (`from`) become `to`, with a `cancelled` event; then the
+  -- index goes. Order items held end with the generation too (V: given back with it); their
+  -- orders' confirms name them as reloaded.
+  for _, x in ipairs({ { resv, 'R', 'K' }, { gbase .. ':hold', 'O', 'V' } }) do
+    local key, from, to = x[1], x[2], x[3]
+    for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+      local user, rid, l, v = read(m)
+      if v and string.sub(v, 1, 1) == from then
+        local _, _, _, _, qs = rec_parse(v)
+        led_put(l, rid, to .. string.sub(v, 2))
+        emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
+      end
     end
+    redis.call('DEL', key)
   end
-  redis.call('DEL', resv)
-  -- Order items held end with the generation too (V: given back with it); their orders'
-  -- confirms name them as reloaded.
-  local holds = gbase .. ':hold'
-  for _, m in ipairs(redis.call('ZRANGE', holds, 0, -1)) do
-    local user, rid, l, v = read(m)
-    if v and string.sub(v, 1, 1) == 'O' then
-      local _, _, _, _, qs = rec_parse(v)
-      led_put(l, rid, 'V' .. string.sub(v, 2))
-      emit(ob, 'cancelled', old, rid, user, qs, index .. ':' .. qs)
-    end
-  end
-  redis.call('DEL', holds)
 end
