@@ -15,8 +15,10 @@
 //! <prefix>:{<seg>}:g<generation>:led         with a per-user limit, the ledgers of every
 //!                                            user homed at segment i: one field per user, its
 //!                                            request records and units held
-//! <prefix>:{<seg>}:g<generation>:u:<user>    without one, the ledger of a user homed at
-//!                                            segment i: the user's request records
+//! <prefix>:{<seg>}:g<generation>:w<w>:<b>    without one, the records of the sales made at
+//!                                            segment i in window b of w ms (expires whole)
+//! <prefix>:{<seg>}:g<generation>:rec         without one, the records of segment i's
+//!                                            reservations and order items
 //! <prefix>:{<seg>}:g<generation>:rs:<req id> restock record kept beside segment i
 //! <prefix>:{<seg>}:g<generation>:resv        segment i's reservations, by expiry
 //! <prefix>:{<seg>}:g<generation>:in          transfers segment i credited
@@ -62,8 +64,10 @@ fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
 /// both versions; the script itself answers stale) instead of selling one request id at two
 /// homes, or one user past the limit, during a rolling deploy. 2: a limited segment's ledgers
 /// are fields of one hash. 3: a new buyer's one-unit sale is kept as its request id alone (the
-/// ledger's short form), which a build of 2 cannot read.
-pub const HOME_FN: u32 = 3;
+/// ledger's short form), which a build of 2 cannot read. 4: without a limit, records are fields
+/// of hashes shared by a segment's users (sales windows and the record hash), not a key per
+/// user.
+pub const HOME_FN: u32 = 4;
 
 /// A request's home segment (home function [`HOME_FN`]): with a per-user limit, the user's
 /// (every request of the user lands where the user's ledger is); without one, the (user,
@@ -159,10 +163,18 @@ impl Keyspace {
         format!("{}:{{{tag}}}:g{generation}:led", self.prefix)
     }
 
-    /// `user`'s ledger at its home segment `tag` in `generation` without a per-user limit: the
-    /// user's request records.
-    pub fn ledger(&self, tag: &str, generation: u64, user: &crate::ids::UserId) -> String {
-        format!("{}:{{{tag}}}:g{generation}:u:{user}", self.prefix)
+    /// Segment `tag`'s record hash in `generation` without a per-user limit: the records of its
+    /// reservations and order items, field `<user> <request id>` (sales' records are in sales
+    /// windows, [`sales_window`](Self::sales_window)).
+    pub fn records(&self, tag: &str, generation: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:rec", self.prefix)
+    }
+
+    /// Segment `tag`'s sales window `b` of `w` ms in `generation` without a per-user limit:
+    /// the records of the sales made from `b·w` ms up to `(b + 1)·w` (server clock), field
+    /// `<user> <request id>`; Redis drops it at `(b + 2)·w`.
+    pub fn sales_window(&self, tag: &str, generation: u64, w: u64, b: u64) -> String {
+        format!("{}:{{{tag}}}:g{generation}:w{w}:{b}", self.prefix)
     }
 
     /// Segment `tag`'s hold index (ZSET of `<user> <request id>` of the order items held
@@ -290,11 +302,11 @@ mod tests {
         let ks = Keyspace::new("ss");
         let sku = Sku::new("phone-1").unwrap();
         let rid = RequestId::new("r:1").unwrap();
-        let user = UserId::new("alice").unwrap();
         for suffix in [None, Some(17)] {
             let t3 = tag(&sku, 3, suffix);
             let seg = ks.segment(&t3);
-            assert_eq!(hash_tag(&seg), hash_tag(&ks.ledger(&t3, 7, &user)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.records(&t3, 7)));
+            assert_eq!(hash_tag(&seg), hash_tag(&ks.sales_window(&t3, 7, 1000, 42)));
             assert_eq!(hash_tag(&seg), hash_tag(&ks.restock(&t3, 7, &rid)));
             assert_eq!(hash_tag(&seg), hash_tag(&ks.reservations(&t3, 7)));
             assert_eq!(hash_tag(&seg), hash_tag(&ks.credits(&t3, 7)));

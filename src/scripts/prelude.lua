@@ -179,9 +179,13 @@ end
 -- space) — or, for a new buyer's one sale of one unit (the flash sale's every buyer), the short
 -- form `<request id>` alone, which stands for `1 1 <request id> A:1:0:0` and saves the sale a
 -- string and ~12 bytes — so a coalesced call reads every ledger it needs with one HMGET and
--- writes them back with one HSET, and a buyer costs one field, not a key. Without a limit each user's ledger is
--- a hash of its own, `…:g<gen>:u:<user>` (field `=<request id>` per record), which expires with
--- its latest record.
+-- writes them back with one HSET, and a buyer costs one field, not a key. Without a limit
+-- (version 4 on) a record is one field `<user> <request id>` of a hash shared by the segment's
+-- users, never a key of its own: a sale's in the sales window of its time (sale_windows, below),
+-- which Redis drops whole once every record in it is forgotten; a reservation's or an order
+-- item's in `…:g<gen>:rec`, which lives as long as the generation (the reclaim must find it
+-- however late it runs). Versions before 4 kept a hash per user, `…:g<gen>:u:<user>` (field
+-- `=<request id>`), still read here for a generation an older build loaded.
 --
 -- A limited ledger's text, parsed: { h, f, n (records), recs = { [request id] = record } }.
 local function led_parse(v)
@@ -235,6 +239,10 @@ local function ledger(gbase, lim, user, hfv)
     l.key, l.user, l.lim = gbase .. ':led', user, lim
     return l
   end
+  if lim == 0 and hfv >= 4 then
+    -- Reservations' and order items' records (sales' are in the windows: sale_rec).
+    return { key = gbase .. ':rec', user = user, lim = 0, pre = user .. ' ' }
+  end
   local l = { key = gbase .. ':u:' .. user, user = user, lim = 0 }
   if lim > 0 then
     local x = redis.call('HMGET', l.key, 'h', 'f')
@@ -246,7 +254,45 @@ end
 -- The record of request `rid` in ledger `l` (its text), or nil.
 local function led_rec(l, rid)
   if l.lim > 0 then return l.recs[rid] end
+  if l.pre then return redis.call('HGET', l.key, l.pre .. rid) or nil end
   return redis.call('HGET', l.key, '=' .. rid) or nil
+end
+
+-- Sales windows (version 4 on, no per-user limit). A sale's record `<user> <request id>` goes
+-- into `…:g<gen>:w<w>:<b>`: `w` the window of its record's lifetime (the segment's `rw` lists the
+-- windows in use, comma-separated; a sale takes the smallest one at least its `ttl_ms`), `b` =
+-- floor(the sale's time / w). Every record there was written before (b + 1)·w and lives at most
+-- w, so the hash expires at (b + 2)·w, and a record still live at `now` is in window
+-- floor(now / w) or the one before: a lookup reads two hashes per window in use, whatever the
+-- number of buyers. The names of the hashes to read at `now`, in order.
+local function sale_windows(gbase, rw, now)
+  local keys = {}
+  for w in string.gmatch(rw or '', '%d+') do
+    local b = math.floor(now / tonumber(w))
+    keys[#keys + 1] = gbase .. ':w' .. w .. ':' .. int(b)
+    keys[#keys + 1] = gbase .. ':w' .. w .. ':' .. int(b - 1)
+  end
+  return keys
+end
+
+-- The live record of `user`'s request `rid` without a limit (version 4 on): in the record hash
+-- of ledger `l` (ledger()), else in a sales window (segment field `rw`, the clock `now`).
+-- Returns the record's text and the key it is in, or nil.
+local function sale_rec(l, rw, user, rid, now)
+  local f = user .. ' ' .. rid
+  local rec = redis.call('HGET', l.key, f)
+  if rec then
+    local s, _, u = rec_parse(rec)
+    if s and live(u, now) then return rec, l.key end
+  end
+  for _, key in ipairs(sale_windows(string.sub(l.key, 1, -5), rw, now)) do
+    rec = redis.call('HGET', key, f)
+    if rec then
+      local s, _, u = rec_parse(rec)
+      if s and live(u, now) then return rec, key end
+    end
+  end
+  return nil
 end
 
 -- Writes record `rec` of request `rid` into ledger `l`, with the units held (`h`, `f`) as `l`
@@ -255,6 +301,8 @@ local function led_put(l, rid, rec)
   if l.lim > 0 then
     l.recs[rid] = rec
     redis.call('HSET', l.key, l.user, led_text(l))
+  elseif l.pre then
+    redis.call('HSET', l.key, l.pre .. rid, rec)
   elseif l.own then
     redis.call('HSET', l.key, '=' .. rid, rec, 'h', int(l.h), 'f', int(l.f))
   else

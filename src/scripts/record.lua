@@ -6,8 +6,9 @@
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
--- KEYS[1]  segment hash     <prefix>:{<tag>}:seg (its generation and limit are read; the
---                            user's ledger is named from it, see the prelude's ledger)
+-- KEYS[1]  segment hash     <prefix>:{<tag>}:seg (its generation, limit and sales windows
+--                            are read; the keys holding records are named from it, see the
+--                            prelude's ledger and sale_rec)
 -- ARGV[1]  gen
 -- ARGV[2]  user
 -- ARGV[3]  request id
@@ -20,15 +21,21 @@ uint('gen', gen)
 local user = ident('user', ARGV[2])
 local rid = ident('request_id', ARGV[3])
 if string.sub(KEYS[1], -4) ~= ':seg' or #KEYS ~= 1 then bad('keys') end
-local v = redis.call('HMGET', KEYS[1], 'gen', 'lim', 'hf')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'lim', 'hf', 'rw')
 if v[1] ~= gen then return {} end
 local l = ledger(seg_base(KEYS[1]) .. 'g' .. gen, tonumber(v[2] or '0'), user, tonumber(v[3] or '0'))
-local rec = led_rec(l, rid)
+local now, rec
+if l.pre then
+  -- Without a limit: the record hash, then the sales windows.
+  now = now_ms()
+  rec = sale_rec(l, v[4], user, rid, now)
+else
+  rec = led_rec(l, rid)
+end
 if not rec then return {} end
 local s, q, u, exp = rec_parse(rec)
 if not s then return {} end
-local now
-if u ~= 0 or s == 'R' then now = now_ms() end
+if not now and (u ~= 0 or s == 'R') then now = now_ms() end
 if not live(u, now) then return {} end
 if s == 'R' and exp <= now then s = 'X' end
 return { s, q }

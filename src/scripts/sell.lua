@@ -35,16 +35,18 @@
 -- (its users, as sent), one HSET of the counters and one HSET of every ledger written (+ ZADD
 -- per reservation, + XADD per request with the outbox). A new buyer's one-unit sale (the hot
 -- path) makes no string: its ledger text is its request id as sent (the short form). Without
--- a limit, per request one HGET of its record and, applied, HLEN + HSET + PEXPIREAT of the
--- user's own ledger. TIME only when needed:
--- reservations to reclaim, a record with a lifetime to check or write (every sale without a
+-- a limit a call also makes a fixed number of redis.calls: one HMGET of the record hash and of
+-- each sales window that may hold a live record (two per window in use), one HSET per hash
+-- written and one PEXPIREAT of the sales window. TIME only when needed:
+-- reservations to reclaim, a record with a lifetime to check or write (every call without a
 -- limit, every reservation). A sale under a per-user limit reads no clock at all. Where a
 -- call's instructions go, step by step: `CALLGRIND=1 LADDER=1 scripts/fcall_cost.sh`.
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]     segment hash        <prefix>:{<tag>}:seg   (fields gen, stock, sold, reserved,
---                                  tin, lim, hf, out, fence; loaded, restocked, tout untouched)
+--                                  tin, lim, hf, out, fence, rw (the sales windows in use);
+--                                  loaded, restocked, tout untouched)
 -- KEYS[2]     reservation index   <prefix>:{<tag>}:g<gen>:resv
 -- KEYS[3]     credits             <prefix>:{<tag>}:g<gen>:in
 -- KEYS[4]     outbox stream       <prefix>:{<tag>}:out (appended to when the segment's `out` is
@@ -55,9 +57,10 @@
 --                                  a slot being migrated — before it writes anything)
 -- KEYS[6]     hold index          <prefix>:{<tag>}:g<gen>:hold (order items held: declared, so
 --                                  that a call Redis may not run fails before its first write)
--- Without a limit, each user's ledger `…:g<gen>:u:<user>` is named here from KEYS[1] (same hash
--- tag, see the prelude); every request's record is read before the first write, so a key Redis
--- refuses fails the call before it wrote anything.
+-- Without a limit, the record hash `…:g<gen>:rec` and the sales windows `…:g<gen>:w<w>:<b>`
+-- are named here from KEYS[1] (same hash tag; the prelude's ledger and sale_windows); every
+-- request's record is read before the first write, so a key Redis refuses fails the call
+-- before it wrote anything.
 -- ARGV[1]     gen        the generation the caller believes in
 -- ARGV[2]     hf         the caller's home function version (segments.rs HOME_FN)
 -- ARGV[3]     index      this segment's index (the events' parts "<index>:<qty>")
@@ -73,8 +76,9 @@
 --                        0 a sale, > 0 a reservation held this long (or, with `:o` after the
 --                        spec, an order's item: record O, no end of its own, indexed in
 --                        `…:g<gen>:hold` by this hint; see settle.lua); ttl_ms the record's
---                        lifetime without a per-user limit, and how long an ended reservation's
---                        record outlives its expiry. A coalesced batch of sales is one run, and
+--                        lifetime without a per-user limit (a sale's sales window is the
+--                        smallest in use at least this long; at most 8 in use, else `bttl_ms`),
+--                        and how long an ended reservation's record outlives its expiry. A coalesced batch of sales is one run, and
 --                        its users are the fields of the run's one HMGET of ledgers as sent.
 --
 -- Publishes: `R <gen> <segment key>` on <prefix>:stock when expired reservations came back,
@@ -142,7 +146,7 @@ end
 -- and checked as numbers only when they differ (a value equal to the segment's is canonical):
 -- a malformed one is still an error before any write.
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence', 'rw')
 local lim = tonumber(v[6] or '0')
 local lkey = KEYS[5]
 local refuse
@@ -191,6 +195,32 @@ for r = 1, nr do
   end
 end
 
+-- Without a limit, each sale run's window (the prelude's sale_windows): the smallest in use
+-- (the segment's `rw`) at least its ttl_ms, else a new one of its ttl_ms (at most 8 in use: a
+-- sale no window fits is refused, `bttl_ms`, unless it is a replay). RW[r]: run r's window
+-- (text); rwnew: `rw` to write.
+local RW, rwnew
+if lim == 0 and not refuse then
+  RW = {}
+  local wins = {}
+  for w in string.gmatch(v[10] or '', '%d+') do wins[#wins + 1] = tonumber(w) end
+  for r = 1, nr do
+    local o = 10 * (r - 1)
+    if not RUN[o + 10] and RUN[o + 4] > 0 and RUN[o + 6] == 0 then
+      local t, best = math.max(RUN[o + 7], 1), nil
+      for _, w in ipairs(wins) do
+        if w >= t and (not best or w < best) then best = w end
+      end
+      if not best and #wins < 8 then
+        best = t
+        wins[#wins + 1] = t
+        rwnew = (rwnew or v[10] or '') .. ((rwnew or v[10] or '') == '' and '' or ',') .. int(t)
+      end
+      if best then RW[r] = int(best) end
+    end
+  end
+end
+
 -- Every id's characters at once: the requests' arguments joined by ':' and searched for each
 -- byte an id may not hold (whitespace, braces) with plain finds — a pattern with a character
 -- class costs ~20 ns per byte here, a plain find far less. Only when one is found is each id
@@ -226,28 +256,19 @@ end
 
 -- ledgers[user]: with a limit, the user's ledger as this call changed it: the place in W
 -- (below) of the text written for a new buyer's sale, or a parsed ledger (absent: as the run's
--- HMGET read it). Without a limit, the user's own ledger (own_rec).
+-- HMGET read it).
 local ledgers = {}
 
--- Without a limit: the user's own ledger, and the record of `rid` in it (read once per call).
--- rej[j]: the refusal of request j (its own arguments). Every request is checked and its
--- record read before the first write, so a key Redis refuses fails the call before it wrote
--- anything.
-local own_rec, rej
+-- Without a limit (the prelude's ledger and sale_windows): request j's record is field F[J[j]]
+-- (`<user> <request id>`) of the record hash or of a sales window. NREC[field]: its live record
+-- as this call changed it (false: none), NAT[field]: the key it is in. Every request is checked
+-- and every record read (one HMGET per hash, whatever the batch) before the first write, so a
+-- key Redis refuses fails the call before it wrote anything. rej[j]: the refusal of request j
+-- (its own arguments).
+local F, J, nf, NREC, NAT, rej, look
+local gbase_rec = gbase .. ':rec'
 if lim == 0 then
-  own_rec = function(u, rid)
-    local l = ledgers[u]
-    if not l then
-      l = { key = gbase .. ':u:' .. u, user = u, lim = 0, recs = {} }
-      ledgers[u] = l
-    end
-    local rec = l.recs[rid]
-    if rec == nil then
-      rec = redis.call('HGET', l.key, '=' .. rid) or false
-      l.recs[rid] = rec
-    end
-    return l, rec
-  end
+  F, J, nf = {}, {}, 0
   for r = 1, nr do
     local o = 10 * (r - 1)
     local p, j0, j1, e = RUN[o + 1], RUN[o + 2], RUN[o + 3], RUN[o + 10]
@@ -259,7 +280,25 @@ if lim == 0 then
         rej = rej or {}
         rej[j] = x
       elseif RUN[o + 4] > 0 then
-        own_rec(u, rid)
+        nf = nf + 1
+        F[nf], J[j] = u .. ' ' .. rid, nf
+      end
+    end
+  end
+  -- Reads every request's record at `now` (again after the reclaim rewrote some).
+  look = function(now)
+    NREC, NAT = {}, {}
+    if nf == 0 then return end
+    local keys = sale_windows(gbase, v[10], now)
+    table.insert(keys, 1, gbase_rec)
+    for _, key in ipairs(keys) do
+      local x = redis.call('HMGET', key, unpack(F, 1, nf))
+      for i = 1, nf do
+        local rec = x[i]
+        if rec and not NREC[F[i]] then
+          local sx, _, un = rec_parse(rec)
+          if sx and live(un, now) then NREC[F[i]], NAT[F[i]] = rec, key end
+        end
       end
     end
   end
@@ -276,6 +315,7 @@ local st = {
 st.was = { stock = st.stock, sold = st.sold, reserved = st.reserved, tin = st.tin }
 local ob = outbox(KEYS[1], KEYS[4], v[8])
 outbox_ready(ob)
+if look then look(clock(st)) end
 
 -- Credits, once per transfer id and generation.
 local credited = 0
@@ -292,7 +332,7 @@ end
 local back = 0
 if st.reserved > 0 then back = reclaim(st, gen, KEYS[2], ob) end
 -- The reclaim rewrote records (R to X): read them again.
-if back > 0 and lim == 0 then ledgers = {} end
+if back > 0 and look then look(st.now) end
 local stock0 = st.stock
 
 -- Decide each request (reads only; the ledgers as this call changes them). With a limit, each
@@ -300,8 +340,8 @@ local stock0 = st.stock
 -- limit (the hot path) is decided inline; any other request by `decide`, made on first use.
 -- W: the one HSET of every limited ledger written (user, text). A: the applied requests that
 -- need writes beyond their ledger (reservations, sales without a limit, every one with the
--- outbox), flat: A[o + 1 .. o + 8] = user, request id, qty text, resv_ttl_ms, ledger (without a
--- limit), record, until, expiry.
+-- outbox), flat: A[o + 1 .. o + 8] = user, request id, qty text, resv_ttl_ms, the key its
+-- record goes into (without a limit), record, until, expiry. WE[key]: a sales window's expiry.
 -- (out and W are made at their full size at once, filled with arguments that each request
 -- then overwrites: a table grown one slot at a time is rebuilt at every power of two.)
 out = { unpack(ARGV, nb + 1, nb + n) }
@@ -312,6 +352,7 @@ local replays
 local stock, sold, reserved = st.stock, st.sold, st.reserved
 local decide
 local track = ob.on or lim == 0
+local WE
 for r = 1, nr do
   local o = 10 * (r - 1)
   local p, j0, j1, e = RUN[o + 1], RUN[o + 2], RUN[o + 3], RUN[o + 10]
@@ -322,6 +363,18 @@ for r = 1, nr do
   local texts
   if lim > 0 and not e and qty > 0 then
     texts = redis.call('HMGET', lkey, unpack(ARGV, p + 2, p + 1 + m))
+  end
+  -- Without a limit, a sale run's record text until its request id (`A:<qty>:<until>:0`, one
+  -- clock for the call) and its sales window now (wk).
+  local wk, atext, untl
+  if RW and RW[r] then
+    local w = tonumber(RW[r])
+    local b = math.floor(st.now / w)
+    wk = gbase .. ':w' .. RW[r] .. ':' .. int(b)
+    WE = WE or {}
+    WE[wk] = (b + 2) * w
+    untl = st.now + ttl
+    atext = 'A:' .. q .. ':' .. int(untl) .. ':0'
   end
   for j = j0, j1 do
     local k = p + 2 + j - j0
@@ -341,7 +394,23 @@ for r = 1, nr do
     else
       local l = ledgers[u]
       if l == nil and texts then l = texts[j - j0 + 1] end
-      if hot and l == false then
+      if lim == 0 then l = J[j] end
+      if wk and not NREC[F[l]] then
+        -- The hot path without a limit: a sale of a request with no live record.
+        if stock < qty then
+          out[j] = 's'
+        else
+          stock, sold = stock - qty, sold + qty
+          local f = F[l]
+          NREC[f], NAT[f] = atext, wk
+          A = A or {}
+          local a = 8 * na
+          na = na + 1
+          A[a + 1], A[a + 2], A[a + 3], A[a + 4] = u, rid, q, 0
+          A[a + 5], A[a + 6], A[a + 7], A[a + 8] = wk, atext, untl, 0
+          out[j] = 'a'
+        end
+      elseif hot and l == false then
         -- The hot path: a new buyer's sale under a limit. No record, nothing held.
         if qty > lim then
           out[j] = 'l' .. int(lim) .. '/0/0'
@@ -391,7 +460,9 @@ for r = 1, nr do
               pw[npw] = k
             end
           end
-          decide = function(u, rid, l, qty, q, resv, ttl, item)
+          -- `l`: with a limit, the ledger as ledgers[] or the HMGET has it; without one, the
+          -- place of the request's field in F. `wk`: a sale's window without a limit.
+          decide = function(u, rid, l, qty, q, resv, ttl, item, wk)
             if not u then
               -- The end: every parsed ledger written as text.
               for k = 1, npw do
@@ -400,12 +471,13 @@ for r = 1, nr do
               end
               return
             end
-            local rec
+            local rec, f
             if lim > 0 then
               l = parsed(u, l)
               rec = l.recs[rid]
             else
-              l, rec = own_rec(u, rid)
+              f = F[l]
+              rec = NREC[f]
             end
             if rec then
               local s, rq, un = rec_parse(rec)
@@ -422,7 +494,7 @@ for r = 1, nr do
                   touch(u, l)
                 else
                   replays = replays or {}
-                  replays[#replays + 1] = { l.key, '=' .. rid, rec }
+                  replays[#replays + 1] = { NAT[f], f, rec }
                 end
                 return 'p'
               end
@@ -430,24 +502,25 @@ for r = 1, nr do
             if lim > 0 and l.h + qty > lim then
               return 'l' .. int(lim) .. '/' .. int(l.h) .. '/' .. int(l.f)
             end
+            if lim == 0 and resv == 0 and not wk then return 'bttl_ms' end
             if stock < qty then return 's' end
             stock = stock - qty
-            local val
+            local val, untl, ex
             if resv == 0 then
               sold = sold + qty
-              l.untl = lim > 0 and 0 or clock(st) + ttl
-              val = 'A:' .. q .. ':' .. int(l.untl) .. ':0'
+              untl = lim > 0 and 0 or clock(st) + ttl
+              val = 'A:' .. q .. ':' .. int(untl) .. ':0'
             elseif item then
               -- An order item: no end of its own (until 0); exp is the sweeper's hint.
               reserved = reserved + qty
-              l.exp = clock(st) + resv
-              l.untl = 0
-              val = 'O:' .. q .. ':0:' .. int(l.exp)
+              ex = clock(st) + resv
+              untl = 0
+              val = 'O:' .. q .. ':0:' .. int(ex)
             else
               reserved = reserved + qty
-              l.exp = clock(st) + resv
-              l.untl = l.exp + ttl
-              val = 'R:' .. q .. ':' .. int(l.untl) .. ':' .. int(l.exp)
+              ex = clock(st) + resv
+              untl = ex + ttl
+              val = 'R:' .. q .. ':' .. int(untl) .. ':' .. int(ex)
             end
             if lim > 0 then
               -- The ledger forgets its records past `until` first when it holds 32, 64, 128,
@@ -466,14 +539,17 @@ for r = 1, nr do
               l.h = l.h + qty
               if resv == 0 then l.f = l.f + qty end
               touch(u, l)
+              l.recs[rid] = val
+            else
+              -- Without a limit: a sale into its window, the rest into the record hash.
+              NREC[f], NAT[f] = val, resv == 0 and wk or gbase_rec
             end
-            l.recs[rid] = val
             if track or resv > 0 then
               A = A or {}
               local a = 8 * na
               na = na + 1
               A[a + 1], A[a + 2], A[a + 3], A[a + 4] = u, rid, q, resv
-              A[a + 5], A[a + 6], A[a + 7], A[a + 8] = lim == 0 and l, val, l.untl, l.exp
+              A[a + 5], A[a + 6], A[a + 7], A[a + 8] = lim == 0 and NAT[f], val, untl, ex or 0
               if item then
                 AI = AI or {}
                 AI[na] = true
@@ -482,7 +558,7 @@ for r = 1, nr do
             return 'a'
           end
         end
-        out[j] = decide(u, rid, l, qty, q, resv, ttl, item)
+        out[j] = decide(u, rid, l, qty, q, resv, ttl, item, wk)
       end
     end
   end
@@ -495,38 +571,25 @@ flush(st)
 -- Every ledger written (and every replayed one rewritten as it is) in one HSET.
 if nw > 2 then redis.call(unpack(W, 1, nw)) end
 -- The writes each applied request needs beyond its ledger: none for a sale under a limit
--- without the outbox (the hot path).
+-- without the outbox (the hot path). Without a limit, one HSET per hash written (the call's
+-- sales window, the record hash), and each sales window's expiry.
+if rwnew then redis.call('HSET', KEYS[1], 'rw', rwnew) end
+local G, GK -- G[key]: the HSET of the records going into key; GK: those keys in order
 for i = 1, na do
   local a = 8 * (i - 1)
   local u, rid, q, resv = A[a + 1], A[a + 2], A[a + 3], A[a + 4]
-  local l = A[a + 5]
-  if l then
-    local lk = l.key
-    local had = redis.call('HLEN', lk)
-    if prunes_at(had) then
-      -- Forget the records past their `until` before taking another (prunes_at).
-      local now, all, gone = clock(st), redis.call('HGETALL', lk), {}
-      for k = 1, #all, 2 do
-        local s, _, un = rec_parse(all[k + 1])
-        if s and not live(un, now) then gone[#gone + 1] = all[k] end
-      end
-      for k = 1, #gone, 1000 do
-        redis.call('HDEL', lk, unpack(gone, k, math.min(k + 999, #gone)))
-      end
+  local key = A[a + 5]
+  if key then
+    G = G or {}
+    local g = G[key]
+    if not g then
+      g = { 'HSET', key }
+      G[key] = g
+      GK = GK or {}
+      GK[#GK + 1] = key
     end
-    redis.call('HSET', lk, '=' .. rid, A[a + 6])
-    if resv > 0 then
-      -- A ledger holding a reservation keeps no TTL from now on (as with a limit: it goes with
-      -- the generation): its record must be there when the reclaim returns the units, however
-      -- late that runs (Segment::reclaim never misses one).
-      if had > 0 then redis.call('PERSIST', lk) end
-    elseif had == 0 then
-      -- The ledger lives as long as its latest record: a fresh key gets the record's `until`,
-      redis.call('PEXPIREAT', lk, int(A[a + 7]))
-    else
-      -- an older one the later of the two (GT: a ledger without a TTL keeps none).
-      redis.call('PEXPIREAT', lk, int(A[a + 7]), 'GT')
-    end
+    g[#g + 1] = u .. ' ' .. rid
+    g[#g + 1] = A[a + 6]
   end
   if AI and AI[i] then
     -- An order item: in the hold index (same hash tag), never in the reservation index.
@@ -536,8 +599,15 @@ for i = 1, na do
   end
   if ob.on then emit(ob, resv > 0 and 'reserved' or 'sold', gen, rid, u, q, index .. ':' .. q) end
 end
--- Without a limit, replays rewrite their records last: a twin's replay written before its
--- twin's ledger write would count as a record already there (no TTL for a fresh ledger).
+if GK then
+  for _, key in ipairs(GK) do
+    redis.call(unpack(G[key]))
+    -- A window hash goes once every record in it is forgotten (the prelude's sale_windows).
+    if WE and WE[key] then redis.call('PEXPIREAT', key, int(WE[key])) end
+  end
+end
+-- Without a limit, replays rewrite their records last, where each was found (after a twin's
+-- own write, when the twin is in this call).
 if replays then
   for _, x in ipairs(replays) do redis.call('HSET', x[1], x[2], x[3]) end
 end

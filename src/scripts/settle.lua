@@ -50,9 +50,9 @@ if string.sub(KEYS[1], -4) ~= ':seg' or KEYS[2] ~= gbase .. ':resv' or KEYS[3] ~
   bad('keys')
 end
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'lim', 'out', 'hf')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'lim', 'out', 'hf', 'rw')
 if not v[1] or v[1] ~= gen then return { 'stale' } end
-local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'lim', 'out', 'hf' }, v)
+local st = open(KEYS[1], { 'gen', 'stock', 'sold', 'reserved', 'lim', 'out', 'hf', 'rw' }, v)
 local ob = outbox(KEYS[1], KEYS[3], st.out)
 outbox_ready(ob)
 local back = reclaim(st, gen, KEYS[2], ob)
@@ -67,15 +67,17 @@ end
 local post = action == 'post'
 local want = post and 'P' or 'V'
 local l = ledger(gbase, st.lim, user, st.hfv)
-local rec = led_rec(l, rid)
+-- Without a limit a sale of this id is in a sales window (a mismatch, not nothing held).
+local rec = l.pre and sale_rec(l, st.rw, user, rid, now) or led_rec(l, rid)
 local s, q, u, exp, qs
 if rec then s, q, u, exp, qs = rec_parse(rec) end
 if not s or not live(u, now) then
   if post then return answer({ 'unknown' }) end
-  -- Nothing held: remember the void, so that a late hold takes nothing.
-  local fresh = st.lim == 0 and redis.call('EXISTS', l.key) == 0
+  -- Nothing held: remember the void, so that a late hold takes nothing (without a limit, in
+  -- the record hash: it goes with the generation).
+  local fresh = st.lim == 0 and not l.pre and redis.call('EXISTS', l.key) == 0
   led_put(l, rid, 'V:' .. int(qty) .. ':' .. int(now + ttl) .. ':0')
-  if st.lim == 0 then
+  if st.lim == 0 and not l.pre then
     if fresh then
       redis.call('PEXPIREAT', l.key, int(now + ttl))
     else

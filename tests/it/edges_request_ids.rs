@@ -301,6 +301,88 @@ async fn without_a_limit_an_id_is_remembered_for_request_ttl() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// On Redis a sale's record without a limit sits in the sales window of its time (a hash per
+// window of request_ttl, dropped whole: src/scripts/prelude.lua): a re-send anywhere within
+// request_ttl replays, whichever window it falls in, and so does one through an instance with
+// another request_ttl.
+
+async fn remembered_across_windows<S: Store>(e: Engine<S>, tag: &'static str) {
+    let s = sku("win0");
+    e.load(&s, 100, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
+    let ttl = e.options().request_ttl;
+    let (mut sold, mut checked) = (0, 0);
+    for i in 0..8 {
+        let req = d("win0", &format!("w{i}"), 1, &format!("r{i}"));
+        let sent = std::time::Instant::now();
+        let first = e.deduct(&req).await.unwrap();
+        assert_eq!(first.units_applied(), 1, "[{tag}] {first:?}");
+        sold += 1;
+        loop {
+            tokio::time::sleep(Duration::from_millis(15)).await;
+            let again = e.deduct(&req).await.unwrap();
+            // Only a re-send answered within request_ttl of the first call's start was decided
+            // while the record surely lived.
+            if sent.elapsed() >= ttl {
+                if again.units_applied() == 1 {
+                    sold += 1;
+                }
+                break;
+            }
+            checked += 1;
+            assert!(
+                matches!(again, Deduction::Replayed { .. }),
+                "[{tag}] {i}: a re-send {:?} after the sale: {again:?}",
+                sent.elapsed()
+            );
+        }
+    }
+    assert!(checked >= 8 * 5, "[{tag}] only {checked} re-sends checked");
+    let a = audit_ok(&e, &s, tag).await;
+    assert_eq!(a.sold, sold, "[{tag}] {a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_limit_a_record_is_found_across_window_ends() {
+    let srv = RedisServer::start();
+    let (m, r, c) = three(&srv, quick().request_ttl(Duration::from_millis(300))).await;
+    run_all(
+        true,
+        vec![
+            ("memory", remembered_across_windows(m, "memory").boxed()),
+            ("redis", remembered_across_windows(r, "redis").boxed()),
+            (
+                "coalesced",
+                remembered_across_windows(c, "coalesced").boxed(),
+            ),
+        ],
+    )
+    .await;
+
+    // Two instances with different request_ttl on one Redis: each finds the other's records.
+    let short = redis_engine(&srv, quick().request_ttl(Duration::from_millis(300))).await;
+    let long = redis_engine(&srv, quick().request_ttl(Duration::from_secs(5))).await;
+    let s = sku("win1");
+    short
+        .load(&s, 100, LoadOptions::new(2).per_user_limit(0))
+        .await
+        .unwrap();
+    let a = d("win1", "ann", 1, "a1");
+    assert_eq!(short.deduct(&a).await.unwrap().units_applied(), 1);
+    let again = long.deduct(&a).await.unwrap();
+    assert!(matches!(again, Deduction::Replayed { .. }), "{again:?}");
+    let b = d("win1", "bob", 1, "b1");
+    assert_eq!(long.deduct(&b).await.unwrap().units_applied(), 1);
+    // Past the short instance's request_ttl, within the long one's: still remembered.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let again = short.deduct(&b).await.unwrap();
+    assert!(matches!(again, Deduction::Replayed { .. }), "{again:?}");
+    let au = audit_ok(&short, &s, "two ttls").await;
+    assert_eq!(au.sold, 2, "{au:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Twins: one (user, request id) sent 8 times at once over two engines applies once; the other
 // sends replay (or, with a per-user limit, meet the in-process guard: user_busy). Stock is
 // spread thin over 4 segments so that many requests find home short and move units first.

@@ -404,7 +404,7 @@ async fn audit_sees_reserved_units_held_by_nothing() {
             .unwrap();
         let (_, seg) = held(e.reserve(&d(&name, "v", 1, "lv"), ttl).await, leak);
         let seg_key = format!("t:{{{name}#{seg}}}:seg");
-        let ledger_key = format!("t:{{{name}#{seg}}}:g{g}:u:v");
+        let ledger_key = format!("t:{{{name}#{seg}}}:g{g}:rec");
         let index_key = format!("t:{{{name}#{seg}}}:g{g}:resv");
         audit_ok(&e, &s, leak).await;
         match leak {
@@ -413,7 +413,7 @@ async fn audit_sees_reserved_units_held_by_nothing() {
                 assert_eq!(srv.cli(&["HINCRBY", &seg_key, "reserved", "1"]), "2");
                 srv.cli(&["HINCRBY", &seg_key, "stock", "-1"]);
             }
-            "del-record" => assert_eq!(srv.cli(&["HDEL", &ledger_key, "=lv"]), "1"),
+            "del-record" => assert_eq!(srv.cli(&["HDEL", &ledger_key, "v lv"]), "1"),
             _ => assert_eq!(srv.cli(&["ZREM", &index_key, "v lv"]), "1"),
         }
         let a = e.audit(&s).await.unwrap();

@@ -135,7 +135,15 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         include_str!("../../src/scripts/sell.lua")
     );
     let seg = "t:{strict#0}:seg".to_string();
-    let ledger = |user: &str| format!("t:{{strict#0}}:g{g}:u:{user}");
+    let gbase = format!("t:{{strict#0}}:g{g}");
+    // "1" when a record of `user` is kept (record hash or a sales window), else "0".
+    let ledger = |user: &str| {
+        if srv.unlimited_records(&gbase, user).is_empty() {
+            "0"
+        } else {
+            "1"
+        }
+    };
     let hf = shardstock::segments::HOME_FN.to_string();
     // KEYS and the header of ARGV (up to the request count); the request lines follow.
     let head = |credits: &[[&str; 3]], n: usize| -> (Vec<String>, Vec<String>) {
@@ -212,7 +220,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
         assert_eq!(answers(&r), ["9", "brequest_id"], "{rid:?}: {r:?}");
     }
     assert_eq!(stock(), before);
-    assert_eq!(srv.cli(&["EXISTS", &ledger("u2")]), "0");
+    assert_eq!(ledger("u2"), "0");
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 1, "{a:?}");
 
@@ -230,7 +238,7 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     let v: Value = client.eval(sell, keys.clone(), args.clone()).await.unwrap();
     assert_eq!(answers(&v), ["9", "a", "bqty", "buser", "a"], "{v:?}");
     for (user, present) in [("u1", "1"), ("u2", "0"), ("a{b}", "0"), ("u4", "1")] {
-        assert_eq!(srv.cli(&["EXISTS", &ledger(user)]), present, "{user}");
+        assert_eq!(ledger(user), present, "{user}");
     }
     let a = e.audit(&s).await.unwrap();
     assert!(a.ok && a.sold == 4, "{a:?}");
@@ -307,13 +315,13 @@ async fn scripts_refuse_sloppy_numbers_before_writing() {
     {
         // A key more than the five.
         let (mut k, mut a) = head(&[credit], 1);
-        k.push(ledger("u9"));
+        k.push(format!("{gbase}:rec"));
         a.extend(sell_runs(&[req("u9", "c3", "1")]));
         let r = client.eval::<Value, _, _, _>(sell, k, a).await;
         assert!(r.is_err(), "keys: {r:?}");
     }
     assert_eq!(stock(), before, "a refused call changed the stock");
-    assert_eq!(srv.cli(&["EXISTS", &ledger("u9")]), "0");
+    assert_eq!(ledger("u9"), "0");
     assert_eq!(
         srv.cli(&["EXISTS", &format!("t:{{strict#0}}:g{g}:in")]),
         "0",
@@ -495,7 +503,8 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
         "{a:?}"
     );
 
-    // Without a limit a new ledger expires with its record, twins in the call or not.
+    // Without a limit a sale's record goes into its sales window, which expires once every
+    // record in it is forgotten, twins in the call or not.
     let s = sku("twins0");
     let g = e
         .load(&s, 10, LoadOptions::new(1).per_user_limit(0))
@@ -506,11 +515,91 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
     args.extend(sell_runs(&[twin.clone(), twin]));
     let v: Value = client.eval(sell, keys, args).await.unwrap();
     assert_eq!(v.as_str().unwrap(), "10 a p");
-    let ttl: i64 = srv
-        .cli(&["PTTL", &format!("t:{{twins0#0}}:g{g}:u:w1")])
-        .parse()
+    let recs = srv.unlimited_records(&format!("t:{{twins0#0}}:g{g}"), "w1");
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    let (rid, rec, key) = &recs[0];
+    assert!(rid == "r1" && rec.starts_with("A:1:"), "{recs:?}");
+    assert!(key.contains(":w60000:"), "{key}");
+    let ttl: i64 = srv.cli(&["PTTL", key]).parse().unwrap();
+    assert!(ttl > 0 && ttl <= 120_000, "the window's TTL: {ttl}");
+}
+
+/// Without a limit a sale's record goes into a sales window: the smallest in use at least its
+/// `ttl_ms`, else a new one of its `ttl_ms`. Up to 8 windows are in use per generation; a sale
+/// no window fits then is refused (`bttl_ms`) and changes nothing, while one a window fits
+/// still sells. Every window is read: a re-send with another `ttl_ms` replays, even one no
+/// window would fit.
+#[tokio::test]
+async fn sales_windows_are_chosen_bounded_and_all_read() {
+    let srv = RedisServer::start();
+    let e = redis_engine(&srv, Engine::builder().per_user_limit(0)).await;
+    let client = admin_client(&srv).await;
+    let sell = concat!(
+        include_str!("../../src/scripts/prelude.lua"),
+        include_str!("../../src/scripts/sell.lua")
+    );
+    let s = sku("wins");
+    let g = e
+        .load(&s, 100, LoadOptions::new(1).per_user_limit(0))
+        .await
         .unwrap();
-    assert!(ttl > 0 && ttl <= 60_000, "the ledger's TTL: {ttl}");
+    let seg = "t:{wins#0}:seg";
+    let call = |user: &str, rid: &str, ttl: u64| {
+        let (keys, mut args) = sell_call("wins", g, 1);
+        args.extend(sell_runs(&[(
+            user.into(),
+            rid.into(),
+            format!("1:0:{ttl}"),
+        )]));
+        (keys, args)
+    };
+    let mut sold = 0;
+    // Windows 1000 .. 8000 (ascending: none fits the next), each one sale.
+    for w in 1..=8u64 {
+        let (k, a) = call("u", &format!("r{w}"), w * 1000);
+        let v: Value = client.eval(sell, k, a).await.unwrap();
+        assert!(v.as_str().unwrap().ends_with(" a"), "{v:?}");
+        sold += 1;
+    }
+    let rw = srv.cli(&["HGET", seg, "rw"]);
+    assert_eq!(rw, "1000,2000,3000,4000,5000,6000,7000,8000");
+    // A ninth: refused, nothing written.
+    let stock = srv.cli(&["HGET", seg, "stock"]);
+    let (k, a) = call("u", "r9", 9000);
+    let v: Value = client.eval(sell, k, a).await.unwrap();
+    assert!(v.as_str().unwrap().ends_with(" bttl_ms"), "{v:?}");
+    assert_eq!(srv.cli(&["HGET", seg, "stock"]), stock);
+    assert_eq!(srv.cli(&["HGET", seg, "rw"]), rw);
+    assert!(
+        srv.unlimited_records(&format!("t:{{wins#0}}:g{g}"), "u")
+            .iter()
+            .all(|r| r.0 != "r9")
+    );
+    // One a window fits goes into the smallest that does: 1500 ms into 2000.
+    let (k, a) = call("u", "r10", 1500);
+    let v: Value = client.eval(sell, k, a).await.unwrap();
+    assert!(v.as_str().unwrap().ends_with(" a"), "{v:?}");
+    sold += 1;
+    let recs = srv.unlimited_records(&format!("t:{{wins#0}}:g{g}"), "u");
+    let r10 = recs.iter().find(|r| r.0 == "r10").expect("r10 kept");
+    assert!(r10.2.contains(":w2000:"), "{recs:?}");
+    // Each window's hash expires within two of its widths.
+    for (_, _, key) in &recs {
+        let w: i64 = key.rsplit(':').nth(1).unwrap()[1..].parse().unwrap();
+        let ttl: i64 = srv.cli(&["PTTL", key]).parse().unwrap();
+        assert!(ttl > 0 && ttl <= 2 * w, "{key}: {ttl}");
+    }
+    // A re-send with another ttl_ms (another instance's request_ttl) still replays.
+    for (rid, ttl) in [("r8", 1000), ("r2", 8000), ("r10", 60_000), ("r10", 1500)] {
+        let (k, a) = call("u", rid, ttl);
+        let v: Value = client.eval(sell, k, a).await.unwrap();
+        assert!(
+            v.as_str().unwrap().ends_with(" p"),
+            "{rid} with {ttl}: {v:?}"
+        );
+    }
+    let a = e.audit(&s).await.unwrap();
+    assert!(a.ok && a.sold == sold, "{a:?}");
 }
 
 /// After SCRIPT FLUSH the engine reloads scripts on NOSCRIPT and carries on.

@@ -263,6 +263,32 @@ impl RedisServer {
         redis_cli(self.port, args)
     }
 
+    /// The records kept without a per-user limit for `user` in the generation whose keys start
+    /// with `gbase` (`<prefix>:{<tag>}:g<gen>`): (request id, record, key) from the record
+    /// hash and every sales window.
+    pub fn unlimited_records(&self, gbase: &str, user: &str) -> Vec<(String, String, String)> {
+        let mut keys: Vec<String> = self
+            .cli(&["KEYS", &format!("{gbase}:w*")])
+            .lines()
+            .filter(|k| !k.is_empty())
+            .map(String::from)
+            .collect();
+        keys.push(format!("{gbase}:rec"));
+        let mut out = Vec::new();
+        for key in keys {
+            let all = self.cli(&["HGETALL", &key]);
+            let lines: Vec<&str> = all.lines().collect();
+            for kv in lines.chunks(2) {
+                if let [f, v] = kv
+                    && let Some(rid) = f.strip_prefix(&format!("{user} "))
+                {
+                    out.push((rid.to_string(), v.to_string(), key.clone()));
+                }
+            }
+        }
+        out
+    }
+
     /// The number of keys (`DBSIZE`).
     pub fn dbsize(&self) -> u64 {
         let out = self.cli(&["DBSIZE"]);

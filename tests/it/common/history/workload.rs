@@ -437,7 +437,8 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
     let g = facts.audit.generation;
     for client in clients {
         for pattern in [
-            format!("t:{{{sku}#*}}:g{g}:u:*"),
+            format!("t:{{{sku}#*}}:g{g}:w*"),
+            format!("t:{{{sku}#*}}:g{g}:rec"),
             format!("t:{{{sku}#*}}:g{g}:led"),
             format!("t:{{{sku}#*}}:g{g}:tx"),
             format!("t:{{{sku}#*}}:g{g}:in"),
@@ -456,11 +457,16 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                 .await;
             for (k, m) in got {
                 let seg = segment_of(&k) as u32;
-                if let Some((_, user)) = k.split_once(&format!(":g{g}:u:")) {
+                if k.ends_with(":rec") || k.contains(&format!(":g{g}:w")) {
+                    // Without a limit: field `<user> <request id>` of the record hash or a
+                    // sales window.
                     let mut fields: Vec<_> = m.into_iter().collect();
                     fields.sort();
                     for (f, val) in fields {
-                        facts.add_field(seg, user, &f, &val);
+                        let (user, rid) = f
+                            .split_once(' ')
+                            .unwrap_or_else(|| panic!("record field {f:?} at {k}"));
+                        facts.add_field(seg, user, &format!("={rid}"), &val);
                     }
                 } else if k.ends_with(":led") {
                     // Under a per-user limit: a field per user, `<h> <f>` then
