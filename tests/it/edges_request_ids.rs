@@ -365,7 +365,7 @@ async fn without_a_limit_a_record_is_found_across_window_ends() {
     let long = redis_engine(&srv, quick().request_ttl(Duration::from_secs(5))).await;
     let s = sku("win1");
     short
-        .load(&s, 100, LoadOptions::new(2).per_user_limit(0))
+        .load(&s, 100, LoadOptions::new(1).per_user_limit(0))
         .await
         .unwrap();
     let a = d("win1", "ann", 1, "a1");
