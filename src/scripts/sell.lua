@@ -45,8 +45,8 @@
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --
 -- KEYS[1]     segment hash        <prefix>:{<tag>}:seg   (fields gen, stock, sold, reserved,
---                                  tin, lim, hf, out, fence, rw (the sales windows in use);
---                                  loaded, restocked, tout untouched)
+--                                  tin, lim, hf, out, fence; without a limit rw, rr, rx (where
+--                                  records are, see the end); loaded, restocked, tout untouched)
 -- KEYS[2]     reservation index   <prefix>:{<tag>}:g<gen>:resv
 -- KEYS[3]     credits             <prefix>:{<tag>}:g<gen>:in
 -- KEYS[4]     outbox stream       <prefix>:{<tag>}:out (appended to when the segment's `out` is
@@ -146,7 +146,7 @@ end
 -- and checked as numbers only when they differ (a value equal to the segment's is canonical):
 -- a malformed one is still an error before any write.
 
-local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence', 'rw')
+local v = redis.call('HMGET', KEYS[1], 'gen', 'stock', 'sold', 'reserved', 'tin', 'lim', 'hf', 'out', 'fence', 'rw', 'rr', 'rx')
 local lim = tonumber(v[6] or '0')
 local lkey = KEYS[5]
 local refuse
@@ -290,7 +290,8 @@ if lim == 0 then
     NREC, NAT = {}, {}
     if nf == 0 then return end
     local keys = sale_windows(gbase, v[10], now)
-    table.insert(keys, 1, gbase_rec)
+    -- The record hash only once something was written there (the segment's `rr`).
+    if v[11] then table.insert(keys, 1, gbase_rec) end
     for _, key in ipairs(keys) do
       local x = redis.call('HMGET', key, unpack(F, 1, nf))
       for i = 1, nf do
@@ -573,7 +574,6 @@ if nw > 2 then redis.call(unpack(W, 1, nw)) end
 -- The writes each applied request needs beyond its ledger: none for a sale under a limit
 -- without the outbox (the hot path). Without a limit, one HSET per hash written (the call's
 -- sales window, the record hash), and each sales window's expiry.
-if rwnew then redis.call('HSET', KEYS[1], 'rw', rwnew) end
 local G, GK -- G[key]: the HSET of the records going into key; GK: those keys in order
 for i = 1, na do
   local a = 8 * (i - 1)
@@ -600,11 +600,26 @@ for i = 1, na do
   if ob.on then emit(ob, resv > 0 and 'reserved' or 'sold', gen, rid, u, q, index .. ':' .. q) end
 end
 if GK then
+  -- The segment's fields that say where records are: `rw` the windows in use, `rr` 1 once the
+  -- record hash holds one, `rx` the newest window given its expiry (a window's expiry is set by
+  -- the first call writing into it).
+  local sg = { 'HSET', KEYS[1] }
+  if rwnew then
+    sg[#sg + 1], sg[#sg + 2] = 'rw', rwnew
+  end
   for _, key in ipairs(GK) do
     redis.call(unpack(G[key]))
-    -- A window hash goes once every record in it is forgotten (the prelude's sale_windows).
-    if WE and WE[key] then redis.call('PEXPIREAT', key, int(WE[key])) end
+    if key == gbase_rec then
+      if not v[11] then sg[#sg + 1], sg[#sg + 2] = 'rr', '1' end
+    elseif WE[key] and v[12] ~= key then
+      -- A window hash goes once every record in it is forgotten (the prelude's sale_windows).
+      redis.call('PEXPIREAT', key, int(WE[key]))
+      sg[#sg + 1], sg[#sg + 2] = 'rx', key
+    end
   end
+  if #sg > 2 then redis.call(unpack(sg)) end
+elseif rwnew then
+  redis.call('HSET', KEYS[1], 'rw', rwnew)
 end
 -- Without a limit, replays rewrite their records last, where each was found (after a twin's
 -- own write, when the twin is in this call).

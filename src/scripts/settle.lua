@@ -77,6 +77,8 @@ if not s or not live(u, now) then
   -- the record hash: it goes with the generation).
   local fresh = st.lim == 0 and not l.pre and redis.call('EXISTS', l.key) == 0
   led_put(l, rid, 'V:' .. int(qty) .. ':' .. int(now + ttl) .. ':0')
+  -- The record hash holds a record now: sell.lua reads it from here on (segment field rr).
+  if l.pre then redis.call('HSET', KEYS[1], 'rr', '1') end
   if st.lim == 0 and not l.pre then
     if fresh then
       redis.call('PEXPIREAT', l.key, int(now + ttl))

@@ -275,8 +275,9 @@ impl Segment {
                 l.sold += qty;
             }
         } else if rec.until == 0 || (l.until == 0 && l.records.len() > 1) {
-            // A held item keeps its ledger for the generation (the scripts PERSIST the key,
-            // and a later record's PEXPIREAT GT leaves a key without a TTL as it is).
+            // A held item keeps its ledger for the generation (as the scripts keep such
+            // records in the record hash, which has no TTL); the ledger is dropped only once
+            // every record in it is forgotten.
             l.until = 0;
         } else {
             l.until = l.until.max(rec.until);

@@ -22,8 +22,9 @@
 //!
 //! # Stored letters
 //!
-//! A request's record is one field of its user's ledger, `=<request id>` →
-//! `<S>:<qty>:<until>:<exp>`, where `S` is a letter:
+//! A request's record is `<S>:<qty>:<until>:<exp>` (where `S` is a letter, below), kept in its
+//! user's ledger under a per-user limit, else as field `<user> <request id>` of a sales window
+//! (a sale) or of the record hash (a reservation, an order item):
 //!
 //! | letter | meaning | kind | written by |
 //! |---|---|---|---|
@@ -52,9 +53,10 @@
 //! |---|---|
 //! | SKU metadata `<prefix>:{<sku>}:meta` | `gen`, `segments`, `loaded`, `limit`, `state` (`loading` / `ready`), `place` (tag suffixes), `outmax` (most segments any generation had with the outbox on), `hf` (the home function version the generation was loaded with; missing: loaded before home functions had versions, read as 0) |
 //! | SKU registry `<prefix>:skus` | set of every SKU ever loaded (`RedisStore::load_begin` adds, the sweeper lists) |
-//! | segment `<prefix>:{<tag>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`, `tin` (units credited here by transfers), `tout` (units debited here by transfers), `lim` (per-user limit of this generation, 0: none), `hf` (home function version), `out` (`1`: the outbox is on), `fence` (the lock strategies' fence token, bumped by each lock acquisition), `pad` (256 bytes written at load so that Redis keeps the hash a hash table, not a listpack scanned field by field: see `load_segment.lua`). `loaded + restocked + tin = stock + reserved + sold + tout` |
+//! | segment `<prefix>:{<tag>}:seg` | `gen`, `stock`, `sold`, `loaded`, `restocked`, `reserved`, `tin` (units credited here by transfers), `tout` (units debited here by transfers), `lim` (per-user limit of this generation, 0: none), `hf` (home function version), `rw` (without a limit: the sales window widths in use, ms, comma-separated, at most 8; a sale goes into the smallest at least its `ttl_ms`), `rr` (without a limit: `1` once the record hash holds a record; sell reads it only then), `rx` (without a limit: the newest sales window given its expiry), `out` (`1`: the outbox is on), `fence` (the lock strategies' fence token, bumped by each lock acquisition), `pad` (256 bytes written at load so that Redis keeps the hash a hash table, not a listpack scanned field by field: see `load_segment.lua`). `loaded + restocked + tin = stock + reserved + sold + tout` |
 //! | ledgers under a per-user limit `…:g<gen>:led` | hash, one field per user homed here: `<h> <f>` then ` <request id> <record>` per record (above), where `h` = units the user holds here (sold, confirmed, or reserved and live) and `f` = of those, units held for good; or the short form, `<request id>` alone (no space), which stands for `1 1 <request id> A:1:0:0`: a new buyer's one sale of one unit, written without building a string and ~12 bytes smaller; a ledger that holds exactly that is always written in the short form. No TTL: the ledgers live as long as the generation. Written at load with one more field, ` pad` (a leading space: no user id), so that the hash is a hash table from its first user on (`load_segment.lua`). A coalesced call reads every ledger it needs in one `HMGET` and writes them in one `HSET` |
-//! | ledger without a limit `…:g<gen>:u:<user>` | `=<request id>` = a record (above). The key expires with its latest record's `until` (`PEXPIREAT`, `GT` once it exists) — until it holds a reservation: from then on it keeps no TTL, so the reclaim finds the record however late it runs |
+//! | sales window without a limit `…:g<gen>:w<w>:<b>` | `<user> <request id>` = a sale's record (above), for the sales made from `b·w` up to `(b+1)·w` server ms with a `ttl_ms` of at most `w`; expires at `(b+2)·w` (`PEXPIREAT`), once every record in it is forgotten. A lookup reads, for each window width in use, the window of now and the one before |
+//! | record hash without a limit `…:g<gen>:rec` | `<user> <request id>` = a reservation's or an order item's record (above), any state. No TTL: it goes with the generation, so the reclaim finds a record however late it runs |
 //! | hold index `…:g<gen>:hold` | ZSET of `<user> <request id>` by hint: exactly the records in state `O` (settle removes; holds_due lists those past their hint) |
 //! | order record `<prefix>:{o<shard>}:order:<order id>` | hash: `s` (`O` holding, `H` held, `C` confirmed, `K` cancelled, `X` expired, `F` refused), `dl` (deadline, this master's ms), `items` (`<sku>:<qty>` joined by `,`), `why` (a refusal: `<item number> <outcome>[ <figure>]`), `un` (forgotten at: `PEXPIREAT`); written by order.lua only, its decision once. `<shard>` = FNV-1a of the order id mod 1024, so records spread over slots |
 //! | reservation index `…:g<gen>:resv` | ZSET of `<user> <request id>` (one space; ids have none) by expiry: exactly the records in state `R` |
@@ -69,7 +71,7 @@
 //! | lock `<prefix>:{<tag>}:lock` | the holder's owner token |
 //! | RedLock quarantine marker `shardstock:redlock:quarantine` (per node) | end of the node's quarantine, ms |
 //!
-//! A write into a ledger holding 32 records or more (`PRUNE_AT`, then every power of two)
+//! A write into a limited ledger holding 32 records or more (`PRUNE_AT`, then every power of two)
 //! first deletes the records past their `until`.
 //!
 //! A reload makes every `…:g<old>:…` key of a segment unreachable (every script checks the

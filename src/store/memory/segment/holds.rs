@@ -50,8 +50,8 @@ impl Segment {
                     until: now + ttl_ms,
                 },
             );
-            // Without a limit the ledger is a key of its own: a fresh one expires with this
-            // record; an older one keeps the later end (a ledger kept for the generation, none).
+            // Without a limit a fresh ledger is dropped once this record is forgotten; an older
+            // one keeps the later end (a ledger kept for the generation, none).
             if !limited && (fresh || l.until != 0) {
                 l.until = l.until.max(now + ttl_ms);
             }
