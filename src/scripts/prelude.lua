@@ -264,20 +264,30 @@ end
 -- floor(the sale's time / w). Every record there was written before (b + 1)·w and lives at most
 -- w, so the hash expires at (b + 2)·w, and a record still live at `now` is in window
 -- floor(now / w) or the one before: a lookup reads two hashes per window in use, whatever the
--- number of buyers. The names of the hashes to read at `now`, in order.
+-- number of buyers. A one-unit sale's record there is kept short: `<until - b·w>` (digits
+-- only) stands for `A:1:<until>:0`, so the value fits Redis's smallest string allocation.
+-- Returns the names of the hashes to read at `now`, in order, and the start (b·w) of each.
 local function sale_windows(gbase, rw, now)
-  local keys = {}
+  local keys, starts, n = {}, {}, 0
   for w in string.gmatch(rw or '', '%d+') do
-    local b = math.floor(now / tonumber(w))
-    keys[#keys + 1] = gbase .. ':w' .. w .. ':' .. int(b)
-    keys[#keys + 1] = gbase .. ':w' .. w .. ':' .. int(b - 1)
+    local wn = tonumber(w)
+    local b = math.floor(now / wn)
+    keys[n + 1], starts[n + 1] = gbase .. ':w' .. w .. ':' .. int(b), b * wn
+    keys[n + 2], starts[n + 2] = gbase .. ':w' .. w .. ':' .. int(b - 1), (b - 1) * wn
+    n = n + 2
   end
-  return keys
+  return keys, starts
+end
+
+-- A record as read from a sales window starting at `start` (sale_windows), in full.
+local function win_rec(v, start)
+  if string.find(v, ':', 1, true) then return v end
+  return 'A:1:' .. int(start + tonumber(v)) .. ':0'
 end
 
 -- The live record of `user`'s request `rid` without a limit (version 4 on): in the record hash
 -- of ledger `l` (ledger()), else in a sales window (segment field `rw`, the clock `now`).
--- Returns the record's text and the key it is in, or nil.
+-- Returns the record's text (in full) and the key it is in, or nil.
 local function sale_rec(l, rw, user, rid, now)
   local f = user .. ' ' .. rid
   local rec = redis.call('HGET', l.key, f)
@@ -285,9 +295,11 @@ local function sale_rec(l, rw, user, rid, now)
     local s, _, u = rec_parse(rec)
     if s and live(u, now) then return rec, l.key end
   end
-  for _, key in ipairs(sale_windows(string.sub(l.key, 1, -5), rw, now)) do
+  local keys, starts = sale_windows(string.sub(l.key, 1, -5), rw, now)
+  for i, key in ipairs(keys) do
     rec = redis.call('HGET', key, f)
     if rec then
+      rec = win_rec(rec, starts[i])
       local s, _, u = rec_parse(rec)
       if s and live(u, now) then return rec, key end
     end

@@ -289,14 +289,18 @@ if lim == 0 then
   look = function(now)
     NREC, NAT = {}, {}
     if nf == 0 then return end
-    local keys = sale_windows(gbase, v[10], now)
+    local keys, starts = sale_windows(gbase, v[10], now)
     -- The record hash only once something was written there (the segment's `rr`).
-    if v[11] then table.insert(keys, 1, gbase_rec) end
-    for _, key in ipairs(keys) do
+    if v[11] then
+      table.insert(keys, 1, gbase_rec)
+      table.insert(starts, 1, false)
+    end
+    for k, key in ipairs(keys) do
       local x = redis.call('HMGET', key, unpack(F, 1, nf))
       for i = 1, nf do
         local rec = x[i]
         if rec and not NREC[F[i]] then
+          if starts[k] then rec = win_rec(rec, starts[k]) end
           local sx, _, un = rec_parse(rec)
           if sx and live(un, now) then NREC[F[i]], NAT[F[i]] = rec, key end
         end
@@ -365,9 +369,10 @@ for r = 1, nr do
   if lim > 0 and not e and qty > 0 then
     texts = redis.call('HMGET', lkey, unpack(ARGV, p + 2, p + 1 + m))
   end
-  -- Without a limit, a sale run's record text until its request id (`A:<qty>:<until>:0`, one
-  -- clock for the call) and its sales window now (wk).
-  local wk, atext, untl
+  -- Without a limit, a sale run's record (`A:<qty>:<until>:0`, one clock for the call), as
+  -- kept (stext: a one-unit sale's short form, the prelude's sale_windows) and its sales window
+  -- now (wk).
+  local wk, atext, stext, untl
   if RW and RW[r] then
     local w = tonumber(RW[r])
     local b = math.floor(st.now / w)
@@ -376,6 +381,7 @@ for r = 1, nr do
     WE[wk] = (b + 2) * w
     untl = st.now + ttl
     atext = 'A:' .. q .. ':' .. int(untl) .. ':0'
+    stext = qty == 1 and int(untl - b * w) or atext
   end
   for j = j0, j1 do
     local k = p + 2 + j - j0
@@ -408,7 +414,7 @@ for r = 1, nr do
           local a = 8 * na
           na = na + 1
           A[a + 1], A[a + 2], A[a + 3], A[a + 4] = u, rid, q, 0
-          A[a + 5], A[a + 6], A[a + 7], A[a + 8] = wk, atext, untl, 0
+          A[a + 5], A[a + 6], A[a + 7], A[a + 8] = wk, stext, untl, 0
           out[j] = 'a'
         end
       elseif hot and l == false then

@@ -520,6 +520,12 @@ async fn a_call_decides_its_twins_in_order_as_the_reference_does() {
     let (rid, rec, key) = &recs[0];
     assert!(rid == "r1" && rec.starts_with("A:1:"), "{recs:?}");
     assert!(key.contains(":w60000:"), "{key}");
+    // Kept in the short form: the record's `until` less the window's start, digits only.
+    let raw = srv.cli(&["HGET", key, "w1 r1"]);
+    assert!(
+        !raw.is_empty() && raw.bytes().all(|c| c.is_ascii_digit()) && raw.len() <= 12,
+        "{raw:?}"
+    );
     let ttl: i64 = srv.cli(&["PTTL", key]).parse().unwrap();
     assert!(ttl > 0 && ttl <= 120_000, "the window's TTL: {ttl}");
 }

@@ -264,8 +264,8 @@ impl RedisServer {
     }
 
     /// The records kept without a per-user limit for `user` in the generation whose keys start
-    /// with `gbase` (`<prefix>:{<tag>}:g<gen>`): (request id, record, key) from the record
-    /// hash and every sales window.
+    /// with `gbase` (`<prefix>:{<tag>}:g<gen>`): (request id, record in full, key) from the
+    /// record hash and every sales window.
     pub fn unlimited_records(&self, gbase: &str, user: &str) -> Vec<(String, String, String)> {
         let mut keys: Vec<String> = self
             .cli(&["KEYS", &format!("{gbase}:w*")])
@@ -282,7 +282,8 @@ impl RedisServer {
                 if let [f, v] = kv
                     && let Some(rid) = f.strip_prefix(&format!("{user} "))
                 {
-                    out.push((rid.to_string(), v.to_string(), key.clone()));
+                    let rec = super::history::workload::full_record(&key, v);
+                    out.push((rid.to_string(), rec, key.clone()));
                 }
             }
         }

@@ -420,6 +420,22 @@ async fn task(cx: Arc<Ctx>, id: usize, seed: u64) -> Vec<Op> {
     ops
 }
 
+/// A record as kept at `key` (the record hash, or a sales window `…:w<w>:<b>`, where a
+/// one-unit sale's record is `<until - b·w>` alone: src/scripts/prelude.lua), in full.
+pub fn full_record(key: &str, val: &str) -> String {
+    if val.contains(':') {
+        return val.to_string();
+    }
+    let mut parts = key.rsplit(':');
+    let b: u64 = parts.next().and_then(|b| b.parse().ok()).expect("window");
+    let w: u64 = parts
+        .next()
+        .and_then(|w| w.strip_prefix('w')?.parse().ok())
+        .expect("window width");
+    let off: u64 = val.parse().expect("a short record");
+    format!("A:1:{}:0", b * w + off)
+}
+
 /// Reads every ledger and transfer of the SKU's generation, and the audit.
 pub async fn read_facts(e: &Engine<RedisStore>, admin: &fred::clients::Client, sku: &Sku) -> Facts {
     let audit = e.audit(sku).await.unwrap();
@@ -466,6 +482,7 @@ pub async fn read_records(clients: &[fred::clients::Client], sku: &str, facts: &
                         let (user, rid) = f
                             .split_once(' ')
                             .unwrap_or_else(|| panic!("record field {f:?} at {k}"));
+                        let val = full_record(&k, &val);
                         facts.add_field(seg, user, &format!("={rid}"), &val);
                     }
                 } else if k.ends_with(":led") {
