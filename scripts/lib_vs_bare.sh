@@ -28,7 +28,7 @@ done
 DIR=$(mktemp -d)
 PID=
 cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
   [ -n "$REF" ] && git worktree remove --force "$DIR/ref" 2>/dev/null
   rm -rf "$DIR"
 }
