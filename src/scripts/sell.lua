@@ -77,8 +77,8 @@
 --                        spec, an order's item: record O, no end of its own, indexed in
 --                        `…:g<gen>:hold` by this hint; see settle.lua); ttl_ms the record's
 --                        lifetime without a per-user limit (a sale's sales window is the
---                        smallest in use at least this long; at most 8 in use, else `bttl_ms`),
---                        and how long an ended reservation's record outlives its expiry. A coalesced batch of sales is one run, and
+--                        smallest in use at least this long, see below), and how long an ended
+--                        reservation's record outlives its expiry. A coalesced batch of sales is one run, and
 --                        its users are the fields of the run's one HMGET of ledgers as sent.
 --
 -- Publishes: `R <gen> <segment key>` on <prefix>:stock when expired reservations came back,
@@ -196,14 +196,18 @@ for r = 1, nr do
 end
 
 -- Without a limit, each sale run's window (the prelude's sale_windows): the smallest in use
--- (the segment's `rw`) at least its ttl_ms, else a new one of its ttl_ms (at most 8 in use: a
--- sale no window fits is refused, `bttl_ms`, unless it is a replay). RW[r]: run r's window
--- (text); rwnew: `rw` to write.
+-- (the segment's `rw`) at least its ttl_ms, else a new one of its ttl_ms or twice the widest
+-- in use, whichever is more — so widths at least double and a generation never has more than
+-- ~50 (ttl_ms < 10^15), one or two when every instance has one request_ttl. RW[r]: run r's
+-- window (text); rwnew: `rw` to write.
 local RW, rwnew
 if lim == 0 and not refuse then
   RW = {}
-  local wins = {}
-  for w in string.gmatch(v[10] or '', '%d+') do wins[#wins + 1] = tonumber(w) end
+  local wins, widest = {}, 0
+  for w in string.gmatch(v[10] or '', '%d+') do
+    wins[#wins + 1] = tonumber(w)
+    widest = math.max(widest, tonumber(w))
+  end
   for r = 1, nr do
     local o = 10 * (r - 1)
     if not RUN[o + 10] and RUN[o + 4] > 0 and RUN[o + 6] == 0 then
@@ -211,12 +215,12 @@ if lim == 0 and not refuse then
       for _, w in ipairs(wins) do
         if w >= t and (not best or w < best) then best = w end
       end
-      if not best and #wins < 8 then
-        best = t
-        wins[#wins + 1] = t
-        rwnew = (rwnew or v[10] or '') .. ((rwnew or v[10] or '') == '' and '' or ',') .. int(t)
+      if not best then
+        best = math.max(t, 2 * widest)
+        wins[#wins + 1], widest = best, best
+        rwnew = (rwnew or v[10] or '') .. ((rwnew or v[10] or '') == '' and '' or ',') .. int(best)
       end
-      if best then RW[r] = int(best) end
+      RW[r] = int(best)
     end
   end
 end
@@ -509,7 +513,6 @@ for r = 1, nr do
             if lim > 0 and l.h + qty > lim then
               return 'l' .. int(lim) .. '/' .. int(l.h) .. '/' .. int(l.f)
             end
-            if lim == 0 and resv == 0 and not wk then return 'bttl_ms' end
             if stock < qty then return 's' end
             stock = stock - qty
             local val, untl, ex
