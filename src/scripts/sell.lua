@@ -265,11 +265,12 @@ local ledgers = {}
 
 -- Without a limit (the prelude's ledger and sale_windows): request j's record is field F[J[j]]
 -- (`<user> <request id>`) of the record hash or of a sales window. NREC[field]: its live record
--- as this call changed it (false: none), NAT[field]: the key it is in. Every request is checked
+-- as this call changed it, in full (nil: none), NAT[field]: the key it is in, NRAW[field]: the
+-- text kept there (a replay rewrites it as it is). Every request is checked
 -- and every record read (one HMGET per hash, whatever the batch) before the first write, so a
 -- key Redis refuses fails the call before it wrote anything. rej[j]: the refusal of request j
 -- (its own arguments).
-local F, J, nf, NREC, NAT, rej, look
+local F, J, nf, NREC, NAT, NRAW, rej, look
 local gbase_rec = gbase .. ':rec'
 if lim == 0 then
   F, J, nf = {}, {}, 0
@@ -291,7 +292,7 @@ if lim == 0 then
   end
   -- Reads every request's record at `now` (again after the reclaim rewrote some).
   look = function(now)
-    NREC, NAT = {}, {}
+    NREC, NAT, NRAW = {}, {}, {}
     if nf == 0 then return end
     local keys, starts = sale_windows(gbase, v[10], now)
     -- The record hash only once something was written there (the segment's `rr`).
@@ -304,9 +305,9 @@ if lim == 0 then
       for i = 1, nf do
         local rec = x[i]
         if rec and not NREC[F[i]] then
-          if starts[k] then rec = win_rec(rec, starts[k]) end
-          local sx, _, un = rec_parse(rec)
-          if sx and live(un, now) then NREC[F[i]], NAT[F[i]] = rec, key end
+          local full = starts[k] and win_rec(rec, starts[k]) or rec
+          local sx, _, un = rec_parse(full)
+          if sx and live(un, now) then NREC[F[i]], NAT[F[i]], NRAW[F[i]] = full, key, rec end
         end
       end
     end
@@ -413,7 +414,7 @@ for r = 1, nr do
         else
           stock, sold = stock - qty, sold + qty
           local f = F[l]
-          NREC[f], NAT[f] = atext, wk
+          NREC[f], NAT[f], NRAW[f] = atext, wk, stext
           A = A or {}
           local a = 8 * na
           na = na + 1
@@ -505,7 +506,7 @@ for r = 1, nr do
                   touch(u, l)
                 else
                   replays = replays or {}
-                  replays[#replays + 1] = { NAT[f], f, rec }
+                  replays[#replays + 1] = { NAT[f], f, NRAW[f] }
                 end
                 return 'p'
               end
@@ -552,7 +553,7 @@ for r = 1, nr do
               l.recs[rid] = val
             else
               -- Without a limit: a sale into its window, the rest into the record hash.
-              NREC[f], NAT[f] = val, resv == 0 and wk or gbase_rec
+              NREC[f], NAT[f], NRAW[f] = val, resv == 0 and wk or gbase_rec, val
             end
             if track or resv > 0 then
               A = A or {}
