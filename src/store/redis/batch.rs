@@ -41,8 +41,11 @@ use tokio::sync::oneshot;
 /// Tuning of request coalescing: concurrent `lua` sales bound for one home segment go to Redis
 /// as one `sell.lua` call, each request keeping its own record, checks and reply.
 ///
-/// A segment's queue sends at once when it has nothing in flight; whatever arrives while a
-/// call is out goes in the next call (group commit), so an idle segment adds no latency.
+/// Whatever arrives while a segment's call is out goes in its next call (group commit). A
+/// segment's queue with nothing in flight sends at once when the store has no call out (an
+/// idle store adds no latency) or when it holds as many requests as the calls out carry on
+/// average; otherwise it waits for calls to come back, at most two rounds of them, so a busy
+/// store sends fewer, fuller calls (docs/capacity.md).
 ///
 /// ```
 /// use shardstock::Coalescing;
@@ -60,8 +63,9 @@ pub struct Coalescing {
     pub window: Duration,
     /// Script calls a lane may have in flight at once (≥ 1; default 3). With fewer, one hot
     /// segment's calls leave Redis and the client idle in turn at moderate load; with more,
-    /// a busy lane splits its batches into more calls. Measured in docs/benchmarks.md ("Calls
-    /// in flight per lane").
+    /// a busy lane splits its batches into more calls. A further call goes only once
+    /// `max_batch`/8 requests wait and they are as many as the calls out carry on average.
+    /// Measured in docs/benchmarks.md ("Calls in flight per lane").
     pub max_in_flight: usize,
 }
 
