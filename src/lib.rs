@@ -99,7 +99,8 @@
 //! In the repository, `docs/` goes deeper: `design.md` (guarantees, what is atomic, the
 //! strategies), `protocol.md` (the request protocol step by step), `http.md` (the HTTP API),
 //! `operations.md` (CLI, configuration, metrics), `cluster.md`, `outbox.md`, `faults.md`,
-//! `benchmarks.md` and `layout.md` (every file, one line each).
+//! `benchmarks.md`, `capacity.md` (sales per master core, masters per sale) and `layout.md`
+//! (every file, one line each).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
