@@ -312,6 +312,120 @@ async fn quiet_lanes_wait_for_fuller_calls() {
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
 }
 
+/// A master that stopped answering holds its own segments' calls, and no other master's
+/// sales: lanes of the other masters, less full than the stuck calls and waiting in line for
+/// calls to come back, go after a bounded wait. Frozen for 1.2 s (under the cluster's 2 s node
+/// timeout, so the cluster stays up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_master_holds_no_other_masters_sales() {
+    use shardstock::segments;
+    use std::sync::Arc;
+    use std::time::Instant;
+    let cluster = cluster::RedisCluster::start(3, 0);
+    let e = coalesced_engine(
+        &cluster,
+        Engine::builder().per_user_limit(1),
+        Coalescing::default(),
+        "st",
+    )
+    .await;
+    let sku = Sku::new("stuck").unwrap();
+    e.load(&sku, 1_000_000, LoadOptions::new(16)).await.unwrap();
+    let homes = e.placement(&sku).await.unwrap().unwrap();
+    // A master other than the SKU metadata's (a sale reads the metadata once, on first use).
+    let meta = cluster
+        .admin()
+        .owner_of(cluster::key_slot("st:{stuck}:meta"));
+    let stopped = *cluster
+        .master_ports()
+        .iter()
+        .find(|&&p| p != meta)
+        .unwrap();
+    let at_stopped: Vec<bool> = homes
+        .iter()
+        .map(|h| h.master.as_deref().unwrap().ends_with(&format!(":{stopped}")))
+        .collect();
+    assert!(at_stopped.iter().any(|&x| x) && at_stopped.iter().any(|&x| !x));
+    // Users homed at the stopped master (`true`) or at another one.
+    let users = |stopped: bool, from: usize| {
+        let at = at_stopped.clone();
+        (from..)
+            .map(|i| format!("u{i}"))
+            .filter(move |u| {
+                let user = UserId::new(u.as_str()).unwrap();
+                let rid = RequestId::new("r").unwrap();
+                at[segments::home(&user, &rid, 16, true) as usize] == stopped
+            })
+    };
+    // Warm: the layout is cached before the master stops.
+    let warm = e
+        .deduct(&Deduct::new("stuck", "warm", 1, "r").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(warm.units_applied(), 1);
+    let node = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port == stopped)
+        .unwrap();
+    let frozen = cluster.freeze(node);
+    let t0 = Instant::now();
+    // 300 sales homed at the stopped master at once: its lanes' calls, up to three each, carry
+    // them all and hang.
+    let stuck: Vec<_> = users(true, 0)
+        .take(300)
+        .map(|u| {
+            let e = e.clone();
+            tokio::spawn(async move { e.deduct(&Deduct::new("stuck", &u, 1, "r").unwrap()).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // 16 buyers at the other masters, one sale after another, for 700 ms.
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let buyers: Vec<_> = (0..16)
+        .map(|b| {
+            let (e, done) = (e.clone(), done.clone());
+            let mut mine = users(false, 1_000_000 + b * 100_000);
+            tokio::spawn(async move {
+                let mut slowest = Duration::ZERO;
+                while t0.elapsed() < Duration::from_millis(750) {
+                    let u = mine.next().unwrap();
+                    let t = Instant::now();
+                    let d = e.deduct(&Deduct::new("stuck", &u, 1, "r").unwrap()).await;
+                    assert_eq!(d.unwrap().units_applied(), 1);
+                    slowest = slowest.max(t.elapsed());
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                slowest
+            })
+        })
+        .collect();
+    let slowest = join_all(buyers)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .max()
+        .unwrap();
+    let sold_elsewhere = done.load(std::sync::atomic::Ordering::Relaxed);
+    let frozen_for = t0.elapsed();
+    frozen.thaw();
+    assert!(
+        frozen_for < Duration::from_millis(1_500),
+        "the other masters' sales took {frozen_for:?}"
+    );
+    assert!(
+        slowest < Duration::from_millis(300),
+        "a sale at another master waited {slowest:?} behind the stopped one ({sold_elsewhere} sold)"
+    );
+    assert!(sold_elsewhere >= 100, "{sold_elsewhere} sold at the other masters");
+    // The stopped master's sales finish once it answers again.
+    for r in join_all(stuck).await {
+        assert_eq!(r.unwrap().unwrap().units_applied(), 1);
+    }
+    let a = e.audit(&sku).await.unwrap();
+    assert!(a.ok && a.sold == 301 + sold_elsewhere, "{a:?}");
+}
+
 /// The coalescing suites on a 3-master cluster (one cluster for all; each suite its own SKU
 /// names): script calls counted over every master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

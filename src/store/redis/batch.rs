@@ -148,6 +148,11 @@ struct LaneState {
     in_flight: usize,
     /// Waiting in its server's line for a call to come back (see [`Gate`]).
     parked: bool,
+    /// Its entry is in the line (at most one: a lane parked again while its entry waits
+    /// keeps that entry).
+    in_line: bool,
+    /// When it parked last (the watch sends it [`PARKED_AT_MOST`] later whatever comes back).
+    parked_at: Option<Instant>,
     /// While parked: the gate's count of calls back by which the lane goes whatever it
     /// holds (the calls that were out when it parked have come back by then).
     due: u64,
@@ -193,10 +198,18 @@ struct GateState {
     /// Lanes waiting for calls to come back, oldest first (a lane that sent meanwhile, by
     /// other means, is skipped when its turn comes).
     line: std::collections::VecDeque<Arc<Lane>>,
+    /// A watch runs ([`Batcher::watch`]): it sends lanes parked for [`PARKED_AT_MOST`].
+    watching: bool,
 }
 
 /// Rounds of the calls out a lane waits at most before it sends whatever it holds.
 const ROUNDS: u64 = 2;
+
+/// How long a lane waits in line at most, whatever comes back: two rounds of calls take ~0.5 ms
+/// on loopback, so this bound acts when calls stop coming back — a master that stopped
+/// answering holds its calls until the command timeout, and lanes of every other master
+/// would wait in line behind them (the line is the store's).
+const PARKED_AT_MOST: Duration = Duration::from_millis(2);
 
 impl GateState {
     /// Whether a lane holding `queued` requests may send now: nothing is out, or it is at
@@ -217,11 +230,16 @@ impl GateState {
     }
 
     /// Puts `lane` (its state `st`) at the end of the line, due once the calls out now came
-    /// back [`ROUNDS`] times over.
-    fn park(&mut self, lane: &Arc<Lane>, st: &mut LaneState) {
+    /// back [`ROUNDS`] times over. True when no watch runs: the caller starts one.
+    fn park(&mut self, lane: &Arc<Lane>, st: &mut LaneState) -> bool {
         st.parked = true;
+        st.parked_at = Some(Instant::now());
         st.due = self.due();
-        self.line.push_back(Arc::clone(lane));
+        if !st.in_line {
+            st.in_line = true;
+            self.line.push_back(Arc::clone(lane));
+        }
+        !std::mem::replace(&mut self.watching, true)
     }
 
     /// The count of calls back by which a lane that waits from now goes whatever it holds.
@@ -286,6 +304,7 @@ impl Drop for Sender {
                 g.release(n);
             }
             if g.calls == 0 {
+                g.watching = false;
                 g.line.drain(..).collect()
             } else {
                 Vec::new()
@@ -300,6 +319,7 @@ impl Drop for Sender {
         }
         for lane in stranded {
             let mut st = lane.lock();
+            st.in_line = false;
             if st.parked {
                 st.parked = false;
                 stop(&mut st);
@@ -366,7 +386,7 @@ impl Batcher {
             call: SellItem::new(&req),
             tx,
         };
-        let start = {
+        let (start, watch) = {
             let mut st = lane.lock();
             st.queue.push(item);
             let queued = st.queue.len();
@@ -376,14 +396,15 @@ impl Batcher {
             // behind the one in flight: on one hot lane it keeps Redis busy while the client
             // handles a reply.
             let extra = queued >= self.extra_at();
-            if st.in_flight == 0 && !st.parked {
+            let mut watch = false;
+            let start = if st.in_flight == 0 && !st.parked {
                 let mut g = self.gate.lock();
                 if g.admits(queued) {
                     g.reserve(queued);
                     st.in_flight = 1;
                     Some(queued)
                 } else {
-                    g.park(&lane, &mut st);
+                    watch = g.park(&lane, &mut st);
                     None
                 }
             } else if extra && st.in_flight < self.opts.max_in_flight {
@@ -401,13 +422,62 @@ impl Batcher {
                 }
             } else {
                 None
-            }
+            };
+            (start, watch)
         };
         if let Some(queued) = start {
             self.spawn_sender(conn, lane, queued);
         }
+        if watch {
+            tokio::spawn(Self::watch(self.clone(), conn.clone()));
+        }
         rx.await
             .map_err(|_| Error::Protocol("coalesced sale: sender dropped".into()))?
+    }
+
+    /// While lanes wait in line: every [`PARKED_AT_MOST`]/2, sends those parked for
+    /// [`PARKED_AT_MOST`] whatever came back. Calls coming back wake the line, but a call
+    /// stuck at a master that stopped answering would hold every quieter lane of the store
+    /// (whatever master it sells at) until its command timeout.
+    async fn watch(self: Arc<Self>, conn: Conn) {
+        loop {
+            tokio::time::sleep(PARKED_AT_MOST / 2).await;
+            let waiting: Vec<Arc<Lane>> = {
+                let mut g = self.gate.lock();
+                if g.line.is_empty() {
+                    g.watching = false;
+                    return;
+                }
+                g.line.iter().cloned().collect()
+            };
+            for lane in waiting {
+                let late = {
+                    let st = lane.lock();
+                    st.parked && st.parked_at.is_some_and(|t| t.elapsed() >= PARKED_AT_MOST)
+                };
+                if late {
+                    self.kick(&conn, &lane);
+                }
+            }
+        }
+    }
+
+    /// Sends `lane` now if it still waits in line (its entry there is skipped later, or
+    /// serves when it parks again).
+    fn kick(self: &Arc<Self>, conn: &Conn, lane: &Arc<Lane>) {
+        let mut st = lane.lock();
+        if !st.parked {
+            return;
+        }
+        st.parked = false;
+        let queued = st.queue.len();
+        if queued == 0 {
+            return;
+        }
+        self.gate.lock().reserve(queued);
+        st.in_flight += 1;
+        drop(st);
+        self.spawn_sender(conn, Arc::clone(lane), queued);
     }
 
     /// Starts a sender for `lane`, whose call the gate has counted already (`queued`
@@ -431,6 +501,7 @@ impl Batcher {
                 return;
             };
             let mut st = lane.lock();
+            st.in_line = false;
             if !st.parked {
                 continue; // it sent meanwhile
             }
@@ -441,6 +512,7 @@ impl Batcher {
             let queued = st.queue.len();
             let mut g = gate.lock();
             if !g.admits(queued) && g.back < st.due {
+                st.in_line = true;
                 g.line.push_front(Arc::clone(&lane));
                 return;
             }
@@ -520,13 +592,18 @@ impl Batcher {
                 sender.reserved = Some(queued);
                 continue;
             }
+            let mut watch = false;
             if queued > 0 && st.in_flight == 1 && !st.parked {
-                g.park(&lane, &mut st);
+                watch = g.park(&lane, &mut st);
             }
             // Else the queue is empty, or another sender of this lane is out (it takes the
             // queue next), or the lane waits in line already.
             drop(g);
             self.finish(&mut sender, &mut st);
+            drop(st);
+            if watch {
+                tokio::spawn(Self::watch(self.clone(), conn.clone()));
+            }
             return;
         }
     }
