@@ -336,26 +336,25 @@ async fn a_stopped_master_holds_no_other_masters_sales() {
     let meta = cluster
         .admin()
         .owner_of(cluster::key_slot("st:{stuck}:meta"));
-    let stopped = *cluster
-        .master_ports()
-        .iter()
-        .find(|&&p| p != meta)
-        .unwrap();
+    let stopped = *cluster.master_ports().iter().find(|&&p| p != meta).unwrap();
     let at_stopped: Vec<bool> = homes
         .iter()
-        .map(|h| h.master.as_deref().unwrap().ends_with(&format!(":{stopped}")))
+        .map(|h| {
+            h.master
+                .as_deref()
+                .unwrap()
+                .ends_with(&format!(":{stopped}"))
+        })
         .collect();
     assert!(at_stopped.iter().any(|&x| x) && at_stopped.iter().any(|&x| !x));
     // Users homed at the stopped master (`true`) or at another one.
     let users = |stopped: bool, from: usize| {
         let at = at_stopped.clone();
-        (from..)
-            .map(|i| format!("u{i}"))
-            .filter(move |u| {
-                let user = UserId::new(u.as_str()).unwrap();
-                let rid = RequestId::new("r").unwrap();
-                at[segments::home(&user, &rid, 16, true) as usize] == stopped
-            })
+        (from..).map(|i| format!("u{i}")).filter(move |u| {
+            let user = UserId::new(u.as_str()).unwrap();
+            let rid = RequestId::new("r").unwrap();
+            at[segments::home(&user, &rid, 16, true) as usize] == stopped
+        })
     };
     // Warm: the layout is cached before the master stops.
     let warm = e
@@ -417,7 +416,10 @@ async fn a_stopped_master_holds_no_other_masters_sales() {
         slowest < Duration::from_millis(300),
         "a sale at another master waited {slowest:?} behind the stopped one ({sold_elsewhere} sold)"
     );
-    assert!(sold_elsewhere >= 100, "{sold_elsewhere} sold at the other masters");
+    assert!(
+        sold_elsewhere >= 100,
+        "{sold_elsewhere} sold at the other masters"
+    );
     // The stopped master's sales finish once it answers again.
     for r in join_all(stuck).await {
         assert_eq!(r.unwrap().unwrap().units_applied(), 1);
