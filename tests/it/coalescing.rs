@@ -315,7 +315,8 @@ async fn quiet_lanes_wait_for_fuller_calls() {
 /// A master that stopped answering holds its own segments' calls, and no other master's
 /// sales: lanes of the other masters, less full than the stuck calls and waiting in line for
 /// calls to come back, go after a bounded wait. Frozen for 1.2 s (under the cluster's 2 s node
-/// timeout, so the cluster stays up).
+/// timeout, so the cluster stays up). A sale stuck behind the frozen master would wait out the
+/// command timeout (5 s): the bound of 1 s leaves room for a loaded machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stopped_master_holds_no_other_masters_sales() {
     use shardstock::segments;
@@ -413,7 +414,7 @@ async fn a_stopped_master_holds_no_other_masters_sales() {
         "the other masters' sales took {frozen_for:?}"
     );
     assert!(
-        slowest < Duration::from_millis(300),
+        slowest < Duration::from_secs(1),
         "a sale at another master waited {slowest:?} behind the stopped one ({sold_elsewhere} sold)"
     );
     assert!(
