@@ -134,13 +134,22 @@ fn no_replicas_detail(details: &str) -> Option<String> {
 
 /// What an ACL refusal denied, or `None` when `details` is no ACL refusal. Redis names the
 /// command or key for a direct call (`NOPERM this user has no permissions to run the 'evalsha'
-/// command`), but from inside a script only the script's SHA1 (`ERR The user executing the
-/// script can't run this command or subcommand script: <sha1>, ...`): the script is then named
-/// with every command it calls, one of which is missing.
+/// command`), but from inside a script only the script's SHA1 and line (`ERR The user
+/// executing the script can't run this command or subcommand script: <sha1>,
+/// @user_script:<line>...`): the script layer, which knows the script it ran, names it and the
+/// command on that line ([`script_refusal`]); here it is "a script".
 fn permission_detail(details: &str) -> Option<String> {
     if details.starts_with("NOPERM") {
         return Some(details.to_string());
     }
+    let (what, _) = script_refusal(details)?;
+    Some(format!("a script touched {what}: {details}"))
+}
+
+/// An ACL refusal from inside a script (`details` as Redis wrote it): what it denied, and the
+/// script line Redis names (1-based, of the source as sent) when it names one; `None` for any
+/// other error.
+pub(crate) fn script_refusal(details: &str) -> Option<(&'static str, Option<usize>)> {
     if !details.contains("The user executing the script can't") {
         return None;
     }
@@ -149,33 +158,11 @@ fn permission_detail(details: &str) -> Option<String> {
     } else {
         "a command the user may not run"
     };
-    let sha = details
-        .split("script: ")
-        .nth(1)
-        .map(|r| {
-            r.chars()
-                .take_while(char::is_ascii_hexdigit)
-                .collect::<String>()
-        })
-        .unwrap_or_default();
     let line = details
         .split("@user_script:")
         .nth(1)
         .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
-    let script = crate::store::redis::lua::Script::by_sha1(&sha);
-    Some(match (script, line) {
-        (Some(script), Some(line)) if script.command_at(line).is_some() => format!(
-            "script {} line {line} runs {}: {what}: {details}",
-            script.name(),
-            script.command_at(line).unwrap_or_default()
-        ),
-        (Some(script), _) => format!(
-            "script {} touched {what} (it calls {}): {details}",
-            script.name(),
-            script.commands().join(", ")
-        ),
-        (None, _) => format!("a script touched {what}: {details}"),
-    })
+    Some((what, line))
 }
 
 /// `Result` with this crate's [`Error`].
@@ -343,7 +330,7 @@ impl std::fmt::Display for ErrorKind {
 
 #[cfg(test)]
 mod tests {
-    use super::{Error, ErrorKind};
+    use super::{Error, ErrorKind, script_refusal};
 
     #[test]
     fn all_lists_every_kind_once_with_distinct_names() {
@@ -398,5 +385,17 @@ mod tests {
         assert!(direct.to_string().contains("'evalsha'"), "{direct}");
         let other: Error = Fred::new(FredKind::IO, "connection reset").into();
         assert_eq!(other.kind(), ErrorKind::Redis);
+        // From inside a script Redis names the script's SHA1 and line only: what was denied
+        // and the line are read here (the script layer names the script).
+        let inside = "ERR The user executing the script can't access at least one of the keys \
+                      mentioned in the command script: 0123abcd, on @user_script:42.";
+        assert_eq!(
+            script_refusal(inside),
+            Some(("a key outside the user's key pattern", Some(42)))
+        );
+        let e: Error = Fred::new(FredKind::Unknown, inside).into();
+        assert_eq!(e.kind(), ErrorKind::Permission);
+        assert!(e.to_string().contains("a script touched a key"), "{e}");
+        assert_eq!(script_refusal("ERR something else"), None);
     }
 }

@@ -204,14 +204,6 @@ impl Script {
 }
 
 impl Script {
-    /// The script whose SHA1 is `sha` (an ACL refusal inside a script names it by its SHA1).
-    pub(crate) fn by_sha1(sha: &str) -> Option<Script> {
-        Script::ALL
-            .iter()
-            .copied()
-            .find(|s| &**s.fred().sha1() == sha)
-    }
-
     /// The Redis command called on line `line` (1-based, of the source as sent, as Redis
     /// reports `@user_script:<line>`), when that line names one literally.
     pub(crate) fn command_at(self, line: usize) -> Option<&'static str> {
@@ -386,12 +378,16 @@ where
     match moving::follow(&mut send).await {
         Err(e) if e.details().starts_with("NOSCRIPT") => {
             crate::metrics::script_reload(script.name());
-            script.fred().load(client).await.map_err(script_error)?;
+            script
+                .fred()
+                .load(client)
+                .await
+                .map_err(|e| script_error(script, e))?;
             moving::follow(send).await
         }
         r => r,
     }
-    .map_err(script_error)
+    .map_err(|e| script_error(script, e))
 }
 
 /// `SCRIPT LOAD`s `scripts` on `client` (otherwise done on the first `NOSCRIPT`).
@@ -402,9 +398,28 @@ pub(crate) async fn load(client: &Client, scripts: &[Script]) -> Result<()> {
     Ok(())
 }
 
-/// Maps the scripts' argument errors back to typed errors.
-fn script_error(e: fred::error::Error) -> Error {
-    bad_argument(e.details()).unwrap_or_else(|| e.into())
+/// Maps the errors of a call of `script` to typed errors: its argument errors to
+/// [`Error::InvalidInput`], an ACL refusal inside it to [`Error::Permission`] naming the script
+/// and the command on the line Redis names (or every command it calls).
+fn script_error(script: Script, e: fred::error::Error) -> Error {
+    let details = e.details();
+    if let Some(bad) = bad_argument(details) {
+        return bad;
+    }
+    let Some((what, line)) = crate::error::script_refusal(details) else {
+        return e.into();
+    };
+    Error::Permission(match line.and_then(|l| Some((l, script.command_at(l)?))) {
+        Some((line, cmd)) => format!(
+            "script {} line {line} runs {cmd}: {what}: {details}",
+            script.name()
+        ),
+        None => format!(
+            "script {} touched {what} (it calls {}): {details}",
+            script.name(),
+            script.commands().join(", ")
+        ),
+    })
 }
 
 /// "… shardstock bad argument: <name>" as [`Error::InvalidInput`] naming the field.
