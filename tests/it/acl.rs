@@ -298,6 +298,33 @@ async fn a_missing_right_is_named_in_a_permission_error() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Permission, "{err}");
     assert!(err.to_string().contains("key"), "{err}");
+
+    // A command only scripts call, refused by Redis inside the script (no `+time`: a sale
+    // without a limit reads the clock): Redis names the script by its SHA1 and line; the
+    // error names the script and the command on that line.
+    assert_eq!(
+        admin(&redis, &line_without("shop", "notime", "+time")),
+        "OK"
+    );
+    let e = engine(&redis, "notime", "shop", false).await;
+    let sku = Sku::new("clock").unwrap();
+    let err = match e
+        .load(&sku, 10, LoadOptions::new(1).per_user_limit(0))
+        .await
+    {
+        Err(err) => err,
+        Ok(_) => e
+            .deduct(&Deduct::new("clock", "cy", 1, "c1").unwrap())
+            .await
+            .unwrap_err(),
+    };
+    assert_eq!(err.kind(), ErrorKind::Permission, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("script ") && msg.contains(" runs TIME: a command the user may not run"),
+        "{msg}"
+    );
+    println!("missing +time: {msg}");
 }
 
 /// Every command a script calls (`redis.call('CMD'`, or a table `{ 'CMD', ...}` unpacked
