@@ -97,6 +97,21 @@ pub struct Round {
     pub store_up: bool,
 }
 
+impl Round {
+    /// The round's figures as the metrics record them.
+    fn figures(&self) -> crate::metrics::AuditRound {
+        crate::metrics::AuditRound {
+            audited: self.audited,
+            failing: self.failing,
+            vanished: self.vanished,
+            not_ready: self.not_ready,
+            unaccounted: self.unaccounted,
+            excess: self.excess,
+            errors: self.errors,
+        }
+    }
+}
+
 /// `(unaccounted, excess)` of one audit: per segment, its
 /// [`balance`](crate::store::SegmentState::balance) (`loaded + restocked + moved_in` against
 /// `remaining + reserved + sold + moved_out`); unaccounted sums each segment's
@@ -159,7 +174,7 @@ impl<S: Store> Engine<S> {
         if !store_up {
             // Every read would wait out the command timeout in turn: count them failed now.
             r.errors = skus.len() as u64;
-            crate::metrics::audit_round(&r, None);
+            crate::metrics::audit_round(&r.figures(), None);
             return r;
         }
         for sku in &skus {
@@ -200,7 +215,7 @@ impl<S: Store> Engine<S> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        crate::metrics::audit_round(&r, (r.errors == 0).then_some(now));
+        crate::metrics::audit_round(&r.figures(), (r.errors == 0).then_some(now));
         r
     }
 

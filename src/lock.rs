@@ -185,57 +185,11 @@ impl LockStats {
 
 /// Lock metric names (see [`crate::metrics`]).
 pub mod metric_names {
-    /// Lock acquisitions (counter).
-    pub const ACQUIRED: &str = "shardstock_lock_acquired_total";
-    /// Acquisition attempts that found the lock taken: queued behind a holder in this process,
-    /// or refused by Redis (counter).
-    pub const CONTENDED: &str = "shardstock_lock_contended_total";
-    /// Acquisitions that gave up after the wait (counter).
-    pub const TIMEOUTS: &str = "shardstock_lock_timeouts_total";
-    /// Time spent acquiring, seconds (histogram).
-    pub const WAIT_SECONDS: &str = "shardstock_lock_wait_seconds";
-    /// Watchdog lease renewals (counter).
-    pub const RENEWALS: &str = "shardstock_lock_renewals_total";
-    /// Leases found lost (counter).
-    pub const LEASES_LOST: &str = "shardstock_lock_leases_lost_total";
-    /// Writes refused by the fence token (counter).
-    pub const FENCED: &str = "shardstock_lock_fenced_writes_rejected_total";
-}
-
-pub(crate) fn describe_metrics() {
-    use metric_names::*;
-    use metrics::{Unit, describe_counter, describe_histogram};
-    describe_counter!(
-        ACQUIRED,
-        Unit::Count,
-        "Distributed lock acquisitions (lock/redlock strategies)."
-    );
-    describe_counter!(
-        CONTENDED,
-        Unit::Count,
-        "Lock attempts that found the lock taken."
-    );
-    describe_counter!(
-        TIMEOUTS,
-        Unit::Count,
-        "Lock acquisitions that gave up after the wait and fell back."
-    );
-    describe_histogram!(
-        WAIT_SECONDS,
-        Unit::Seconds,
-        "Time spent acquiring a lock (successful or not)."
-    );
-    describe_counter!(RENEWALS, Unit::Count, "Watchdog lease renewals.");
-    describe_counter!(
-        LEASES_LOST,
-        Unit::Count,
-        "Leases found lost by a watchdog or at write time."
-    );
-    describe_counter!(
-        FENCED,
-        Unit::Count,
-        "Writes refused because a newer lock holder bumped the fence token."
-    );
+    pub use crate::metrics::{
+        LOCK_ACQUIRED as ACQUIRED, LOCK_CONTENDED as CONTENDED, LOCK_FENCED as FENCED,
+        LOCK_LEASES_LOST as LEASES_LOST, LOCK_RENEWALS as RENEWALS, LOCK_TIMEOUTS as TIMEOUTS,
+        LOCK_WAIT_SECONDS as WAIT_SECONDS,
+    };
 }
 
 /// Where locks live.

@@ -134,6 +134,22 @@ pub const HTTP_REQUESTS: &str = "shardstock_http_requests_total";
 /// binary's exporter).
 pub const HTTP_SECONDS: &str = "shardstock_http_request_duration_seconds";
 
+/// Lock acquisitions (counter; the lock strategies, `crate::lock`).
+pub const LOCK_ACQUIRED: &str = "shardstock_lock_acquired_total";
+/// Acquisition attempts that found the lock taken: queued behind a holder in this process, or
+/// refused by Redis (counter).
+pub const LOCK_CONTENDED: &str = "shardstock_lock_contended_total";
+/// Acquisitions that gave up after the wait (counter).
+pub const LOCK_TIMEOUTS: &str = "shardstock_lock_timeouts_total";
+/// Time spent acquiring, seconds (histogram).
+pub const LOCK_WAIT_SECONDS: &str = "shardstock_lock_wait_seconds";
+/// Watchdog lease renewals (counter).
+pub const LOCK_RENEWALS: &str = "shardstock_lock_renewals_total";
+/// Leases found lost (counter).
+pub const LOCK_LEASES_LOST: &str = "shardstock_lock_leases_lost_total";
+/// Writes refused by the fence token (counter).
+pub const LOCK_FENCED: &str = "shardstock_lock_fenced_writes_rejected_total";
+
 /// Registers help texts and units with the installed recorder. Call once after installing it.
 pub fn describe() {
     describe_counter!(
@@ -357,7 +373,37 @@ pub fn describe() {
         Unit::Seconds,
         "HTTP request latency by route, from the request to its response."
     );
-    crate::lock::describe_metrics();
+    describe_counter!(
+        LOCK_ACQUIRED,
+        Unit::Count,
+        "Distributed lock acquisitions (lock/redlock strategies)."
+    );
+    describe_counter!(
+        LOCK_CONTENDED,
+        Unit::Count,
+        "Lock attempts that found the lock taken."
+    );
+    describe_counter!(
+        LOCK_TIMEOUTS,
+        Unit::Count,
+        "Lock acquisitions that gave up after the wait and fell back."
+    );
+    describe_histogram!(
+        LOCK_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time spent acquiring a lock (successful or not)."
+    );
+    describe_counter!(LOCK_RENEWALS, Unit::Count, "Watchdog lease renewals.");
+    describe_counter!(
+        LOCK_LEASES_LOST,
+        Unit::Count,
+        "Leases found lost by a watchdog or at write time."
+    );
+    describe_counter!(
+        LOCK_FENCED,
+        Unit::Count,
+        "Writes refused because a newer lock holder bumped the fence token."
+    );
     // Counters that may stay at zero for a whole sale (every script returns expired
     // reservations lazily, so the sweeper often finds none; a home is rarely short): exported
     // from the start, so their panels have a series and `rate()` sees the first increment.
@@ -409,8 +455,9 @@ impl SkuLabels {
 }
 
 /// Every [`Deduction::kind`](crate::Deduction::kind), in the order of
-/// [`Deduction::kind_index`](crate::Deduction).
-const OUTCOMES: [&str; 7] = [
+/// [`Deduction::kind_index`](crate::Deduction) (the `outcome` label of [`DEDUCTIONS`]; a test
+/// beside `Deduction` keeps the two in step).
+pub(crate) const OUTCOMES: [&str; 7] = [
     "applied",
     "replayed",
     "sold_out",
@@ -434,12 +481,22 @@ struct DeductKeys {
     replays: metrics::Key,
 }
 
+/// Every strategy's name, in the order of `Strategy::ALL` (the `strategy` label; a test beside
+/// `Strategy` keeps the two in step).
+pub(crate) const STRATEGIES: [&str; 6] = [
+    "lua",
+    "lock",
+    "redlock",
+    "decr-compensate",
+    "local-mutex",
+    "naive",
+];
+
 fn deduct_keys() -> &'static DeductKeys {
-    use crate::strategy::Strategy;
     use metrics::{Key, Label};
     static KEYS: std::sync::OnceLock<DeductKeys> = std::sync::OnceLock::new();
     KEYS.get_or_init(|| {
-        let strategies = Strategy::ALL.map(Strategy::name);
+        let strategies = STRATEGIES;
         DeductKeys {
             deductions: OUTCOMES
                 .iter()
@@ -466,18 +523,12 @@ fn deduct_keys() -> &'static DeductKeys {
 static METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
-pub(crate) fn deduction(
-    d: &crate::Deduction,
-    strategy: crate::strategy::Strategy,
-    took: Duration,
-    attempts: u32,
-) {
+/// One deduction: its outcome (index in [`OUTCOMES`]; `replayed` when it was a replay), the
+/// strategy (index in [`STRATEGIES`]), its latency and the segment calls it made.
+pub(crate) fn deduction(o: usize, replayed: bool, s: usize, took: Duration, attempts: u32) {
     let keys = deduct_keys();
-    let all = crate::strategy::Strategy::ALL;
-    let o = d.kind_index();
-    let s = all.iter().position(|x| *x == strategy).unwrap_or(0);
-    debug_assert_eq!(OUTCOMES[o], d.kind());
-    let n = all.len();
+    let n = STRATEGIES.len();
+    let (o, s) = (o.min(OUTCOMES.len() - 1), s.min(n - 1));
     metrics::with_recorder(|r| {
         r.register_counter(&keys.deductions[o * n + s], &METADATA)
             .increment(1);
@@ -485,7 +536,7 @@ pub(crate) fn deduction(
             .record(took.as_secs_f64());
         r.register_histogram(&keys.attempts, &METADATA)
             .record(f64::from(attempts));
-        if matches!(d, crate::Deduction::Replayed { .. }) {
+        if replayed {
             r.register_counter(&keys.replays, &METADATA).increment(1);
         }
     });
@@ -548,28 +599,37 @@ pub(crate) fn coalesced_batch(requests: usize) {
     counter!(COALESCED_REQUESTS).increment(requests as u64);
 }
 
-pub(crate) fn orders_polled(p: &crate::orders::Polled) {
-    if p.handled > 0 {
-        counter!(ORDERS_HANDLED).increment(p.handled);
+/// One poll of the order consumer: events handled, failed, delivered again, dead-lettered.
+pub(crate) fn orders_polled(handled: u64, failed: u64, redelivered: u64, dead: u64) {
+    if handled > 0 {
+        counter!(ORDERS_HANDLED).increment(handled);
     }
-    if p.failed > 0 {
-        counter!(ORDERS_FAILED).increment(p.failed);
+    if failed > 0 {
+        counter!(ORDERS_FAILED).increment(failed);
     }
-    if p.redelivered > 0 {
-        counter!(ORDERS_REDELIVERIES).increment(p.redelivered);
+    if redelivered > 0 {
+        counter!(ORDERS_REDELIVERIES).increment(redelivered);
     }
-    if p.dead > 0 {
-        counter!(ORDERS_DEAD_LETTERS).increment(p.dead);
+    if dead > 0 {
+        counter!(ORDERS_DEAD_LETTERS).increment(dead);
     }
 }
 
-pub(crate) fn orders_lag(group: &str, lag: &crate::orders::Lag) {
+/// Consumer group `group`'s lag: events appended, pending, undelivered, the oldest pending's
+/// age.
+pub(crate) fn orders_lag(
+    group: &str,
+    appended: u64,
+    pending: u64,
+    undelivered: u64,
+    oldest_pending: Option<Duration>,
+) {
     let group = group.to_string();
-    gauge!(OUTBOX_APPENDED, "group" => group.clone()).set(lag.appended as f64);
-    gauge!(ORDERS_PENDING, "group" => group.clone()).set(lag.pending as f64);
-    gauge!(ORDERS_UNDELIVERED, "group" => group.clone()).set(lag.undelivered as f64);
+    gauge!(OUTBOX_APPENDED, "group" => group.clone()).set(appended as f64);
+    gauge!(ORDERS_PENDING, "group" => group.clone()).set(pending as f64);
+    gauge!(ORDERS_UNDELIVERED, "group" => group.clone()).set(undelivered as f64);
     gauge!(ORDERS_OLDEST_PENDING, "group" => group)
-        .set(lag.oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
+        .set(oldest_pending.map_or(0.0, |d| d.as_secs_f64()));
 }
 
 pub(crate) fn wait_shortfall() {
@@ -580,15 +640,16 @@ pub(crate) fn script_reload(script: &'static str) {
     counter!(SCRIPT_RELOADS, "script" => script).increment(1);
 }
 
-pub(crate) fn guard(hit: bool, g: &crate::guard::LocalGuard) {
-    use std::sync::atomic::Ordering::Relaxed;
+/// One pass through the in-process guard: turned away (`hit`) or not, the guard's evictions so
+/// far and its entries now.
+pub(crate) fn guard(hit: bool, evictions: u64, entries: usize) {
     if hit {
         counter!(GUARD_HITS).increment(1);
     } else {
         counter!(GUARD_MISSES).increment(1);
     }
-    counter!(GUARD_EVICTIONS).absolute(g.stats().evictions.load(Relaxed));
-    gauge!(GUARD_ENTRIES).set(g.len() as f64);
+    counter!(GUARD_EVICTIONS).absolute(evictions);
+    gauge!(GUARD_ENTRIES).set(entries as f64);
 }
 
 pub(crate) fn reservation(event: &'static str) {
@@ -671,7 +732,19 @@ pub(crate) fn audit_sku(labels: &SkuLabels, sku: &str, ok: bool) {
     }
 }
 
-pub(crate) fn audit_round(r: &crate::live_audit::Round, unix_seconds: Option<f64>) {
+/// One round of the live audit, as its figures (`crate::live_audit` fills them).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AuditRound {
+    pub audited: u64,
+    pub failing: u64,
+    pub vanished: u64,
+    pub not_ready: u64,
+    pub unaccounted: u64,
+    pub excess: u64,
+    pub errors: u64,
+}
+
+pub(crate) fn audit_round(r: &AuditRound, unix_seconds: Option<f64>) {
     gauge!(AUDIT_SKUS).set(r.audited as f64);
     gauge!(AUDIT_FAILING).set(r.failing as f64);
     gauge!(AUDIT_VANISHED).set(r.vanished as f64);

@@ -139,6 +139,11 @@ mod tests {
         for s in Strategy::ALL {
             assert_eq!(s.name().parse::<Strategy>().unwrap(), s);
         }
+        // The metrics' `strategy` label values, in this order.
+        assert_eq!(
+            Strategy::ALL.map(Strategy::name),
+            crate::metrics::STRATEGIES
+        );
         let e = "redlok".parse::<Strategy>().unwrap_err();
         assert!(e.to_string().contains("redlok") && e.to_string().contains("redlock"));
         assert!(!Strategy::Naive.never_oversells());

@@ -68,12 +68,20 @@ impl<S: Store> Engine<S> {
         let trace = Trace::begin();
         let r = self.in_current_layout(req, intent, &trace).await;
         match &r {
-            Ok((d, _)) => crate::metrics::deduction(
-                d,
-                self.inner.store.strategy(),
-                trace.start.elapsed(),
-                trace.tries.load(Relaxed),
-            ),
+            Ok((d, _)) => {
+                let strategy = self.inner.store.strategy();
+                debug_assert_eq!(crate::metrics::OUTCOMES[d.kind_index()], d.kind());
+                crate::metrics::deduction(
+                    d.kind_index(),
+                    matches!(d, Deduction::Replayed { .. }),
+                    crate::strategy::Strategy::ALL
+                        .iter()
+                        .position(|x| *x == strategy)
+                        .unwrap_or(0),
+                    trace.start.elapsed(),
+                    trace.tries.load(Relaxed),
+                )
+            }
             Err(e) => crate::metrics::error(e),
         }
         r
@@ -145,7 +153,13 @@ impl<S: Store> Engine<S> {
             req.qty,
             limit,
         );
-        crate::metrics::guard(entered.is_err(), g);
+        crate::metrics::guard(
+            entered.is_err(),
+            g.stats()
+                .evictions
+                .load(std::sync::atomic::Ordering::Relaxed),
+            g.len(),
+        );
         let entered = match entered {
             Ok(entered) => entered,
             Err(Local::InFlight) => return Ok(Done(Deduction::UserBusy)),

@@ -124,3 +124,29 @@ pub struct Remaining {
     /// counted in the segments' `reserved` counters until a step that writes returns them.
     pub expired: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Deduction;
+
+    #[test]
+    fn every_kind_is_the_metrics_outcome_at_its_index() {
+        for d in [
+            Deduction::Applied {
+                segment: 0,
+                units: 1,
+            },
+            Deduction::Replayed {
+                segment: 0,
+                units: 1,
+            },
+            Deduction::SoldOut,
+            Deduction::Insufficient { available: 1 },
+            Deduction::LimitReached { limit: 1 },
+            Deduction::UserBusy,
+            Deduction::OverLimit { limit: 1 },
+        ] {
+            assert_eq!(crate::metrics::OUTCOMES[d.kind_index()], d.kind(), "{d:?}");
+        }
+    }
+}

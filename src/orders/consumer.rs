@@ -413,7 +413,7 @@ impl<H: Handler> Orders<H> {
                 self.store.outbox_trim(s).await?;
             }
         }
-        crate::metrics::orders_polled(&done);
+        crate::metrics::orders_polled(done.handled, done.failed, done.redelivered, done.dead);
         Ok(done)
     }
 
@@ -518,7 +518,13 @@ impl<H: Handler> Orders<H> {
                 lag.oldest_pending = Some(lag.oldest_pending.map_or(age, |a| a.max(age)));
             }
         }
-        crate::metrics::orders_lag(&self.opts.group, &lag);
+        crate::metrics::orders_lag(
+            &self.opts.group,
+            lag.appended,
+            lag.pending,
+            lag.undelivered,
+            lag.oldest_pending,
+        );
         Ok(lag)
     }
 
