@@ -171,6 +171,51 @@ pub(crate) fn check_qty(field: &'static str, qty: u64, max: u64) -> Result<()> {
     Ok(())
 }
 
+/// A user or request id inside a composite id (a [`ReservationId`](crate::ReservationId), an
+/// [`OrderId`](crate::OrderId)): `!` as `!!`, `~` (the separator) as `!t` and
+/// `%` as `!p`, so the five parts split back whatever the ids hold, and the id has no `%`
+/// (percent-encoding it for a URL path, as for any path segment, never meets an escape of
+/// ours; ids holding `/`, `?` or `#` must be percent-encoded there).
+pub(crate) fn escape(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.contains(['!', '~', '%']) {
+        return id.into();
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        match c {
+            '!' => out.push_str("!!"),
+            '~' => out.push_str("!t"),
+            '%' => out.push_str("!p"),
+            c => out.push(c),
+        }
+    }
+    out.into()
+}
+
+/// [`escape`] undone; `None` for a `!` not followed by `!`, `t` or `p`, or a `%`.
+pub(crate) fn unescape(part: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if part.contains('%') {
+        return None;
+    }
+    if !part.contains('!') {
+        return Some(part.into());
+    }
+    let mut out = String::with_capacity(part.len());
+    let mut chars = part.chars();
+    while let Some(c) = chars.next() {
+        out.push(match c {
+            '!' => match chars.next()? {
+                '!' => '!',
+                't' => '~',
+                'p' => '%',
+                _ => return None,
+            },
+            c => c,
+        });
+    }
+    Some(out.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 
 use crate::engine::{Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};
-use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId};
+use crate::ids::{MAX_SEGMENTS, RequestId, Sku, UserId, escape, unescape};
 use crate::store::{ReservationAction, ReserveEnd, ResvState, SegAddr, Store};
 use std::time::Duration;
 
@@ -140,50 +140,6 @@ impl std::str::FromStr for ReservationId {
 fn canonical<T: std::str::FromStr + ToString>(s: &str) -> Option<T> {
     let n: T = s.parse().ok()?;
     (n.to_string() == s).then_some(n)
-}
-
-/// A user or request id inside a reservation id: `!` as `!!`, `~` (the separator) as `!t` and
-/// `%` as `!p`, so the five parts split back whatever the ids hold, and the id has no `%`
-/// (percent-encoding it for a URL path, as for any path segment, never meets an escape of
-/// ours; ids holding `/`, `?` or `#` must be percent-encoded there).
-pub(crate) fn escape(id: &str) -> std::borrow::Cow<'_, str> {
-    if !id.contains(['!', '~', '%']) {
-        return id.into();
-    }
-    let mut out = String::with_capacity(id.len() + 8);
-    for c in id.chars() {
-        match c {
-            '!' => out.push_str("!!"),
-            '~' => out.push_str("!t"),
-            '%' => out.push_str("!p"),
-            c => out.push(c),
-        }
-    }
-    out.into()
-}
-
-/// [`escape`] undone; `None` for a `!` not followed by `!`, `t` or `p`, or a `%`.
-pub(crate) fn unescape(part: &str) -> Option<std::borrow::Cow<'_, str>> {
-    if part.contains('%') {
-        return None;
-    }
-    if !part.contains('!') {
-        return Some(part.into());
-    }
-    let mut out = String::with_capacity(part.len());
-    let mut chars = part.chars();
-    while let Some(c) = chars.next() {
-        out.push(match c {
-            '!' => match chars.next()? {
-                '!' => '!',
-                't' => '~',
-                'p' => '%',
-                _ => return None,
-            },
-            c => c,
-        });
-    }
-    Some(out.into())
 }
 
 impl serde::Serialize for ReservationId {

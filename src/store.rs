@@ -63,41 +63,6 @@ impl<'a> SegAddr<'a> {
     }
 }
 
-/// What a request id was used for. A request id names one request of one kind: a sale and a
-/// reservation under the same id conflict ([`crate::Error::RequestIdConflict`] with field
-/// `kind`); they never replay each other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum RequestKind {
-    /// A sale: the units are sold for good.
-    Sale,
-    /// A reservation: the units are held until confirmed, cancelled or expired.
-    Reservation,
-    /// An order's item: the units are held until the order's decision settles them.
-    OrderItem,
-}
-
-impl RequestKind {
-    /// The one-letter code the scripts store (`s` / `r` / `o`).
-    pub fn code(self) -> &'static str {
-        match self {
-            RequestKind::Sale => "s",
-            RequestKind::Reservation => "r",
-            RequestKind::OrderItem => "o",
-        }
-    }
-
-    /// Parses [`code`](Self::code); `None` for anything else.
-    pub fn from_code(s: &str) -> Option<Self> {
-        match s {
-            "s" | "" => Some(RequestKind::Sale),
-            "r" => Some(RequestKind::Reservation),
-            "o" => Some(RequestKind::OrderItem),
-            _ => None,
-        }
-    }
-}
-
 /// A transfer's id: a random number the engine that starts the transfer draws (never 0). The
 /// donor remembers it for the whole generation (a re-sent debit replays), the home remembers
 /// every id it credited (a re-sent credit adds nothing).
@@ -254,13 +219,13 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Lock counters, when the strategy uses locks.
-    fn lock_figures(&self) -> Option<crate::lock::LockFigures> {
+    fn lock_figures(&self) -> Option<crate::lock::stats::LockFigures> {
         None
     }
 
     /// Request coalescing in force and its counts (Redis `lua` only; None = one call per
     /// request).
-    fn coalescing(&self) -> Option<crate::CoalesceStats> {
+    fn coalescing(&self) -> Option<crate::store::redis::coalescing::CoalesceStats> {
         None
     }
 

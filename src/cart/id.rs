@@ -3,8 +3,7 @@
 //! CLI show and take; the record's key and its items' request ids are made from it.
 
 use crate::error::{Error, Result};
-use crate::ids::{MAX_ID_LEN, RequestId, UserId};
-use crate::reservation::{escape, unescape};
+use crate::ids::{MAX_ID_LEN, RequestId, UserId, escape, unescape};
 
 /// The most items one order may hold. Bounded so that an order's record, its hold and its
 /// settlement stay small, and so that an item's request id (`<request id>#<n>`) fits the id

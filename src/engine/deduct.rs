@@ -8,41 +8,16 @@
 //!    one round trip, the per-user limit included — and, when home is short, the transfers
 //!    of [`super::protocol`] driven against the store ([`moved`](Engine::moved)).
 
+use super::layout::Surveyed;
 use super::protocol::{Answer, Look, Machine, Seen, Step};
+use super::request::Trace;
 use super::{Attempt, Deduct, Deduction, Engine, Intent, Layout};
 use crate::error::{Error, Result};
 use crate::guard::Local;
 use crate::ids::check_qty;
-use crate::store::{Credit, SegmentState, SellArgs, SellReply, Store, TransferArgs, TransferReply};
+use crate::store::{Credit, SellArgs, SellReply, Store, TransferArgs, TransferReply};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::time::Instant;
-
-/// Metrics bookkeeping of one call (an atomic so the futures stay `Send`).
-#[derive(Debug)]
-pub(super) struct Trace {
-    /// When the call began: its latency's start, and the time the guard, the hints and the
-    /// gauges stamp it with (one clock read per call instead of one per stamp; none of them
-    /// needs finer than the call's own length).
-    pub(super) start: Instant,
-    /// Segment scripts sent that could take or move units.
-    tries: AtomicU32,
-}
-
-impl Trace {
-    /// A call beginning now.
-    pub(super) fn begin() -> Self {
-        Self {
-            start: Instant::now(),
-            tries: AtomicU32::new(0),
-        }
-    }
-
-    /// Counts one segment script that could take or move units.
-    pub(super) fn tried(&self) {
-        self.tries.fetch_add(1, Relaxed);
-    }
-}
+use std::sync::atomic::Ordering::Relaxed;
 
 /// How many times a call re-reads a SKU's layout after `Stale` before giving up.
 pub(super) const STALE_RETRIES: usize = 4;
@@ -62,6 +37,18 @@ pub(super) enum Flow {
 pub(super) use Flow::{Done, Refused, Stale};
 
 impl<S: Store> Engine<S> {
+    /// Deducts `req.qty` units: see the [module docs](self) for the route a request takes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],
+    /// [`Error::RequestIdConflict`] (this user's request id used with another quantity or kind
+    /// — e.g. the id of a reservation —, also when the new quantity is above the per-user
+    /// limit; request ids are scoped per user), and store errors — after which the outcome is unknown
+    /// and the request may be retried with the same id.
+    pub async fn deduct(&self, req: &Deduct) -> Result<Deduction> {
+        self.metered(req, Intent::Sale).await.map(|(d, _)| d)
+    }
+
     /// Layer 1, metrics: runs the request (a sale or a reservation) and records its outcome,
     /// latency and segment calls. Also returns the load generation the outcome belongs to.
     pub(crate) async fn metered(&self, req: &Deduct, intent: Intent) -> Result<(Deduction, u64)> {
@@ -514,16 +501,6 @@ impl Answer {
             SellReply::Short { .. } => Answer::Insufficient { available: 0 },
         }
     }
-}
-
-/// A survey pass over every segment of a SKU.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Surveyed {
-    /// Each segment's counters; `None` when missing, of another generation, or refused.
-    pub(crate) segs: Vec<Option<SegmentState>>,
-    /// Segments whose master refused the survey before it ran ([`Error::NoReplicas`]: it
-    /// cannot reach its replicas); their counters are unknown.
-    pub(crate) down: Vec<bool>,
 }
 
 /// [`Engine::survey_all`]'s read: every segment (`at(i)`), one pass, another while credits

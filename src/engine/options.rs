@@ -1,12 +1,8 @@
 //! Tunables ([`EngineOptions`], checked as a whole by [`EngineOptions::validate`]) and the
 //! [`EngineBuilder`] that applies them.
 
-use super::{Engine, Inner};
 use crate::error::{Error, Result};
 use crate::ids::MAX_UNITS;
-use crate::store::Store;
-use dashmap::DashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Tunables, with the defaults a flash sale wants.
@@ -130,7 +126,7 @@ pub const MAX_GUARD_CAP: usize = 100_000_000;
 /// Builds an [`Engine`].
 #[derive(Debug, Clone, Default)]
 pub struct EngineBuilder {
-    opts: EngineOptions,
+    pub(super) opts: EngineOptions,
 }
 
 impl EngineBuilder {
@@ -174,28 +170,6 @@ impl EngineBuilder {
         self.opts.guard_ttl = ttl;
         self.opts.guard_cap = cap;
         self
-    }
-
-    /// Builds the engine over `store`.
-    ///
-    /// # Errors
-    /// [`Error::Config`] when the options contradict each other.
-    pub fn build<S: Store>(self, store: S) -> Result<Engine<S>> {
-        self.opts.validate()?;
-        Ok(Engine {
-            inner: Arc::new(Inner {
-                store,
-                guard: crate::guard::LocalGuard::new(self.opts.guard_ttl, self.opts.guard_cap),
-                sku_labels: crate::metrics::SkuLabels::new(
-                    self.opts.metric_skus.clone(),
-                    self.opts.metric_sku_cap,
-                ),
-                opts: self.opts,
-                layouts: DashMap::default(),
-                seen: DashMap::default(),
-                last_ready: Default::default(),
-            }),
-        })
     }
 }
 

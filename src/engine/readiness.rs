@@ -21,7 +21,7 @@
 use super::Engine;
 use crate::ids::Sku;
 use crate::store::{ServerState, Store};
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// Default bound of a readiness look (`shardstock::http::ApiOptions::ready_timeout`).
@@ -141,10 +141,6 @@ pub struct SkuSegments {
     pub segments: Vec<u32>,
 }
 
-/// The last state [`Engine::readiness`] found (0: none yet): changes are logged once.
-#[derive(Debug, Default)]
-pub(crate) struct LastReadiness(AtomicU8);
-
 impl<S: Store> Engine<S> {
     /// Notes that this engine serves `sku`, in `generation` (its readiness and the live audit
     /// check the SKU is still there).
@@ -261,7 +257,7 @@ impl<S: Store> Engine<S> {
 
     /// Logs `r` when its state differs from the last look's.
     fn log_change(&self, r: &Readiness) {
-        let before = self.inner.last_ready.0.swap(r.status.code(), Relaxed);
+        let before = self.inner.last_ready.swap(r.status.code(), Relaxed);
         if before == r.status.code() {
             return;
         }

@@ -7,7 +7,8 @@ use super::messages::{
     DeductRequest, EndReply, HealthReply, LoadReply, LoadRequest, OrderEndReply, OrderHoldReply,
     OrderRequest, ReserveReply, ReserveRequest, RestockReply, RestockRequest, StatusReply, fields,
 };
-use super::{ApiError, ApiOptions, ErrorCode, Json, Render, Token, json_errors};
+use super::options::{Render, Token};
+use super::{ApiError, ApiOptions, ErrorCode, Json, json_errors};
 use crate::cart::MAX_ITEMS;
 use crate::{
     Audit, Cart, CartItem, Deduct, Deduction, Engine, Error, LoadOptions, OrderEnd, OrderHold,
@@ -67,10 +68,14 @@ impl<S: Store> Api<S> {
     }
 }
 
-/// The API's routes over `engine` with `options` (metrics, tokens, body limit, timeout).
-pub(super) fn router<S: Store>(engine: Engine<S>, options: &ApiOptions) -> Router {
+/// The API's routes over `engine` with `options` (metrics, tokens, body limit, timeout),
+/// serving `document` (the OpenAPI document of these routes) at `/openapi.json`.
+pub(super) fn router<S: Store>(
+    engine: Engine<S>,
+    options: &ApiOptions,
+    document: Arc<str>,
+) -> Router {
     let metrics = options.metrics.clone();
-    let document: Arc<str> = super::openapi::document(engine.options(), options).into();
     let admin = guarded(
         Router::new()
             .route("/skus/{sku}", put(load::<S>).get(status::<S>))

@@ -24,11 +24,13 @@ use crate::error::Error;
 use crate::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::segments::Keyspace;
 use fred::prelude::{Client, ClientLike, HashesInterface, Pool};
-use lua::{Call, SegmentKeys, segment, transfer};
+use lua::{SegmentKeys, segment, transfer};
 use std::sync::Arc;
 
 mod batch;
 mod builder;
+pub(crate) mod coalescing;
+mod conn;
 pub(crate) mod endpoint;
 pub mod evacuate;
 mod health;
@@ -39,36 +41,12 @@ pub(crate) mod outbox;
 mod strategies;
 mod wait;
 
-pub use batch::{CoalesceStats, Coalescing};
 pub use builder::RedisStoreBuilder;
+pub use coalescing::{CoalesceStats, Coalescing};
+use conn::Conn;
 pub use evacuate::{EvacuateOptions, Evacuation, MovedSlot, RefusalWatch};
 use strategies::Runner;
 pub(crate) use wait::check as check_durability;
-
-/// The connection and the key names: what every script call runs on.
-#[derive(Clone)]
-pub(crate) struct Conn {
-    pool: Pool,
-    keys: Keyspace,
-    /// Durability mode: replicas each mutating call waits for (`None`: off).
-    durable: Option<Arc<wait::Durable>>,
-}
-
-impl Conn {
-    /// The keys of segment `seg`.
-    fn at<'a>(&'a self, seg: SegAddr<'a>) -> SegmentKeys<'a> {
-        SegmentKeys {
-            keys: &self.keys,
-            seg,
-        }
-    }
-
-    /// Runs `call` on the next client of the pool (in durability mode, with its `WAIT` on
-    /// the same client).
-    async fn run<C: Call>(&self, call: C) -> Result<C::Output> {
-        lua::run_durable(self.pool.next(), call, self.durable.as_ref()).await
-    }
-}
 
 /// The Redis store. Cheap to clone. Built with [`RedisStore::builder`] (or
 /// [`crate::Config::build_store`]).

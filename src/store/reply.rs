@@ -1,9 +1,44 @@
-//! What the store answers: one reply type per step, and the states it reads.
+//! What the store answers: one reply type per step, the states it reads, and the kind of
+//! request a record names.
 //!
 //! Reply enums are `#[non_exhaustive]`: a new answer of a script is a new variant.
 
 use crate::ids::{RequestId, UserId};
-use crate::store::RequestKind;
+
+/// What a request id was used for. A request id names one request of one kind: a sale and a
+/// reservation under the same id conflict ([`crate::Error::RequestIdConflict`] with field
+/// `kind`); they never replay each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum RequestKind {
+    /// A sale: the units are sold for good.
+    Sale,
+    /// A reservation: the units are held until confirmed, cancelled or expired.
+    Reservation,
+    /// An order's item: the units are held until the order's decision settles them.
+    OrderItem,
+}
+
+impl RequestKind {
+    /// The one-letter code the scripts store (`s` / `r` / `o`).
+    pub fn code(self) -> &'static str {
+        match self {
+            RequestKind::Sale => "s",
+            RequestKind::Reservation => "r",
+            RequestKind::OrderItem => "o",
+        }
+    }
+
+    /// Parses [`code`](Self::code); `None` for anything else.
+    pub fn from_code(s: &str) -> Option<Self> {
+        match s {
+            "s" | "" => Some(RequestKind::Sale),
+            "r" => Some(RequestKind::Reservation),
+            "o" => Some(RequestKind::OrderItem),
+            _ => None,
+        }
+    }
+}
 
 /// Reply of [`Store::sell`](super::Store::sell) (`sell.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]

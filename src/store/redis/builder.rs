@@ -1,7 +1,8 @@
 //! [`RedisStoreBuilder`]: connection, strategy and request coalescing of a [`RedisStore`].
 
+use super::conn::Conn;
 use super::strategies::Runner;
-use super::{Coalescing, Conn, RedisStore, endpoint, lua, wait};
+use super::{Coalescing, RedisStore, endpoint, lua, wait};
 use crate::error::{Error, Result};
 use crate::lock::LockOptions;
 use crate::segments::Keyspace;

@@ -6,83 +6,13 @@
 //! more than one key (`outbox_dead.lua`, `outbox_trim.lua`) are atomic on a cluster too.
 //! Slots in motion are waited out like every other call (see `moving`).
 
+pub(crate) use super::lua::outbox::{Entry, OutboxStream, StreamLag, entries};
 use super::{RedisStore, lua, moving};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::Sku;
 use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
 use fred::types::Value;
 use fred::types::streams::XID;
-
-/// One segment's outbox stream and the keys beside it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct OutboxStream {
-    /// The SKU.
-    pub(crate) sku: Sku,
-    /// The segment index.
-    pub(crate) segment: u32,
-    /// The stream.
-    pub(crate) key: String,
-    /// Its dead-letter stream.
-    pub(crate) dead: String,
-    /// Its failure reasons (hash: entry id → reason).
-    pub(crate) why: String,
-}
-
-/// A stream entry: id and field/value pairs.
-pub(crate) type Entry = (String, Vec<(String, String)>);
-
-/// One group's standing on one stream (`outbox_lag.lua`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct StreamLag {
-    /// Delivered, not acknowledged.
-    pub(crate) pending: u64,
-    /// Not delivered to the group yet (`None`: Redis could not tell).
-    pub(crate) undelivered: Option<u64>,
-    /// The oldest pending entry's id.
-    pub(crate) oldest_pending: Option<String>,
-    /// Entries ever appended.
-    pub(crate) appended: u64,
-    /// Entries in the stream now.
-    pub(crate) length: u64,
-}
-
-fn text(v: &Value) -> Option<String> {
-    v.as_string()
-}
-
-/// `[id, [field, value, ...]]` entries; a `Null` entry (deleted while pending) is skipped.
-pub(crate) fn entries(v: Value) -> Result<Vec<Entry>> {
-    let mut out = Vec::new();
-    for e in v.into_array() {
-        if e.is_null() {
-            continue;
-        }
-        let mut e = e.into_array().into_iter();
-        let (Some(id), Some(fields)) = (e.next(), e.next()) else {
-            return Err(Error::Protocol("outbox: malformed stream entry".into()));
-        };
-        let id = text(&id).ok_or_else(|| Error::Protocol("outbox: entry id".into()))?;
-        let flat: Vec<String> = match fields {
-            Value::Map(m) => m
-                .inner()
-                .into_iter()
-                .flat_map(|(k, v)| {
-                    [
-                        k.into_string().unwrap_or_default(),
-                        v.as_string().unwrap_or_default(),
-                    ]
-                })
-                .collect(),
-            other => other.into_array().iter().filter_map(text).collect(),
-        };
-        let pairs = flat
-            .chunks_exact(2)
-            .map(|c| (c[0].clone(), c[1].clone()))
-            .collect();
-        out.push((id, pairs));
-    }
-    Ok(out)
-}
 
 impl RedisStore {
     /// SKUs ever loaded with the outbox on.

@@ -31,9 +31,10 @@
 //! baselines credit with plain commands too (`HSETNX` on the credits hash, then `HINCRBY`).
 
 use super::batch::Batcher;
+use super::coalescing::{CoalesceStats, Coalescing};
+use super::conn::Conn;
 use super::lua::lock::FenceRead;
 use super::lua::sell::{Sell, SellHead, SellItem};
-use super::{CoalesceStats, Coalescing, Conn};
 use crate::error::{Error, Result};
 use crate::lock::{LockFigures, LockOptions, Locker};
 use crate::store::{Credit, SegAddr, SellArgs, SellReply};
