@@ -37,7 +37,7 @@ pub(super) enum Flow {
 pub(super) use Flow::{Done, Refused, Stale};
 
 impl<S: Store> Engine<S> {
-    /// Deducts `req.qty` units: see the [module docs](self) for the route a request takes.
+    /// Deducts `req.qty` units: see the [engine module docs](crate::engine) for the route a request takes.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (quantity), [`Error::NotLoaded`], [`Error::NotReady`],

@@ -123,7 +123,7 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Most entries the in-process guard may be configured to hold.
 pub const MAX_GUARD_CAP: usize = 100_000_000;
 
-/// Builds an [`Engine`].
+/// Builds an [`Engine`](crate::Engine).
 #[derive(Debug, Clone, Default)]
 pub struct EngineBuilder {
     pub(super) opts: EngineOptions,
@@ -173,7 +173,7 @@ impl EngineBuilder {
     }
 }
 
-/// How [`Engine::load`] loads a SKU: `LoadOptions::new(8).replace(true).per_user_limit(2)`.
+/// How [`Engine::load`](crate::Engine::load) loads a SKU: `LoadOptions::new(8).replace(true).per_user_limit(2)`.
 ///
 /// There is no `Default`: the segment count is the one choice every load must make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,7 +36,7 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_READY_TIMEOUT: Duration = crate::engine::DEFAULT_READY_TIMEOUT;
 
 /// How the API is set up beyond its routes. `Default`: no `/metrics` route content (it answers
-/// 404), the reservation sweeper every second under [`serve_with`], no tokens (loopback
+/// 404), the reservation sweeper every second under [`serve_with`](super::serve_with), no tokens (loopback
 /// listeners only, see [`ApiOptions::check_listen`]), bodies up to [`DEFAULT_BODY_LIMIT`],
 /// engine calls cut after [`DEFAULT_REQUEST_TIMEOUT`], readiness looks bounded by
 /// [`DEFAULT_READY_TIMEOUT`].
@@ -91,10 +91,10 @@ impl ApiOptions {
         self
     }
 
-    /// How often [`serve_with`] runs the reservation sweeper, which returns the units of expired
-    /// reservations ([`Engine::start_sweeper`]); `None` runs none (sweep elsewhere, e.g. in
-    /// one instance of many). Default: every second. [`router`] never starts one: an app that
-    /// mounts the routes starts it with [`Engine::start_background`].
+    /// How often [`serve_with`](super::serve_with) runs the reservation sweeper, which returns the units of expired
+    /// reservations ([`Engine::start_sweeper`](crate::Engine::start_sweeper)); `None` runs none (sweep elsewhere, e.g. in
+    /// one instance of many). Default: every second. [`router`](super::router) never starts one: an app that
+    /// mounts the routes starts it with [`Engine::start_background`](crate::Engine::start_background).
     pub fn sweep_every(mut self, every: Option<Duration>) -> Self {
         self.sweep_every = every;
         self
@@ -102,7 +102,7 @@ impl ApiOptions {
 
     /// The admin routes (`PUT /skus/{sku}` load, `GET /skus/{sku}` status, `POST
     /// /skus/{sku}/restock`, `GET /skus/{sku}/audit`) require `Authorization: Bearer <token>`.
-    /// An empty token means none: the admin routes are then open, which [`serve_with`] allows
+    /// An empty token means none: the admin routes are then open, which [`serve_with`](super::serve_with) allows
     /// only on a loopback address.
     pub fn admin_token(mut self, token: &str) -> Self {
         self.admin_token = Token::new(token);
@@ -130,7 +130,7 @@ impl ApiOptions {
         self
     }
 
-    /// How long `GET /readyz` waits for the store ([`Engine::readiness`]): a server that has
+    /// How long `GET /readyz` waits for the store ([`Engine::readiness`](crate::Engine::readiness)): a server that has
     /// not answered by then counts as unreachable, and a store none of whose servers answered
     /// makes it 503. Default [`DEFAULT_READY_TIMEOUT`] (1 s); below 1 ms counts as 1 ms. Keep
     /// it under the load balancer's probe timeout, so the probe gets the JSON reason rather
@@ -141,8 +141,8 @@ impl ApiOptions {
     }
 
     /// Refuses to expose the admin routes without a token: `Err` when `addr` is not a loopback
-    /// address and no [`ApiOptions::admin_token`] is set. [`serve_with`] checks its listener;
-    /// an app mounting [`router_with`] on its own listener should call this.
+    /// address and no [`ApiOptions::admin_token`] is set. [`serve_with`](super::serve_with) checks its listener;
+    /// an app mounting [`router_with`](super::router_with) on its own listener should call this.
     ///
     /// # Errors
     /// [`std::io::ErrorKind::PermissionDenied`] naming the address and how to set a token.
