@@ -25,6 +25,7 @@ mod background;
 mod deduct;
 mod layout;
 mod layouts;
+pub mod live_audit;
 mod look;
 mod options;
 mod outcome;

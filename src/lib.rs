@@ -112,7 +112,7 @@ pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
-pub mod live_audit;
+pub use engine::live_audit;
 pub mod lock;
 pub mod metrics;
 pub mod orders;
@@ -154,43 +154,4 @@ pub struct ReadmeDoctests;
 pub struct CartsDoctests;
 
 #[cfg(test)]
-mod layout {
-    use std::path::{Path, PathBuf};
-
-    fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                files(&path, out);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-
-    /// `docs/layout.md` is the crate's one layout: every Rust file under `src/`, `tests/`,
-    /// `benches/` and `examples/` is named there, so the map cannot silently fall behind the
-    /// territory.
-    #[test]
-    fn docs_layout_names_every_file() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let layout = std::fs::read_to_string(root.join("docs/layout.md")).unwrap();
-        let mut all = Vec::new();
-        for dir in ["src", "tests", "benches", "examples"] {
-            files(&root.join(dir), &mut all);
-        }
-        let missing: Vec<String> = all
-            .iter()
-            .map(|p| {
-                p.strip_prefix(root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/")
-            })
-            .filter(|p| p.ends_with(".rs"))
-            .filter(|p| !layout.contains(p.as_str()))
-            .collect();
-        assert!(missing.is_empty(), "not in docs/layout.md: {missing:?}");
-        assert!(layout.contains("src/scripts/*.lua"));
-    }
-}
+mod layout_check;

@@ -4,7 +4,7 @@
 
 use super::{Engine, Sweeper};
 use crate::ids::Sku;
-use crate::live_audit::LiveAudit;
+use super::live_audit::LiveAudit;
 use crate::store::Store;
 use std::time::Duration;
 
