@@ -11,25 +11,25 @@
 //! one is never taken before it expires, and when every entry of the set is busy the attempt
 //! goes to the store unguarded). Forgetting can only cost a round trip — the next request of a
 //! forgotten user goes to the store, which still enforces the limit exactly — so the guard can
-//! never let a user exceed the limit. The table never grows, rehashes or sweeps, and holds no
-//! ids: an entry is known by a 128-bit hash of (SKU, user) under a per-process random key (two
-//! keys meeting is a 2⁻¹²⁸ event), and a request id by a 64-bit hash (two meeting only sends a
-//! request to the store). A request costs one hash, one set lock and a scan of 8-bit tags
-//! beside it, then its own entry: three cache lines (the set's two and the entry's), whatever
-//! the number of buyers. With a table larger than the cache every one of them is a miss, twice
-//! per request (the attempt and its end), so the layout is what the guard costs.
+//! never let a user exceed the limit. The table never grows, rehashes or sweeps.
 //!
 //! A retry of a request this process already saw applied is let through (the store replays
 //! it), so the filter never turns "you already bought this" into "limit reached".
+//!
+//! This file holds the decisions: an attempt's check, its end, expiry and eviction. Beside it,
+//! `guard/table.rs` is the storage (entries and sets, laid out by cache line) and
+//! `guard/attempt.rs` the attempt as a value that frees its user when dropped. The guard
+//! imports only `ids` (the keys it hashes).
+
+mod attempt;
+mod table;
+
+use table::{Set, Slot, WAYS, tag};
 
 use crate::ids::{RequestId, Sku, UserId};
 use std::hash::BuildHasher;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-
-/// Entries per set: a user's entry is one of the eight of its set.
-pub(crate) const WAYS: usize = 8;
 
 /// What the local guard says about an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,129 +41,6 @@ pub(crate) enum Local {
     /// As far as this process knows, the user's units plus `qty` exceed the limit.
     LimitReached,
 }
-
-/// One user's entry. 64 bytes, one cache line: a lookup that matched a set's tag reads only
-/// its own entry.
-#[derive(Debug, Default)]
-#[repr(C, align(64))]
-struct Entry {
-    /// The full (SKU, user) key (the set keeps 8 bits of it as a tag).
-    key: u128,
-    /// Units this process saw the user get (sold or reserved).
-    used: u64,
-    /// Units the store said the user holds for good (from a "limit reached"): a floor under
-    /// `used`, kept apart because it may include units `used` already counts.
-    held_for_good: u64,
-    /// The SKU's load generation this knowledge belongs to: a reload starts a fresh ledger.
-    generation: u64,
-    /// Hashes of the request ids of those units (a retry of one of them is a replay, not a
-    /// new purchase).
-    applied: Applied,
-}
-
-impl Entry {
-    /// Forgets what was known (the store still knows).
-    fn reset(&mut self) {
-        self.used = 0;
-        self.held_for_good = 0;
-        self.applied.clear();
-    }
-}
-
-/// The request-id hashes of an entry's units: almost always none or one, kept without an
-/// allocation (a hash of 0 is kept as 1: 0 is "none").
-#[derive(Debug, Default)]
-struct Applied {
-    first: u64,
-    /// The rest (rare: one user's several purchases of one SKU), copied on each push; a boxed
-    /// slice keeps the entry in one cache line where a `Vec` would not.
-    more: Box<[u64]>,
-}
-
-impl Applied {
-    fn contains(&self, rid: u64) -> bool {
-        let rid = rid.max(1);
-        self.first == rid || self.more.contains(&rid)
-    }
-
-    fn push(&mut self, rid: u64) {
-        let rid = rid.max(1);
-        if self.first == 0 {
-            self.first = rid;
-        } else {
-            let mut more = std::mem::take(&mut self.more).into_vec();
-            more.push(rid);
-            self.more = more.into_boxed_slice();
-        }
-    }
-
-    fn clear(&mut self) {
-        self.first = 0;
-        self.more = Box::default();
-    }
-}
-
-/// One set: up to [`WAYS`] entries, the first `len` in use. What a lookup reads (the lock,
-/// busy marks, an 8-bit tag per entry) is one cache line, the ages a victim is chosen by end
-/// in the next (see [`Slot`]); the entries, read once a tag matched, are allocated when the
-/// set is first used.
-#[derive(Debug, Default)]
-#[repr(C)]
-struct Set {
-    busy: u8,
-    len: u8,
-    /// Eight bits of each entry's key: a lookup compares full keys only where a tag matched.
-    tags: [u8; WAYS],
-    entries: Option<Box<[Entry; WAYS]>>,
-    /// Last touched: the start of the latest attempt that touched the entry (a sale reads the
-    /// clock once), in ns since the guard began; never moved back.
-    at: [u64; WAYS],
-}
-
-impl Set {
-    fn find(&self, key: u128) -> Option<usize> {
-        let entries = self.entries.as_deref()?;
-        let tag = tag(key);
-        (0..usize::from(self.len)).find(|&i| self.tags[i] == tag && entries[i].key == key)
-    }
-
-    fn entry(&mut self, i: usize) -> &mut Entry {
-        &mut self
-            .entries
-            .as_deref_mut()
-            .expect("a set in use has its entries")[i]
-    }
-
-    /// Stamps entry `i` as touched by an attempt that began at `now`, never back: attempts are
-    /// stamped with their start, and one that began earlier may come after one that began
-    /// later.
-    fn touch(&mut self, i: usize, now: u64) {
-        self.at[i] = self.at[i].max(now);
-    }
-
-    fn is_busy(&self, i: usize) -> bool {
-        self.busy & (1 << i) != 0
-    }
-
-    fn set_busy(&mut self, i: usize, busy: bool) {
-        if busy {
-            self.busy |= 1 << i;
-        } else {
-            self.busy &= !(1 << i);
-        }
-    }
-}
-
-/// A key's tag: bits of the key's second hash (the first picks the set).
-fn tag(key: u128) -> u8 {
-    key as u8
-}
-
-/// A set behind its lock, two cache lines: the lock, the busy marks, the tags, the entries'
-/// pointer and the first four ages in the first, the other four ages in the second.
-#[derive(Debug, Default)]
-#[repr(C, align(64))]
-struct Slot(Mutex<Set>);
 
 /// Counters of the local guard.
 #[derive(Debug, Default)]
@@ -400,33 +277,6 @@ impl LocalGuard {
         });
     }
 
-    /// [`begin`](Self::begin), with the busy mark owned by the returned [`Attempt`]: if the
-    /// attempt is dropped before [`Attempt::finish`] (a cancelled future: a client
-    /// disconnected and the server dropped its handler), the user is no longer busy.
-    ///
-    /// # Errors
-    /// The refusal ([`Local::InFlight`] or [`Local::LimitReached`]) when not [`Local::Pass`].
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn enter<'a>(
-        &'a self,
-        at: Instant,
-        generation: u64,
-        sku: &Sku,
-        user: &UserId,
-        rid: &'a RequestId,
-        qty: u64,
-        limit: u64,
-    ) -> Result<Attempt<'a>, Local> {
-        match self.begin_in(at, generation, sku, user, rid, qty, limit) {
-            (Local::Pass, place) => Ok(Attempt {
-                guard: self,
-                at,
-                key: place.map(|p| (p, rid)),
-            }),
-            (refused, _) => Err(refused),
-        }
-    }
-
     /// Tells the guard the store answered "limit reached" with `final_units` sold for good to
     /// this user: later attempts that would pass the limit on top of those units are turned
     /// away locally until the entry expires (an attempt for fewer units still goes on).
@@ -472,48 +322,12 @@ impl LocalGuard {
     }
 }
 
-/// A running attempt that passed the guard (see [`LocalGuard::enter`]); dropping it unfinished
-/// ends it as if nothing was bought.
-#[derive(Debug)]
-pub(crate) struct Attempt<'a> {
-    guard: &'a LocalGuard,
-    /// When the attempt began (what its end stamps the entry with).
-    at: Instant,
-    /// `None`: finished, or never had an entry.
-    key: Option<(Place, &'a RequestId)>,
-}
-
-impl Attempt<'_> {
-    /// Ends the attempt: `sold_units` > 0 when the store sold units for good for this request
-    /// (now or earlier). Reserved units are not remembered here — a reservation may go back.
-    pub(crate) fn finish(mut self, sold_units: u64) {
-        if let Some((p, rid)) = self.key.take() {
-            self.guard.finish_at(self.at, p, rid, sold_units);
-        }
-    }
-
-    /// Ends the attempt after the store answered "limit reached" with `final_units` sold for
-    /// good to this user.
-    pub(crate) fn saturate(mut self, final_units: u64) {
-        if let Some((p, _)) = self.key.take() {
-            self.guard.saturate_at(p, final_units);
-        }
-    }
-}
-
-impl Drop for Attempt<'_> {
-    fn drop(&mut self) {
-        if let Some((p, rid)) = self.key.take() {
-            self.guard.finish_at(self.at, p, rid, 0);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ids(u: &str, r: &str) -> (Sku, UserId, RequestId) {
+    /// A SKU `s`, user `u` and request id `r` (`attempt.rs`'s tests use it too).
+    pub(super) fn ids(u: &str, r: &str) -> (Sku, UserId, RequestId) {
         (
             Sku::new("s").unwrap(),
             UserId::new(u).unwrap(),
@@ -558,43 +372,6 @@ mod tests {
         assert_eq!(g.begin(&s, &u, &r3, 1, 2), Local::Pass);
         g.finish(&s, &u, &r3, 1);
         assert_eq!(g.begin(&s, &u, &r2, 1, 2), Local::LimitReached);
-    }
-
-    #[test]
-    fn a_dropped_attempt_frees_the_user_and_busy_answers_do_not_extend_the_entry() {
-        use std::time::Instant;
-        let ttl = Duration::from_millis(100);
-        let g = LocalGuard::new(ttl, 100);
-        let (s, u, r1) = ids("u", "r1");
-        let a = g.enter(Instant::now(), 7, &s, &u, &r1, 1, 1).unwrap();
-        drop(a);
-        // The entry begins between these two instants; the checks below hold whatever the
-        // scheduler does (no timed assertion: each one is made only when its premise held).
-        let before = Instant::now();
-        let a = g
-            .enter(Instant::now(), 7, &s, &u, &r1, 1, 1)
-            .expect("free again after a drop");
-        let after = Instant::now();
-        // A stuck attempt (never finished, never dropped) expires `ttl` after it began, however
-        // many double clicks ask meanwhile.
-        std::mem::forget(a);
-        let mut asked = 0;
-        while before.elapsed() < ttl {
-            let r = g.begin_in(Instant::now(), 7, &s, &u, &r1, 1, 1).0;
-            if before.elapsed() < ttl {
-                assert_eq!(r, Local::InFlight, "younger than its ttl");
-                asked += 1;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(
-            (after + ttl + Duration::from_millis(20)).saturating_duration_since(Instant::now()),
-        );
-        assert_eq!(
-            g.begin_in(Instant::now(), 7, &s, &u, &r1, 1, 1).0,
-            Local::Pass,
-            "expired after {asked} double clicks"
-        );
     }
 
     #[test]
@@ -664,33 +441,6 @@ mod tests {
             Local::Pass,
             "generation 2's ledger is fresh"
         );
-    }
-
-    #[test]
-    fn a_set_and_an_entry_are_the_cache_lines_the_layout_says() {
-        assert_eq!(std::mem::size_of::<Slot>(), 128);
-        assert_eq!(std::mem::align_of::<Slot>(), 64);
-        assert_eq!(std::mem::size_of::<Entry>(), 64);
-        assert_eq!(std::mem::size_of::<[Entry; WAYS]>(), 64 * WAYS);
-    }
-
-    #[test]
-    fn keys_sharing_a_tag_are_told_apart_by_their_full_key() {
-        let mut set = Set {
-            entries: Some(Box::default()),
-            ..Set::default()
-        };
-        let keys = [0x0101_u128, 0x0201, 0x0301 << 64 | 0x01, 0x02];
-        for (i, &k) in keys.iter().enumerate() {
-            set.tags[i] = tag(k);
-            set.entry(i).key = k;
-            set.len += 1;
-        }
-        assert_eq!(tag(keys[0]), tag(keys[1]));
-        for (i, &k) in keys.iter().enumerate() {
-            assert_eq!(set.find(k), Some(i), "{k:#x}");
-        }
-        assert_eq!(set.find(0x0401), None, "same tag, no such key");
     }
 
     #[test]

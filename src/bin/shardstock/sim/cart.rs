@@ -1,30 +1,33 @@
 //! `sim --cart N`: a flash sale of N-item carts over N SKUs. Every buyer holds one order of
 //! every SKU (all or nothing), then confirms, cancels or leaves it to expire; after the last
 //! deadline the sim sweeps, reads every order and its items back, and checks that each order
-//! ended as one (see [`check_orders`]) and that the books of every SKU agree.
+//! ended as one (see [`check_orders`](check::check_orders)) and that the books of every SKU
+//! agree.
 //!
 //! `--check-only` runs the reading and the checks alone, over the orders of an earlier run
 //! (`--run-id`): a sale killed mid-storm and finished since by another process's sweep.
+//!
+//! This file is the sale: its workers, their tally and the steps after the last deadline.
+//! Reading the orders back is `cart/check.rs`, the report `cart/report.rs`.
 
-use super::report::{CartChecks, CartReport, CartSku, OrderRecords, Refusals, Report, print_human};
-use super::{SimArgs, coalescing_report, ms, new_histogram, progress, round, run_id};
+mod check;
+mod report;
+
 use crate::Failure;
-use futures::StreamExt;
+use crate::sim::report::{Refusals, print_human};
+use crate::sim::{SimArgs, new_histogram, progress, run_id};
+use check::{Homes, check_orders};
+use report::report;
 use shardstock::cart::MAX_ORDER_REQUEST_ID_LEN;
-use shardstock::store::{HomeRecord, ItemState, RecordState, RequestKind, SegAddr};
 use shardstock::{
-    Audit, Cart, CartItem, Deduction, Engine, OrderHold, OrderId, OrderState, RequestId, Sku,
-    Store, UserId,
+    Cart, CartItem, Deduction, Engine, OrderHold, OrderId, OrderState, RequestId, Sku, Store,
+    UserId,
 };
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Orders read back at once in the checks.
-const CHECK_CONCURRENCY: usize = 64;
-/// Problems listed in the report (the count covers them all).
-const MAX_PROBLEMS: usize = 10;
 /// Sweeps after the last deadline, at most, until nothing is reserved.
 const MAX_SWEEPS: u32 = 20;
 
@@ -106,144 +109,6 @@ fn order_id(run_id: &str, i: u64, users: u64) -> Result<OrderId, shardstock::Err
         UserId::new(format!("u{}", i % users))?,
         RequestId::new(format!("{run_id}-{i}"))?,
     )
-}
-
-/// Where a SKU's items live now: what the home function needs.
-struct Homes {
-    sku: Sku,
-    generation: u64,
-    segments: u32,
-    by_user: bool,
-    placement: shardstock::placement::Placement,
-}
-
-impl Homes {
-    async fn read<S: Store>(engine: &Engine<S>, sku: &Sku) -> shardstock::Result<Self> {
-        let m = engine
-            .store()
-            .meta(sku)
-            .await?
-            .ok_or_else(|| shardstock::Error::NotLoaded(sku.to_string()))?;
-        Ok(Self {
-            sku: sku.clone(),
-            generation: m.generation,
-            segments: m.segments,
-            by_user: m.user_limit > 0,
-            placement: m.placement,
-        })
-    }
-
-    fn home(&self, user: &UserId, rid: &RequestId) -> SegAddr<'_> {
-        let index = shardstock::segments::home(user, rid, self.segments, self.by_user);
-        SegAddr::new(&self.sku, self.generation, index).with_suffix(self.placement.suffix(index))
-    }
-}
-
-/// What reading the orders back found.
-#[derive(Debug, Default)]
-struct Found {
-    records: OrderRecords,
-    items: u64,
-    split: u64,
-    problems: Vec<String>,
-}
-
-impl Found {
-    fn problem(&mut self, p: String) {
-        if self.problems.len() < MAX_PROBLEMS {
-            self.problems.push(p);
-        }
-    }
-}
-
-/// Reads every order of the run (`engine.order`, which writes nothing) and each item's record
-/// at its home, and checks that the order ended as one: all items posted iff it is
-/// confirmed; else (cancelled, expired, refused, or never opened) all voided or never held.
-/// An order still open (holding, held) is a problem: the reading comes after its deadline.
-async fn check_orders<S: Store>(
-    engine: &Engine<S>,
-    homes: &[Homes],
-    run_id: &str,
-    requests: u64,
-    users: u64,
-    qty: u64,
-) -> shardstock::Result<Found> {
-    let reads = futures::stream::iter(0..requests)
-        .map(|i| async move {
-            let id: OrderId = order_id(run_id, i, users)?;
-            let state = engine.order(&id).await?.map(|e| e.state);
-            let mut items = Vec::with_capacity(homes.len());
-            for (n, h) in homes.iter().enumerate() {
-                let rid = id.item_request_id(n + 1);
-                items.push(
-                    engine
-                        .store()
-                        .record(h.home(id.user(), &rid), id.user(), &rid)
-                        .await?,
-                );
-            }
-            Ok::<_, shardstock::Error>((id, state, items))
-        })
-        .buffer_unordered(CHECK_CONCURRENCY);
-    let mut reads = std::pin::pin!(reads);
-    let mut found = Found::default();
-    while let Some(r) = reads.next().await {
-        let (id, state, items) = r?;
-        found.items += items.len() as u64;
-        let posts = match state {
-            None => {
-                found.records.none += 1;
-                false
-            }
-            Some(s) => {
-                let r = &mut found.records;
-                match s {
-                    OrderState::Confirmed => r.confirmed += 1,
-                    OrderState::Cancelled => r.cancelled += 1,
-                    OrderState::Expired => r.expired += 1,
-                    OrderState::Refused => r.refused += 1,
-                    _ => r.open += 1,
-                }
-                match s.posts() {
-                    Some(p) => p,
-                    None => {
-                        found.split += 1;
-                        found.problem(format!("order {id} is still {s} after its deadline"));
-                        continue;
-                    }
-                }
-            }
-        };
-        let fits = |rec: &Option<HomeRecord>| match rec {
-            None => !posts,
-            Some(r) => {
-                r.kind == RequestKind::OrderItem
-                    && r.qty == qty
-                    && r.state
-                        == RecordState::Item(if posts {
-                            ItemState::Posted
-                        } else {
-                            ItemState::Voided
-                        })
-            }
-        };
-        if !items.iter().all(fits) {
-            found.split += 1;
-            let seen: Vec<String> = items
-                .iter()
-                .map(|r| {
-                    r.as_ref()
-                        .map_or("none".into(), |r| format!("{:?}", r.state))
-                })
-                .collect();
-            found.problem(format!(
-                "order {id} is {} but its items are [{}]",
-                state.map_or("unknown", OrderState::as_str),
-                seen.join(", ")
-            ));
-        }
-    }
-    Ok(found)
 }
 
 /// Runs the cart sale; see [`SimArgs::cart`].
@@ -546,186 +411,4 @@ pub(super) async fn run_cart<S: Store>(
             ExitCode::SUCCESS
         },
     )
-}
-
-/// Units a buyer can be sold now (what `remaining` says for one SKU).
-fn sellable(a: &Audit) -> u64 {
-    a.sellable_per_segment().iter().sum()
-}
-
-/// The report of a cart sale: the sale's figures, the records, the checks.
-#[allow(clippy::too_many_arguments)]
-fn report<S: Store>(
-    engine: &Engine<S>,
-    a: &SimArgs,
-    n: usize,
-    run_id: String,
-    workers: u64,
-    t: Tally,
-    hist: &hdrhistogram::Histogram<u64>,
-    elapsed: Duration,
-    sweeps: u32,
-    audits: Option<Vec<Audit>>,
-    found: Option<Found>,
-    unchecked: Vec<String>,
-    first_error: Option<String>,
-) -> Report {
-    let qty = a.qty;
-    let sum = |f: fn(&Audit) -> u64| audits.as_ref().map(|v| v.iter().map(f).sum::<u64>());
-    let per_segment = audits.as_ref().map(|v| {
-        let mut out = vec![0u64; v.first().map_or(0, |a| a.segments.len())];
-        for a in v {
-            for (o, x) in out.iter_mut().zip(a.sellable_per_segment()) {
-                *o += x;
-            }
-        }
-        out
-    });
-    let (reserved, in_transit) = (sum(Audit::live_reserved), sum(|a| a.in_transit));
-    let audit_ok = audits.as_ref().map(|v| v.iter().all(|a| a.ok));
-    let confirmed_records = found.as_ref().map(|f| f.records.confirmed);
-    let checks = CartChecks {
-        items_one_state: found.as_ref().is_some_and(|f| f.split == 0),
-        audit_ok: audit_ok == Some(true),
-        nothing_in_transit: in_transit == Some(0),
-        nothing_reserved: reserved == Some(0),
-        sold_is_confirmed: match (&audits, confirmed_records) {
-            (Some(v), Some(c)) => v.iter().all(|a| a.sold == c * qty),
-            _ => false,
-        },
-        answers_match_records: (!a.check_only && t.hold_errors + t.decision_errors == 0)
-            .then(|| confirmed_records == Some(t.confirmed)),
-    };
-    let ok = checks.items_one_state
-        && checks.audit_ok
-        && checks.nothing_in_transit
-        && checks.nothing_reserved
-        && checks.sold_is_confirmed
-        && checks.answers_match_records != Some(false)
-        && unchecked.is_empty();
-    let elapsed_s = elapsed.as_secs_f64();
-    let orders_per_s = if a.check_only {
-        0.0
-    } else {
-        round(t.sent as f64 / elapsed_s, 1)
-    };
-    let found = found.unwrap_or_default();
-    let skus = audits
-        .as_ref()
-        .map(|v| {
-            v.iter()
-                .map(|a| CartSku {
-                    sku: a.sku.clone(),
-                    generation: a.generation,
-                    segments: a.segments.len(),
-                    loaded: a.loaded,
-                    restocked: a.restocked,
-                    sold: a.sold,
-                    remaining: sellable(a),
-                    reserved: a.live_reserved(),
-                    in_transit: a.in_transit,
-                    audit_ok: a.ok,
-                    audit_problems: a.problems.clone(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let cart = CartReport {
-        items: n,
-        hold_ms: a.hold_ms,
-        check_only: a.check_only,
-        orders: t.sent,
-        held: t.held,
-        confirmed: t.confirmed,
-        cancelled: t.cancelled,
-        expired: t.left_to_expire + t.confirm_late + t.cancel_late + t.expired_holding,
-        confirmed_too_late: t.confirm_late,
-        expired_before_held: t.expired_holding,
-        refused: t.refused.total(),
-        ended: t.ended,
-        hold_errors: t.hold_errors,
-        decision_errors: t.decision_errors,
-        orders_per_s,
-        sweeps,
-        records: found.records,
-        items_checked: found.items,
-        orders_split: found.split,
-        problems: found.problems,
-        checks,
-        ok,
-        skus,
-        refused_by_reason: t.refused,
-    };
-    let r = &cart.refused_by_reason;
-    Report {
-        sku: audits.as_ref().map_or_else(
-            || format!("{}-1..{}-{n}", a.sku, a.sku),
-            |v| {
-                v.iter()
-                    .map(|a| a.sku.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            },
-        ),
-        store: engine.store().name(),
-        strategy: engine.store().strategy(),
-        strategy_safe: engine.store().strategy().exactly_once(),
-        lock: engine.store().lock_figures(),
-        coalescing: coalescing_report(engine),
-        run_id,
-        generation: audits
-            .as_ref()
-            .and_then(|v| v.first())
-            .map(|a| a.generation),
-        segments: audits
-            .as_ref()
-            .and_then(|v| v.first())
-            .map_or(0, |a| a.segments.len()),
-        requests: if a.check_only { 0 } else { a.requests },
-        users: a.users,
-        qty,
-        concurrency: workers,
-        applied: t.held,
-        sold_units: t.confirmed * qty * n as u64,
-        sold_out: r.sold_out,
-        insufficient: r.insufficient,
-        replayed: t.ended,
-        limit_reached: r.limit_reached + r.over_limit,
-        user_busy: r.user_busy,
-        max_units_per_user: t.per_user.values().copied().max().unwrap_or(0),
-        reservations_confirmed_units: 0,
-        reservations_cancelled_units: 0,
-        reservations_expired_units: 0,
-        reserved,
-        in_transit,
-        errors: t.hold_errors,
-        first_error,
-        remaining: sum(sellable),
-        remaining_per_segment: per_segment,
-        loaded: sum(|a| a.loaded),
-        restocked: sum(|a| a.restocked),
-        sold: sum(|a| a.sold),
-        oversold: audits.as_ref().map(|v| {
-            v.iter()
-                .map(|a| a.sold.saturating_sub(a.loaded.saturating_add(a.restocked)))
-                .sum()
-        }),
-        audit_ok,
-        audit_problems: audits
-            .as_ref()
-            .map(|v| {
-                v.iter()
-                    .flat_map(|a| a.problems.iter().map(move |p| format!("{}: {p}", a.sku)))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        unchecked,
-        elapsed_s: round(elapsed_s, 6),
-        throughput_per_s: orders_per_s,
-        p50_ms: ms(hist.value_at_quantile(0.50)),
-        p99_ms: ms(hist.value_at_quantile(0.99)),
-        p999_ms: ms(hist.value_at_quantile(0.999)),
-        max_ms: ms(hist.max()),
-        cart: Some(cart),
-    }
 }
