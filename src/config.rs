@@ -11,7 +11,7 @@
 
 use crate::engine::EngineOptions;
 use crate::error::{Error, Result};
-use crate::lock::LockOptions;
+use crate::store::redis::lock::LockOptions;
 use crate::store::redis::{RedisStore, RedisStoreBuilder};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

@@ -74,7 +74,9 @@ fn code(src: &str) -> String {
             let hashes = rest[1..].chars().take_while(|&c| c == '#').count();
             let close = format!("\"{}", "#".repeat(hashes));
             let body = 2 + hashes;
-            i += rest[body..].find(&close).map_or(rest.len(), |e| body + e + close.len());
+            i += rest[body..]
+                .find(&close)
+                .map_or(rest.len(), |e| body + e + close.len());
             out.push_str("\"\"");
         } else if b[i] == b'"' {
             let mut j = i + 1;
@@ -85,8 +87,8 @@ fn code(src: &str) -> String {
             out.push_str("\"\"");
         } else if b[i] == b'\'' {
             // A char literal ('x', '\n', '\u{..}'), not a lifetime ('a).
-            let end = if rest.starts_with("'\\") {
-                rest[2..].find('\'').map(|e| e + 3)
+            let end = if let Some(esc) = rest.strip_prefix("'\\") {
+                esc.find('\'').map(|e| e + 3)
             } else {
                 rest.char_indices()
                     .nth(2)
@@ -496,7 +498,9 @@ fn imports_point_down() {
             continue;
         }
         let Some(may) = allowed.get(from) else {
-            wrong.push(format!("{file}: room `{from}` has no `may import:` line in docs/layout.md"));
+            wrong.push(format!(
+                "{file}: room `{from}` has no `may import:` line in docs/layout.md"
+            ));
             continue;
         };
         for t in to {
@@ -506,7 +510,11 @@ fn imports_point_down() {
             }
         }
     }
-    assert!(wrong.is_empty(), "imports against docs/layout.md:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against docs/layout.md:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The reader itself: a circle through a re-export, an import in a string or a test module,
@@ -541,14 +549,18 @@ fn the_reader_follows_imports_as_written() {
     assert_eq!(circles(&edges), [["a", "b", "c"]]);
 }
 
-
-
 #[test]
 fn dump_rooms_tmp() {
     let mut rooms: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (f, t) in Crate::read().imports() {
         let e = rooms.entry(room(&f).to_string()).or_default();
-        for x in t { if room(&x) != room(&f) { e.insert(room(&x).to_string()); } }
+        for x in t {
+            if room(&x) != room(&f) {
+                e.insert(room(&x).to_string());
+            }
+        }
     }
-    for (r, t) in rooms { println!("ROOM {r}: {:?}", t); }
+    for (r, t) in rooms {
+        println!("ROOM {r}: {:?}", t);
+    }
 }

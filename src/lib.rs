@@ -112,8 +112,6 @@ pub mod error;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod ids;
-pub use engine::live_audit;
-pub mod lock;
 pub mod metrics;
 pub mod orders;
 pub mod placement;
@@ -121,6 +119,10 @@ pub mod reservation;
 pub mod segments;
 pub mod store;
 pub mod strategy;
+
+// Rooms inside another room, at the public paths they always had.
+pub use engine::live_audit;
+pub use store::redis::lock;
 
 // Internal: the engine's helpers, not part of the API.
 mod guard;

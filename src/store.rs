@@ -219,7 +219,7 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Lock counters, when the strategy uses locks.
-    fn lock_figures(&self) -> Option<crate::lock::stats::LockFigures> {
+    fn lock_figures(&self) -> Option<crate::store::redis::lock::stats::LockFigures> {
         None
     }
 

@@ -11,7 +11,7 @@
 //! | `decr-compensate` | **no** | HINCRBY −q, then `sold` (or +q back): no oversell among concurrent buyers of one generation, but **not exactly-once**, and its second command can land in the generation a reload wrote meanwhile — it can oversell across a reload |
 //!
 //! \* RedLock's safety rests on timing assumptions; the fence token at the stock store is what
-//! actually stops a paused holder (see [`crate::lock::redlock`]).
+//! actually stops a paused holder (see [`crate::store::redis::lock::redlock`]).
 
 use crate::error::{Error, Result};
 use std::fmt;

@@ -3,9 +3,7 @@
 //! passed), each item posted or voided at its home segment as the record says, and the
 //! sweeper's [`sweep_hold`](Engine::sweep_hold) for an item whose order nobody came back for.
 
-use super::{
-    CartItem, OrderEnd, OrderId, OrderState, OrderStep, parse_items,
-};
+use super::{CartItem, OrderEnd, OrderId, OrderState, OrderStep, parse_items};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::ids::{RequestId, Sku, UserId};

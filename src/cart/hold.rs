@@ -4,7 +4,8 @@
 //! docs](super).
 
 use super::{
-    Cart, CartItem, HeldItem, MAX_ITEMS, OrderHold, OrderId, OrderState, OrderStep, items_text, parse_why, why_text,
+    Cart, CartItem, HeldItem, MAX_ITEMS, OrderHold, OrderId, OrderState, OrderStep, items_text,
+    parse_why, why_text,
 };
 use crate::engine::{Deduct, Deduction, Engine, Intent};
 use crate::error::{Error, Result};

@@ -2,9 +2,9 @@
 //! reservations back to stock, units in transit credited home, stale layouts dropped) and the
 //! live audit (conservation as a metric). Owned by one handle whose drop stops both.
 
+use super::live_audit::LiveAudit;
 use super::{Engine, Sweeper};
 use crate::ids::Sku;
-use super::live_audit::LiveAudit;
 use crate::store::Store;
 use std::time::Duration;
 

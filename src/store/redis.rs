@@ -35,6 +35,7 @@ pub(crate) mod endpoint;
 pub mod evacuate;
 mod health;
 mod invalidate;
+pub mod lock;
 pub mod lua;
 pub(crate) mod moving;
 pub(crate) mod outbox;
@@ -303,7 +304,7 @@ impl Store for RedisStore {
         self.runner.strategy()
     }
 
-    fn lock_figures(&self) -> Option<crate::lock::LockFigures> {
+    fn lock_figures(&self) -> Option<crate::store::redis::lock::LockFigures> {
         self.runner.lock_figures()
     }
 

@@ -4,8 +4,8 @@ use super::conn::Conn;
 use super::strategies::Runner;
 use super::{Coalescing, RedisStore, endpoint, lua, wait};
 use crate::error::{Error, Result};
-use crate::lock::LockOptions;
 use crate::segments::Keyspace;
+use crate::store::redis::lock::LockOptions;
 use crate::strategy::Strategy;
 use fred::prelude::{Builder, ClientLike, ReconnectPolicy, ServerConfig};
 use fred::types::config::ClusterDiscoveryPolicy;
@@ -258,7 +258,7 @@ impl RedisStoreBuilder {
             ));
         }
         if self.strategy == Strategy::Redlock {
-            crate::lock::redlock::RedLock::check_nodes(&self.lock_nodes)?;
+            crate::store::redis::lock::redlock::RedLock::check_nodes(&self.lock_nodes)?;
         }
         if self.strategy != Strategy::Redlock && !self.lock_nodes.is_empty() {
             return Err(Error::Config(

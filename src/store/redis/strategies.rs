@@ -36,7 +36,7 @@ use super::conn::Conn;
 use super::lua::lock::FenceRead;
 use super::lua::sell::{Sell, SellHead, SellItem};
 use crate::error::{Error, Result};
-use crate::lock::{LockFigures, LockOptions, Locker};
+use crate::store::redis::lock::{LockFigures, LockOptions, Locker};
 use crate::store::{Credit, SegAddr, SellArgs, SellReply};
 use crate::strategy::Strategy;
 use dashmap::DashMap;

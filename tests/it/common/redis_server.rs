@@ -21,7 +21,7 @@ use super::tls::process_tls;
 
 /// Why RedLock lock nodes stay plain under `SHARDSTOCK_TEST_TLS=1`.
 pub const LOCK_NODE: &str = "a RedLock lock node: the redlock strategy connects to its lock \
-    nodes without store.tls_ca_file (src/lock/redlock.rs), so it cannot trust the test CA";
+    nodes without store.tls_ca_file (src/store/redis/lock/redlock.rs), so it cannot trust the test CA";
 
 /// Why cluster nodes stay plain under `SHARDSTOCK_TEST_TLS=1`.
 pub const CLUSTER_NODE: &str = "a cluster node: the harness builds clusters without TLS \
