@@ -116,11 +116,15 @@ pub mod live_audit;
 pub mod lock;
 pub mod metrics;
 pub mod orders;
-pub mod placement;
 pub mod reservation;
 pub mod segments;
 pub mod store;
 pub mod strategy;
+
+// Redis Cluster operations (placement, slots in motion, evacuation): one room, not public as
+// a whole; its public parts are re-exported at their public paths (`placement` here, evacuation
+// under `store::redis`).
+mod cluster;
 
 // Internal: the engine's helpers, not part of the API.
 mod guard;
@@ -129,6 +133,7 @@ mod shared_read;
 
 pub use audit::{Audit, SegmentAudit};
 pub use cart::{Cart, CartItem, OrderEnd, OrderHold, OrderId, OrderState};
+pub use cluster::placement;
 pub use config::Config;
 pub use engine::{
     Background, BackgroundOptions, Deduct, Deduction, Engine, EngineBuilder, EngineOptions,
