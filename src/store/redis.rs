@@ -20,6 +20,7 @@
 //! - [`lua`]: the script registry, the one `eval` path, each script's call, the stored letters.
 
 use super::*;
+use crate::cluster::moving;
 use crate::error::Error;
 use crate::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::segments::Keyspace;
@@ -34,7 +35,6 @@ pub mod evacuate;
 mod health;
 mod invalidate;
 pub mod lua;
-pub(crate) mod moving;
 pub(crate) mod outbox;
 mod strategies;
 mod wait;

@@ -6,7 +6,8 @@
 //! more than one key (`outbox_dead.lua`, `outbox_trim.lua`) are atomic on a cluster too.
 //! Slots in motion are waited out like every other call (see `moving`).
 
-use super::{RedisStore, lua, moving};
+use super::{RedisStore, lua};
+use crate::cluster::moving;
 use crate::error::{Error, Result};
 use crate::ids::Sku;
 use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};
