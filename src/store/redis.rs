@@ -31,7 +31,7 @@ use std::sync::Arc;
 mod batch;
 mod builder;
 pub(crate) mod endpoint;
-pub mod evacuate;
+pub use crate::cluster::evacuate;
 mod health;
 mod invalidate;
 pub mod lua;
@@ -165,7 +165,7 @@ impl RedisStore {
         let mut health = std::collections::BTreeMap::new();
         for m in &masters {
             let name = format!("{}:{}", m.host, m.port);
-            match evacuate::Node::open(&base, m).await {
+            match crate::cluster::node::Node::open(&base, m).await {
                 Ok(n) => {
                     if let Ok(h) = n.health().await {
                         health.insert(name, h);
