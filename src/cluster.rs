@@ -27,7 +27,8 @@
 //!
 //! # What this room may import
 //! [`crate::error`], [`crate::ids`], [`crate::segments`] and external crates. Never `store`,
-//! `engine`, `metrics` or anything above them: the store calls in here, never the other way.
+//! `engine`, `metrics` or anything above them: the store calls in here, never the other way
+//! (the `imports` test below reads every file of the room to hold it to that).
 
 pub mod evacuate;
 pub(crate) mod moving;
@@ -35,3 +36,51 @@ pub(crate) mod node;
 pub mod placement;
 pub(crate) mod refusal;
 mod slots;
+
+#[cfg(test)]
+mod imports {
+    use std::path::Path;
+
+    /// The crate's modules this room may name in code (comments and docs may link anywhere).
+    const ALLOWED: [&str; 4] = ["cluster", "error", "ids", "segments"];
+
+    /// Every `crate::<module>` named outside comments in the room's files is one of
+    /// [`ALLOWED`], and no file climbs out of the room with `super` (this file's own tests
+    /// apart: they name what they look for).
+    #[test]
+    fn the_room_imports_only_error_ids_segments() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![src.join("cluster.rs")];
+        for entry in std::fs::read_dir(src.join("cluster")).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+        let mut bad = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let top = file.ends_with("cluster.rs");
+            let text = match text.find("#[cfg(test)]") {
+                Some(tests) if top => &text[..tests],
+                _ => &text[..],
+            };
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                let above = code.split("crate::").skip(1).any(|rest| {
+                    let module = rest
+                        .split(|c: char| !c.is_alphanumeric() && c != '_')
+                        .next();
+                    !ALLOWED.contains(&module.unwrap_or(""))
+                });
+                let climbs = code.contains("super::super") || (top && code.contains("super::"));
+                if above || climbs {
+                    bad.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(files.len() > 1, "no file under src/cluster/");
+        assert!(
+            bad.is_empty(),
+            "the cluster room reaches out:\n{}",
+            bad.join("\n")
+        );
+    }
+}
