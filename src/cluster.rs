@@ -21,7 +21,7 @@
 //! count their shortfalls in `metrics`, which this room does not import. They read the
 //! masters' `min-replicas-*` settings with [`refusal::setting`].
 //!
-//! The room is private: its public parts keep the paths they are used by,
+//! The room is private; its public parts are re-exported at their public paths:
 //! `shardstock::placement` and `shardstock::store::redis::{evacuate, EvacuateOptions,
 //! Evacuation, MovedSlot, RefusalWatch}`.
 //!

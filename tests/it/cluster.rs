@@ -1193,7 +1193,8 @@ impl Handler for Refuse {
 /// command at a time). Expected: both values at every step (the moved key via `ASK` +
 /// `ASKING`). Seen: `Routing: Max attempts reached` at the first `ASK`, then `Timeout` for
 /// every command, also after `SETSLOT NODE`. Kept to check a newer fred: run it with
-/// `cargo test --all-features --test it -- --ignored cluster::fred_follows`; when it passes, `moving` may go.
+/// `cargo test --all-features --test it -- --ignored cluster::fred_follows`; when it passes,
+/// `cluster::moving` may go.
 #[test]
 #[ignore = "reproduces an upstream bug of fred 10.1 (ASK); the store works around it"]
 fn fred_follows_an_ask_redirection() {

@@ -4,7 +4,7 @@
 //! Every key of one stream (the stream, its dead letters, its failure reasons) shares the
 //! segment's hash tag, so each call here goes to one node, and the two scripts that change
 //! more than one key (`outbox_dead.lua`, `outbox_trim.lua`) are atomic on a cluster too.
-//! Slots in motion are waited out like every other call (see `moving`).
+//! Slots in motion are waited out like every other call (see `cluster::moving`).
 
 use super::{RedisStore, lua};
 use crate::cluster::moving;
