@@ -114,13 +114,18 @@ pub mod http;
 pub mod ids;
 pub mod metrics;
 pub mod orders;
-pub mod placement;
 pub mod reservation;
 pub mod segments;
 pub mod store;
 pub mod strategy;
 
+// Redis Cluster operations (placement, durability waits, slots in motion, evacuation): one
+// room, not public as a whole; its public parts keep their public paths (`placement` here,
+// evacuation under `store::redis`).
+mod cluster;
+
 // Rooms inside another room, at the public paths they always had.
+pub use cluster::placement;
 pub use engine::live_audit;
 pub use store::redis::lock;
 

@@ -9,9 +9,9 @@
 -- ARGV[3]  replace  "1" to replace an existing SKU, "0" to refuse
 -- ARGV[4]  limit    units one user may buy (0 = no limit)
 -- ARGV[5]  place    proposed placement: tag suffixes (0..=65535) by segment index,
---                   comma-separated ("" = unplaced; see src/placement.rs); a placed SKU must
---                   end with a suffix for each of its segments, or the load is refused
---                   (bad argument "place")
+--                   comma-separated ("" = unplaced; see src/cluster/placement.rs); a placed
+--                   SKU must end with a suffix for each of its segments, or the load is
+--                   refused (bad argument "place")
 -- ARGV[6]  outbox   "1" when the new generation has the outbox on: `outmax` becomes the largest
 --                   segment count the SKU ever had with it, so a consumer finds every stream
 --                   (events stay in a stream after a reload shrinks the SKU)

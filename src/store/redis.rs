@@ -20,6 +20,7 @@
 //! - [`lua`]: the script registry, the one `eval` path, each script's call, the stored letters.
 
 use super::*;
+use crate::cluster::moving;
 use crate::error::Error;
 use crate::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::segments::Keyspace;
@@ -32,12 +33,11 @@ mod builder;
 pub(crate) mod coalescing;
 mod conn;
 pub(crate) mod endpoint;
-pub mod evacuate;
+pub use crate::cluster::evacuate;
 mod health;
 mod invalidate;
 pub mod lock;
 pub mod lua;
-pub(crate) mod moving;
 pub(crate) mod outbox;
 mod strategies;
 mod wait;
@@ -144,7 +144,7 @@ impl RedisStore {
         let mut health = std::collections::BTreeMap::new();
         for m in &masters {
             let name = format!("{}:{}", m.host, m.port);
-            match evacuate::Node::open(&base, m).await {
+            match crate::cluster::node::Node::open(&base, m).await {
                 Ok(n) => {
                     if let Ok(h) = n.health().await {
                         health.insert(name, h);

@@ -621,7 +621,7 @@ async fn resharding_mid_sale_keeps_the_sale_exact() {
 /// The same with the buyers going on during the move (32 more requests let go after each
 /// step of it, none awaited): requests for a slot in motion meet `ASK` and `TRYAGAIN` (counted
 /// by Redis on the source) and wait in the store until the slot lands (fred 10.1 cannot follow
-/// `ASK`: see [`fred_follows_an_ask_redirection`] and `src/store/redis/moving.rs`); the rest
+/// `ASK`: see [`fred_follows_an_ask_redirection`] and `src/cluster/moving.rs`); the rest
 /// sell on. Mutation-checked: with fred following redirections itself the sale stalls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resharding_with_requests_in_flight() {
@@ -729,7 +729,7 @@ fn reshard(admin: &ClusterAdmin, p: &Progress, concurrent: bool) -> Moved {
         keys += admin.migrate_slot_with(slot, to, 20, |step| {
             if concurrent && step != MigrateStep::Assigned {
                 // Requests keep going while the slot is in motion; the ones that meet it wait
-                // in the store until it lands (see src/store/redis/moving.rs), so the move
+                // in the store until it lands (see src/cluster/moving.rs), so the move
                 // must not wait for them.
                 p.let_go(32);
                 std::thread::sleep(Duration::from_millis(10));
@@ -1188,12 +1188,13 @@ impl Handler for Refuse {
 }
 
 /// The minimal case of fred 10.1's `ASK` failure, with fred's default settings (the store
-/// turns fred's redirections off and follows them itself: `src/store/redis/moving.rs`): two
+/// turns fred's redirections off and follows them itself: `src/cluster/moving.rs`): two
 /// keys of one slot, the slot moving one key at a time; after each step `GET` both keys (one
 /// command at a time). Expected: both values at every step (the moved key via `ASK` +
 /// `ASKING`). Seen: `Routing: Max attempts reached` at the first `ASK`, then `Timeout` for
 /// every command, also after `SETSLOT NODE`. Kept to check a newer fred: run it with
-/// `cargo test --all-features --test it -- --ignored cluster::fred_follows`; when it passes, `moving` may go.
+/// `cargo test --all-features --test it -- --ignored cluster::fred_follows`; when it passes,
+/// `cluster::moving` may go.
 #[test]
 #[ignore = "reproduces an upstream bug of fred 10.1 (ASK); the store works around it"]
 fn fred_follows_an_ask_redirection() {

@@ -178,7 +178,7 @@ impl RedisStoreBuilder {
                 c.connection_timeout = Duration::from_secs(5);
                 c.max_command_attempts = 3;
                 // fred 10.1 mishandles ASK (replies go to the wrong callers): on a cluster the
-                // store follows redirections itself (`moving`), fred none.
+                // store follows redirections itself (`cluster::moving`), fred none.
                 if clustered {
                     c.max_redirections = 0;
                 }

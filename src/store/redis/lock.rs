@@ -127,7 +127,7 @@ impl Backend {
                 let client = pool.next();
                 let px = Some(Expiration::PX(lease.as_millis() as i64));
                 let set = || client.set(key, token, px.clone(), Some(SetOptions::NX), false);
-                let r: Option<String> = crate::store::redis::moving::follow(set).await?;
+                let r: Option<String> = crate::cluster::moving::follow(set).await?;
                 Ok(r.map(|_| lease))
             }
             Backend::Red(r) => r.try_lock(key, token, lease).await,

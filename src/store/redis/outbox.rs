@@ -4,10 +4,11 @@
 //! Every key of one stream (the stream, its dead letters, its failure reasons) shares the
 //! segment's hash tag, so each call here goes to one node, and the two scripts that change
 //! more than one key (`outbox_dead.lua`, `outbox_trim.lua`) are atomic on a cluster too.
-//! Slots in motion are waited out like every other call (see `moving`).
+//! Slots in motion are waited out like every other call (see `cluster::moving`).
 
 pub(crate) use super::lua::outbox::{Entry, OutboxStream, StreamLag, entries};
-use super::{RedisStore, lua, moving};
+use super::{RedisStore, lua};
+use crate::cluster::moving;
 use crate::error::Result;
 use crate::ids::Sku;
 use fred::interfaces::{HashesInterface, SetsInterface, StreamsInterface};

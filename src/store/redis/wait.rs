@@ -24,6 +24,7 @@
 //! connection, which would count that connection's writes, not the script's): a connection
 //! lost in between answers [`Error::Redis`], outcome unknown, like any failed call.
 
+use crate::cluster::refusal::setting;
 use crate::error::{Error, Result};
 use dashmap::DashMap;
 use fred::prelude::{Client, ClientLike, ClusterInterface, ServerInterface};
@@ -115,14 +116,6 @@ pub(crate) async fn setup_warnings(client: &Client, replicas: u32) -> Vec<String
         }
     }
     out
-}
-
-/// The numeric value of `key` in a `CONFIG GET` reply (name, value, name, value, …).
-pub(crate) fn setting(pairs: &[String], key: &str) -> Option<u64> {
-    pairs
-        .chunks(2)
-        .find(|p| p[0] == key)
-        .and_then(|p| p.get(1)?.parse().ok())
 }
 
 /// What a `WAIT` answered: the replicas that acknowledged.

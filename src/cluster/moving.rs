@@ -18,6 +18,9 @@
 //!
 //! Sending again is safe: a redirected or `TRYAGAIN` command did not run. (And every script is
 //! exactly-once by request id anyway.)
+//!
+//! A loop around any fred call (the store's scripts, the outbox's commands, the lock's `SET`):
+//! it touches nothing of the crate.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

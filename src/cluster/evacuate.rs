@@ -44,13 +44,23 @@
 //! Run one evacuation of a master at a time (as with `redis-cli --cluster reshard`): two could
 //! copy one slot to two targets that both claim it, and one's `CLIENT UNPAUSE` ends the
 //! other's pause. One `--watch` per cluster, and no `--from` beside it.
+//!
+//! This file: the options ([`EvacuateOptions`]) and what an evacuation answers, the choice of
+//! targets (masters that take writes with enough replicas in sync) and of slots (the source's
+//! slots holding the store's keys), and the per-slot procedure above with its write pause. The
+//! commands go through `node`, the replies are read by `slots` and `refusal`; it touches
+//! `error`, fred, tokio and tracing. `RedisStore::evacuate` and `evacuate_refusing` call it with
+//! the masters and the key prefix.
 
+use super::node::Node;
+use super::slots::{assign, owner};
 use crate::error::{Error, Result};
-use fred::prelude::{Builder, Client, ClientLike, Config, ServerConfig};
+use fred::prelude::Config;
 use fred::types::config::Server;
-use fred::types::{ClusterHash, CustomCommand, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
+
+// Here too, so that `store::redis::evacuate` names everything an evacuation takes.
+pub use super::refusal::RefusalWatch;
 
 /// An evacuation that cannot go on: a cluster condition (kind `redis`, as the store's "slot
 /// map not known yet"), not a SKU being loaded.
@@ -61,7 +71,7 @@ fn refused(msg: String) -> Error {
     ))
 }
 
-/// How an evacuation runs ([`super::RedisStore::evacuate`]).
+/// How an evacuation runs ([`RedisStore::evacuate`](crate::RedisStore::evacuate)).
 #[derive(Debug, Clone)]
 pub struct EvacuateOptions {
     /// How long the source's writes stay paused if this process dies mid-way (renewed while a
@@ -129,7 +139,7 @@ pub struct MovedSlot {
     pub keys: usize,
 }
 
-/// What [`super::RedisStore::evacuate`] did.
+/// What [`RedisStore::evacuate`](crate::RedisStore::evacuate) did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Evacuation {
     /// The master evacuated (`host:port`).
@@ -138,256 +148,6 @@ pub struct Evacuation {
     pub slots: Vec<MovedSlot>,
     /// Wall time of the whole evacuation, in milliseconds.
     pub took_ms: u64,
-}
-
-/// A master as `INFO replication` and `CONFIG GET min-replicas-to-write` describe it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Health {
-    /// It is a master.
-    pub(crate) master: bool,
-    /// Replicas in sync (online, lag ≤ 2 s; `min_slaves_good_slaves` when Redis counts them).
-    pub(crate) good: u32,
-    /// Its `min-replicas-to-write` (0: off).
-    pub(crate) required: u32,
-}
-
-impl Health {
-    /// It refuses every write now (`NOREPLICAS`).
-    pub(crate) fn refusing(&self) -> bool {
-        self.master && self.good < self.required
-    }
-
-    /// It may take slots from an evacuation waiting for `replicas`.
-    pub(crate) fn can_take(&self, replicas: u32) -> bool {
-        self.master && !self.refusing() && self.good >= replicas
-    }
-
-    /// Parses `INFO replication` and the `min-replicas-to-write` setting.
-    pub(crate) fn parse(info: &str, required: u32) -> Self {
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
-        };
-        let master = field("role") == Some("master");
-        let good = match field("min_slaves_good_slaves").and_then(|v| v.parse().ok()) {
-            Some(g) => g,
-            // Without min-replicas-to-write Redis does not count them: online replicas whose
-            // last acknowledgement is at most 2 s old.
-            None => info
-                .lines()
-                .filter(|l| {
-                    let l = l.trim();
-                    l.starts_with("slave")
-                        && l.contains("state=online")
-                        && l.split(',')
-                            .find_map(|kv| kv.strip_prefix("lag="))
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .is_some_and(|lag| lag <= 2)
-                })
-                .count() as u32,
-        };
-        Self {
-            master,
-            good,
-            required,
-        }
-    }
-}
-
-/// The owner of each slot range, as one node's `CLUSTER SLOTS` answers it: (start, end,
-/// owner's node id).
-pub(crate) fn parse_slots(v: &Value) -> Result<Vec<(u16, u16, String)>> {
-    let bad = || Error::Protocol(format!("CLUSTER SLOTS answered {v:?}"));
-    let Value::Array(ranges) = v else {
-        return Err(bad());
-    };
-    let mut out = Vec::with_capacity(ranges.len());
-    for r in ranges {
-        let Value::Array(r) = r else {
-            return Err(bad());
-        };
-        let (Some(start), Some(end), Some(Value::Array(owner))) = (
-            r.first().and_then(Value::as_u64),
-            r.get(1).and_then(Value::as_u64),
-            r.get(2),
-        ) else {
-            return Err(bad());
-        };
-        let id = owner.get(2).and_then(Value::as_string).ok_or_else(bad)?;
-        let (Ok(start), Ok(end)) = (u16::try_from(start), u16::try_from(end)) else {
-            return Err(bad());
-        };
-        out.push((start, end, id));
-    }
-    Ok(out)
-}
-
-/// The owner's id of `slot` in `ranges`.
-fn owner(ranges: &[(u16, u16, String)], slot: u16) -> Option<&str> {
-    ranges
-        .iter()
-        .find(|(s, e, _)| (*s..=*e).contains(&slot))
-        .map(|(_, _, id)| id.as_str())
-}
-
-/// The targets of `slots`, spread over `targets` in turn: (slot, target index).
-pub(crate) fn assign(slots: &[u16], targets: usize) -> Vec<(u16, usize)> {
-    slots
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| (s, i % targets.max(1)))
-        .collect()
-}
-
-/// A connection of its own to one node: `ASKING` must be the command right before its
-/// `RESTORE` on a connection, which a pool shared with sales cannot promise.
-pub(crate) struct Node {
-    pub(crate) server: Server,
-    client: Client,
-}
-
-fn cmd(name: &'static str) -> CustomCommand {
-    CustomCommand::new_static(name, ClusterHash::FirstKey, false)
-}
-
-impl Node {
-    pub(crate) async fn open(base: &Config, server: &Server) -> Result<Self> {
-        let mut config = base.clone();
-        config.server = ServerConfig::Centralized {
-            server: server.clone(),
-        };
-        let client = Builder::from_config(config)
-            .with_connection_config(|c| {
-                c.connection_timeout = Duration::from_secs(5);
-                c.max_command_attempts = 1;
-                c.max_redirections = 0;
-            })
-            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(10))
-            .build()?;
-        client.init().await?;
-        Ok(Self {
-            server: server.clone(),
-            client,
-        })
-    }
-
-    pub(crate) fn name(&self) -> String {
-        format!("{}:{}", self.server.host, self.server.port)
-    }
-
-    async fn call<R: fred::types::FromValue>(
-        &self,
-        name: &'static str,
-        args: Vec<Value>,
-    ) -> Result<R> {
-        Ok(self.client.custom(cmd(name), args).await?)
-    }
-
-    async fn id(&self) -> Result<String> {
-        self.call("CLUSTER", vec!["MYID".into()]).await
-    }
-
-    pub(crate) async fn health(&self) -> Result<Health> {
-        let info: String = self.call("INFO", vec!["replication".into()]).await?;
-        let cfg: Vec<String> = self
-            .call(
-                "CONFIG",
-                vec![
-                    "GET".into(),
-                    "min-replicas-to-write".into(),
-                    "min-replicas-max-lag".into(),
-                ],
-            )
-            .await?;
-        let setting = |key| {
-            super::wait::setting(&cfg, key).map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX))
-        };
-        // `min-replicas-max-lag 0` turns the refusal off.
-        let required = if setting("min-replicas-max-lag") == 0 {
-            0
-        } else {
-            setting("min-replicas-to-write")
-        };
-        Ok(Health::parse(&info, required))
-    }
-
-    async fn slots(&self) -> Result<Vec<(u16, u16, String)>> {
-        let v: Value = self.call("CLUSTER", vec!["SLOTS".into()]).await?;
-        parse_slots(&v)
-    }
-
-    /// The slots this node has open ([`open_slots`] of its `CLUSTER NODES`).
-    async fn open_slots(&self) -> Result<Vec<(u16, String, bool)>> {
-        let nodes: String = self.call("CLUSTER", vec!["NODES".into()]).await?;
-        Ok(open_slots(&nodes))
-    }
-
-    /// This node imports `slot` from node `from` (a claim clears the mark); false when it
-    /// cannot tell.
-    async fn imports(&self, slot: u16, from: &str) -> bool {
-        self.open_slots()
-            .await
-            .is_ok_and(|o| o.iter().any(|(s, p, imp)| *s == slot && *imp && p == from))
-    }
-
-    async fn keys_in_slot(&self, slot: u16) -> Result<Vec<Value>> {
-        let n: u64 = self
-            .call("CLUSTER", vec!["COUNTKEYSINSLOT".into(), slot.into()])
-            .await?;
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        self.call(
-            "CLUSTER",
-            vec!["GETKEYSINSLOT".into(), slot.into(), (n as i64).into()],
-        )
-        .await
-    }
-
-    /// The slots holding keys under `prefix` (a `SCAN` of this node: it holds its own slots'
-    /// keys only).
-    async fn slots_with(&self, prefix: &str) -> Result<BTreeSet<u16>> {
-        let pattern = format!("{prefix}:*");
-        let mut cursor = "0".to_string();
-        let mut slots = BTreeSet::new();
-        loop {
-            let (next, keys): (String, Vec<Value>) = self
-                .call(
-                    "SCAN",
-                    vec![
-                        cursor.as_str().into(),
-                        "MATCH".into(),
-                        pattern.as_str().into(),
-                        "COUNT".into(),
-                        1000.into(),
-                    ],
-                )
-                .await?;
-            for k in keys {
-                if let Some(b) = k.as_bytes() {
-                    slots.insert(fred::types::cluster::ClusterRouting::hash_key(b));
-                }
-            }
-            if next == "0" {
-                return Ok(slots);
-            }
-            cursor = next;
-        }
-    }
-
-    async fn pause_writes(&self, pause: Duration) -> Result<()> {
-        let ms = i64::try_from(pause.as_millis()).unwrap_or(i64::MAX);
-        self.call::<()>("CLIENT", vec!["PAUSE".into(), ms.into(), "WRITE".into()])
-            .await
-    }
-
-    async fn unpause(&self) -> Result<()> {
-        self.call::<()>("CLIENT", vec!["UNPAUSE".into()]).await
-    }
-
-    pub(crate) async fn quit(self) {
-        let _ = self.client.quit().await;
-    }
 }
 
 /// The source's write pause for one slot: renewed before it can lapse, and known to have
@@ -460,46 +220,6 @@ impl<'a> Pause<'a> {
     }
 }
 
-/// Sends `commands` as one pipeline and fails on the first error.
-async fn pipeline(
-    client: &Client,
-    commands: Vec<(&'static str, Vec<Value>)>,
-) -> Result<Vec<Value>> {
-    let p = client.pipeline();
-    for (name, args) in commands {
-        let _: () = p.custom(cmd(name), args).await?;
-    }
-    let mut out = Vec::new();
-    for r in p.try_all::<Value>().await {
-        out.push(r?);
-    }
-    Ok(out)
-}
-
-/// The slots a node has open (`CLUSTER NODES`, its own line): `[<slot>->-<id>]` migrating to
-/// `<id>`, `[<slot>-<-<id>]` importing from it. (slot, peer id, importing).
-pub(crate) fn open_slots(nodes: &str) -> Vec<(u16, String, bool)> {
-    let Some(me) = nodes.lines().find(|l| {
-        l.split_whitespace()
-            .nth(2)
-            .is_some_and(|f| f.split(',').any(|x| x == "myself"))
-    }) else {
-        return Vec::new();
-    };
-    me.split_whitespace()
-        .filter_map(|f| f.strip_prefix('[')?.strip_suffix(']'))
-        .filter_map(|f| {
-            let (slot, importing, peer) = if let Some((s, p)) = f.split_once("->-") {
-                (s, false, p)
-            } else {
-                let (s, p) = f.split_once("-<-")?;
-                (s, true, p)
-            };
-            Some((slot.parse().ok()?, peer.to_string(), importing))
-        })
-        .collect()
-}
-
 /// Deletes `dst`'s copies of `slot` (needs its importing mark: `ASKING` + `DEL`).
 async fn clear_copies(dst: &Node, slot: u16, batch: usize) -> Result<()> {
     let stale = dst.keys_in_slot(slot).await?;
@@ -509,7 +229,7 @@ async fn clear_copies(dst: &Node, slot: u16, batch: usize) -> Result<()> {
             c.push(("ASKING", vec![]));
             c.push(("DEL", vec![k.clone()]));
         }
-        pipeline(&dst.client, c).await?;
+        dst.pipeline(c).await?;
     }
     Ok(())
 }
@@ -546,7 +266,7 @@ async fn move_slot(
             reads.push(("PEXPIRETIME", vec![k.clone()]));
             reads.push(("DUMP", vec![k.clone()]));
         }
-        let got = pipeline(&src.client, reads).await?;
+        let got = src.pipeline(reads).await?;
         let mut writes = Vec::with_capacity(chunk.len() * 2);
         for (k, pair) in chunk.iter().zip(got.chunks(2)) {
             let at = pair[0]
@@ -568,7 +288,7 @@ async fn move_slot(
             writes.push(("RESTORE", args));
             copied += 1;
         }
-        pipeline(&dst.client, writes).await?;
+        dst.pipeline(writes).await?;
     }
     // 3. The copies on the target's replicas.
     if opts.replicas > 0 {
@@ -838,135 +558,9 @@ pub(crate) async fn evacuate(
     })
 }
 
-/// Evacuates masters that keep refusing writes ([`super::RedisStore::evacuate_refusing`]):
-/// remembers since when each master has refused, and which were evacuated during their
-/// refusal (nothing of the store can come back to a master that refuses writes, so one
-/// evacuation per refusal is enough).
-#[derive(Debug, Default)]
-pub struct RefusalWatch {
-    since: HashMap<String, Instant>,
-    evacuated: HashSet<String>,
-}
-
-impl RefusalWatch {
-    /// A watch that has seen nothing yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Records what `health` says of each master (absent: not reachable, forgotten) and
-    /// answers the ones refusing for at least `grace` and not yet evacuated.
-    pub(crate) fn due(
-        &mut self,
-        health: &BTreeMap<String, Health>,
-        grace: Duration,
-    ) -> Vec<String> {
-        let now = Instant::now();
-        let refusing = |m: &String| health.get(m).is_some_and(Health::refusing);
-        self.since.retain(|m, _| refusing(m));
-        self.evacuated.retain(|m| refusing(m));
-        let mut due = Vec::new();
-        for (m, h) in health {
-            if h.refusing() {
-                let t = *self.since.entry(m.clone()).or_insert(now);
-                if now.duration_since(t) >= grace && !self.evacuated.contains(m) {
-                    due.push(m.clone());
-                }
-            }
-        }
-        due
-    }
-
-    /// Records that `master` was evacuated: not again until it has written in between.
-    pub(crate) fn evacuated(&mut self, master: &str) {
-        self.evacuated.insert(master.to_string());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const INFO_REFUSING: &str = "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\
-        min_slaves_good_slaves:0\r\nmaster_failover_state:no-failover\r\n";
-    const INFO_HEALTHY: &str = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\n\
-        slave0:ip=127.0.0.1,port=7104,state=online,offset=1190,lag=0\r\n";
-
-    #[test]
-    fn a_master_below_its_setting_refuses() {
-        let h = Health::parse(INFO_REFUSING, 1);
-        assert_eq!(
-            h,
-            Health {
-                master: true,
-                good: 0,
-                required: 1
-            }
-        );
-        assert!(h.refusing());
-        assert!(!h.can_take(1));
-        assert!(
-            !Health::parse(INFO_REFUSING, 0).refusing(),
-            "no setting, no refusal"
-        );
-    }
-
-    #[test]
-    fn online_replicas_count_without_the_setting() {
-        let h = Health::parse(INFO_HEALTHY, 0);
-        assert_eq!(h.good, 1);
-        assert!(h.can_take(1));
-        assert!(!h.can_take(2));
-        let lagging = INFO_HEALTHY.replace("lag=0", "lag=7");
-        assert_eq!(
-            Health::parse(&lagging, 0).good,
-            0,
-            "a replica 7 s behind is not in sync"
-        );
-        let replica = "role:slave\r\nmaster_host:127.0.0.1\r\n";
-        assert!(
-            !Health::parse(replica, 1).refusing(),
-            "a replica is no master"
-        );
-        assert!(!Health::parse(replica, 0).can_take(0));
-    }
-
-    #[test]
-    fn slots_parse_and_owner() {
-        let node = |id: &str| Value::Array(vec!["127.0.0.1".into(), 7101.into(), id.into()]);
-        let v = Value::Array(vec![
-            Value::Array(vec![0.into(), 99.into(), node("a"), node("ra")]),
-            Value::Array(vec![100.into(), 16383.into(), node("b")]),
-        ]);
-        let r = parse_slots(&v).unwrap();
-        assert_eq!(owner(&r, 0), Some("a"));
-        assert_eq!(owner(&r, 99), Some("a"));
-        assert_eq!(owner(&r, 100), Some("b"));
-        assert!(parse_slots(&Value::from("x")).is_err());
-        assert!(parse_slots(&Value::Array(vec![Value::Array(vec![0.into()])])).is_err());
-    }
-
-    #[test]
-    fn open_slots_are_read_from_the_nodes_own_line() {
-        let nodes = "a1 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-5460 \
-                     [77->-b2] [93-<-c3]\n\
-                     b2 127.0.0.1:7102@17102 master - 0 0 2 connected 5461-10922 [5-<-a1]\n";
-        assert_eq!(
-            open_slots(nodes),
-            vec![(77, "b2".to_string(), false), (93, "c3".to_string(), true)]
-        );
-        assert!(
-            open_slots("a1 127.0.0.1:7101@17101 myself,master - 0 0 1 connected 0-16383\n")
-                .is_empty()
-        );
-        assert!(open_slots("").is_empty());
-    }
-
-    #[test]
-    fn slots_spread_over_targets_in_turn() {
-        assert_eq!(assign(&[5, 6, 7], 2), vec![(5, 0), (6, 1), (7, 0)]);
-        assert!(assign(&[], 3).is_empty());
-    }
 
     #[test]
     fn options_are_bounded() {
@@ -993,30 +587,5 @@ mod tests {
         );
         assert!(with(|o| o.batch = 0).is_err());
         assert!(with(|o| o.batch = 10_001).is_err());
-    }
-
-    #[test]
-    fn a_master_is_due_after_refusing_for_the_grace_once_per_refusal() {
-        let mut w = RefusalWatch::new();
-        let refusing = Health::parse(INFO_REFUSING, 1);
-        let healthy = Health::parse(INFO_HEALTHY, 1);
-        let mut h = BTreeMap::from([("a:1".to_string(), refusing), ("b:2".to_string(), healthy)]);
-        assert!(w.due(&h, Duration::from_secs(60)).is_empty(), "not yet");
-        assert_eq!(w.due(&h, Duration::ZERO), vec!["a:1".to_string()]);
-        w.evacuated("a:1");
-        assert!(
-            w.due(&h, Duration::ZERO).is_empty(),
-            "evacuated during this refusal"
-        );
-        // Writable again: the clock starts over, and a new refusal is due again.
-        h.insert("a:1".to_string(), healthy);
-        assert!(w.due(&h, Duration::ZERO).is_empty());
-        assert!(w.since.is_empty() && w.evacuated.is_empty());
-        h.insert("a:1".to_string(), refusing);
-        assert_eq!(w.due(&h, Duration::ZERO).len(), 1);
-        // Unreachable: forgotten.
-        h.remove("a:1");
-        assert!(w.due(&h, Duration::ZERO).is_empty());
-        assert!(w.since.is_empty());
     }
 }

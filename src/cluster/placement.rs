@@ -20,7 +20,7 @@
 //! (`Stale`), never an old segment left behind under a key the new generation no longer uses.
 //!
 //! No I/O here: the slot map comes in as a [`SlotMap`], built by the Redis store from fred's
-//! cached cluster state.
+//! cached cluster state. Touches `ids` (the SKU), `segments` (its hash) and fred's CRC16.
 
 use crate::ids::Sku;
 use crate::segments::fnv1a;
