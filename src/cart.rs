@@ -4,8 +4,8 @@
 //! No script sees every item of an order (they live at their SKUs' home segments, in other
 //! slots), so one place decides: the order's **record** ([`record`]), in a slot of its own,
 //! written once when decided, on whose clock the deadline is kept. The items are holds at
-//! their home segments ([`ItemState`]) that have no clock: they end
-//! only when the decision is brought to them ([`Store::settle`]).
+//! their home segments ([`ItemState`](crate::store::ItemState)) that have no clock: they end
+//! only when the decision is brought to them ([`Store::settle`](crate::Store::settle)).
 //!
 //! The protocol, each step idempotent:
 //! 1. **open** the record (holding, deadline = now + hold) — or find it: a retry replays;
@@ -73,7 +73,7 @@ pub struct HeldItem {
     pub segment: u32,
 }
 
-/// What [`Engine::hold_order`] answers.
+/// What [`Engine::hold_order`](crate::Engine::hold_order) answers.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -111,7 +111,7 @@ pub enum OrderHold {
     },
 }
 
-/// What [`Engine::confirm_order`], [`Engine::cancel_order`] and [`Engine::order`] answer.
+/// What [`Engine::confirm_order`](crate::Engine::confirm_order), [`Engine::cancel_order`](crate::Engine::cancel_order) and [`Engine::order`](crate::Engine::order) answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OrderEnd {
     /// The order.

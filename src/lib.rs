@@ -100,7 +100,7 @@
 //! strategies), `protocol.md` (the request protocol step by step), `http.md` (the HTTP API),
 //! `operations.md` (CLI, configuration, metrics), `cluster.md`, `outbox.md`, `faults.md`,
 //! `benchmarks.md`, `capacity.md` (sales per master core, masters per sale) and `layout.md`
-//! (every file, one line each).
+//! (the rooms floor by floor, what each may import, every file).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 

@@ -1,5 +1,5 @@
-//! Deciding an order and settling its items: [`Engine::confirm_order`],
-//! [`Engine::cancel_order`], [`Engine::order`] (which decides "expired" once the deadline
+//! Deciding an order and settling its items: [`Engine::confirm_order`](crate::Engine::confirm_order),
+//! [`Engine::cancel_order`](crate::Engine::cancel_order), [`Engine::order`](crate::Engine::order) (which decides "expired" once the deadline
 //! passed), each item posted or voided at its home segment as the record says, and the
 //! sweeper's [`sweep_hold`](Engine::sweep_hold) for an item whose order nobody came back for.
 

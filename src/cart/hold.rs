@@ -1,4 +1,4 @@
-//! Holding an order ([`Engine::hold_order`]): open its record, hold every item at its home
+//! Holding an order ([`Engine::hold_order`](crate::Engine::hold_order)): open its record, hold every item at its home
 //! segment, then mark it held — or refuse it and give back whatever was held. A retry replays
 //! the order and finishes what a dead call left half done. The protocol is in the [room's
 //! docs](super).
@@ -14,13 +14,13 @@ use crate::store::{ItemState, RecordState, Store};
 
 impl<S: Store> Engine<S> {
     /// Holds every item of `cart` until `cart.hold` passes, or none: see the [module
-    /// docs](self). Exactly once per (user, request id): a retry replays the order (and
+    /// docs](crate::cart). Exactly once per (user, request id): a retry replays the order (and
     /// finishes holding what a dead call left half held).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for an empty cart or more than [`MAX_ITEMS`] items, a zero
+    /// [`Error::InvalidInput`] for an empty cart or more than [`MAX_ITEMS`](super::MAX_ITEMS) items, a zero
     /// quantity, a hold of 0 or longer than the request TTL, a request id longer than
-    /// [`MAX_ORDER_REQUEST_ID_LEN`]; [`Error::RequestIdConflict`] (field `items`) when the
+    /// [`MAX_ORDER_REQUEST_ID_LEN`](super::MAX_ORDER_REQUEST_ID_LEN); [`Error::RequestIdConflict`] (field `items`) when the
     /// request id was used for other items; [`Error::Config`] under an unsafe baseline
     /// strategy; store errors (the outcome is then unknown: retry with the same request id).
     pub async fn hold_order(&self, cart: &Cart) -> Result<OrderHold> {

@@ -40,14 +40,14 @@ pub mod lock;
 pub mod lua;
 pub(crate) mod outbox;
 mod strategies;
-mod wait;
 
+use crate::cluster::wait;
+pub(crate) use crate::cluster::wait::check as check_durability;
 pub use builder::RedisStoreBuilder;
 pub use coalescing::{CoalesceStats, Coalescing};
 use conn::Conn;
 pub use evacuate::{EvacuateOptions, Evacuation, MovedSlot, RefusalWatch};
 use strategies::Runner;
-pub(crate) use wait::check as check_durability;
 
 /// The Redis store. Cheap to clone. Built with [`RedisStore::builder`] (or
 /// [`crate::Config::build_store`]).

@@ -2,7 +2,8 @@
 
 use super::conn::Conn;
 use super::strategies::Runner;
-use super::{Coalescing, RedisStore, endpoint, lua, wait};
+use super::{Coalescing, RedisStore, endpoint, lua};
+use crate::cluster::wait;
 use crate::error::{Error, Result};
 use crate::segments::Keyspace;
 use crate::store::redis::lock::LockOptions;

@@ -1,7 +1,7 @@
 //! The connection and the key names every script call of the Redis store runs on.
 
 use super::lua::{self, Call, SegmentKeys};
-use super::wait;
+use crate::cluster::wait;
 use crate::error::Result;
 use crate::segments::Keyspace;
 use crate::store::SegAddr;

@@ -78,8 +78,8 @@
 //! generation); `RedisStore::load_segment` / `drop_segment` unlink them afterwards (`SCAN MATCH
 //! …:g<old>:*` on the slot's node, best effort).
 
-use super::wait::Durable;
 use crate::cluster::moving;
+use crate::cluster::wait::Durable;
 use crate::error::{Error, Result};
 use crate::ids::RequestId;
 use crate::segments::Keyspace;
