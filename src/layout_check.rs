@@ -1,5 +1,5 @@
-//! The crate's layout, checked (tests only): `docs/layout.md` names every file, and the
-//! library's imports point down — no import circle of more than [`MAX_CIRCLE`] files, and each
+//! The crate's layout, checked (tests only): `docs/layout.md` names every file, no file under
+//! `src/` is longer than [`MAX_LINES`], and the library's imports point down — no import circle of more than [`MAX_CIRCLE`] files, and each
 //! room imports only the rooms `docs/layout.md` says it may.
 //!
 //! Imports are read from the source text, the way a reader follows them: every `use` (braces
@@ -15,6 +15,10 @@ use std::path::{Path, PathBuf};
 /// The largest import circle allowed, in files: a module and the few children that name its
 /// types back (a builder and what it builds) — never a floor that reaches up.
 const MAX_CIRCLE: usize = 5;
+
+/// The longest a file under `src/` may be, tests included: past it, a file holds more than one
+/// concept and is split by concept.
+const MAX_LINES: usize = 700;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -56,6 +60,21 @@ fn docs_layout_names_every_file() {
         .collect();
     assert!(missing.is_empty(), "not in docs/layout.md: {missing:?}");
     assert!(layout.contains("src/scripts/*.lua"));
+}
+
+#[test]
+fn every_file_holds_one_concept() {
+    let mut all = Vec::new();
+    files(&root().join("src"), &mut all);
+    let long: Vec<String> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .filter_map(|p| {
+            let n = std::fs::read_to_string(p).unwrap().lines().count();
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", rel(p, root())))
+        })
+        .collect();
+    assert!(long.is_empty(), "longer than {MAX_LINES} lines: {long:?}");
 }
 
 /// The source with comments, string and char literals blanked, `pub(in …)` read as `pub`, and
