@@ -125,8 +125,11 @@ pub mod strategy;
 mod cluster;
 
 // Rooms inside another room, at the public paths they always had.
+#[doc(inline)]
 pub use cluster::placement;
+#[doc(inline)]
 pub use engine::live_audit;
+#[doc(inline)]
 pub use store::redis::lock;
 
 // Internal: the engine's helpers, not part of the API.
