@@ -481,9 +481,9 @@ fn room(file: &str) -> &str {
 /// The rooms each room may import, as `docs/layout.md` states them: a line
 /// `` `room` may import: `a`, `b` `` (or `nothing`) under the room's paragraph; an entry may
 /// also name one file of a higher room (`` `src/cart/id.rs` ``), when only that file is below.
-fn allowed() -> BTreeMap<String, BTreeSet<String>> {
+fn allowed() -> Vec<(String, BTreeSet<String>)> {
     let layout = std::fs::read_to_string(root().join("docs/layout.md")).unwrap();
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for line in layout.lines() {
         let Some((head, list)) = line.split_once(" may import: ") else {
             continue;
@@ -494,7 +494,7 @@ fn allowed() -> BTreeMap<String, BTreeSet<String>> {
             .map(|r| r.trim().trim_end_matches('.').trim_matches('`').to_string())
             .filter(|r| !r.is_empty() && r != "nothing")
             .collect();
-        out.insert(name, rooms);
+        out.push((name, rooms));
     }
     out
 }
@@ -511,8 +511,20 @@ fn imports_point_down() {
         big.is_empty(),
         "import circles of more than {MAX_CIRCLE} files: {big:#?}"
     );
-    let allowed = allowed();
+    let floors = allowed();
     let mut wrong = Vec::new();
+    // Floors: a room's line names only rooms whose lines come before it (a file of a later
+    // room may be named on its own).
+    for (n, (room, may)) in floors.iter().enumerate() {
+        for r in may.iter().filter(|r| !r.ends_with(".rs")) {
+            if !floors[..n].iter().any(|(below, _)| below == r) {
+                wrong.push(format!(
+                    "docs/layout.md: `{room}` may import `{r}`, not on a floor below it"
+                ));
+            }
+        }
+    }
+    let allowed: BTreeMap<String, BTreeSet<String>> = floors.into_iter().collect();
     for (file, to) in &edges {
         let from = room(file);
         // The crate root re-exports every room; this file is the check itself.
