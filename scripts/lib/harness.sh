@@ -72,6 +72,7 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# shellcheck disable=SC2120 # arguments optional
 redis_start() {
   REDIS_PORT=$(free_port)
   "${REDIS_LAUNCHER[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' \
@@ -92,11 +93,13 @@ redis_start() {
   exit 1
 }
 
+# shellcheck disable=SC2120 # arguments optional
 redis_cpu_usec() {
   redis-cli -p "${1:-$REDIS_PORT}" INFO cpu | tr -d '\r' |
     awk -F: '/^used_cpu_(user|sys)_main_thread:/ { s += $2 } END { printf "%.0f\n", s * 1e6 }'
 }
 
+# shellcheck disable=SC2120 # arguments optional
 redis_used_memory() {
   redis-cli -p "${1:-$REDIS_PORT}" INFO memory | tr -d '\r' | sed -n 's/^used_memory:\(.*\)/\1/p'
 }
@@ -131,6 +134,7 @@ pg_init() {
   on_exit '[ -z "$PG_RUNNING" ] || "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m immediate -w stop >/dev/null 2>&1'
 }
 
+# shellcheck disable=SC2120 # arguments optional
 pg_start() {
   "${AS_PG[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -w -o \
     "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PGDIR $*" start >/dev/null ||
