@@ -6,6 +6,7 @@
 #   harness_init         cd to the repository root (ROOT), make a private work directory WORK
 #                        (removed on exit; KEEP=1 keeps it and prints its path), set the exit trap
 #   on_exit CMD...       one more command for the exit trap (run last-registered first)
+#   track_pid PID...     processes for the exit trap to kill (and wait for)
 #   need TOOL...         fail unless every TOOL is on PATH
 #   free_port            a free loopback TCP port
 #   redis_start [ARG...] a redis-server on a free loopback port: no persistence, noeviction, its
@@ -45,6 +46,7 @@ harness_init() {
 }
 
 on_exit() { HARNESS_HOOKS+=("$*"); }
+track_pid() { HARNESS_PIDS+=("$@"); }
 
 harness_cleanup() {
   local i p
@@ -79,7 +81,7 @@ redis_start() {
     --appendonly no --maxmemory-policy noeviction --dir "$WORK" \
     --logfile "$WORK/redis-$REDIS_PORT.log" "$@" >"$WORK/redis-$REDIS_PORT.out" 2>&1 &
   REDIS_PID=$!
-  HARNESS_PIDS+=("$REDIS_PID")
+  track_pid "$REDIS_PID"
   REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
   # Up to a minute: under valgrind a server takes seconds to answer.
   local _
