@@ -18,7 +18,7 @@
 set -euo pipefail
 SUITES=$(cd "$(dirname "$0")" && pwd)/bench
 # The order of --list and of `all`: the headline figures first, then the diagnostics.
-ORDER=(throughput lib-vs-bare strategies scaleout outbox multi-instance batch-cost fcall-cost profile)
+ORDER=(throughput lib-vs-bare strategies scaleout outbox multi-instance locust batch-cost fcall-cost profile)
 
 field() { sed -n "s/^# $2: //p" "$SUITES/$1.sh" | head -1; }
 
