@@ -5,12 +5,13 @@
 # loopback ports, in a temporary directory removed on exit), builds the release binaries it runs
 # (CARGO_TARGET_DIR is honoured) and prints Markdown on stdout, progress on stderr.
 #
-#   scripts/bench.sh --list        every suite: what it measures, the tables it makes, what it
-#                                  needs, how long it takes
-#   scripts/bench.sh SUITE [ARGS]  one suite
-#   scripts/bench.sh all           every suite in turn with its defaults (the knobs in the
-#                                  environment apply to every suite that reads them); a suite
-#                                  whose tools are missing is skipped; a summary at the end
+#   scripts/bench.sh --list          every suite: what it measures, the tables it makes, what it
+#                                    needs, how long it takes
+#   scripts/bench.sh SUITE [ARGS]    one suite
+#   scripts/bench.sh all [SUITE...]  every suite (or those named) in turn with its defaults: the
+#                                    knobs in the environment apply to every suite that reads
+#                                    them; a suite whose tools are missing is skipped; a summary
+#                                    (result and time per suite) at the end
 #
 # The suites' shared setup is scripts/lib/harness.sh; how they drive the selling script with
 # redis-benchmark, scripts/lib/sell_bench.sh. docs/benchmarks.md, "How to reproduce", lists the
@@ -18,7 +19,8 @@
 set -euo pipefail
 SUITES=$(cd "$(dirname "$0")" && pwd)/bench
 # The order of --list and of `all`: the headline figures first, then the diagnostics.
-ORDER=(throughput lib-vs-bare strategies scaleout outbox multi-instance locust batch-cost fcall-cost profile)
+ORDER=(throughput ceiling sale lib-vs-bare strategies scaleout outbox multi-instance locust
+  batch-cost fcall-cost profile criterion)
 
 field() { sed -n "s/^# $2: //p" "$SUITES/$1.sh" | head -1; }
 
@@ -33,7 +35,7 @@ list() {
 
 help() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 usage() {
-  echo "usage: scripts/bench.sh SUITE [ARGS...] | --list | --help | all"
+  echo "usage: scripts/bench.sh SUITE [ARGS...] | --list | --help | all [SUITE...]"
   echo "suites: ${ORDER[*]}"
 }
 
@@ -46,7 +48,7 @@ missing() {
 
 all() {
   local s m t0 rc summary=() failed=0
-  for s in "${ORDER[@]}"; do
+  for s in "$@"; do
     m=$(missing "$s")
     if [ -n "$m" ]; then
       summary+=("| $s | skipped: $m missing | |")
@@ -59,7 +61,7 @@ all() {
     rc=0
     bash "$SUITES/$s.sh" || rc=$?
     [ "$rc" = 0 ] || failed=1
-    summary+=("| $s | $([ "$rc" = 0 ] && echo ok || echo "FAILED (exit $rc)") | $(((SECONDS - t0 + 30) / 60)) min |")
+    summary+=("| $s | $([ "$rc" = 0 ] && echo ok || echo "FAILED (exit $rc)") | $((SECONDS - t0)) s |")
   done
   printf '\n## Summary\n\n| suite | result | time |\n|---|---|---|\n'
   printf '%s\n' "${summary[@]}"
@@ -70,7 +72,13 @@ case ${1:-} in
   -l | --list) list ;;
   -h | --help) help; echo; usage ;;
   '') usage >&2; exit 2 ;;
-  all) shift; [ $# -eq 0 ] || { echo "all takes no arguments (knobs are environment variables)" >&2; exit 2; }; all ;;
+  all)
+    shift
+    for s in "$@"; do
+      [ -f "$SUITES/$s.sh" ] || { echo "no suite '$s'" >&2; usage >&2; exit 2; }
+    done
+    if [ $# -eq 0 ]; then all "${ORDER[@]}"; else all "$@"; fi
+    ;;
   *)
     s=$1
     shift

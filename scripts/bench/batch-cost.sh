@@ -3,7 +3,7 @@
 # Suite batch-cost: the Redis-side cost per request of a coalesced call of the selling script and bytes per remembered request, the tree against a git ref
 # Tables: docs/benchmarks.md "Exactly-once against the bare script" (the wall-time and bytes figures of the selling script, "Several users per ledger field", the short form), "Where the time goes" (coalesced deduction, Redis side)
 # Needs: redis-server redis-cli redis-benchmark python3 git
-# Time: ~1 min with the defaults (2 rounds × 2 sides × 3,000 calls of 64 requests); ROUNDS=1 CALLS=300: ~5 s; LADDER=1 adds 7 runs
+# Time: ~5 s with the defaults (2 rounds × 2 sides × 3,000 calls of 64 requests); ROUNDS=1 CALLS=300: ~1 s; LADDER=1 adds 7 runs
 #
 # The selling script at REF (default main) against the working tree, interleaved ROUNDS times on
 # one private redis-server. Each side is composed as its build did: prelude + sell.lua (one call

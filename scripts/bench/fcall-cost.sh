@@ -3,7 +3,7 @@
 # Suite fcall-cost: the selling script as EVALSHA against a Redis Function (FCALL); CALLGRIND=1: instructions per call, LADDER=1: step by step
 # Tables: docs/benchmarks.md "Exactly-once against the bare script" (instructions per call and the ladder, "Scripts, not Redis Functions", "A one-unit sale's ledger is its request id", "Ids packed per run")
 # Needs: redis-server redis-cli redis-benchmark python3 git
-# Time: ~2 min with the defaults (3 rounds × 3 batch sizes × 2 variants); CALLGRIND=1 LADDER=1: ~5 min; ROUNDS=1 NS=21 CALLS=300: ~5 s
+# Time: ~20 s with the defaults (3 rounds × 3 batch sizes × 2 variants); CALLGRIND=1 LADDER=1: ~5 min; ROUNDS=1 NS=21 CALLS=300: ~2 s; CALLGRIND=1 LADDER=1 NS=21 CALLS=50: ~15 s
 #
 # What a coalesced sale would cost inside Redis as a Redis Function (FCALL of a library loaded
 # once) instead of a script (EVALSHA), on one private redis-server.

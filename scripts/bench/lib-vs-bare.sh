@@ -3,7 +3,7 @@
 # Suite lib-vs-bare: the library against the bare check-and-DECRBY script, interleaved rounds on one redis-server (optionally a git ref's build too)
 # Tables: README.md "Measured" (the library against a bare script; Redis CPU per sale and per remembered request; without a per-user limit); docs/benchmarks.md "Exactly-once against the bare script", "Without a per-user limit"; docs/capacity.md (the busy-loop table)
 # Needs: redis-server redis-cli python3 cargo git
-# Time: ~6 min per round with the defaults (3 configurations × bare, library, sim at 300,000 requests); ROUNDS=1 REQUESTS=20000 SIM=0 CONFIGS=256:1: ~10 s; a REF adds a full release build
+# Time: ~2 min after the build with the defaults (3 rounds of 3 configurations × bare, library, sim at 300,000 requests); ROUNDS=1 REQUESTS=20000 CONFIGS="256:1 64:1:0": ~10 s; a REF adds a full release build
 #
 # On a shared 2-core machine one run of each moves by ±30 %, so every round runs every binary
 # once, in turn, on one private redis-server.

@@ -3,7 +3,7 @@
 # Suite locust: a Locust flash sale over HTTP against one `shardstock serve`, then the audit against what buyers were told
 # Tables: README.md "Measured" (a Locust flash sale over HTTP) and "Over HTTP"; docs/http.md "Under load (Locust)"
 # Needs: redis-server redis-cli curl python3 cargo
-# Time: ~1.5 min after the build (45 s of load, then the audit); the first run also installs Locust from PyPI into a venv; DURATION=5s USERS=20: ~20 s
+# Time: ~1 min after the build (45 s of load, then the audit); the first run also installs Locust into a venv; DURATION=6s USERS=20 SPAWN=20 PROCESSES=1 STOCK=100 SEGMENTS=4: ~15 s
 #
 # A flash sale over HTTP with Locust (scripts/bench/locustfile.py): one redis-server, one release
 # `shardstock serve` (buyer and admin tokens set), STOCK units loaded with a per-user limit of 1,

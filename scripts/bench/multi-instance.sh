@@ -3,7 +3,7 @@
 # Suite multi-instance: three `shardstock serve` processes on one Redis under wrk, per strategy — oversold, one unit per user, throughput, p99
 # Tables: docs/benchmarks.md "Over HTTP: three instances, one Redis"; docs/http.md "Several instances"
 # Needs: redis-server redis-cli wrk curl python3 cargo
-# Time: ~1 min after the build with the defaults (4 strategies × 2 phases × 5 s of load); DURATION=1s and one strategy: ~5 s
+# Time: ~1 min after the build with the defaults (4 strategies × 2 phases × 5 s of load); DURATION=1s CONNS=8 THREADS=1 and three strategies: ~10 s
 #
 # The classic multi-instance experiment with real processes: one redis-server, three
 # `shardstock serve` instances on different ports sharing it, and HTTP load from `wrk` (one wrk

@@ -3,7 +3,7 @@
 # Suite outbox: what the outbox costs — µs inside Redis and req/s with and without it, and the consumer's events/s into PostgreSQL
 # Tables: docs/benchmarks.md "The outbox"
 # Needs: redis-server redis-cli python3 cargo
-# Time: ~5 min after the build with the defaults (24 sims of 100,000 requests, 4 drains into PostgreSQL); REQUESTS=5000 REPS=1 PG_UNITS=2000 PG_REPS=1: ~20 s
+# Time: ~2.5 min after the build with the defaults (24 sims of 100,000 requests, 4 drains into PostgreSQL); REQUESTS=2000 REPS=1 PG_UNITS=1000 PG_REPS=1: ~5 s
 #
 # 1. Starts its own redis-server (no persistence) on a free loopback port.
 # 2. Redis side: for coalescing off and on, with and without the outbox, loads a SKU that never

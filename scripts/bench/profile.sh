@@ -3,7 +3,7 @@
 # Suite profile: where a sale's time goes — the Lua cost ladder inside Redis, redis-server and the client under perf, as a Markdown report
 # Tables: docs/benchmarks.md "Where the time goes"
 # Needs: redis-server redis-cli redis-benchmark perf python3 git cargo
-# Time: a release build with line tables of its own (minutes), then ~3 min; QUICK=1: about a minute after the build; PROFILE_BIN=<release binary> skips the build
+# Time: its own release build with line tables (minutes), then ~3 min; QUICK=1 LADDER_CALLS=20000 PROFILE_BIN=<a release shardstock>: ~30 s, no build
 #
 # Where does the time of a deduction (a sale) go? Measurements, printed as a Markdown report on
 # stdout (progress goes to stderr).

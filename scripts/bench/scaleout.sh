@@ -3,7 +3,7 @@
 # Suite scaleout: the same sale on 1, 2 and 3 cluster masters — Redis CPU per sale per master, their sum ÷ 1 master, spread, calls, per-script split, transfers, ceilings
 # Tables: docs/capacity.md (every table: the cost of a sale, a transfer against a local sale); docs/benchmarks.md "Scale-out" (an older build's table)
 # Needs: redis-server redis-cli redis-benchmark python3 cargo
-# Time: ~3 min after the build with the defaults; ROUNDS=1 DIAG=0 CEILING_REQUESTS=0 SIM_ARGS="--stock 2000 --segments 4 --users 4000 --requests 2000 --per-user-limit 1 --concurrency 16" and one master count: ~10 s
+# Time: ~3 min after the build with the defaults; masters 1 2, ROUNDS=1 CEILING_REQUESTS=20000 and a sale of 2,000 units (SIM_ARGS, TRANSFER_ARGS): ~12 s
 #
 # The same sale on 1, 2 and 3 masters, measured where it scales. Each master count is a cluster
 # of its own without replicas (scripts/cluster.sh start, REPLICAS=0), stopped when done.

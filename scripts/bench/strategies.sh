@@ -3,7 +3,7 @@
 # Suite strategies: every deduction strategy through `shardstock sim`, 1 and 16 segments, safety (oversold, audit) and throughput
 # Tables: docs/benchmarks.md "Strategies"
 # Needs: redis-server redis-cli python3 cargo
-# Time: ~1 min after the build with the defaults; 200 600: ~15 s
+# Time: ~15 s after the build with the defaults; 200 600: ~3 s
 #
 # Starts four redis-servers on free loopback ports: one for the stock, three independent ones
 # as RedLock's lock nodes. Runs every strategy (lua, lock, redlock, decr-compensate, local-mutex,

@@ -3,7 +3,7 @@
 # Suite throughput: the script ceiling, the peers (bare script, PostgreSQL hot row) and every engine configuration, with the ratios
 # Tables: docs/benchmarks.md "Throughput vs the Redis ceiling" (the run tables and their ratios), the runs quoted in "Exactly-once against the bare script"
 # Needs: redis-server redis-cli redis-benchmark python3 cargo
-# Time: ~3 min after the build on a quiet 2-core machine, up to ~9 with the cores busy; SCALE=0.1 CEILING_REQUESTS=100000 PG_SECONDS=0: ~30 s
+# Time: ~3 min after the build on a quiet 2-core machine, up to ~9 with the cores busy; SCALE=0.01 CEILING_REQUESTS=20000 PG_SECONDS=2: ~15 s
 #
 # 1. Starts its own redis-server on a free loopback port.
 # 2. Measures the ceiling: redis-benchmark running EVALSHA of the selling script for a lone
@@ -31,14 +31,15 @@
 #    ceiling's lone-request script (no limit: see the batch-cost suite for a coalesced call
 #    under a limit).
 #
-# Usage: scripts/bench.sh throughput [SCALE]   (SCALE multiplies every request count; default 1)
+# Usage: scripts/bench.sh throughput [SCALE]   (SCALE multiplies every request count; default 1,
+#        or the environment's SCALE)
 #        CEILING_REQUESTS=N overrides the redis-benchmark call count (default 1,000,000);
 #        PG_SECONDS=N the pgbench duration (default 10; 0 skips PostgreSQL).
 set -euo pipefail
 . "$(dirname "$0")/../lib/harness.sh"
 . "$(dirname "$0")/../lib/sell_bench.sh"
 harness_init
-SCALE=${1:-1}
+SCALE=${1:-${SCALE:-1}}
 CEILING_REQUESTS=${CEILING_REQUESTS:-1000000}
 PG_SECONDS=${PG_SECONDS:-10}
 need redis-server redis-cli redis-benchmark python3
