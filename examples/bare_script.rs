@@ -5,8 +5,8 @@
 //!
 //! `--tasks` tokio tasks take request numbers from one shared counter until `--requests`
 //! calls were made, each calling the script for one unit; the key holds far more stock than
-//! that, so every call sells. Prints the throughput (JSON with `--json`). `scripts/bench.sh`
-//! runs it next to the engine's rows on the same redis-server.
+//! that, so every call sells. Prints the throughput (JSON with `--json`).
+//! `scripts/bench.sh throughput` runs it next to the engine's rows on the same redis-server.
 //!
 //! ```text
 //! cargo run --release --example bare_script -- --url redis://127.0.0.1:6379 --tasks 64 --requests 300000 --json

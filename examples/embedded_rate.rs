@@ -12,7 +12,7 @@
 //! `cargo run --release --example embedded_rate -- [DEDUCTIONS] [TASKS] [SEGMENTS] [REDIS_URL]
 //! [--json] [--per-user-limit=N] [--max-batch=N] [--max-in-flight=N]` (defaults 2000000, 64,
 //! 16, none, 1, then [`Coalescing::default`]'s; `--json` prints one object as `shardstock sim
-//! --json` names its fields, for `scripts/bench.sh`).
+//! --json` names its fields, for `scripts/bench.sh throughput`).
 
 use shardstock::{Coalescing, Deduct, Engine, LoadOptions, MemoryStore, RedisStore, Sku, Store};
 use std::sync::Arc;

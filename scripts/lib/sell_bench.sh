@@ -1,5 +1,7 @@
-# sell_bench.sh — sourced by the benchmark scripts under scripts/ (bench.sh, batch_cost.sh,
-# profile.sh, scaleout.sh): how they compose and call the selling script for redis-benchmark.
+# shellcheck shell=bash
+# sell_bench.sh — sourced by the suites under scripts/bench/ that drive the selling script with
+# redis-benchmark (ceiling, throughput, batch-cost, fcall-cost, profile, scaleout): how they
+# compose and call it.
 #
 # Every sale is decided by src/scripts/sell.lua (prelude.lua prepended, as
 # src/store/redis/lua.rs composes it; a lone request is a batch of one). Its contract has had
@@ -141,13 +143,41 @@ sell_probe_ok() {
   [[ "$1" =~ ^[0-9]+( a|$) ]] || [ "$1" = applied ]
 }
 
-# The steps of today's sell.lua, for the ladders (scripts/batch_cost.sh, scripts/fcall_cost.sh):
+# The steps of today's sell.lua, for the ladders (`scripts/bench.sh batch-cost`, `fcall-cost`):
 # SELL_CUTS[k] is the first line of the step after step k (the script is cut there and returns
 # '1'), SELL_STEPS[k] what the cut so far has done, cumulative.
 SELL_CUTS=("local v = redis.call('HMGET', KEYS[1]" "-- Each run's spec" "-- out[j]: request j's answer"
   "-- Decide each request" "-- Counters once, then the records" "-- Every ledger written"
   "-- The writes each applied request needs beyond its ledger")
+# shellcheck disable=SC2034 # read by the suites
 SELL_STEPS=("header checked (generation, credits, keys, runs)" "+ segment read"
   "+ specs parsed, ids scanned" "+ counters opened, credits, reclaim"
   "+ ledgers read (one HMGET per run), every request decided" "+ counters written (HSET)"
   "+ ledgers written (HSET)")
+
+# sell_cut FILE K OUT: the composed script in FILE cut short before SELL_CUTS[K] (everything up
+# to that step's first line, then `return '1'`) into OUT; fails when the marker is not in FILE.
+sell_cut() {
+  awk -v pat="${SELL_CUTS[$2]}" 'index($0, pat) == 1 { found = 1; exit } { print } END { exit !found }' \
+    "$1" > "$3" || { echo "step marker not in sell.lua: ${SELL_CUTS[$2]}" >&2; return 1; }
+  echo "return '1'" >> "$3"
+}
+
+# sell_ceiling_csv PORT SHA SEG HF N: the script ceiling on the redis-server at PORT —
+# redis-benchmark (50 clients, pipeline 64) sending N EVALSHA calls of the selling script SHA,
+# each a lone one-unit sale of a new buyer with a new request id, at segment SEG (written
+# already, home function HF). One probe call must sell first. Prints redis-benchmark's CSV.
+sell_ceiling_csv() {
+  local port=$1 sha=$2 seg=$3 hf=$4 n=$5 probe
+  sell_keys_args "$seg" "$hf" 1 600000
+  probe=$(redis-cli -p "$port" EVALSHA "$sha" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]//__rand_int__/probe}" \
+    "${SELL_ARGS[@]//__rand_int__/probe}" 2>&1 | head -1)
+  sell_probe_ok "$probe" || { echo "sell script probe on port $port answered '$probe', not the stock after a sale" >&2; return 1; }
+  redis-benchmark -p "$port" -c 50 -P 64 -n "$n" -r 100000000000 --csv \
+    EVALSHA "$sha" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]}" "${SELL_ARGS[@]}"
+}
+
+# sell_tree_desc: the working tree's commit, `+changes` when src/scripts differs from it.
+sell_tree_desc() {
+  echo "$(git -C "$1" rev-parse --short HEAD)$(git -C "$1" diff --quiet HEAD -- src/scripts || echo '+changes')"
+}

@@ -40,7 +40,7 @@
 -- written and one PEXPIREAT of the sales window. TIME only when needed:
 -- reservations to reclaim, a record with a lifetime to check or write (every call without a
 -- limit, every reservation). A sale under a per-user limit reads no clock at all. Where a
--- call's instructions go, step by step: `CALLGRIND=1 LADDER=1 scripts/fcall_cost.sh`.
+-- call's instructions go, step by step: `CALLGRIND=1 LADDER=1 scripts/bench.sh fcall-cost`.
 --
 -- Stored letters and fields: the tables in src/store/redis/lua.rs (rustdoc: shardstock::store::redis::lua).
 --

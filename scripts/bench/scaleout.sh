@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
-# Scale-out figures: the same sale on 1, 2 and 3 masters, measured where it scales.
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite scaleout: the same sale on 1, 2 and 3 cluster masters — Redis CPU per sale per master, their sum ÷ 1 master, spread, calls, per-script split, transfers, ceilings
+# Tables: docs/capacity.md (every table: the cost of a sale, a transfer against a local sale); docs/benchmarks.md "Scale-out" (an older build's table)
+# Needs: redis-server redis-cli redis-benchmark python3 cargo
+# Time: ~3 min after the build with the defaults; masters 1 2, ROUNDS=1 CEILING_REQUESTS=20000 and a sale of 2,000 units (SIM_ARGS, TRANSFER_ARGS): ~12 s
+#
+# The same sale on 1, 2 and 3 masters, measured where it scales. Each master count is a cluster
+# of its own without replicas (scripts/cluster.sh start, REPLICAS=0), stopped when done.
 #
 # On a 2-core box more masters cannot add throughput (client and servers share the cores), so
 # this measures what does scale, per master count:
@@ -29,12 +36,14 @@
 # runs each binary in turn on the same cluster, ROUNDS times (interleaved: on a shared machine
 # one run moves by ±30 %; compare ratios within a round).
 #
-# Usage: scripts/scaleout.sh [MASTER COUNTS...]   (default: 1 2 3; ports from 7300 + 10 × masters,
+# Usage: scripts/bench.sh scaleout [MASTER COUNTS...]   (default: 1 2 3; ports from 7300 + 10 × masters,
 #        or the next free block of ports when those, or their cluster bus ports, are taken)
 #        env: SIM_ARGS, ROUNDS (1), BINS (now=<this tree's release build>), DIAG (1),
 #        TRANSFER_ARGS, CEILING_REQUESTS (500000; 0 skips the ceilings)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/../lib/harness.sh"
+. "$(dirname "$0")/../lib/sell_bench.sh"
+harness_init
 COUNTS=("${@:-1 2 3}")
 read -r -a COUNTS <<< "${COUNTS[*]}"
 SIM_ARGS=${SIM_ARGS:-"--stock 100000 --segments 16 --users 200000 --requests 60000 --per-user-limit 1 --concurrency 64"}
@@ -42,21 +51,19 @@ TRANSFER_ARGS=${TRANSFER_ARGS:-"--stock 30000 --segments 16 --users 200000 --req
 CEILING_REQUESTS=${CEILING_REQUESTS:-500000}
 ROUNDS=${ROUNDS:-1}
 DIAG=${DIAG:-1}
-for b in redis-server redis-cli redis-benchmark python3; do
-  command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }
-done
-OUT=$(mktemp -d)
-trap 'for d in "$OUT"/c*; do [ -d "$d/cluster" ] && CLUSTER_DIR="$d/cluster" scripts/cluster.sh stop >/dev/null 2>&1; done; rm -rf "$OUT"' EXIT
+need redis-server redis-cli redis-benchmark python3
+OUT=$WORK
+# shellcheck disable=SC2016 # expanded when the trap runs
+on_exit 'for d in "$OUT"/c*; do [ -d "$d/cluster" ] && CLUSTER_DIR="$d/cluster" scripts/cluster.sh stop >/dev/null 2>&1; done'
 if [ -z "${BINS:-}" ]; then
-  cargo build --release --quiet --features cli
-  cp "${CARGO_TARGET_DIR:-target}/release/shardstock" "$OUT/now"
+  build_release --features cli
+  cp "$RELEASE/shardstock" "$OUT/now"
   BINS="now=$OUT/now"
 fi
 read -r -a BINS <<< "$BINS"
 for lb in "${BINS[@]}"; do
   [ -x "${lb#*=}" ] || { echo "not an executable: ${lb#*=} (BINS entries are label=path)"; exit 2; }
 done
-. scripts/lib/sell_bench.sh
 sell_compose . "$OUT/sell.lua"
 sell_load_lua . "$OUT/load.lua"
 HF=$(sell_home_fn .)
@@ -90,14 +97,8 @@ while not all(free(q) and free(q + 10000) for q in range(p, p + n)):
 print(p)
 PY
 }
-# Main-thread CPU µs of every port in $ports, one "port user sys" line each.
-cpu_snap() {
-  for p in $ports; do
-    redis-cli -p "$p" INFO cpu | tr -d '\r' | awk -F: -v p="$p" '
-      /^used_cpu_user_main_thread:/ { u = $2 } /^used_cpu_sys_main_thread:/ { s = $2 }
-      END { printf "%s %.0f %.0f\n", p, u * 1e6, s * 1e6 }'
-  done
-}
+# Main-thread CPU µs of every port in $ports, one "port µs" line each.
+cpu_snap() { for p in $ports; do echo "$p $(redis_cpu_usec "$p")"; done; }
 reset_stats() { for p in $ports; do redis-cli -p "$p" CONFIG RESETSTAT >/dev/null; done; }
 slowlog() { # on|off: record every command (and clear), or back to the defaults
   for p in $ports; do
@@ -156,7 +157,8 @@ PY
 
 for m in "${COUNTS[@]}"; do
   d="$OUT/c$m"; mkdir -p "$d"
-  export CLUSTER_DIR="$d/cluster" CLUSTER_PORT=$(free_block $((7300 + 10 * m)) "$m") REPLICAS=0
+  CLUSTER_PORT=$(free_block $((7300 + 10 * m)) "$m")
+  export CLUSTER_DIR="$d/cluster" CLUSTER_PORT REPLICAS=0
   scripts/cluster.sh start "$m" > "$d/start.txt"
   url=$(cat "$CLUSTER_DIR/url")
   ports=$(cat "$CLUSTER_DIR/ports")
@@ -165,7 +167,7 @@ for m in "${COUNTS[@]}"; do
   if [ "$DIAG" = 1 ]; then
     cpu_snap > "$d/idle0"; sleep 2; cpu_snap > "$d/idle1"
     cpu_snap > "$d/load0"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2046 # the flags, one word each
     "$first" load --redis "$url" --sku scaleout-share --replace \
       $(python3 -c 'import sys,re; a=sys.argv[1]; print(" ".join(f"--{k} {v}" for k,v in re.findall(r"--(stock|segments|per-user-limit) (\S+)", a)))' "$SIM_ARGS") >/dev/null
     cpu_snap > "$d/load1"
@@ -210,12 +212,7 @@ for m in "${COUNTS[@]}"; do
         [ "$k" -lt 100000 ] || { echo "load_segment.lua never answered ok on $p: $(sell_load_segment \
           "$OUT/load.lua" "ceil:{ceil.0#0}:seg" 999999999999 "$HF" redis-cli -p "$p" | head -3)" >&2; exit 1; }
       done
-      sell_keys_args "ceil:{ceil.$k#0}:seg" "$HF" 1 600000
-      probe=$(redis-cli -p "$p" EVALSHA "$sha" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]//__rand_int__/probe}" \
-        "${SELL_ARGS[@]//__rand_int__/probe}" 2>&1 | head -1)
-      sell_probe_ok "$probe" || { echo "sell script probe on $p answered '$probe'" >&2; exit 1; }
-      redis-benchmark -p "$p" -c 50 -P 64 -n "$CEILING_REQUESTS" -r 100000000000 --csv \
-        EVALSHA "$sha" "${#SELL_KEYS[@]}" "${SELL_KEYS[@]}" "${SELL_ARGS[@]}" > "$d/ceil.$p"
+      sell_ceiling_csv "$p" "$sha" "ceil:{ceil.$k#0}:seg" "$HF" "$CEILING_REQUESTS" > "$d/ceil.$p"
     done
   fi
   CLUSTER_DIR="$CLUSTER_DIR" scripts/cluster.sh stop >/dev/null
@@ -229,10 +226,10 @@ def ports_of(m):
     return open(os.path.join(out, f"c{m}", "cluster", "ports")).read().split() \
         if os.path.exists(os.path.join(out, f"c{m}", "cluster", "ports")) else None
 def snap(path):
-    return {l.split()[0]: (int(l.split()[1]), int(l.split()[2])) for l in open(path)}
-def delta(a, b):  # µs per port, user + sys
+    return {l.split()[0]: int(l.split()[1]) for l in open(path)}
+def delta(a, b):  # main-thread CPU µs per port, user + sys
     a, b = snap(a), snap(b)
-    return {p: (b[p][0] - a[p][0]) + (b[p][1] - a[p][1]) for p in b}
+    return {p: b[p] - a[p] for p in b}
 def evalsha(path):
     for line in open(path):
         m = re.match(r'cmdstat_evalsha:calls=(\d+)', line)

@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# What the outbox costs, in one run.
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite outbox: what the outbox costs — µs inside Redis and req/s with and without it, and the consumer's events/s into PostgreSQL
+# Tables: docs/benchmarks.md "The outbox"
+# Needs: redis-server redis-cli python3 cargo
+# Time: ~2.5 min after the build with the defaults (24 sims of 100,000 requests, 4 drains into PostgreSQL); REQUESTS=2000 REPS=1 PG_UNITS=1000 PG_REPS=1: ~5 s
 #
 # 1. Starts its own redis-server (no persistence) on a free loopback port.
 # 2. Redis side: for coalescing off and on, with and without the outbox, loads a SKU that never
@@ -28,10 +32,11 @@
 #    = events handled ÷ that wall time. The orders table is dropped between runs.
 # 4. Prints Markdown tables: every run, then the medians.
 #
-# Usage: scripts/outbox-cost.sh   (env: REQUESTS=100000 SEGMENTS=16 CONCURRENCY=64 REPS=6
+# Usage: scripts/bench.sh outbox   (env: REQUESTS=100000 SEGMENTS=16 CONCURRENCY=64 REPS=6
 #        PG_UNITS=100000 PG_REPS=2; PG=0 skips the PostgreSQL part)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/../lib/harness.sh"
+harness_init
 REQUESTS=${REQUESTS:-100000}
 SEGMENTS=${SEGMENTS:-16}
 CONCURRENCY=${CONCURRENCY:-64}
@@ -39,37 +44,17 @@ REPS=${REPS:-6}
 PG_UNITS=${PG_UNITS:-100000}
 PG_REPS=${PG_REPS:-2}
 PG=${PG:-1}
-for b in redis-server redis-cli python3; do
-  command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }
-done
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+need redis-server redis-cli python3
+pg_find
 if [ "$PG" = 1 ] && [ ! -x "$PGBIN/initdb" ]; then
   echo "PostgreSQL missing (scripts/test.sh installs postgresql); PG=0 skips that part"; exit 1
 fi
-cargo build --release --quiet --features cli
-BIN=${CARGO_TARGET_DIR:-target}/release/shardstock
-DIR=$(mktemp -d)
-chmod 755 "$DIR"
-RPID=
-PGPID=
-AS=()
-PGDATA="$DIR/pgdata"
-cleanup() {
-  [ -n "$RPID" ] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null
-  [ -n "$PGPID" ] && "${AS[@]}" "$PGBIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --maxmemory-policy noeviction \
-  --dir "$DIR" --logfile "$DIR/redis.log" >/dev/null 2>&1 &
-RPID=$!
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$PORT" ping >/dev/null || { echo "redis-server did not start"; exit 1; }
-CLI=(redis-cli -p "$PORT")
-URL="redis://127.0.0.1:$PORT"
+build_release --features cli
+BIN=$RELEASE/shardstock
+DIR=$WORK
+redis_start
+CLI=(redis-cli -p "$REDIS_PORT")
+URL=$REDIS_URL
 SS=("$BIN" --redis "$URL")
 
 # "calls usec" of one command from INFO commandstats (0 0 when absent).
@@ -85,14 +70,9 @@ else:
     print(0, 0)' "$1"
 }
 
-# CPU seconds of Redis's main thread so far (user + sys; not reset by CONFIG RESETSTAT).
-redis_cpu() {
-  "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys)_main_thread:/ {s += $2} END {printf "%.6f\n", s}'
-}
-
 RUNS="$DIR/runs.tsv"
 : > "$RUNS"
-echo "Redis $(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/'), $(nproc) cores;" \
+echo "Redis $(redis_version), $(nproc) cores;" \
   "sim: $REQUESTS requests of 1 unit, $SEGMENTS segments, concurrency $CONCURRENCY, strategy lua" >&2
 for rep in $(seq "$REPS"); do
   for coalesce in off on; do
@@ -102,10 +82,10 @@ for rep in $(seq "$REPS"); do
       "${SS[@]}" load --sku cost --stock $((REQUESTS * 2)) --segments "$SEGMENTS" \
         --per-user-limit 0 "${ob[@]}" >/dev/null
       "${CLI[@]}" CONFIG RESETSTAT >/dev/null
-      cpu0=$(redis_cpu)
+      cpu0=$(redis_cpu_usec)
       out=$("${SS[@]}" sim --coalesce "$coalesce" --skip-load --sku cost --requests "$REQUESTS" \
         --users "$REQUESTS" --concurrency "$CONCURRENCY" --json)
-      cpu1=$(redis_cpu)
+      cpu1=$(redis_cpu_usec)
       read -r _ es_usec < <(cmdstat evalsha)
       read -r _ e_usec < <(cmdstat eval)
       read -r xadds x_usec < <(cmdstat xadd)
@@ -113,7 +93,7 @@ for rep in $(seq "$REPS"); do
 import json, sys
 r = json.loads(sys.argv[1])
 usec = int(sys.argv[2]) + int(sys.argv[3])
-cpu_us = (float(sys.argv[9]) - float(sys.argv[8])) * 1e6
+cpu_us = float(sys.argv[9]) - float(sys.argv[8])
 n = r["requests"]
 assert r["applied"] == n and r["oversold"] == 0 and r["audit_ok"], r
 print("\t".join(map(str, [sys.argv[5], sys.argv[6], sys.argv[7], n,
@@ -129,33 +109,12 @@ done
 PGRUNS="$DIR/pg.tsv"
 : > "$PGRUNS"
 if [ "$PG" = 1 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    chown postgres "$DIR"
-    AS=(runuser -u postgres --)
-  fi
-  "${AS[@]}" "$PGBIN/initdb" -D "$PGDATA" -U postgres -A trust -E UTF8 --locale=C \
-    --no-instructions >"$DIR/initdb.log" 2>&1 || { cat "$DIR/initdb.log"; exit 1; }
-  PGPORT=$(free_port)
-  PGURL="postgres://postgres@127.0.0.1:$PGPORT/postgres"
-  psql_() { "$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -At -v ON_ERROR_STOP=1 -c "$1"; }
-  start_pg() { # $1 = on|off (fsync)
-    "${AS[@]}" "$PGBIN/postgres" -D "$PGDATA" -p "$PGPORT" -c listen_addresses=127.0.0.1 \
-      -c unix_socket_directories="$DIR" -c fsync="$1" -c shared_buffers=128MB \
-      >>"$DIR/postgres.log" 2>&1 &
-    PGPID=$!
-    for _ in $(seq 300); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PGPORT" && return; sleep 0.1; done
-    cat "$DIR/postgres.log"; exit 1
-  }
-  # pg_ctl, not a signal to $PGPID: as root that is runuser's pid, not the postmaster's.
-  stop_pg() {
-    "${AS[@]}" "$PGBIN/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null
-    wait "$PGPID" 2>/dev/null || true
-    PGPID=
-  }
+  pg_init
+  psql_() { "$PGBIN/psql" "${PG_CONN[@]}" -At -v ON_ERROR_STOP=1 -c "$1"; }
   echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'): sale of $PG_UNITS units with the outbox, then orders --until-idle" >&2
   for rep in $(seq "$PG_REPS"); do
     for fsync in on off; do
-      start_pg "$fsync"
+      pg_start -c fsync="$fsync" -c shared_buffers=128MB
       [ "$(psql_ 'SHOW fsync')" = "$fsync" ] || { echo "fsync is not $fsync"; exit 1; }
       psql_ 'DROP TABLE IF EXISTS shardstock_orders' >/dev/null 2>&1
       "${CLI[@]}" FLUSHALL >/dev/null
@@ -176,7 +135,7 @@ print("\t".join(map(str, [sys.argv[6], sys.argv[7], handled, round(secs, 2),
     round(handled / secs), sale["throughput_per_s"]])))
 PY
       tail -1 "$PGRUNS" >&2
-      stop_pg
+      pg_stop
     done
   done
 fi

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# fcall_cost.sh — what a coalesced sale would cost inside Redis as a Redis Function (FCALL of a
-# library loaded once) instead of a script (EVALSHA), on one private redis-server.
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite fcall-cost: the selling script as EVALSHA against a Redis Function (FCALL); CALLGRIND=1: instructions per call, LADDER=1: step by step
+# Tables: docs/benchmarks.md "Exactly-once against the bare script" (instructions per call and the ladder, "Scripts, not Redis Functions", "A one-unit sale's ledger is its request id", "Ids packed per run")
+# Needs: redis-server redis-cli redis-benchmark python3 git
+# Time: ~20 s with the defaults (3 rounds × 3 batch sizes × 2 variants); CALLGRIND=1 LADDER=1: ~5 min; ROUNDS=1 NS=21 CALLS=300: ~2 s; CALLGRIND=1 LADDER=1 NS=21 CALLS=50: ~15 s
+#
+# What a coalesced sale would cost inside Redis as a Redis Function (FCALL of a library loaded
+# once) instead of a script (EVALSHA), on one private redis-server.
 #
 # A script runs prelude.lua on every call: the helpers' closures and tables are made again each
 # time. A library runs its top level once, at FUNCTION LOAD, so the prelude's helpers would
@@ -20,32 +26,30 @@
 #   CALLGRIND=1 redis-server under valgrind's callgrind, instructions per call counted only
 #               while the measured calls run (callgrind_control): repeatable whatever else the
 #               machine does; one round is enough. LADDER=1 adds the EVALSHA script cut after
-#               each step of sell.lua (scripts/batch_cost.sh's markers): where a call's
+#               each step of sell.lua (SELL_CUTS, scripts/lib/sell_bench.sh): where a call's
 #               instructions go.
 #
-# Usage: scripts/fcall_cost.sh   env: NS ("1 21 64": requests per call), ROUNDS (3), CALLS
+# Usage: scripts/bench.sh fcall-cost   env: NS ("1 21 64": requests per call), ROUNDS (3), CALLS
 #        (calls per run; default 30000/N, at least 3000; under callgrind 2000/N, at least 200),
 #        SELL_LIMIT (1), BASE=1, CALLGRIND=1, LADDER=1 (with CALLGRIND=1)
-# Needs: redis-server 7.0+, redis-cli, redis-benchmark, python3; valgrind for CALLGRIND=1.
+# Needs redis-server 7.0+ (Functions); valgrind (callgrind_control) for CALLGRIND=1.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-. "$ROOT/scripts/lib/sell_bench.sh"
+. "$(dirname "$0")/../lib/harness.sh"
+. "$(dirname "$0")/../lib/sell_bench.sh"
+harness_init
 NS=${NS:-1 21 64}; ROUNDS=${ROUNDS:-3}; CALLGRIND=${CALLGRIND:-0}
 export SELL_LIMIT=${SELL_LIMIT:-1}
 [ "$CALLGRIND" = 1 ] && ROUNDS=${ROUNDS_CG:-1}
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-SERVER=(redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no
-  --maxmemory-policy noeviction --dir "$DIR" --logfile "$DIR/redis.log")
+need redis-server redis-cli redis-benchmark python3
+DIR=$WORK
 if [ "$CALLGRIND" = 1 ]; then
-  valgrind --tool=callgrind --instr-atstart=no --dump-instr=no --callgrind-out-file="$DIR/cg.%p" \
-    "${SERVER[@]}" >"$DIR/valgrind.log" 2>&1 &
-else
-  "${SERVER[@]}" >/dev/null 2>&1 &
+  need valgrind callgrind_control
+  REDIS_LAUNCHER=(valgrind --tool=callgrind --instr-atstart=no --dump-instr=no
+    --callgrind-out-file="$DIR/cg.%p")
 fi
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
-for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis_start
+PORT=$REDIS_PORT
+PID=$REDIS_PID
 CLI=(redis-cli -p "$PORT")
 SEG='fc:{fc#0}:seg'
 
@@ -72,7 +76,6 @@ load_seg() {
   local r; r=$(sell_load_segment "$DIR/load.lua" "$SEG" 999999999999 "$HF" "${CLI[@]}" | head -1)
   [ "$r" = ok ] || { echo "load_segment.lua answered '$r', not 'ok'" >&2; exit 1; }
 }
-cpu() { "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/used_cpu_(user|sys)_main_thread/{t+=$2} END{printf "%.0f", t*1000000}'; }
 bench() { # $1 = calls, rest: the command before the key count
   local calls=$1; shift
   redis-benchmark -p "$PORT" -c 50 -P 4 -n "$calls" -r 100000000000 --csv \
@@ -98,15 +101,15 @@ run() {
     callgrind_control -i off "$PID" >/dev/null
     callgrind_control -d "$PID" >/dev/null
     local f ir
-    for _ in $(seq 100); do f=$(ls "$DIR"/cg.*.* 2>/dev/null | head -1); [ -n "$f" ] && grep -q '^totals:' "$f" && break; sleep 0.1; done
+    for _ in $(seq 100); do f=$(compgen -G "$DIR/cg.*.*" | head -1 || true); [ -n "$f" ] && grep -q '^totals:' "$f" && break; sleep 0.1; done
     ir=$(awk '/^totals:/{print $2; exit}' "$f"); [ -n "$ir" ] || { ls -l "$DIR" >&2; tail -3 "$f" >&2; exit 1; }; rm -f "$DIR"/cg.*.*
     python3 -c "import sys; l, n, c, ir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]); print(f'| {l} | {n} | {c} | {ir / c:,.0f} | {ir / c / n:,.0f} |', flush=True)" \
       "$label" "$n" "$calls" "$ir"
   else
     "${CLI[@]}" CONFIG RESETSTAT >/dev/null
-    local c0 c1; c0=$(cpu)
+    local c0 c1; c0=$(redis_cpu_usec)
     bench "$calls" "$@"
-    c1=$(cpu)
+    c1=$(redis_cpu_usec)
     python3 - "$label" "$n" "$calls" "$c0" "$c1" "$("${CLI[@]}" INFO commandstats | tr -d '\r')" <<'PY'
 import re, sys
 label, n, calls, c0, c1, stats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
@@ -117,7 +120,7 @@ PY
   fi
 }
 
-echo "tree $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src/scripts || echo '+changes'), per-user limit $SELL_LIMIT, redis-server $(redis-server --version | grep -o 'v=[^ ]*' | cut -c3-)$([ "$CALLGRIND" = 1 ] && echo ', under callgrind')"
+echo "tree $(sell_tree_desc "$ROOT"), per-user limit $SELL_LIMIT, redis-server $(redis_version)$([ "$CALLGRIND" = 1 ] && echo ', under callgrind')"
 echo
 if [ "$CALLGRIND" = 1 ]; then
   echo "| variant | requests per call | calls | instructions per call | per request |"
@@ -139,16 +142,12 @@ for _ in $(seq "$ROUNDS"); do
 done
 # LADDER=1 (callgrind): the EVALSHA script cut after each of sell.lua's steps, cumulative.
 if [ "$CALLGRIND" = 1 ] && [ "${LADDER:-0}" = 1 ]; then
-  cuts=("${SELL_CUTS[@]}")
-  labels=("${SELL_STEPS[@]}")
   for n in $NS; do
     run "EVALSHA return '1'" "$n" 0 EVALSHA "$SHA_NOP"
     run "prelude" "$n" 0 EVALSHA "$SHA_PNOP"
-    for k in "${!cuts[@]}"; do
-      awk -v pat="${cuts[$k]}" 'index($0, pat) == 1 { found = 1; exit } { print } END { exit !found }' \
-        "$DIR/sell.lua" > "$DIR/cut.lua" || { echo "step marker not in sell.lua: ${cuts[$k]}" >&2; exit 1; }
-      echo "return '1'" >> "$DIR/cut.lua"
-      run "${labels[$k]}" "$n" 0 EVALSHA "$(sha "$DIR/cut.lua")"
+    for k in "${!SELL_CUTS[@]}"; do
+      sell_cut "$DIR/sell.lua" "$k" "$DIR/cut.lua"
+      run "${SELL_STEPS[$k]}" "$n" 0 EVALSHA "$(sha "$DIR/cut.lua")"
     done
     run "+ the rest (the whole script)" "$n" 1 EVALSHA "$SHA_SELL"
   done

@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# A flash sale over HTTP with Locust (scripts/locustfile.py): one redis-server, one release
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite locust: a Locust flash sale over HTTP against one `shardstock serve`, then the audit against what buyers were told
+# Tables: README.md "Measured" (a Locust flash sale over HTTP) and "Over HTTP"; docs/http.md "Under load (Locust)"
+# Needs: redis-server redis-cli curl python3 cargo
+# Time: ~1 min after the build (45 s of load, then the audit); the first run also installs Locust into a venv; DURATION=6s USERS=20 SPAWN=20 PROCESSES=1 STOCK=100 SEGMENTS=4: ~15 s
+#
+# A flash sale over HTTP with Locust (scripts/bench/locustfile.py): one redis-server, one release
 # `shardstock serve` (buyer and admin tokens set), STOCK units loaded with a per-user limit of 1,
 # then USERS concurrent Locust users for DURATION, every task a new buyer (its own user id and
 # request id, retried with the same id on a 503, a timeout or a broken connection). Then the
@@ -13,15 +19,15 @@
 # retry with the same request id, so the checks then cover unknown outcomes resolved by retries.
 # Prints Locust's request rate and failures and the comparison; exits 1 when a check fails.
 #
-# Usage: scripts/locust.sh
+# Usage: scripts/bench.sh locust
 # Env:   STOCK (1000) SEGMENTS (8) USERS (200) SPAWN (50/s) DURATION (45s, in seconds) PROCESSES
 #        (2: Locust processes; one tops out near 1,800 req/s here) REDIS_PAUSE_MS (none)
 #        LOCUST_VENV (target/py/locust)
-# Needs: python3 with venv, redis-server, redis-cli, curl; installs locust from PyPI into the
-#        venv. Not part of CI (a release build and a minute of load).
+# Installs locust from PyPI into the venv (and python3-venv with apt-get when missing). Not part of CI (a release build and a minute of load). KEEP=1 keeps the work
+#        directory (Locust's CSV, the buyers' tallies, the audit).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+. "$(dirname "$0")/../lib/harness.sh"
+harness_init
 STOCK=${STOCK:-1000}
 SEGMENTS=${SEGMENTS:-8}
 USERS=${USERS:-200}
@@ -34,9 +40,7 @@ ADMIN=locust-admin
 BUYER=locust-buyer
 SKU=flash
 
-for tool in redis-server redis-cli curl python3; do
-  command -v "$tool" >/dev/null || { echo "$tool missing (apt-get install redis-server curl python3)" >&2; exit 1; }
-done
+need redis-server redis-cli curl python3
 if ! "$VENV/bin/locust" --version 2>/dev/null | grep -q "locust $VERSION"; then
   if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
     SUDO=""
@@ -51,29 +55,17 @@ if ! "$VENV/bin/locust" --version 2>/dev/null | grep -q "locust $VERSION"; then
 fi
 
 echo "== building shardstock (release)"
-cargo build --release --locked --all-features --bin shardstock
-BIN=$ROOT/target/release/shardstock
+build_release --locked --all-features --bin shardstock
+BIN=$RELEASE/shardstock
+DIR=$WORK
 
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "${KEEP:-0}" = 1 ]; then echo "work dir kept: $DIR"; else rm -rf "$DIR"; fi
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
-  --logfile "$DIR/redis.log" >/dev/null 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+redis_start
+PORT=$REDIS_PORT
 : >"$DIR/serve.out"
 SHARDSTOCK_SERVE__ADMIN_TOKEN=$ADMIN SHARDSTOCK_SERVE__BUYER_TOKEN=$BUYER \
   "$BIN" serve --redis "redis://127.0.0.1:$PORT" --listen 127.0.0.1:0 \
   >"$DIR/serve.out" 2>"$DIR/serve.err" &
-PIDS+=($!)
+track_pid $!
 URL=""
 for _ in $(seq 200); do
   URL=$(sed -n 's/^listening on //p' "$DIR/serve.out")
@@ -90,10 +82,10 @@ if [ -n "${REDIS_PAUSE_MS:-}" ]; then
   secs=${DURATION%s}
   (sleep $((secs / 3)) && redis-cli -p "$PORT" CLIENT PAUSE "$REDIS_PAUSE_MS" WRITE >/dev/null \
     && echo "== redis: writes paused for $REDIS_PAUSE_MS ms") &
-  PIDS+=($!)
+  track_pid $!
 fi
 SHARDSTOCK_SKU=$SKU SHARDSTOCK_TOKEN=$BUYER SHARDSTOCK_LOCUST_OUT=$DIR \
-  "$VENV/bin/locust" -f scripts/locustfile.py --headless --host "$URL" -u "$USERS" -r "$SPAWN" \
+  "$VENV/bin/locust" -f scripts/bench/locustfile.py --headless --host "$URL" -u "$USERS" -r "$SPAWN" \
   -t "$DURATION" --processes "$PROCESSES" --csv "$DIR/stats" --only-summary \
   >"$DIR/locust.out" 2>&1 || true
 # In-flight retries end with their buyers; the sweeper credits what any dropped call left in

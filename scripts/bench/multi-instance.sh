@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite multi-instance: three `shardstock serve` processes on one Redis under wrk, per strategy — oversold, one unit per user, throughput, p99
+# Tables: docs/benchmarks.md "Over HTTP: three instances, one Redis"; docs/http.md "Several instances"
+# Needs: redis-server redis-cli wrk curl python3 cargo
+# Time: ~1 min after the build with the defaults (4 strategies × 2 phases × 5 s of load); DURATION=1s CONNS=8 THREADS=1 and three strategies: ~10 s
+#
 # The classic multi-instance experiment with real processes: one redis-server, three
 # `shardstock serve` instances on different ports sharing it, and HTTP load from `wrk` (one wrk
 # per instance, all at once) POSTing deducts with unique users and request ids. Afterwards the
@@ -13,12 +19,13 @@
 # Prints a Markdown table (strategy, requests, sold, oversold, remaining, throughput, p99,
 # one-per-user sold).
 #
-# Usage: scripts/experiment-multi-instance.sh [STRATEGY...]      (default: lua lock redlock local-mutex)
+# Usage: scripts/bench.sh multi-instance [STRATEGY...]      (default: lua lock redlock local-mutex)
 # Env:   STOCK (300) USERS (100) DURATION (5s) CONNS (32 per instance) THREADS (2 per wrk)
 #        PAUSE_MS (1: --critical-pause-ms, a slow call inside every critical section)
-# Needs: redis-server, redis-cli, wrk, python3 (apt-get install redis-server wrk).
+# wrk: apt-get install wrk.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/../lib/harness.sh"
+harness_init
 STOCK=${STOCK:-300}
 USERS=${USERS:-100}
 DURATION=${DURATION:-5s}
@@ -27,34 +34,18 @@ THREADS=${THREADS:-2}
 PAUSE_MS=${PAUSE_MS:-1}
 STRATEGIES=("$@")
 [ ${#STRATEGIES[@]} -eq 0 ] && STRATEGIES=(lua lock redlock local-mutex)
-for tool in redis-server redis-cli wrk python3 curl; do
-  command -v "$tool" >/dev/null || { echo "$tool missing (apt-get install redis-server wrk curl python3)" >&2; exit 1; }
-done
-cargo build --release --quiet --features cli --bin shardstock
-BIN=target/release/shardstock
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start_redis() { # port
-  redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
-    --logfile "$DIR/redis-$1.log" >/dev/null 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.05; done
-  echo "redis on $1 did not start" >&2; exit 1
-}
-MAIN=$(free_port); start_redis "$MAIN"
-REDIS="redis://127.0.0.1:$MAIN"
+need redis-server redis-cli wrk python3 curl
+build_release --features cli --bin shardstock
+BIN=$RELEASE/shardstock
+DIR=$WORK
+redis_start
+REDIS=$REDIS_URL
 NODES=()
 for _ in 1 2 3; do
-  p=$(free_port); start_redis "$p"; NODES+=("redis://127.0.0.1:$p")
+  redis_start
+  NODES+=("$REDIS_URL")
   # Fresh lock nodes: mark them new so they vote at once (see the quarantine in src/lock/redlock.rs).
-  redis-cli -p "$p" SET shardstock:redlock:quarantine 0 >/dev/null
+  redis-cli -p "$REDIS_PORT" SET shardstock:redlock:quarantine 0 >/dev/null
 done
 LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
 
@@ -101,7 +92,7 @@ phase() { # strategy sku per_user_limit users
     local port; port=$(free_port)
     "$BIN" serve --redis "$REDIS" --listen "127.0.0.1:$port" "${extra[@]}" \
       >"$DIR/serve-$s-$i.out" 2>"$DIR/serve-$s-$i.err" &
-    spids+=($!); PIDS+=($!); ports+=("$port")
+    spids+=($!); track_pid $!; ports+=("$port")
   done
   for port in "${ports[@]}"; do
     for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done

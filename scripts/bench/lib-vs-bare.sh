@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# lib_vs_bare.sh — the library against the bare check-and-DECRBY script, interleaved: on a shared
-# 2-core machine one run of each moves by ±30 %, so every round runs every binary once, in turn,
-# on one private redis-server.
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite lib-vs-bare: the library against the bare check-and-DECRBY script, interleaved rounds on one redis-server (optionally a git ref's build too)
+# Tables: README.md "Measured" (the library against a bare script; Redis CPU per sale and per remembered request; without a per-user limit); docs/benchmarks.md "Exactly-once against the bare script", "Without a per-user limit"; docs/capacity.md (the busy-loop table)
+# Needs: redis-server redis-cli python3 cargo git
+# Time: ~2 min after the build with the defaults (3 rounds of 3 configurations × bare, library, sim at 300,000 requests); ROUNDS=1 REQUESTS=20000 CONFIGS="256:1 64:1:0": ~10 s; a REF adds a full release build
+#
+# On a shared 2-core machine one run of each moves by ±30 %, so every round runs every binary
+# once, in turn, on one private redis-server.
 #
 # Binaries: examples/bare_script.rs and examples/embedded_rate.rs of the working tree (`lib`),
 # `shardstock sim` of the working tree (`sim`: the CLI's whole sale, load and audit included),
@@ -12,33 +17,26 @@
 # (the example's own /proc/self/stat reading) and, for the library, bytes per remembered request
 # (INFO memory used_memory growth ÷ requests: every sale's record is still kept).
 #
-# Usage: scripts/lib_vs_bare.sh [REF]   env: ROUNDS (3), REQUESTS (300000),
+# Usage: scripts/bench.sh lib-vs-bare [REF]   env: ROUNDS (3), REQUESTS (300000),
 #        CONFIGS ("256:1 64:1 64:16": tasks:segments[:per-user limit, default 1]),
 #        SIM (1: also run `shardstock sim` per config; 0: not)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/../lib/harness.sh"
+harness_init
 REF=${1:-}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-300000}
 CONFIGS=${CONFIGS:-256:1 64:1 64:16}
 SIM=${SIM:-1}
-for b in redis-server redis-cli python3; do
-  command -v "$b" >/dev/null || { echo "$b missing (scripts/test.sh installs redis)"; exit 1; }
-done
-DIR=$(mktemp -d)
-PID=
-cleanup() {
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  [ -n "$REF" ] && git worktree remove --force "$DIR/ref" 2>/dev/null
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+need redis-server redis-cli python3
+DIR=$WORK
+[ -z "$REF" ] || on_exit "git worktree remove --force \"$DIR/ref\" 2>/dev/null"
 
-cargo build --release --quiet --example bare_script --example embedded_rate
-cargo build --release --quiet --features cli --bin shardstock
-cp target/release/examples/bare_script "$DIR/bare"
-cp target/release/examples/embedded_rate "$DIR/lib"
-cp target/release/shardstock "$DIR/sim"
+build_release --example bare_script --example embedded_rate
+cp "$RELEASE/examples/bare_script" "$DIR/bare"
+cp "$RELEASE/examples/embedded_rate" "$DIR/lib"
+build_release --features cli --bin shardstock
+cp "$RELEASE/shardstock" "$DIR/sim"
 LIBS=(lib)
 if [ -n "$REF" ]; then
   git worktree add --detach "$DIR/ref" "$REF" >/dev/null
@@ -53,21 +51,9 @@ if [ -n "$REF" ]; then
 fi
 [ "$SIM" = 1 ] && LIBS+=(sim)
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
-  --logfile "$DIR/redis.log" >/dev/null 2>&1 &
-PID=$!
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-CLI=(redis-cli -p "$PORT")
-URL="redis://127.0.0.1:$PORT"
-# redis-server main-thread CPU µs so far (INFO cpu, user + system): all its work counted once
-# (a sum of INFO commandstats counts each command a script calls twice).
-usec() {
-  "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/^used_cpu_(sys|user)_main_thread:/ { s += $2 }
-    END { printf "%d\n", s * 1e6 }'
-}
-
-mem() { "${CLI[@]}" INFO memory | tr -d '\r' | sed -n 's/^used_memory:\(.*\)/\1/p'; }
+redis_start
+CLI=(redis-cli -p "$REDIS_PORT")
+URL=$REDIS_URL
 
 echo "| round | tasks:segments:limit | binary | sales/s | ÷ bare | Redis CPU µs/request | client CPU µs/request | bytes/request |"
 echo "|---|---|---|---:|---:|---:|---:|---:|"
@@ -78,8 +64,8 @@ for r in $(seq "$ROUNDS"); do
     bare_rate=
     for b in bare "${LIBS[@]}"; do
       "${CLI[@]}" FLUSHALL >/dev/null
-      u0=$(usec)
-      m0=$(mem)
+      u0=$(redis_cpu_usec)
+      m0=$(redis_used_memory)
       bytes=-
       if [ "$b" = bare ]; then
         out=$("$DIR/bare" --url "$URL" --tasks "$tasks" --requests "$REQUESTS" | tail -1)
@@ -98,9 +84,9 @@ for r in $(seq "$ROUNDS"); do
         [[ $out == *"audit ok"* ]] || { echo "$b: $out" >&2; exit 1; }
         rate=$(sed -n 's/.*: \([0-9]*\)\/s.*/\1/p' <<<"$out")
         cpu=$(sed -n 's/.*, \([0-9.]*\) µs CPU.*/\1/p' <<<"$out")
-        bytes=$(python3 -c "print(round(($(mem) - $m0) / $REQUESTS))")
+        bytes=$(python3 -c "print(round(($(redis_used_memory) - $m0) / $REQUESTS))")
       fi
-      us=$(($(usec) - u0))
+      us=$(($(redis_cpu_usec) - u0))
       ratio=$(python3 -c "print(f'{$rate / $bare_rate:.2f}')")
       redis=$(python3 -c "print(f'{$us / $REQUESTS:.2f}')")
       echo "| $r | $tasks:$segments:$limit | $b | $rate | $ratio | $redis | $cpu | $bytes |"

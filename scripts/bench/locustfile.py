@@ -1,4 +1,4 @@
-"""A flash sale over HTTP against `shardstock serve`, for Locust (run by scripts/locust.sh).
+"""A flash sale over HTTP against `shardstock serve`, for Locust (run by `scripts/bench.sh locust`).
 
 Every task is one new buyer: a user id no one else uses, one request id of its own, one
 `POST /skus/{sku}/deduct` of one unit. A 503 (Redis failing, the request timeout, a SKU mid
@@ -9,7 +9,7 @@ who never gets an answer within RETRIES sends is counted `unknown`.
 
 Each Locust process writes what its buyers were told to $SHARDSTOCK_LOCUST_OUT/acks-<pid>.json
 when the run stops: units acknowledged (applied + replayed), outcomes, retries, unknowns.
-scripts/locust.sh adds them up and compares them with the SKU's audit.
+scripts/bench/locust.sh adds them up and compares them with the SKU's audit.
 
 Env: SHARDSTOCK_SKU (flash), SHARDSTOCK_TOKEN (the buyer token, if the server has one),
 SHARDSTOCK_LOCUST_OUT (where to write the tallies), SHARDSTOCK_RETRIES (20).

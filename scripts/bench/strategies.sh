@@ -1,32 +1,33 @@
 #!/usr/bin/env bash
-# Runs every deduction strategy through `shardstock sim` against local redis-servers (one for
-# stock, three independent ones for RedLock), for 1 and 16 segments, and prints a Markdown table.
-# Usage: scripts/strategies.sh [STOCK] [REQUESTS]        (defaults 2000 and 6000)
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite strategies: every deduction strategy through `shardstock sim`, 1 and 16 segments, safety (oversold, audit) and throughput
+# Tables: docs/benchmarks.md "Strategies"
+# Needs: redis-server redis-cli python3 cargo
+# Time: ~15 s after the build with the defaults; 200 600: ~3 s
+#
+# Starts four redis-servers on free loopback ports: one for the stock, three independent ones
+# as RedLock's lock nodes. Runs every strategy (lua, lock, redlock, decr-compensate, local-mutex,
+# naive) for 1 and 16 segments: STOCK units, REQUESTS buyers (one request each, no per-user
+# limit), 64 concurrent workers, one run each; prints a Markdown table (sold, oversold, audit,
+# throughput, p50, p99, lock acquisitions / contended / fenced).
+#
+# Usage: scripts/bench.sh strategies [STOCK] [REQUESTS]        (defaults 2000 and 6000)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/../lib/harness.sh"
+harness_init
 STOCK=${1:-2000}
 REQUESTS=${2:-6000}
-command -v redis-server >/dev/null || { echo "redis-server missing (scripts/test.sh installs it)"; exit 1; }
-cargo build --release --quiet --features cli
-BIN=target/release/shardstock
-DIR=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
-trap cleanup EXIT
-start() { # port
-  redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" \
-    --logfile "$DIR/$1.log" >/dev/null 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.05; done
-  echo "redis on $1 did not start"; exit 1
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-MAIN=$(free_port); start "$MAIN"
+need redis-server redis-cli python3
+build_release --features cli
+BIN=$RELEASE/shardstock
+redis_start
+MAIN=$REDIS_PORT
 NODES=()
 for _ in 1 2 3; do
-  p=$(free_port); start "$p"; NODES+=("redis://127.0.0.1:$p")
+  redis_start
+  NODES+=("$REDIS_URL")
   # Fresh nodes: mark them new so they vote at once (see the quarantine in src/lock/redlock.rs).
-  redis-cli -p "$p" SET shardstock:redlock:quarantine 0 >/dev/null
+  redis-cli -p "$REDIS_PORT" SET shardstock:redlock:quarantine 0 >/dev/null
 done
 LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
 

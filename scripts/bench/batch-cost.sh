@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# batch_cost.sh — the Redis-side cost of a coalesced call: the selling script at REF (default
-# main) against the working tree, interleaved ROUNDS times on one private redis-server. Each side
-# is composed as its build did: prelude + sell.lua (one call decides N requests; the tree always,
-# a ref when it has sell.lua), or, for a ref from before the redesign, prelude + deduct_core +
-# deduct_batch.lua with that script's own KEYS/ARGV (see scripts/lib/sell_bench.sh).
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite batch-cost: the Redis-side cost per request of a coalesced call of the selling script and bytes per remembered request, the tree against a git ref
+# Tables: docs/benchmarks.md "Exactly-once against the bare script" (the wall-time and bytes figures of the selling script, "Several users per ledger field", the short form), "Where the time goes" (coalesced deduction, Redis side)
+# Needs: redis-server redis-cli redis-benchmark python3 git
+# Time: ~5 s with the defaults (2 rounds × 2 sides × 3,000 calls of 64 requests); ROUNDS=1 CALLS=300: ~1 s; LADDER=1 adds 7 runs
+#
+# The selling script at REF (default main) against the working tree, interleaved ROUNDS times on
+# one private redis-server. Each side is composed as its build did: prelude + sell.lua (one call
+# decides N requests; the tree always, a ref when it has sell.lua), or, for a ref from before the
+# redesign, prelude + deduct_core + deduct_batch.lua with that script's own KEYS/ARGV (see
+# scripts/lib/sell_bench.sh).
 # redis-benchmark sends EVALSHA with N fresh requests per call (random users and request ids,
 # 1 unit each, per-user limit SELL_LIMIT, record TTL 600 s, stock far beyond the run), 50
 # clients, pipeline 4, in each side's own contract (scripts/lib/sell_bench.sh). The segment is
@@ -13,22 +19,20 @@
 # other load), the script's time by INFO commandstats, and used_memory growth per request sold
 # (bytes per remembered request).
 #
-# Usage: scripts/batch_cost.sh [REF]   env: CALLS (3000), N (64), ROUNDS (2), VERBOSE=1 (commandstats),
+# Usage: scripts/bench.sh batch-cost [REF]
+#        env: CALLS (3000), N (64), ROUNDS (2), VERBOSE=1 (commandstats),
 #        SELL_LIMIT (the segment's per-user limit, default 0; 1 is a flash sale's one per buyer)
 #        LADDER=1 (also the tree's script cut after each step: where its time goes)
-# Needs: redis-server, redis-cli, redis-benchmark, python3, git.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-. "$ROOT/scripts/lib/sell_bench.sh"
+. "$(dirname "$0")/../lib/harness.sh"
+. "$(dirname "$0")/../lib/sell_bench.sh"
+harness_init
 REF=${1:-main}
 CALLS=${CALLS:-3000}; N=${N:-64}; ROUNDS=${ROUNDS:-2}
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --maxmemory-policy noeviction \
-  --dir "$DIR" --logfile "$DIR/redis.log" >/dev/null 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$DIR"' EXIT
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+need redis-server redis-cli redis-benchmark python3 git
+DIR=$WORK
+redis_start
+PORT=$REDIS_PORT
 CLI=(redis-cli -p "$PORT")
 SEG='bc:{bc#0}:seg'
 
@@ -62,8 +66,6 @@ load_seg() { # $1 = kind, $2 = load script (sell, spec), $3 = hf
     "${CLI[@]}" HSET "$SEG" gen 1 stock 999999999999 loaded 999999999999 restocked 0 sold 0 reserved 0 out 0 >/dev/null
   fi
 }
-cpu() { "${CLI[@]}" INFO cpu | tr -d '\r' | awk -F: '/used_cpu_(user|sys)_main_thread/{t+=$2} END{printf "%.0f", t*1000000}'; }
-mem() { "${CLI[@]}" INFO memory | tr -d '\r' | sed -n 's/^used_memory:\(.*\)/\1/p'; }
 run() { # $1 = label, $2 = script file, $3 = kind, $4 = load script, $5 = hf
   "${CLI[@]}" FLUSHALL >/dev/null
   load_seg "$3" "$4" "$5"
@@ -76,10 +78,10 @@ run() { # $1 = label, $2 = script file, $3 = kind, $4 = load script, $5 = hf
   "${CLI[@]}" FLUSHALL >/dev/null
   load_seg "$3" "$4" "$5"
   "${CLI[@]}" CONFIG RESETSTAT >/dev/null
-  local m0 c0 m1 c1; m0=$(mem); c0=$(cpu)
+  local m0 c0 m1 c1; m0=$(redis_used_memory); c0=$(redis_cpu_usec)
   redis-benchmark -p "$PORT" -c 50 -P 4 -n "$CALLS" -r 100000000000 --csv \
     EVALSHA "$sha" "${#KEYS[@]}" "${KEYS[@]}" "${ARGS[@]}" >/dev/null
-  c1=$(cpu); m1=$(mem)
+  c1=$(redis_cpu_usec); m1=$(redis_used_memory)
   local stats; stats=$("${CLI[@]}" INFO commandstats | tr -d '\r')
   [ "${VERBOSE:-0}" = 1 ] && grep '^cmdstat_' <<<"$stats" | grep -v 'config\|info' | cut -d, -f1-3
   python3 - "$1" "$stats" "$("${CLI[@]}" HGET "$SEG" sold)" "$m0" "$m1" "$c0" "$c1" "$N" <<'PY'
@@ -100,7 +102,7 @@ desc() {
     *) echo "prelude + deduct_core + deduct_batch.lua" ;;
   esac
 }
-echo "$N fresh requests per call, $CALLS calls, per-user limit ${SELL_LIMIT:-0}; ref = $REF ($(desc "$REF_KIND")), tree = $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- src/scripts || echo '+changes') ($(desc "$SELL_KIND"))"
+echo "$N fresh requests per call, $CALLS calls, per-user limit ${SELL_LIMIT:-0}; ref = $REF ($(desc "$REF_KIND")), tree = $(sell_tree_desc "$ROOT") ($(desc "$SELL_KIND"))"
 for _ in $(seq "$ROUNDS"); do
   run ref "$DIR/ref.lua" "$REF_KIND" "$DIR/ref-load.lua" "$REF_HF"
   run tree "$DIR/tree.lua" "$SELL_KIND" "$DIR/tree-load.lua" "$TREE_HF"
@@ -108,13 +110,9 @@ done
 # LADDER=1: where the tree's call spends its time — the real script cut short after each of its
 # steps (everything up to the step's first line, then `return '1'`), cumulative, same calls.
 if [ "${LADDER:-0}" = 1 ]; then
-  cuts=("${SELL_CUTS[@]}")
-  labels=("${SELL_STEPS[@]}")
-  for k in "${!cuts[@]}"; do
-    awk -v pat="${cuts[$k]}" 'index($0, pat) == 1 { found = 1; exit } { print } END { exit !found }' \
-      "$DIR/tree.lua" > "$DIR/cut.lua" || { echo "step marker not in sell.lua: ${cuts[$k]}" >&2; exit 1; }
-    echo "return '1'" >> "$DIR/cut.lua"
-    echo "step $((k + 1)): ${labels[$k]}"
+  for k in "${!SELL_CUTS[@]}"; do
+    sell_cut "$DIR/tree.lua" "$k" "$DIR/cut.lua"
+    echo "step $((k + 1)): ${SELL_STEPS[$k]}"
     run "cut$((k + 1))" "$DIR/cut.lua" "$SELL_KIND" "$DIR/tree-load.lua" "$TREE_HF"
   done
 fi

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR/../lib
+# Suite profile: where a sale's time goes — the Lua cost ladder inside Redis, redis-server and the client under perf, as a Markdown report
+# Tables: docs/benchmarks.md "Where the time goes"
+# Needs: redis-server redis-cli redis-benchmark perf python3 git cargo
+# Time: its own release build with line tables (minutes), then ~3 min; QUICK=1 LADDER_CALLS=20000 PROFILE_BIN=<a release shardstock>: ~30 s, no build
+#
 # Where does the time of a deduction (a sale) go? Measurements, printed as a Markdown report on
-# stdout (progress goes to stderr). Not part of CI: run it by hand.
+# stdout (progress goes to stderr).
 #
 # 1. Lua cost ladder: variants of the selling script (sell.lua, a lone request: a batch of one),
 #    each driven by redis-benchmark (EVALSHA, 50 clients, -P 64, a random user and request id
@@ -16,24 +22,25 @@
 #
 # The ladder's rows: the call alone (`return 1`), the prelude, the bare check-and-decrement,
 # and the real script (prelude.lua + sell.lua as the build composes it). Where the real
-# script's own instructions go, step by step, is scripts/fcall_cost.sh's LADDER=1 (callgrind:
+# script's own instructions go, step by step, is the fcall-cost suite's LADDER=1 (callgrind:
 # the script cut after each step; repeatable to < 1 %), for batches of any size.
 # Fresh buyers: the request carries redis-benchmark's __rand_int__ as user and request id
 # (scripts/lib/sell_bench.sh); the segment is written by the real load_segment.lua.
 #
 # Which code: SRC_REF=HEAD (default) exports that commit with `git archive` into
-# target/profile/src-<sha> and builds/reads the Lua scripts from there, so edits in progress in
-# the working tree neither break nor skew the run. SRC_REF=worktree uses the working tree as it
-# is. The binary is built with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only into
-# CARGO_TARGET_DIR=target/profile (never the main target dir). The ladder needs sell.lua at
-# SRC_REF; an older commit's script can still be measured as the "2b" row (LADDER_BASE_REF).
+# <target>/profile/src-<sha> and builds/reads the Lua scripts from there, so edits in progress
+# in the working tree neither break nor skew the run. SRC_REF=worktree uses the working tree as
+# it is. The binary is built with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only into
+# <target>/profile, <target> being CARGO_TARGET_DIR (default target): never the main target
+# directory itself. The ladder needs sell.lua at SRC_REF; an older commit's script can still be
+# measured as the "2b" row (LADDER_BASE_REF).
 #
-# Usage: scripts/profile.sh > report.md
+# Usage: scripts/bench.sh profile > report.md
 #   QUICK=1         smaller counts, shorter perf windows (about a minute after the build)
 #   SRC_REF=<ref>   git ref to measure (default HEAD), or "worktree"
 #   LADDER_CALLS=N  redis-benchmark calls per ladder variant (default 300000; QUICK 100000)
 #   ROUNDS=N        times the whole ladder is measured, interleaved; the median is shown (default 1)
-#   SKIP_BUILD=1    use target/profile/release/shardstock as it is
+#   SKIP_BUILD=1    use <target>/profile/release/shardstock as it is
 #   PROFILE_BIN=<path>  use that binary as it is (no build; e.g. target/release/shardstock when it
 #                   is fresh: it has symbols but no line tables, so the client's call chains lose
 #                   inlined frames and attribute more to their callers)
@@ -41,10 +48,10 @@
 #                   prelude + sell.lua, or, for a commit from before sell.lua, prelude +
 #                   deduct_core.lua + deduct.lua with that script's own KEYS/ARGV
 #   KEEP=1          keep the temporary directory (perf data, sim JSON) and print its path
-# Needs: redis-server, redis-cli, redis-benchmark, perf, python3, git, cargo.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
+. "$(dirname "$0")/../lib/harness.sh"
+. "$(dirname "$0")/../lib/sell_bench.sh"
+harness_init
 QUICK=${QUICK:-0}
 SRC_REF=${SRC_REF:-HEAD}
 ROUNDS=${ROUNDS:-1}
@@ -61,25 +68,17 @@ else
 fi
 CLIENT_FREQ=199 # perf sampling frequency for the client (DWARF stacks are 8 KiB each)
 
-for b in redis-server redis-cli redis-benchmark perf python3 git cargo; do
-  command -v "$b" >/dev/null || { echo "$b missing" >&2; exit 1; }
-done
+need redis-server redis-cli redis-benchmark perf python3 git cargo
 log() { echo "[profile] $*" >&2; }
 
-DIR=$(mktemp -d)
-PID=
+DIR=$WORK
 BPID=
-cleanup() {
-  [ -n "$BPID" ] && kill "$BPID" 2>/dev/null
-  [ -n "$PID" ] && kill "$PID" 2>/dev/null
-  [ -n "$PID" ] && wait "$PID" 2>/dev/null
-  if [ "${KEEP:-0}" = 1 ]; then echo "[profile] intermediate files kept in $DIR" >&2; else rm -rf "$DIR"; fi
-}
-trap cleanup EXIT
+# shellcheck disable=SC2016 # expanded when the trap runs
+on_exit '[ -z "$BPID" ] || kill "$BPID" 2>/dev/null'
 T_START=$(date +%s)
 
 # --- the code to measure and the binary -------------------------------------------------------
-export CARGO_TARGET_DIR="$ROOT/target/profile"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/profile"
 export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 if [ "$SRC_REF" = worktree ]; then
   SRC=$ROOT
@@ -123,18 +122,13 @@ fi
 T_MEASURE0=$(date +%s)
 
 # --- a private redis-server -------------------------------------------------------------------
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --maxmemory-policy noeviction \
-  --dir "$DIR" --logfile "$DIR/redis.log" >/dev/null 2>&1 &
-PID=$!
-for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$PORT" ping >/dev/null || { echo "redis-server did not start" >&2; exit 1; }
+redis_start
+PORT=$REDIS_PORT
+PID=$REDIS_PID
 CLI=(redis-cli -p "$PORT")
-URL="redis://127.0.0.1:$PORT"
+URL=$REDIS_URL
 
 # --- the Lua variants ---------------------------------------------------------------------------
-. "$ROOT/scripts/lib/sell_bench.sh"
 PRELUDE="$SRC/src/scripts/prelude.lua"
 SELL="$SRC/src/scripts/sell.lua"
 [ -f "$SELL" ] || { echo "$SELL missing: the ladder is written for sell.lua (SRC_REF=$SRC_REF predates it; measure an older script with LADDER_BASE_REF)" >&2; exit 1; }
@@ -615,7 +609,7 @@ T_END=$(date +%s)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 echo "# shardstock profile: where the time of a deduction goes"
 echo
-echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores${CPU:+ ($CPU)}, $(. /etc/os-release && echo "$PRETTY_NAME"), redis-server $(redis-server --version | grep -o 'v=[^ ]*' | cut -c3-), $(perf --version)."
+echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores${CPU:+ ($CPU)}, $(. /etc/os-release && echo "$PRETTY_NAME"), redis-server $(redis_version), $(perf --version)."
 echo "Code: $SRC_DESC. Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the same cores makes absolute figures noisy; ratios and INFO commandstats µs per call are steadier)."
 echo "QUICK=$QUICK, ladder: $LADDER_CALLS calls per variant × $ROUNDS round(s). Build ${T_BUILD}s, measurements $((T_END - T_MEASURE0))s, total $((T_END - T_START))s."
 echo
