@@ -10,9 +10,9 @@
 //! This module holds the trait and the arguments of its steps; the replies are in `reply`
 //! (re-exported here).
 
+use crate::cluster::placement::Placement;
 use crate::error::Result;
 use crate::ids::{RequestId, Sku, UserId};
-use crate::placement::Placement;
 use std::future::Future;
 
 mod health;
@@ -59,7 +59,7 @@ impl<'a> SegAddr<'a> {
 
     /// The segment's hash tag (without braces).
     pub fn tag(&self) -> String {
-        crate::placement::tag(self.sku, self.index, self.suffix)
+        crate::cluster::placement::tag(self.sku, self.index, self.suffix)
     }
 }
 
@@ -253,7 +253,8 @@ pub trait Store: Send + Sync + 'static {
         sku: &Sku,
         placement: &Placement,
         segments: u32,
-    ) -> impl Future<Output = Result<Option<Vec<crate::placement::SegmentHome>>>> + Send {
+    ) -> impl Future<Output = Result<Option<Vec<crate::cluster::placement::SegmentHome>>>> + Send
+    {
         let _ = (sku, placement, segments);
         async { Ok(None) }
     }

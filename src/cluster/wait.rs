@@ -198,7 +198,7 @@ impl Durable {
     /// The slot whose node holds `key` (0 when `client` is not clustered).
     pub(crate) fn slot(client: &Client, key: Option<&str>) -> u16 {
         match key {
-            Some(k) if client.is_clustered() => crate::placement::slot_of_key(k),
+            Some(k) if client.is_clustered() => crate::cluster::placement::slot_of_key(k),
             _ => 0,
         }
     }

@@ -16,7 +16,7 @@ pub(crate) struct Layout {
     /// Units one user may hold (0 = no limit).
     pub(crate) user_limit: u64,
     /// Where the segments live (hash tag suffixes; unplaced on a single Redis).
-    pub(crate) placement: crate::placement::Placement,
+    pub(crate) placement: crate::cluster::placement::Placement,
     pub(crate) hints: Hints,
     /// Sold out from memory (see `sold_out.rs`).
     pub(crate) sold_out: super::sold_out::SoldOut,
@@ -52,7 +52,7 @@ pub(crate) fn seg_at<'a>(
     sku: &'a Sku,
     generation: u64,
     index: u32,
-    placement: &crate::placement::Placement,
+    placement: &crate::cluster::placement::Placement,
 ) -> SegAddr<'a> {
     SegAddr::new(sku, generation, index).with_suffix(placement.suffix(index))
 }

@@ -175,7 +175,7 @@ impl<S: Store> Engine<S> {
         // read now, or, when it could not be read (its master does not answer), the cached
         // layout's.
         let mut vanished_skus = Vec::new();
-        let mut layouts: Vec<(&Sku, u32, crate::placement::Placement)> = Vec::new();
+        let mut layouts: Vec<(&Sku, u32, crate::cluster::placement::Placement)> = Vec::new();
         for (sku, m) in known.iter().zip(metas) {
             match m {
                 Ok(Ok(Some(m))) => layouts.push((sku, m.segments, m.placement)),
@@ -208,7 +208,7 @@ impl<S: Store> Engine<S> {
         // Which segments of the known SKUs live on each server in trouble.
         for (sku, segments, placement) in &layouts {
             for index in 0..*segments {
-                let slot = crate::placement::slot_of_tag(&placement.tag(sku, index));
+                let slot = crate::cluster::placement::slot_of_tag(&placement.tag(sku, index));
                 let Some(at) = health.servers.iter().position(|s| s.serves(slot)) else {
                     continue;
                 };

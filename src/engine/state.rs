@@ -88,7 +88,10 @@ impl<S: Store> Engine<S> {
     ///
     /// # Errors
     /// [`Error::NotLoaded`], store errors.
-    pub async fn placement(&self, sku: &Sku) -> Result<Option<Vec<crate::placement::SegmentHome>>> {
+    pub async fn placement(
+        &self,
+        sku: &Sku,
+    ) -> Result<Option<Vec<crate::cluster::placement::SegmentHome>>> {
         let store = &self.inner.store;
         let meta = store
             .meta(sku)

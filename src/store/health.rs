@@ -45,7 +45,7 @@ impl StoreHealth {
 #[non_exhaustive]
 pub struct ServerHealth {
     /// `host:port`, as the cluster's slot map names it (what
-    /// [`SegmentHome::master`](crate::placement::SegmentHome::master) says).
+    /// [`SegmentHome::master`](crate::cluster::placement::SegmentHome::master) says).
     pub server: String,
     /// The hash slot ranges it serves, inclusive ([`ALL_SLOTS`] for a single Redis).
     pub slots: Vec<(u16, u16)>,

@@ -7,7 +7,7 @@
 //! Redis; it is never held across an `.await` (every step is synchronous).
 
 use super::*;
-use crate::placement::Placement;
+use crate::cluster::placement::Placement;
 use std::collections::HashMap as StdHashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -21,8 +21,8 @@
 
 use super::*;
 use crate::cluster::moving;
+use crate::cluster::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::error::Error;
-use crate::placement::{self, Placement, SegmentHome, SlotMap};
 use crate::segments::Keyspace;
 use fred::prelude::{Client, ClientLike, HashesInterface, Pool};
 use lua::{SegmentKeys, segment, transfer};

@@ -175,7 +175,7 @@ pub enum LoadBegin {
         /// The previous generation (0 when new): its live reservations end with the reload.
         old_generation: u64,
         /// Where the SKU's segments live (kept from earlier loads, extended for new indexes).
-        placement: crate::placement::Placement,
+        placement: crate::cluster::placement::Placement,
     },
 }
 
@@ -193,7 +193,7 @@ pub struct Meta {
     /// Units one user may buy of this SKU (0 = no limit).
     pub user_limit: u64,
     /// Where the segments live (their hash tag suffixes); unplaced on a single Redis.
-    pub placement: crate::placement::Placement,
+    pub placement: crate::cluster::placement::Placement,
     /// The most segments any generation of this SKU had with the outbox on (0: never on): an
     /// outbox consumer reads the streams of segments `0..outbox_segments`.
     pub outbox_segments: u32,

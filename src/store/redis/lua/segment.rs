@@ -3,9 +3,9 @@
 //! the audit's and sweeper's look (`survey.lua`) and the record read (`record.lua`).
 
 use super::{Call, Reply, Script, SegmentKeys, argv, flag};
+use crate::cluster::placement::Placement;
 use crate::error::Result;
 use crate::ids::{RequestId, Sku, UserId};
-use crate::placement::Placement;
 use crate::segments::Keyspace;
 use crate::store::{
     self, HomeRecord, IfLoaded, ItemState, LoadSpec, RecordState, RequestKind, ReservationAction,
