@@ -128,7 +128,7 @@ pub struct OrderEnd {
 }
 
 /// `<sku>:<qty>` joined by `,`: the record's items.
-pub(crate) fn items_text(items: &[CartItem]) -> String {
+fn items_text(items: &[CartItem]) -> String {
     items
         .iter()
         .map(|i| format!("{}:{}", i.sku, i.qty))
@@ -137,7 +137,7 @@ pub(crate) fn items_text(items: &[CartItem]) -> String {
 }
 
 /// [`items_text`] read back.
-pub(crate) fn parse_items(s: &str) -> Result<Vec<CartItem>> {
+fn parse_items(s: &str) -> Result<Vec<CartItem>> {
     if s.is_empty() {
         return Ok(Vec::new());
     }
@@ -157,7 +157,7 @@ pub(crate) fn parse_items(s: &str) -> Result<Vec<CartItem>> {
 }
 
 /// `<item number> <outcome>`: a refusal as the record keeps it.
-pub(crate) fn why_text(n: usize, d: &Deduction) -> String {
+fn why_text(n: usize, d: &Deduction) -> String {
     let extra = match d {
         Deduction::Insufficient { available } => format!(" {available}"),
         Deduction::LimitReached { limit } | Deduction::OverLimit { limit } => format!(" {limit}"),
@@ -167,7 +167,7 @@ pub(crate) fn why_text(n: usize, d: &Deduction) -> String {
 }
 
 /// [`why_text`] read back.
-pub(crate) fn parse_why(s: &str) -> Option<(usize, Deduction)> {
+fn parse_why(s: &str) -> Option<(usize, Deduction)> {
     let mut it = s.split(' ');
     let n = it.next()?.parse().ok()?;
     let kind = it.next()?;

@@ -26,7 +26,7 @@ NODES=()
 for _ in 1 2 3; do
   redis_start
   NODES+=("$REDIS_URL")
-  # Fresh nodes: mark them new so they vote at once (see the quarantine in src/lock/redlock.rs).
+  # Fresh nodes: mark them new so they vote at once (see the quarantine in src/store/redis/lock/redlock.rs).
   redis-cli -p "$REDIS_PORT" SET shardstock:redlock:quarantine 0 >/dev/null
 done
 LOCK_NODES=$(IFS=,; echo "${NODES[*]}")

@@ -2,7 +2,7 @@
 //! the user's busy mark until it ends — finished with what the store answered, or dropped. A
 //! request future may be dropped at any await (a client disconnected and the server dropped its
 //! handler); tying the busy mark to a value means a dropped request never leaves its user busy.
-//! It touches only the guard's own decisions (`guard.rs`).
+//! It touches only the guard's own decisions (`guard.rs`) and the ids it holds.
 
 use super::{Local, LocalGuard, Place};
 use crate::ids::{RequestId, Sku, UserId};

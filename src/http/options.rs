@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Renders the metrics exposition for `GET /metrics` (Prometheus text format).
-pub(crate) type Render = Arc<dyn Fn() -> String + Send + Sync>;
+pub(super) type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// A bearer token, compared in constant time (`subtle`); never printed.
 #[derive(Clone)]

@@ -11,13 +11,20 @@
 //!
 //! # Layout
 //! - this file: [`RedisStore`] and its [`Store`] steps, each one typed call of [`lua`];
+//! - `conn`: the pool, the key names and the durability mode every call runs on;
 //! - `builder`: [`RedisStoreBuilder`] (connection, strategy, request coalescing);
 //! - `endpoint`: the Redis URL checked, and a port that answers but is no Redis named;
 //! - `strategies`: how `sell` runs under each [`crate::Strategy`];
-//! - `batch`: request coalescing of `lua` sales ([`Coalescing`]);
-//! - `wait`: durability mode, `WAIT` for replicas after each mutating call;
+//! - `coalescing` and `batch`: request coalescing of `lua` sales ([`Coalescing`]): its options
+//!   and figures, then its lanes;
+//! - [`lock`]: distributed locks for the lock strategies (public as `shardstock::lock`);
 //! - `health`: readiness, every master asked whether it answers and would take a write;
+//! - `invalidate`: the stock-notification subscriber;
+//! - `outbox`: the outbox streams as a consumer group sees them;
 //! - [`lua`]: the script registry, the one `eval` path, each script's call, the stored letters.
+//!
+//! What a cluster adds (placement, durability waits, slots in motion, evacuation) is the
+//! `cluster` room's, which this store calls.
 
 use super::*;
 use crate::cluster::moving;
