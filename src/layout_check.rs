@@ -9,9 +9,9 @@
 
 mod reader;
 
-use reader::{Crate, circles, room};
+use reader::{Crate, circles, files, rel, room};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The largest import circle allowed, in files: a module and the few children that name its
 /// types back (a builder and what it builds) — never a floor that reaches up.
@@ -23,24 +23,6 @@ const MAX_LINES: usize = 700;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
-fn rel(p: &Path, base: &Path) -> String {
-    p.strip_prefix(base)
-        .unwrap()
-        .to_string_lossy()
-        .replace('\\', "/")
 }
 
 fn layout() -> String {

@@ -9,7 +9,27 @@
 //! itself (`no_hidden_imports`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Every file under `dir`.
+pub(super) fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// `p` under `base`, with `/`.
+pub(super) fn rel(p: &Path, base: &Path) -> String {
+    p.strip_prefix(base)
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/")
+}
 
 /// The source with comments, string and char literals blanked, `pub(in …)` read as `pub`, and
 /// `#[cfg(test)]` items removed.
@@ -230,10 +250,10 @@ impl Crate {
     /// The library under `root` (`src/`, without `bin/`).
     pub(super) fn read(src: &Path) -> Self {
         let mut all = Vec::new();
-        super::files(src, &mut all);
+        files(src, &mut all);
         Self::new(
             all.iter()
-                .map(|p| (super::rel(p, src), p))
+                .map(|p| (rel(p, src), p))
                 .filter(|(name, _)| name.ends_with(".rs") && !name.starts_with("bin/"))
                 .map(|(name, p)| (name, std::fs::read_to_string(p).unwrap())),
         )
