@@ -40,14 +40,7 @@ BIN=$RELEASE/shardstock
 DIR=$WORK
 redis_start
 REDIS=$REDIS_URL
-NODES=()
-for _ in 1 2 3; do
-  redis_start
-  NODES+=("$REDIS_URL")
-  # Fresh lock nodes: mark them new so they vote at once (see the quarantine in src/store/redis/lock/redlock.rs).
-  redis-cli -p "$REDIS_PORT" SET shardstock:redlock:quarantine 0 >/dev/null
-done
-LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
+redlock_nodes
 
 # wrk request script: unique request ids per wrk process/thread/request; users either unique too
 # (USERS=0) or drawn from u1..uUSERS. Reports requests, non-2xx and p99 (µs) as one line.

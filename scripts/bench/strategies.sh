@@ -22,14 +22,7 @@ build_release --features cli
 BIN=$RELEASE/shardstock
 redis_start
 MAIN=$REDIS_PORT
-NODES=()
-for _ in 1 2 3; do
-  redis_start
-  NODES+=("$REDIS_URL")
-  # Fresh nodes: mark them new so they vote at once (see the quarantine in src/store/redis/lock/redlock.rs).
-  redis-cli -p "$REDIS_PORT" SET shardstock:redlock:quarantine 0 >/dev/null
-done
-LOCK_NODES=$(IFS=,; echo "${NODES[*]}")
+redlock_nodes
 
 echo "| strategy | segments | sold | oversold | audit | throughput | p50 | p99 | lock acquired / contended / fenced |"
 echo "|---|---|---|---|---|---|---|---|---|"

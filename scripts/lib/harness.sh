@@ -95,6 +95,19 @@ redis_start() {
   exit 1
 }
 
+# Three independent redis-servers for the redlock strategy, as LOCK_NODES (URL,URL,URL). Fresh
+# nodes are marked new so they vote at once (see the quarantine in
+# src/store/redis/lock/redlock.rs). REDIS_PORT / REDIS_URL are left at the last node's.
+redlock_nodes() {
+  local nodes=() _
+  for _ in 1 2 3; do
+    redis_start
+    nodes+=("$REDIS_URL")
+    redis-cli -p "$REDIS_PORT" SET shardstock:redlock:quarantine 0 >/dev/null
+  done
+  LOCK_NODES=$(IFS=,; echo "${nodes[*]}")
+}
+
 # shellcheck disable=SC2120 # arguments optional
 redis_cpu_usec() {
   redis-cli -p "${1:-$REDIS_PORT}" INFO cpu | tr -d '\r' |
